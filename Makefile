@@ -1,0 +1,42 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA_DIR ?= data
+
+.PHONY: run test lint typecheck unit lock sample-config clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -c requirements.lock -e '.[test]'
+	touch $@
+
+## Set up and run Acceleron on the embedded default (SQLite in ./data, noauth, 127.0.0.1:6666).
+run: $(STAMP)
+	$(BIN)/acceleron all-in-one --data-dir $(DATA_DIR)
+
+## Set up and run every check CI runs: lint, format, types and the whole test suite.
+test: $(STAMP) lint typecheck
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## Regenerate the pinned dependency set after editing pyproject.toml.
+lock:
+	test -x $(BIN)/uv || ($(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q uv)
+	$(BIN)/uv pip compile -q --python-version 3.11 --extra test pyproject.toml -o requirements.lock
+
+## Write etc/acceleron.conf.sample and etc/policy.yaml.sample from the code.
+sample-config: $(STAMP)
+	$(BIN)/acceleron config sample > etc/acceleron.conf.sample
+	$(BIN)/acceleron policy defaults > etc/policy.yaml.sample
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

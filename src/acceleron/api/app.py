@@ -1,0 +1,54 @@
+"""The API application: routers, error mapping, auth and policy, in one factory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from oslo_config import cfg
+
+import acceleron
+from acceleron.api import auth, device_profiles, errors, versions
+from acceleron.api.middleware import ApiMiddleware
+from acceleron.api.policy import Policy
+from acceleron.db import migrate
+from acceleron.db import session as db_session
+
+DESCRIPTION = """\
+Acceleron's REST API: the OpenStack accelerator v2 API (device profiles,
+accelerator requests, devices, deployables) plus Acceleron's additions, each
+behind a microversion. Send `OpenStack-API-Version: accelerator 2.x`; no
+header means 2.0.
+"""
+
+
+def create_app(
+    conf: cfg.ConfigOpts, db: db_session.Database | None = None, check_schema: bool = True
+) -> FastAPI:
+    database = db or db_session.from_conf(conf)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if check_schema:
+            migrate.check(database)
+        yield
+        if db is None:
+            database.dispose()
+
+    app = FastAPI(
+        title="Acceleron API",
+        version=acceleron.__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        redoc_url=None,
+    )
+    app.state.conf = conf
+    app.state.db = database
+    app.state.policy = Policy(conf)
+    app.state.auth = auth.from_conf(conf)
+    errors.install(app)
+    app.include_router(versions.router)
+    app.include_router(device_profiles.router)
+    app.add_middleware(ApiMiddleware)
+    return app

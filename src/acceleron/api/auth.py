@@ -1,0 +1,94 @@
+"""Who is calling: ``noauth`` for the embedded mode, Keystone tokens for clouds.
+
+Keystone tokens are validated by keystonemiddleware's AuthProtocol, used as it
+is (caching, service tokens, revocation) and driven here through a minimal
+WSGI request, since the API itself is ASGI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import anyio.to_thread
+from oslo_config import cfg
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from acceleron.context import RequestContext
+
+NOAUTH_ROLES = frozenset({"admin", "member", "reader"})
+NOAUTH_PROJECT = "admin"
+
+
+def _split(value: str | None) -> frozenset[str]:
+    return frozenset(r.strip().lower() for r in (value or "").split(",") if r.strip())
+
+
+class Authenticator(Protocol):
+    async def context(self, request: Request) -> RequestContext: ...
+
+
+class NoAuth:
+    """Everyone is an admin of project ``admin``, unless the X-* headers say otherwise."""
+
+    async def context(self, request: Request) -> RequestContext:
+        headers = request.headers
+        roles = _split(headers.get("x-roles")) if "x-roles" in headers else NOAUTH_ROLES
+        return RequestContext(
+            request_id=request.state.request_id,
+            user_id=headers.get("x-user-id") or "admin",
+            project_id=headers.get("x-project-id") or NOAUTH_PROJECT,
+            roles=roles,
+            service_roles=_split(headers.get("x-service-roles")),
+        )
+
+
+def _reached(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    environ["acceleron.authenticated"] = True
+    start_response("204 No Content", [])
+    return []
+
+
+class KeystoneAuth:
+    """Validates X-Auth-Token (and X-Service-Token) with keystonemiddleware."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        from keystonemiddleware import auth_token
+
+        self._protocol = auth_token.AuthProtocol(_reached, {"oslo_config_config": conf})
+
+    def _validate(self, method: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
+        import webob
+
+        wsgi_request = webob.Request.blank(path, method=method, headers=headers)
+        response = wsgi_request.get_response(self._protocol)
+        if not wsgi_request.environ.get("acceleron.authenticated"):
+            raise HTTPException(
+                401,
+                "Authentication required: send a valid Keystone token in X-Auth-Token.",
+                headers={"WWW-Authenticate": response.headers.get("WWW-Authenticate", "")},
+            )
+        return dict(wsgi_request.environ)
+
+    async def context(self, request: Request) -> RequestContext:
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k in ("x-auth-token", "x-service-token", "x-openstack-request-id")
+        }
+        env = await anyio.to_thread.run_sync(
+            self._validate, request.method, request.url.path, headers
+        )
+        return RequestContext(
+            request_id=request.state.request_id,
+            user_id=env.get("HTTP_X_USER_ID"),
+            project_id=env.get("HTTP_X_PROJECT_ID"),
+            roles=_split(env.get("HTTP_X_ROLES")),
+            service_roles=_split(env.get("HTTP_X_SERVICE_ROLES")),
+        )
+
+
+def from_conf(conf: cfg.ConfigOpts) -> Authenticator:
+    if conf.auth_strategy == "keystone":
+        return KeystoneAuth(conf)
+    return NoAuth()

@@ -1,0 +1,217 @@
+"""``/v2/device_profiles``: spec 002's REST API with upstream's response shapes.
+
+* POST takes a list holding exactly one profile and returns it unwrapped (201);
+* GET one returns ``{"device_profile": ...}``; the list ``{"device_profiles": [...]}``;
+* DELETE takes a uuid, a name, a comma-separated list of names, or ``?value=``;
+* from 2.4, profiles show ``enabled`` and PATCH changes description/enabled.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from acceleron.api import microversion
+from acceleron.api.common import (
+    ApiVersion,
+    CallerDep,
+    Db,
+    base_url,
+    json_response,
+    split_list,
+    timestamp,
+)
+from acceleron.api.versions import Link
+from acceleron.db.models import DeviceProfile
+from acceleron.exceptions import InvalidInput
+from acceleron.service import device_profiles as service
+
+router = APIRouter(prefix="/v2/device_profiles", tags=["device profiles"])
+
+GROUPS_DOC = (
+    "Ordered request groups. Keys: 'resources:<RC>' (positive integer), "
+    "'trait:<TRAIT>' ('required' or 'forbidden'), 'accel:<key>' with key bitstream_id, "
+    "bitstream_name, function_id, function_name or attach_target. Lower case and "
+    "hyphens in class and trait names become upper case and underscores."
+)
+
+
+class DeviceProfileIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Unique name: letters, digits, '-' and '_'.", max_length=255)
+    groups: list[dict[str, str]] = Field(description=GROUPS_DOC)
+    description: str | None = Field(None, max_length=255)
+    uuid: UUID | None = Field(None, description="Chosen by the server when not given.")
+    enabled: bool | None = Field(None, description="From 2.4. Whether new requests may use it.")
+
+
+class DeviceProfileOut(BaseModel):
+    uuid: str
+    name: str
+    description: str | None
+    groups: list[dict[str, str]]
+    enabled: bool | None = Field(None, description="From 2.4.")
+    created_at: str | None
+    updated_at: str | None
+    links: list[Link]
+
+
+class DeviceProfileWrapped(BaseModel):
+    device_profile: DeviceProfileOut
+
+
+class DeviceProfileList(BaseModel):
+    device_profiles: list[DeviceProfileOut]
+
+
+class PatchOp(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["add", "replace", "remove"]
+    path: Literal["/description", "/enabled"]
+    value: str | bool | None = None
+
+
+def view(profile: DeviceProfile, version: microversion.Version, base: str) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "uuid": profile.uuid,
+        "name": profile.name,
+        "description": profile.description,
+        "groups": profile.groups,
+        "created_at": timestamp(profile.created_at),
+        "updated_at": timestamp(profile.updated_at),
+        "links": [{"href": f"{base}/v2/device_profiles/{profile.uuid}", "rel": "self"}],
+    }
+    if version >= microversion.V2_4:
+        data["enabled"] = profile.enabled
+    return data
+
+
+def _limits(request: Request) -> service.Limits:
+    conf = request.app.state.conf.device_profiles
+    return service.Limits(max_groups=conf.max_groups, max_accelerators=conf.max_accelerators)
+
+
+@router.get("", responses={200: {"model": DeviceProfileList}}, summary="List device profiles")
+def list_device_profiles(
+    request: Request,
+    db: Db,
+    caller: CallerDep,
+    version: ApiVersion,
+    name: Annotated[str | None, Query(description="Comma-separated names to show.")] = None,
+) -> Response:
+    caller.authorize("device_profile:get_all")
+    profiles = service.list_profiles(db, split_list(name))
+    base = base_url(request)
+    return json_response({"device_profiles": [view(p, version, base) for p in profiles]})
+
+
+@router.get(
+    "/{ident}",
+    responses={200: {"model": DeviceProfileWrapped}},
+    summary="Show a device profile by uuid (or by name from 2.2)",
+)
+def show_device_profile(
+    request: Request, ident: str, db: Db, caller: CallerDep, version: ApiVersion
+) -> Response:
+    caller.authorize("device_profile:get_one")
+    if version < microversion.V2_2 and not service.is_uuid_like(ident):
+        raise microversion.NotAcceptable(
+            f"{ident!r} is not a uuid: looking a device profile up by name needs "
+            f"microversion 2.2 or later."
+        )
+    profile = service.get(db, ident)
+    return json_response({"device_profile": view(profile, version, base_url(request))})
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={201: {"model": DeviceProfileOut}},
+    summary="Create a device profile (the body is a list holding one profile)",
+)
+def create_device_profile(
+    request: Request,
+    body: Annotated[list[DeviceProfileIn], Body()],
+    db: Db,
+    caller: CallerDep,
+    version: ApiVersion,
+) -> Response:
+    caller.authorize("device_profile:create")
+    if len(body) != 1:
+        raise InvalidInput(
+            f"The body must be a list holding exactly one device profile, not {len(body)}."
+        )
+    item = body[0]
+    if item.enabled is not None and version < microversion.V2_4:
+        raise InvalidInput("enabled: setting it needs microversion 2.4 or later.")
+    profile = service.create(
+        db,
+        name=item.name,
+        groups=item.groups,
+        description=item.description,
+        uuid=str(item.uuid) if item.uuid else None,
+        enabled=True if item.enabled is None else item.enabled,
+        limits=_limits(request),
+    )
+    base = base_url(request)
+    return json_response(
+        view(profile, version, base),
+        status_code=201,
+        headers={"Location": f"{base}/v2/device_profiles/{profile.uuid}"},
+    )
+
+
+@router.patch(
+    "/{ident}",
+    responses={200: {"model": DeviceProfileWrapped}},
+    summary="Change a device profile's description or enabled flag (2.4)",
+)
+def update_device_profile(
+    request: Request,
+    ident: str,
+    body: Annotated[list[PatchOp], Body()],
+    db: Db,
+    caller: CallerDep,
+    version: ApiVersion,
+) -> Response:
+    if version < microversion.V2_4:
+        raise HTTPException(405, "Changing a device profile needs microversion 2.4 or later.")
+    caller.authorize("device_profile:update")
+    if not body:
+        raise InvalidInput("The body must be a non-empty list of patch operations.")
+    changes: dict[str, Any] = {}
+    for op in body:
+        field = op.path.lstrip("/")
+        if op.op == "remove":
+            if field == "enabled":
+                raise InvalidInput("/enabled cannot be removed, only replaced.")
+            changes[field] = None
+        else:
+            changes[field] = op.value
+    profile = service.update(db, ident, **changes)
+    return json_response({"device_profile": view(profile, version, base_url(request))})
+
+
+@router.delete("/{ident}", status_code=204, summary="Delete device profiles by uuid or name(s)")
+def delete_device_profile(ident: str, db: Db, caller: CallerDep) -> Response:
+    caller.authorize("device_profile:delete")
+    service.delete_profiles(db, split_list(ident) or [])
+    return Response(status_code=204)
+
+
+@router.delete("", status_code=204, summary="Delete the device profiles named in ?value=")
+def delete_device_profiles(
+    db: Db,
+    caller: CallerDep,
+    value: Annotated[str | None, Query(description="Comma-separated names or uuids.")] = None,
+) -> Response:
+    caller.authorize("device_profile:delete")
+    service.delete_profiles(db, split_list(value) or [])
+    return Response(status_code=204)

@@ -1,0 +1,150 @@
+"""Errors as HTTP responses, in one place.
+
+Every error body carries two things:
+
+* ``error_message``: a JSON string of ``{faultstring, faultcode, debuginfo}``,
+  the shape upstream Cyborg clients (openstacksdk, python-cyborgclient) parse;
+* ``errors``: a list with one entry in the OpenStack API working group format,
+  whose ``code`` is a stable, documented string clients may match on.
+
+Codes never change once published; add new ones at the end of CODES.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from acceleron import exceptions as exc
+from acceleron.api import microversion
+
+LOG = logging.getLogger(__name__)
+
+# Domain exception -> (HTTP status, stable code). Most specific classes first.
+CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
+    (exc.DuplicateName, 409, "acceleron.duplicate"),
+    (exc.InUse, 409, "acceleron.in_use"),
+    (exc.Disabled, 409, "acceleron.disabled"),
+    (exc.Conflict, 409, "acceleron.conflict"),
+    (exc.InvalidInput, 400, "acceleron.invalid_input"),
+    (exc.NotFound, 404, "acceleron.not_found"),
+    (exc.Forbidden, 403, "acceleron.forbidden"),
+    (exc.Locked, 423, "acceleron.locked"),
+    (exc.SchemaOutOfDate, 503, "acceleron.schema_out_of_date"),
+]
+# Errors that come from HTTP itself rather than from the domain.
+HTTP_CODES = {
+    400: "acceleron.invalid_input",
+    401: "acceleron.unauthorized",
+    403: "acceleron.forbidden",
+    404: "acceleron.not_found",
+    405: "acceleron.method_not_allowed",
+    406: "acceleron.version_not_acceptable",
+    413: "acceleron.too_large",
+    415: "acceleron.unsupported_media_type",
+    500: "acceleron.internal_error",
+}
+
+
+def error_body(status: int, code: str, message: str, request_id: str | None) -> bytes:
+    fault = {
+        "faultstring": message,
+        "faultcode": "Client" if status < 500 else "Server",
+        "debuginfo": None,
+    }
+    return orjson.dumps(
+        {
+            "error_message": orjson.dumps(fault).decode(),
+            "errors": [
+                {
+                    "status": status,
+                    "code": code,
+                    "title": HTTPStatus(status).phrase,
+                    "detail": message,
+                    "request_id": request_id,
+                }
+            ],
+        }
+    )
+
+
+def error_response(
+    status: int,
+    message: str,
+    code: str | None = None,
+    request_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = error_body(
+        status, code or HTTP_CODES.get(status, "acceleron.error"), message, request_id
+    )
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def status_and_code(error: exc.AcceleronError) -> tuple[int, str]:
+    for cls, status, code in CODES:
+        if isinstance(error, cls):
+            return status, code
+    return 500, "acceleron.internal_error"
+
+
+def _request_id(request: Request) -> str | None:
+    request_id: str | None = request.scope.get("state", {}).get("request_id")
+    return request_id
+
+
+def _describe_validation(errors: Sequence[Any]) -> str:
+    parts = []
+    for error in errors[:5]:
+        loc = [str(p) for p in error.get("loc", ()) if p not in ("body",)]
+        where = ".".join(loc) or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "Invalid request: " + "; ".join(parts) + "."
+
+
+async def _domain_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, exc.AcceleronError)
+    status, code = status_and_code(error)
+    return error_response(status, error.message, code, _request_id(request))
+
+
+async def _validation_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, RequestValidationError)
+    return error_response(400, _describe_validation(error.errors()), None, _request_id(request))
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, StarletteHTTPException)
+    message = (
+        error.detail if isinstance(error.detail, str) else HTTPStatus(error.status_code).phrase
+    )
+    return error_response(
+        error.status_code, message, None, _request_id(request), dict(error.headers or {})
+    )
+
+
+async def _version_error(request: Request, error: Exception) -> Response:
+    return error_response(406, str(error), None, _request_id(request))
+
+
+async def _unexpected(request: Request, error: Exception) -> Response:
+    LOG.exception("Unexpected error handling %s %s", request.method, request.url.path)
+    return error_response(
+        500, "An unexpected error occurred; the log has the details.", None, _request_id(request)
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(exc.AcceleronError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(microversion.NotAcceptable, _version_error)
+    app.add_exception_handler(Exception, _unexpected)

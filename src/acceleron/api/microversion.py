@@ -1,0 +1,74 @@
+"""API microversions: one list, one comment per entry.
+
+A request names its version with ``OpenStack-API-Version: accelerator 2.x``;
+a bare ``2.x`` is accepted too (older clients send it), ``latest`` means the
+newest, and a missing header means 2.0, which is what Nova sends. Anything
+else, or a version outside the list, is answered 406.
+
+Adding a version: append it here with what it changes, branch on it in the
+handler (``version >= V2_4``), add a test, and describe it in
+docs/api/microversions.md and the changelog.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+SERVICE_TYPE = "accelerator"
+HEADER = "OpenStack-API-Version"
+MIN_HEADER = "OpenStack-API-Minimum-Version"
+MAX_HEADER = "OpenStack-API-Maximum-Version"
+
+
+class Version(NamedTuple):
+    major: int
+    minor: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+VERSIONS: list[str] = [
+    "2.0",  # The v2 API: device profiles, accelerator requests, deployables, devices.
+    "2.1",  # ARQ PATCH accepts /project_id (admin only).
+    "2.2",  # GET /v2/device_profiles/{name}: look a profile up by name as well as uuid.
+    "2.3",  # Devices show their operator status ("enabled" or "maintaining").
+    "2.4",  # Device profiles show "enabled"; PATCH changes description and enabled.
+]
+
+V2_2 = Version(2, 2)
+V2_4 = Version(2, 4)
+MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
+MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
+_KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
+_NUMBER = re.compile(r"^(\d+)\.(\d+)$")
+
+
+class NotAcceptable(Exception):
+    """The requested microversion is malformed or not supported."""
+
+
+def negotiate(header: str | None) -> Version:
+    """The version a request asks for, from its ``OpenStack-API-Version`` header."""
+    if header is None or not header.strip():
+        return MIN_VERSION
+    value = header.strip()
+    words = value.split()
+    if len(words) == 2 and words[0].lower() == SERVICE_TYPE:
+        value = words[1]
+    elif len(words) != 1:
+        raise NotAcceptable(
+            f"Invalid {HEADER} header {header!r}: expected '{SERVICE_TYPE} <major>.<minor>'."
+        )
+    if value.lower() == "latest":
+        return MAX_VERSION
+    match = _NUMBER.match(value)
+    if match is None:
+        raise NotAcceptable(f"Invalid microversion {value!r}: expected '<major>.<minor>'.")
+    version = Version(int(match.group(1)), int(match.group(2)))
+    if version not in _KNOWN:
+        raise NotAcceptable(
+            f"Version {version} is not supported: this API supports {MIN_VERSION} to {MAX_VERSION}."
+        )
+    return version

@@ -1,0 +1,88 @@
+"""The one ASGI middleware: request ids, microversion negotiation, access log.
+
+Written against raw ASGI (not Starlette's BaseHTTPMiddleware) because it runs
+on every request and must stay cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from acceleron import logs
+from acceleron.api import errors, microversion
+
+ACCESS_LOG = logging.getLogger("acceleron.api.access")
+
+_VERSION_HEADERS = [
+    (microversion.MIN_HEADER.encode(), str(microversion.MIN_VERSION).encode()),
+    (microversion.MAX_HEADER.encode(), str(microversion.MAX_VERSION).encode()),
+    (b"vary", microversion.HEADER.encode()),
+]
+_HEADER_KEY = microversion.HEADER.lower().encode()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def is_versioned(path: str) -> bool:
+    return path == "/v2" or path.startswith("/v2/")
+
+
+class ApiMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req-{uuid.uuid4()}"
+        token = logs.REQUEST_ID.set(request_id)
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        extra = [(b"x-openstack-request-id", request_id.encode())]
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        try:
+            if is_versioned(scope["path"]):
+                try:
+                    version = microversion.negotiate(_header(scope, _HEADER_KEY))
+                except microversion.NotAcceptable as error:
+                    extra.extend(_VERSION_HEADERS)
+                    response = errors.error_response(406, str(error), None, request_id)
+                    await response(scope, receive, send_with_headers)
+                    return
+                state["api_version"] = version
+                extra.append((_HEADER_KEY, f"{microversion.SERVICE_TYPE} {version}".encode()))
+                extra.extend(_VERSION_HEADERS)
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            _log_access(scope, status, time.perf_counter() - started)
+            logs.REQUEST_ID.reset(token)
+
+
+def _log_access(scope: Scope, status: int, seconds: float) -> None:
+    if not ACCESS_LOG.isEnabledFor(logging.INFO):
+        return
+    query = scope.get("query_string", b"")
+    path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+    client = scope.get("client") or ("-", 0)
+    ACCESS_LOG.info(
+        '%s "%s %s" %d %.1fms', client[0], scope["method"], path, status, seconds * 1000
+    )

@@ -1,0 +1,84 @@
+"""RBAC rules, defined in code and overridable by a policy file (oslo.policy).
+
+Defaults are secure: only admins change shared objects (device profiles);
+readers and members of any project may list and show them. The file named by
+``[oslo_policy] policy_file`` overrides any rule; ``acceleron policy defaults``
+prints them all.
+"""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+from oslo_policy import policy
+
+from acceleron.context import RequestContext
+from acceleron.exceptions import Forbidden
+
+ADMIN = "role:admin"
+READER = "role:reader or role:member or role:admin"
+
+BASE_RULES = [
+    policy.RuleDefault("admin_api", ADMIN, description="An administrator of the cloud."),
+    policy.RuleDefault(
+        "reader_api", READER, description="Anyone with at least the reader role in a project."
+    ),
+]
+
+
+def _rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
+    return policy.DocumentedRuleDefault(
+        name=f"acceleron:{name}",
+        check_str=check,
+        description=description,
+        operations=[{"method": method, "path": path}],
+        scope_types=["project"],
+    )
+
+
+DEVICE_PROFILE_RULES = [
+    _rule("device_profile:get_all", "rule:reader_api", "List device profiles.",
+          "GET", "/v2/device_profiles"),
+    _rule("device_profile:get_one", "rule:reader_api", "Show a device profile.",
+          "GET", "/v2/device_profiles/{uuid}"),
+    _rule("device_profile:create", "rule:admin_api", "Create a device profile.",
+          "POST", "/v2/device_profiles"),
+    _rule("device_profile:update", "rule:admin_api",
+          "Change a device profile's description or enable/disable it.",
+          "PATCH", "/v2/device_profiles/{uuid}"),
+    _rule("device_profile:delete", "rule:admin_api", "Delete device profiles.",
+          "DELETE", "/v2/device_profiles/{uuid}"),
+]  # fmt: skip
+
+
+def list_rules() -> list[policy.RuleDefault]:
+    """Every rule; the ``oslo.policy.policies`` entry point for oslopolicy tools."""
+    return [*BASE_RULES, *DEVICE_PROFILE_RULES]
+
+
+class Policy:
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self._enforcer = policy.Enforcer(conf)
+        self._enforcer.register_defaults(list_rules())
+
+    def authorize(
+        self, rule: str, context: RequestContext, target: dict[str, object] | None = None
+    ) -> None:
+        target = target if target is not None else {"project_id": context.project_id}
+        try:
+            self._enforcer.authorize(
+                f"acceleron:{rule}", target, context.to_policy_values(), do_raise=True
+            )
+        except (policy.PolicyNotAuthorized, policy.InvalidScope) as error:
+            raise Forbidden(f"Policy does not allow acceleron:{rule} to be performed.") from error
+
+
+def defaults_yaml() -> str:
+    """The default rules as a policy file, each with its description."""
+    lines = []
+    for rule in list_rules():
+        lines.append(f"# {rule.description}")
+        for op in getattr(rule, "operations", []):
+            lines.append(f"# {op['method']}  {op['path']}")
+        lines.append(f'"{rule.name}": "{rule.check_str}"')
+        lines.append("")
+    return "\n".join(lines)

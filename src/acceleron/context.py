@@ -1,0 +1,32 @@
+"""Who is calling: the identity a request carries into the service layer."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestContext:
+    request_id: str
+    user_id: str | None = None
+    project_id: str | None = None
+    roles: frozenset[str] = frozenset()
+    # Roles of the service token sent beside the user's (X-Service-Token), if any.
+    service_roles: frozenset[str] = frozenset()
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.roles
+
+    def to_policy_values(self) -> dict[str, Any]:
+        """The credentials oslo.policy checks rules against."""
+        return {
+            "user_id": self.user_id,
+            "project_id": self.project_id,
+            "roles": sorted(self.roles),
+            "service_roles": sorted(self.service_roles),
+            "system_scope": None,
+            "domain_id": None,
+            "is_admin_project": True,
+        }

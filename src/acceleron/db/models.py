@@ -1,0 +1,271 @@
+"""The only table definitions (SQLAlchemy 2.0 declarative).
+
+Every schema change is an Alembic migration under ``db/migrations/versions``;
+``tests/functional/test_migrations.py`` checks the migrations produce exactly
+these tables on SQLite, PostgreSQL and MariaDB.
+
+Shape (DESIGN.md, "Data model"):
+hosts 1-n devices 1-n deployables (a tree through parent_id/root_id)
+deployables 1-n attributes (nested through parent_id) and 1-n attach_handles;
+device_profiles 1-n accelerator_requests n-1 attach_handles; bitstreams; tasks.
+
+Enumerations are stored as short strings checked in code, not database ENUMs:
+adding a value must not need a migration on three backends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+UUID_LEN = 36
+NAME_LEN = 255
+
+
+# Every table on MariaDB/MySQL: full Unicode, and binary collation so that names
+# compare case-sensitively as they do on PostgreSQL and SQLite.
+MYSQL_OPTS = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
+
+def table_args(*items: Any) -> tuple[Any, ...]:
+    return (*items, MYSQL_OPTS)
+
+
+def utcnow() -> dt.datetime:
+    """Naive UTC: the same value on every backend (MariaDB DATETIME has no zone)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class TimestampMixin:
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(DateTime, onupdate=utcnow)
+
+
+class Host(TimestampMixin, Base):
+    """A compute host that runs an agent, and what it last reported."""
+
+    __tablename__ = "hosts"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
+    # Placement resource provider of the compute node this host is.
+    rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    agent_version: Mapped[str | None] = mapped_column(String(64))
+    # Digest of the last report applied: an identical report is a no-op.
+    report_digest: Mapped[str | None] = mapped_column(String(64))
+    last_report_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # Bumped on each inventory change; Placement sync compares it with synced_generation.
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
+    synced_generation: Mapped[int] = mapped_column(BigInteger, default=-1)
+
+
+class Device(TimestampMixin, Base):
+    """One physical card, keyed by host and PCI address."""
+
+    __tablename__ = "devices"
+    __table_args__ = table_args(UniqueConstraint("hostname", "pci_address"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    hostname: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    pci_address: Mapped[str] = mapped_column(String(32))
+    type: Mapped[str] = mapped_column(String(32), index=True)  # FPGA, GPU, QAT, AICHIP, ...
+    vendor: Mapped[str] = mapped_column(String(16), index=True)  # PCI vendor id, e.g. "8086"
+    vendor_name: Mapped[str] = mapped_column(String(64))  # e.g. "INTEL", used in traits
+    product_id: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(NAME_LEN))  # product / family, e.g. "PAC_ARRIA10"
+    driver_name: Mapped[str] = mapped_column(String(64))
+    std_board_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    vendor_board_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    numa_node: Mapped[int | None] = mapped_column(Integer)
+    # Operator switch (upstream 2.3): "enabled" or "maintaining".
+    status: Mapped[str] = mapped_column(String(16), default="enabled")
+    # Agent's view: "present", or "lost" when it vanished while in use.
+    state: Mapped[str] = mapped_column(String(16), default="present")
+    health: Mapped[str] = mapped_column(String(16), default="ok")
+
+
+class Deployable(TimestampMixin, Base):
+    """A node of a device's tree: the device itself, a region, a VF pool, a vGPU type..."""
+
+    __tablename__ = "deployables"
+    __table_args__ = table_args(UniqueConstraint("device_id", "key"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("deployables.id"))
+    root_id: Mapped[int | None] = mapped_column(ForeignKey("deployables.id"))
+    # Stable id inside the device (e.g. "region0", "vgpu/nvidia-222"): the diff key.
+    key: Mapped[str] = mapped_column(String(NAME_LEN))
+    name: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # device, region, vf_pool, vgpu_type, mig_profile
+    num_accelerators: Mapped[int] = mapped_column(Integer, default=0)
+    resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    traits: Mapped[list[Any]] = mapped_column(default=list)
+    rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
+    driver_name: Mapped[str] = mapped_column(String(64))
+    bitstream_id: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    region_type: Mapped[str | None] = mapped_column(String(64))
+    function_uuid: Mapped[str | None] = mapped_column(String(64))
+    # Spec 003: whether it can be handed to users, its availability and its instance.
+    assignable: Mapped[bool] = mapped_column(Boolean, default=True)
+    availability: Mapped[str] = mapped_column(String(16), default="available")
+    instance_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
+    # Programming in progress: phase and percentage, shown to operators.
+    program_phase: Mapped[str | None] = mapped_column(String(32))
+    program_progress: Mapped[int | None] = mapped_column(Integer)
+    program_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Attribute(TimestampMixin, Base):
+    """A key/value pair of a deployable; nested through parent_id (spec 003)."""
+
+    __tablename__ = "attributes"
+    __table_args__ = table_args(Index(None, "deployable_id", "key"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    deployable_id: Mapped[int] = mapped_column(ForeignKey("deployables.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("attributes.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(NAME_LEN))
+    value: Mapped[str | None] = mapped_column(Text)
+
+
+class AttachHandle(TimestampMixin, Base):
+    """What is attached to a workload: a PCI function, an mdev, a MIG instance."""
+
+    __tablename__ = "attach_handles"
+    __table_args__ = table_args(
+        UniqueConstraint("deployable_id", "address"),
+        Index(None, "deployable_id", "in_use"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    deployable_id: Mapped[int] = mapped_column(ForeignKey("deployables.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(16))  # PCI, MDEV, MIG, TEST_PCI
+    address: Mapped[str] = mapped_column(String(NAME_LEN))  # BDF, mdev uuid or MIG uuid
+    attach_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    in_use: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The ARQ holding it; unique so one handle can never serve two requests.
+    arq_id: Mapped[int | None] = mapped_column(
+        ForeignKey("accelerator_requests.id", ondelete="SET NULL"), unique=True
+    )
+    state: Mapped[str] = mapped_column(String(16), default="present")  # present, lost
+
+
+class DeviceProfile(TimestampMixin, Base):
+    """A named, ordered list of request groups (spec 002)."""
+
+    __tablename__ = "device_profiles"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
+    description: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    groups: Mapped[list[Any]] = mapped_column()
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class AcceleratorRequest(TimestampMixin, Base):
+    """One requested accelerator (an ARQ) and its binding."""
+
+    __tablename__ = "accelerator_requests"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    project_id: Mapped[str | None] = mapped_column(String(NAME_LEN), index=True)
+    device_profile_id: Mapped[int] = mapped_column(
+        ForeignKey("device_profiles.id", ondelete="RESTRICT")
+    )
+    device_profile_group_id: Mapped[int] = mapped_column(Integer)
+    hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    device_rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    instance_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
+    deployable_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployables.id", ondelete="SET NULL")
+    )
+    bind_started_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # Phase of a bind in progress (allocate, fetch, verify, program, ...) and progress.
+    phase: Mapped[str | None] = mapped_column(String(32))
+    progress: Mapped[int | None] = mapped_column(Integer)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class Bitstream(TimestampMixin, Base):
+    """Metadata of a bitstream in the local store (the files are content-addressed)."""
+
+    __tablename__ = "bitstreams"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    vendor: Mapped[str | None] = mapped_column(String(64))
+    function_uuid: Mapped[str | None] = mapped_column(String(64), index=True)
+    function_name: Mapped[str | None] = mapped_column(String(NAME_LEN), index=True)
+    region_type_uuid: Mapped[str | None] = mapped_column(String(64), index=True)
+    properties: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    owner: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    visibility: Mapped[str] = mapped_column(String(16), default="public")
+    status: Mapped[str] = mapped_column(String(16), default="active")
+
+
+class Task(TimestampMixin, Base):
+    """Work handed to a host's agent (program a region, create an mdev, ...)."""
+
+    __tablename__ = "tasks"
+    __table_args__ = table_args(Index(None, "hostname", "state"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    hostname: Mapped[str] = mapped_column(String(NAME_LEN))
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    phase: Mapped[str | None] = mapped_column(String(32))
+    progress: Mapped[int | None] = mapped_column(Integer)
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    arq_id: Mapped[int | None] = mapped_column(
+        ForeignKey("accelerator_requests.id", ondelete="SET NULL")
+    )
+    deployable_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployables.id", ondelete="SET NULL")
+    )

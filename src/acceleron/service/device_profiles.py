@@ -1,0 +1,357 @@
+"""Device profiles (spec 002): validation, normalisation and storage.
+
+A profile is a name and an ordered list of request groups. Each group maps
+``resources:<RC>`` to a positive amount, ``trait:<TRAIT>`` to ``required`` or
+``forbidden`` and ``accel:<key>`` to an Acceleron property. Resource class and
+trait names are normalised (upper case, hyphens to underscores) and checked
+against Placement's rules; everything else is checked character by character.
+The order of groups, and of keys in a group, is kept exactly as given: Nova
+maps ARQs to Placement groups by the group's index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import os_resource_classes
+import os_traits
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+
+from acceleron.db.models import AcceleratorRequest, DeviceProfile
+from acceleron.db.session import Database
+from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
+
+NAME_MAX = 255
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+# bitstream_name carries the file suffix the spec asks for ("nlb.gbs"), hence the dot.
+_BITSTREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_CUSTOM_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+TRAIT_VALUES = ("required", "forbidden")
+ATTACH_TARGETS = ("VM", "host", "none")
+BITSTREAM_SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_groups: int = 32
+    max_accelerators: int = 128
+
+
+def normalize_placement_name(raw: str) -> str:
+    """Spec 002: lower case becomes upper case and hyphens become underscores."""
+    return raw.upper().replace("-", "_")
+
+
+_UUID_RE = re.compile(
+    r"^[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}$", re.IGNORECASE
+)
+
+
+def _is_uuid(value: str) -> bool:
+    return _UUID_RE.match(value) is not None
+
+
+def _check_resource_class(name: str, where: str) -> str:
+    rc = normalize_placement_name(name)
+    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.match(rc) and len(rc) <= NAME_MAX):
+        return rc
+    raise InvalidInput(
+        f"{where}: {rc!r} is not a resource class Placement knows: use a standard class "
+        f"(for example FPGA, PGPU, VGPU) or a custom one named CUSTOM_<A-Z, 0-9, _>."
+    )
+
+
+def _check_trait(name: str, where: str) -> str:
+    trait = normalize_placement_name(name)
+    if (_CUSTOM_RE.match(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
+        return trait
+    raise InvalidInput(
+        f"{where}: {trait!r} is neither a standard trait nor a custom trait named "
+        f"CUSTOM_<A-Z, 0-9, _>."
+    )
+
+
+_TRAITS: frozenset[str] = frozenset()
+
+
+def _standard_traits() -> frozenset[str]:
+    global _TRAITS
+    if not _TRAITS:
+        _TRAITS = frozenset(os_traits.get_traits())
+    return _TRAITS
+
+
+def _check_amount(value: str, where: str) -> str:
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise InvalidInput(f"{where}: the amount must be a positive integer, not {value!r}.")
+    return str(int(value))
+
+
+def _check_uuid_value(value: str, where: str) -> str:
+    if not _is_uuid(value):
+        raise InvalidInput(f"{where}: {value!r} is not a UUID.")
+    return value
+
+
+def _check_token(pattern: re.Pattern[str]) -> Callable[[str, str], str]:
+    def check(value: str, where: str) -> str:
+        if not pattern.match(value) or len(value) > NAME_MAX:
+            raise InvalidInput(
+                f"{where}: {value!r} may only hold letters, digits, '-' and '_'"
+                + (" and '.'" if pattern is _BITSTREAM_NAME_RE else "")
+                + f" (at most {NAME_MAX} characters)."
+            )
+        return value
+
+    return check
+
+
+def _check_attach_target(value: str, where: str) -> str:
+    if value not in ATTACH_TARGETS:
+        raise InvalidInput(f"{where}: must be one of {', '.join(ATTACH_TARGETS)}, not {value!r}.")
+    return value
+
+
+# The accel: keys of spec 002 ("Valid accel keys") and how each value is checked.
+ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
+    "bitstream_id": _check_uuid_value,
+    "bitstream_name": _check_token(_BITSTREAM_NAME_RE),
+    "function_id": _check_uuid_value,
+    "function_name": _check_token(_TOKEN_RE),
+    "attach_target": _check_attach_target,
+}
+
+
+def _normalize_entry(key: str, value: str, where: str) -> tuple[str, str]:
+    prefix, sep, rest = key.partition(":")
+    if not sep or not _TOKEN_RE.match(rest):
+        raise InvalidInput(
+            f"{where}: key {key!r} must be 'resources:<class>', 'trait:<trait>' or "
+            f"'accel:<key>', with letters, digits, '-' and '_' after the colon."
+        )
+    if prefix == "resources":
+        return f"resources:{_check_resource_class(rest, where)}", _check_amount(value, where)
+    if prefix == "trait":
+        trait = _check_trait(rest, where)
+        if value.lower() not in TRAIT_VALUES:
+            raise InvalidInput(f"{where}: must be 'required' or 'forbidden', not {value!r}.")
+        return f"trait:{trait}", value.lower()
+    if prefix == "accel":
+        checker = ACCEL_KEYS.get(rest)
+        if checker is None:
+            raise InvalidInput(
+                f"{where}: unknown key {key!r}; the accel keys are "
+                f"{', '.join('accel:' + k for k in ACCEL_KEYS)}."
+            )
+        return key, checker(value, where)
+    raise InvalidInput(f"{where}: key {key!r} must start with 'resources:', 'trait:' or 'accel:'.")
+
+
+def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str], int]:
+    """One request group, normalised, and the number of accelerators it asks for."""
+    out: dict[str, str] = {}
+    for key, value in group.items():
+        where = f"groups[{index}][{key!r}]"
+        if not isinstance(value, str):
+            raise InvalidInput(f"{where}: the value must be a string.")
+        new_key, new_value = _normalize_entry(key, value, where)
+        if new_key in out:
+            raise InvalidInput(
+                f"groups[{index}]: {key!r} repeats {new_key!r} once lower case and hyphens "
+                f"are translated."
+            )
+        out[new_key] = new_value
+    amount = sum(int(v) for k, v in out.items() if k.startswith("resources:"))
+    if amount == 0:
+        raise InvalidInput(
+            f"groups[{index}] asks for no resource: every group needs at least one "
+            f"'resources:<class>' entry."
+        )
+    selectors = [k for k in BITSTREAM_SELECTORS if f"accel:{k}" in out]
+    if len(selectors) > 1:
+        raise InvalidInput(
+            f"groups[{index}] names its bitstream in more than one way "
+            f"({', '.join('accel:' + s for s in selectors)}): give only one."
+        )
+    return out, amount
+
+
+def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
+    """Validate and normalise a profile's groups, keeping their order."""
+    if not isinstance(groups, list) or not groups:
+        raise InvalidInput("groups: a device profile needs a non-empty list of request groups.")
+    if len(groups) > limits.max_groups:
+        raise InvalidInput(
+            f"groups: {len(groups)} groups given, at most {limits.max_groups} are allowed."
+        )
+    result: list[dict[str, str]] = []
+    total = 0
+    for index, group in enumerate(groups):
+        if not isinstance(group, dict):
+            raise InvalidInput(f"groups[{index}]: a group must be an object of key/value pairs.")
+        normalized, amount = normalize_group(group, index)
+        result.append(normalized)
+        total += amount
+    if total > limits.max_accelerators:
+        raise InvalidInput(
+            f"groups: the profile asks for {total} accelerators, at most "
+            f"{limits.max_accelerators} are allowed."
+        )
+    return result
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("name: a device profile needs a name.")
+    if len(name) > NAME_MAX or not NAME_RE.match(name):
+        raise InvalidInput(
+            f"name: {name[:64]!r} may only hold letters, digits, '-' and '_' "
+            f"(1 to {NAME_MAX} characters)."
+        )
+    if _is_uuid(name):
+        raise InvalidInput(
+            f"name: {name!r} looks like a UUID; profiles are looked up by name or uuid, "
+            f"so a name may not be one."
+        )
+    return name
+
+
+def check_description(description: Any) -> str | None:
+    if description is None:
+        return None
+    if not isinstance(description, str):
+        raise InvalidInput("description: must be a string.")
+    if len(description) > NAME_MAX:
+        raise InvalidInput(f"description: at most {NAME_MAX} characters.")
+    if _CONTROL_RE.search(description):
+        raise InvalidInput("description: control characters are not allowed.")
+    return description
+
+
+def is_uuid_like(value: str) -> bool:
+    return _is_uuid(value)
+
+
+# --- storage -----------------------------------------------------------------
+
+
+def create(
+    db: Database,
+    *,
+    name: str,
+    groups: Any,
+    description: str | None = None,
+    uuid: str | None = None,
+    enabled: bool = True,
+    limits: Limits = Limits(),
+) -> DeviceProfile:
+    profile = DeviceProfile(
+        uuid=_check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4()),
+        name=check_name(name),
+        description=check_description(description),
+        groups=normalize_groups(groups, limits),
+        enabled=enabled,
+    )
+    with db.writer() as session:
+        clash = session.execute(
+            select(DeviceProfile.name, DeviceProfile.uuid).where(
+                (DeviceProfile.name == profile.name) | (DeviceProfile.uuid == profile.uuid)
+            )
+        ).first()
+        if clash is not None:
+            field = "name" if clash.name == profile.name else "uuid"
+            raise DuplicateName(
+                f"A device profile with {field} {getattr(profile, field)!r} already exists."
+            )
+        session.add(profile)
+        try:
+            session.flush()
+        except IntegrityError as exc:  # a concurrent create won the race
+            raise DuplicateName(f"A device profile named {profile.name!r} already exists.") from exc
+    return profile
+
+
+def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[DeviceProfile]:
+    query = select(DeviceProfile).order_by(DeviceProfile.id)
+    if names is not None:
+        query = query.where(DeviceProfile.name.in_(names))
+    with db.reader() as session:
+        return list(session.scalars(query))
+
+
+def get(db: Database, ident: str) -> DeviceProfile:
+    """A profile by uuid, or by name when ``ident`` is not a uuid."""
+    column = DeviceProfile.uuid if is_uuid_like(ident) else DeviceProfile.name
+    with db.reader() as session:
+        profile = session.scalars(select(DeviceProfile).where(column == ident)).first()
+    if profile is None:
+        raise NotFound(f"Device profile {ident!r} not found.")
+    return profile
+
+
+def _find_all(session: Any, idents: Iterable[str]) -> list[DeviceProfile]:
+    wanted = list(dict.fromkeys(idents))
+    uuids = [i for i in wanted if is_uuid_like(i)]
+    names = [i for i in wanted if not is_uuid_like(i)]
+    found = list(
+        session.scalars(
+            select(DeviceProfile).where(
+                DeviceProfile.uuid.in_(uuids) | DeviceProfile.name.in_(names)
+            )
+        )
+    )
+    known = {p.uuid for p in found} | {p.name for p in found}
+    missing = [i for i in wanted if i not in known]
+    if missing:
+        raise NotFound(f"Device profile(s) not found: {', '.join(map(repr, missing))}.")
+    return found
+
+
+def delete_profiles(db: Database, idents: Sequence[str]) -> None:
+    """Delete every named profile, or none: all must exist and none may be in use."""
+    if not idents:
+        raise InvalidInput("Name at least one device profile to delete.")
+    with db.writer() as session:
+        profiles = _find_all(session, idents)
+        ids = [p.id for p in profiles]
+        in_use = session.execute(
+            select(DeviceProfile.name, func.count(AcceleratorRequest.id))
+            .join(AcceleratorRequest, AcceleratorRequest.device_profile_id == DeviceProfile.id)
+            .where(DeviceProfile.id.in_(ids))
+            .group_by(DeviceProfile.name)
+        ).all()
+        if in_use:
+            used = ", ".join(f"{name!r} ({count} requests)" for name, count in in_use)
+            raise InUse(
+                f"Device profile(s) still used by accelerator requests: {used}. Delete those "
+                f"requests first, or disable the profile to stop new ones."
+            )
+        try:
+            session.execute(delete(DeviceProfile).where(DeviceProfile.id.in_(ids)))
+        except IntegrityError as exc:  # a request was created meanwhile
+            raise InUse("Device profile(s) became used by accelerator requests.") from exc
+
+
+_UNSET: Any = object()
+
+
+def update(
+    db: Database, ident: str, *, description: Any = _UNSET, enabled: Any = _UNSET
+) -> DeviceProfile:
+    """Change a profile's description and/or whether it can be used for new requests."""
+    with db.writer() as session:
+        profile = _find_all(session, [ident])[0]
+        if description is not _UNSET:
+            profile.description = check_description(description)
+        if enabled is not _UNSET:
+            if not isinstance(enabled, bool):
+                raise InvalidInput("enabled: must be true or false.")
+            profile.enabled = enabled
+    return profile

@@ -1,0 +1,126 @@
+"""Shared fixtures: real databases, migrated once per run, emptied after each test.
+
+Tests that take ``db`` (or anything built on it) run once per backend: SQLite,
+PostgreSQL and MariaDB. Each run creates its own database on the servers at
+127.0.0.1 and drops it at the end. A backend whose server is not there is
+skipped with a message, unless ``ACCELERON_TEST_DATABASES`` (for example
+``sqlite,postgresql,mysql``, as CI sets it) demands it: then the run fails.
+Server URLs can be changed with ``ACCELERON_TEST_POSTGRESQL_URL`` and
+``ACCELERON_TEST_MYSQL_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from acceleron import conf as confmod
+from acceleron.db import migrate
+from acceleron.db.models import Base
+from acceleron.db.session import Database
+
+BACKENDS = ("sqlite", "postgresql", "mysql")
+SERVERS = {
+    "postgresql": os.environ.get(
+        "ACCELERON_TEST_POSTGRESQL_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    ),
+    "mysql": os.environ.get("ACCELERON_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/"),
+}
+
+
+def demanded_backends() -> set[str]:
+    value = os.environ.get("ACCELERON_TEST_DATABASES", "")
+    wanted = {b.strip() for b in value.split(",") if b.strip()}
+    unknown = wanted - set(BACKENDS)
+    if unknown:
+        raise pytest.UsageError(f"ACCELERON_TEST_DATABASES names unknown backends: {unknown}")
+    return wanted
+
+
+def _create_server_database(backend: str) -> str:
+    """Create a fresh database on the server; return its URL. Raises if unreachable."""
+    server = make_url(SERVERS[backend])
+    name = f"acceleron_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if backend == "mysql":
+                conn.execute(
+                    text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+                )
+            else:
+                conn.execute(text(f"CREATE DATABASE {name}"))
+    finally:
+        engine.dispose()
+    url = server.set(database=name)
+    if backend == "mysql":
+        url = url.update_query_dict({"charset": "utf8mb4"})
+    return url.render_as_string(hide_password=False)
+
+
+def _drop_server_database(backend: str, url: str) -> None:
+    name = make_url(url).database
+    engine = create_engine(make_url(SERVERS[backend]), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if backend == "postgresql":
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            else:
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The URL of an empty database of one backend, for this test run only."""
+    backend: str = request.param
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'acceleron.sqlite'}"
+        return
+    try:
+        url = _create_server_database(backend)
+    except Exception as error:  # the server is not there
+        message = f"{backend} server at {SERVERS[backend]} is not reachable: {error}"
+        if backend in demanded_backends():
+            pytest.fail(f"ACCELERON_TEST_DATABASES demands {backend}, but the {message}")
+        pytest.skip(message)
+    try:
+        yield url
+    finally:
+        _drop_server_database(backend, url)
+
+
+@pytest.fixture(scope="session")
+def migrated_db(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
+    migrate.upgrade(database)
+    yield database
+    database.dispose()
+
+
+def empty_tables(database: Database) -> None:
+    with database.writer() as session:
+        for table in reversed(Base.metadata.sorted_tables):
+            session.execute(table.delete())
+
+
+@pytest.fixture
+def db(migrated_db: Database) -> Iterator[Database]:
+    """A migrated database of each backend, emptied after the test."""
+    yield migrated_db
+    empty_tables(migrated_db)
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> confmod.cfg.ConfigOpts:
+    """A configuration with no file read and its state in the test's own directory."""
+    return confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(tmp_path)}})
