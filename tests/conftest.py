@@ -124,3 +124,12 @@ def db(migrated_db: Database) -> Iterator[Database]:
 def conf(tmp_path: Path) -> confmod.cfg.ConfigOpts:
     """A configuration with no file read and its state in the test's own directory."""
     return confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(tmp_path)}})
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[Database]:
+    """A migrated SQLite database of its own, for tests about something else than SQL."""
+    database = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
+    migrate.upgrade(database)
+    yield database
+    database.dispose()

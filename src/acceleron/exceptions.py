@@ -48,5 +48,76 @@ class Locked(AcceleronError):
     """The answer is not ready yet (a bind is still in progress)."""
 
 
+class DatabaseBusy(AcceleronError):
+    """The database could not be written in time; the request may be retried."""
+
+
 class SchemaOutOfDate(AcceleronError):
     """The database schema is older than this code; ``acceleron db upgrade`` is needed."""
+
+
+class BitstreamNotFound(NotFound):
+    """No bitstream matches the id, name or function asked for."""
+
+
+class AmbiguousBitstream(Conflict):
+    """More than one bitstream matches; the message lists them so the catalogue can be fixed."""
+
+
+class IncompatibleBitstream(Conflict):
+    """The bitstream named exists but is built for another region type."""
+
+
+class BitstreamUnavailable(Conflict):
+    """The bitstream has no data yet (still uploading) or is deactivated."""
+
+
+class BitstreamCorrupt(AcceleronError):
+    """The bytes read do not match the bitstream's recorded size or hash."""
+
+
+class BitstreamStoreError(AcceleronError):
+    """The bitstream store (Glance or the local directory) failed to answer."""
+
+
+class InvalidPlacementName(InvalidInput):
+    """A driver's value cannot be turned into a valid Placement trait or resource class name.
+
+    ``driver`` and ``device`` say where the value came from, so the operator knows which
+    driver to fix or configure.
+    """
+
+    def __init__(self, message: str, *, driver: str, device: str, name: str) -> None:
+        super().__init__(message)
+        self.driver = driver
+        self.device = device
+        self.name = name
+
+
+class PlacementError(AcceleronError):
+    """Placement refused a request. ``status`` and ``code`` are Placement's own answer."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class PlacementUnavailable(PlacementError):
+    """Placement could not be reached or answered 5xx: try again later, with backoff."""
+
+
+class PlacementGenerationConflict(PlacementError):
+    """A provider kept changing under our writes: every retry met a newer generation."""
+
+
+class PlacementProviderNotFound(PlacementError):
+    """The resource provider does not exist in Placement."""
+
+
+class PlacementProviderExists(PlacementError):
+    """A resource provider with that uuid or name already exists."""
+
+
+class PlacementProviderInUse(PlacementError):
+    """The provider (or the inventory being removed) still has allocations or children."""

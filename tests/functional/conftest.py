@@ -19,3 +19,19 @@ def api(conf: cfg.ConfigOpts, db: Database) -> Iterator[TestClient]:
     """The API application on a real database, as an admin in noauth mode."""
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def live_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live API server on SQLite for clients that speak real HTTP; yields its URL."""
+    from acceleron import conf as confmod
+    from acceleron.db import migrate
+    from tests.fixtures.server import serve
+
+    state = tmp_path_factory.mktemp("live")
+    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
+    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
+    migrate.upgrade(database)
+    with serve(create_app(conf, database)) as url:
+        yield url
+    database.dispose()

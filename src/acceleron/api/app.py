@@ -52,3 +52,17 @@ def create_app(
     app.include_router(device_profiles.router)
     app.add_middleware(ApiMiddleware)
     return app
+
+
+def from_environment() -> FastAPI:
+    """The app for uvicorn worker processes: config files from ACCELERON_CONFIG_FILES."""
+    import json
+    import os
+
+    from acceleron import conf as confmod
+    from acceleron import logs
+
+    files = json.loads(os.environ.get("ACCELERON_CONFIG_FILES", "null"))
+    conf = confmod.load([], config_files=files)
+    logs.setup(conf.debug)
+    return create_app(conf)

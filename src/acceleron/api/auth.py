@@ -7,6 +7,7 @@ WSGI request, since the API itself is ASGI.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -16,12 +17,18 @@ from starlette.requests import Request
 
 from acceleron.context import RequestContext
 
+LOG = logging.getLogger(__name__)
+
 NOAUTH_ROLES = frozenset({"admin", "member", "reader"})
 NOAUTH_PROJECT = "admin"
 
 
 def _split(value: str | None) -> frozenset[str]:
     return frozenset(r.strip().lower() for r in (value or "").split(",") if r.strip())
+
+
+class AuthMisconfigured(Exception):
+    """The configured authentication cannot work; the API refuses to start."""
 
 
 class Authenticator(Protocol):
@@ -56,12 +63,23 @@ class KeystoneAuth:
         from keystonemiddleware import auth_token
 
         self._protocol = auth_token.AuthProtocol(_reached, {"oslo_config_config": conf})
+        if not conf.keystone_authtoken.www_authenticate_uri:
+            raise AuthMisconfigured(
+                "auth_strategy is keystone but [keystone_authtoken] www_authenticate_uri is "
+                "not set: set it (and the keystone_authtoken credentials) in acceleron.conf."
+            )
 
     def _validate(self, method: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
         import webob
 
         wsgi_request = webob.Request.blank(path, method=method, headers=headers)
-        response = wsgi_request.get_response(self._protocol)
+        try:
+            response = wsgi_request.get_response(self._protocol)
+        except Exception as error:  # Keystone unreachable, bad credentials, ...
+            LOG.exception("Token validation failed")
+            raise HTTPException(
+                503, f"Cannot validate the token with Keystone right now: {error}"
+            ) from error
         if not wsgi_request.environ.get("acceleron.authenticated"):
             raise HTTPException(
                 401,

@@ -8,30 +8,25 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import (
-    ApiVersion,
-    CallerDep,
-    Db,
-    base_url,
-    json_response,
-    split_list,
-    timestamp,
-)
+from acceleron.api.common import Call, CallDep, json_response, split_list, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.db.models import DeviceProfile
 from acceleron.exceptions import InvalidInput
 from acceleron.service import device_profiles as service
 
-router = APIRouter(prefix="/v2/device_profiles", tags=["device profiles"])
+router = APIRouter(
+    prefix="/v2/device_profiles", tags=["device profiles"], responses=ERROR_RESPONSES
+)
 
 GROUPS_DOC = (
     "Ordered request groups. Keys: 'resources:<RC>' (positive integer), "
@@ -78,7 +73,7 @@ class PatchOp(BaseModel):
     value: str | bool | None = None
 
 
-def view(profile: DeviceProfile, version: microversion.Version, base: str) -> dict[str, Any]:
+def view(profile: service.Profile, version: microversion.Version, base: str) -> dict[str, Any]:
     data: dict[str, Any] = {
         "uuid": profile.uuid,
         "name": profile.name,
@@ -93,23 +88,20 @@ def view(profile: DeviceProfile, version: microversion.Version, base: str) -> di
     return data
 
 
-def _limits(request: Request) -> service.Limits:
-    conf = request.app.state.conf.device_profiles
+def _limits(call: Call) -> service.Limits:
+    conf = call.request.app.state.conf.device_profiles
     return service.Limits(max_groups=conf.max_groups, max_accelerators=conf.max_accelerators)
 
 
 @router.get("", responses={200: {"model": DeviceProfileList}}, summary="List device profiles")
-def list_device_profiles(
-    request: Request,
-    db: Db,
-    caller: CallerDep,
-    version: ApiVersion,
+async def list_device_profiles(
+    call: CallDep,
     name: Annotated[str | None, Query(description="Comma-separated names to show.")] = None,
 ) -> Response:
-    caller.authorize("device_profile:get_all")
-    profiles = service.list_profiles(db, split_list(name))
-    base = base_url(request)
-    return json_response({"device_profiles": [view(p, version, base) for p in profiles]})
+    call.authorize("device_profile:get_all")
+    profiles = await call.run(service.list_profiles, split_list(name))
+    base = call.base_url
+    return json_response({"device_profiles": [view(p, call.version, base) for p in profiles]})
 
 
 @router.get(
@@ -117,17 +109,15 @@ def list_device_profiles(
     responses={200: {"model": DeviceProfileWrapped}},
     summary="Show a device profile by uuid (or by name from 2.2)",
 )
-def show_device_profile(
-    request: Request, ident: str, db: Db, caller: CallerDep, version: ApiVersion
-) -> Response:
-    caller.authorize("device_profile:get_one")
-    if version < microversion.V2_2 and not service.is_uuid_like(ident):
+async def show_device_profile(ident: str, call: CallDep) -> Response:
+    call.authorize("device_profile:get_one")
+    if call.version < microversion.V2_2 and not service.is_uuid_like(ident):
         raise microversion.NotAcceptable(
             f"{ident!r} is not a uuid: looking a device profile up by name needs "
             f"microversion 2.2 or later."
         )
-    profile = service.get(db, ident)
-    return json_response({"device_profile": view(profile, version, base_url(request))})
+    profile = await call.run(service.get, ident)
+    return json_response({"device_profile": view(profile, call.version, call.base_url)})
 
 
 @router.post(
@@ -136,33 +126,31 @@ def show_device_profile(
     responses={201: {"model": DeviceProfileOut}},
     summary="Create a device profile (the body is a list holding one profile)",
 )
-def create_device_profile(
-    request: Request,
-    body: Annotated[list[DeviceProfileIn], Body()],
-    db: Db,
-    caller: CallerDep,
-    version: ApiVersion,
+async def create_device_profile(
+    body: Annotated[list[DeviceProfileIn], Body()], call: CallDep
 ) -> Response:
-    caller.authorize("device_profile:create")
+    call.authorize("device_profile:create")
     if len(body) != 1:
         raise InvalidInput(
             f"The body must be a list holding exactly one device profile, not {len(body)}."
         )
     item = body[0]
-    if item.enabled is not None and version < microversion.V2_4:
+    if item.enabled is not None and call.version < microversion.V2_4:
         raise InvalidInput("enabled: setting it needs microversion 2.4 or later.")
-    profile = service.create(
-        db,
-        name=item.name,
-        groups=item.groups,
-        description=item.description,
-        uuid=str(item.uuid) if item.uuid else None,
-        enabled=True if item.enabled is None else item.enabled,
-        limits=_limits(request),
+    profile = await call.run(
+        functools.partial(
+            service.create,
+            name=item.name,
+            groups=item.groups,
+            description=item.description,
+            uuid=str(item.uuid) if item.uuid else None,
+            enabled=True if item.enabled is None else item.enabled,
+            limits=_limits(call),
+        )
     )
-    base = base_url(request)
+    base = call.base_url
     return json_response(
-        view(profile, version, base),
+        view(profile, call.version, base),
         status_code=201,
         headers={"Location": f"{base}/v2/device_profiles/{profile.uuid}"},
     )
@@ -173,17 +161,12 @@ def create_device_profile(
     responses={200: {"model": DeviceProfileWrapped}},
     summary="Change a device profile's description or enabled flag (2.4)",
 )
-def update_device_profile(
-    request: Request,
-    ident: str,
-    body: Annotated[list[PatchOp], Body()],
-    db: Db,
-    caller: CallerDep,
-    version: ApiVersion,
+async def update_device_profile(
+    ident: str, body: Annotated[list[PatchOp], Body()], call: CallDep
 ) -> Response:
-    if version < microversion.V2_4:
+    if call.version < microversion.V2_4:
         raise HTTPException(405, "Changing a device profile needs microversion 2.4 or later.")
-    caller.authorize("device_profile:update")
+    call.authorize("device_profile:update")
     if not body:
         raise InvalidInput("The body must be a non-empty list of patch operations.")
     changes: dict[str, Any] = {}
@@ -195,23 +178,22 @@ def update_device_profile(
             changes[field] = None
         else:
             changes[field] = op.value
-    profile = service.update(db, ident, **changes)
-    return json_response({"device_profile": view(profile, version, base_url(request))})
+    profile = await call.run(functools.partial(service.update, ident=ident, **changes))
+    return json_response({"device_profile": view(profile, call.version, call.base_url)})
 
 
 @router.delete("/{ident}", status_code=204, summary="Delete device profiles by uuid or name(s)")
-def delete_device_profile(ident: str, db: Db, caller: CallerDep) -> Response:
-    caller.authorize("device_profile:delete")
-    service.delete_profiles(db, split_list(ident) or [])
+async def delete_device_profile(ident: str, call: CallDep) -> Response:
+    call.authorize("device_profile:delete")
+    await call.run(service.delete_profiles, split_list(ident) or [])
     return Response(status_code=204)
 
 
 @router.delete("", status_code=204, summary="Delete the device profiles named in ?value=")
-def delete_device_profiles(
-    db: Db,
-    caller: CallerDep,
+async def delete_device_profiles(
+    call: CallDep,
     value: Annotated[str | None, Query(description="Comma-separated names or uuids.")] = None,
 ) -> Response:
-    caller.authorize("device_profile:delete")
-    service.delete_profiles(db, split_list(value) or [])
+    call.authorize("device_profile:delete")
+    await call.run(service.delete_profiles, split_list(value) or [])
     return Response(status_code=204)

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -39,6 +40,7 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.Forbidden, 403, "acceleron.forbidden"),
     (exc.Locked, 423, "acceleron.locked"),
     (exc.SchemaOutOfDate, 503, "acceleron.schema_out_of_date"),
+    (exc.DatabaseBusy, 503, "acceleron.database_busy"),
 ]
 # Errors that come from HTTP itself rather than from the domain.
 HTTP_CODES = {
@@ -51,6 +53,27 @@ HTTP_CODES = {
     413: "acceleron.too_large",
     415: "acceleron.unsupported_media_type",
     500: "acceleron.internal_error",
+}
+
+
+class ErrorItem(BaseModel):
+    status: int
+    code: str = Field(description="Stable error code, e.g. acceleron.duplicate.")
+    title: str
+    detail: str
+    request_id: str | None
+
+
+class ErrorBody(BaseModel):
+    error_message: str = Field(
+        description="JSON string of {faultstring, faultcode, debuginfo}, as older clients parse."
+    )
+    errors: list[ErrorItem]
+
+
+# Declared on every router: every 4xx answer has this body (and no 422 is ever sent).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "The request was refused; see errors[0]."}
 }
 
 

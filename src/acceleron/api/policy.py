@@ -8,6 +8,8 @@ prints them all.
 
 from __future__ import annotations
 
+import time
+
 from oslo_config import cfg
 from oslo_policy import policy
 
@@ -56,20 +58,48 @@ def list_rules() -> list[policy.RuleDefault]:
 
 
 class Policy:
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    """Checks rules; remembers each decision for ``ttl`` seconds.
+
+    oslo.policy stats the policy files and inspects every check on each call
+    (about 0.3 ms a request); a decision depends only on the rules, the caller's
+    credentials and the target, so it is kept briefly. An edited policy file
+    takes effect within ``ttl`` seconds.
+    """
+
+    CACHE_SIZE = 10_000
+
+    def __init__(self, conf: cfg.ConfigOpts, ttl: float = 1.0) -> None:
         self._enforcer = policy.Enforcer(conf)
         self._enforcer.register_defaults(list_rules())
+        self._ttl = ttl
+        self._decisions: dict[tuple[object, ...], bool] = {}
+        self._expires = 0.0
 
     def authorize(
         self, rule: str, context: RequestContext, target: dict[str, object] | None = None
     ) -> None:
         target = target if target is not None else {"project_id": context.project_id}
+        key = (rule, context.roles, context.service_roles, context.project_id,
+               context.user_id, tuple(sorted(target.items())))  # fmt: skip
+        now = time.monotonic()
+        if now >= self._expires or len(self._decisions) >= self.CACHE_SIZE:
+            self._decisions.clear()
+            self._expires = now + self._ttl
+        allowed = self._decisions.get(key)
+        if allowed is None:
+            allowed = self._decisions[key] = self._enforce(rule, context, target)
+        if not allowed:
+            raise Forbidden(f"Policy does not allow acceleron:{rule} to be performed.")
+
+    def _enforce(self, rule: str, context: RequestContext, target: dict[str, object]) -> bool:
         try:
-            self._enforcer.authorize(
-                f"acceleron:{rule}", target, context.to_policy_values(), do_raise=True
+            return bool(
+                self._enforcer.authorize(
+                    f"acceleron:{rule}", target, context.to_policy_values(), do_raise=False
+                )
             )
-        except (policy.PolicyNotAuthorized, policy.InvalidScope) as error:
-            raise Forbidden(f"Policy does not allow acceleron:{rule} to be performed.") from error
+        except policy.InvalidScope:
+            return False
 
 
 def defaults_yaml() -> str:

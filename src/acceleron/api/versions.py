@@ -15,8 +15,9 @@ from starlette.responses import Response
 
 from acceleron.api import microversion
 from acceleron.api.common import base_url, json_response
+from acceleron.api.errors import ERROR_RESPONSES
 
-router = APIRouter(tags=["versions"])
+router = APIRouter(tags=["versions"], responses=ERROR_RESPONSES)
 
 
 class Link(BaseModel):
@@ -50,7 +51,7 @@ def _version(request: Request, version_id: str) -> dict[str, Any]:
 
 
 @router.get("/", responses={200: {"model": RootDoc}}, summary="List API versions")
-def root(request: Request) -> Response:
+async def root(request: Request) -> Response:
     v2 = _version(request, "v2")
     return json_response(
         {
@@ -65,5 +66,5 @@ def root(request: Request) -> Response:
 
 @router.get("/v2", responses={200: {"model": VersionDoc}}, summary="Show the v2 API version")
 @router.get("/v2/", include_in_schema=False)
-def v2(request: Request) -> Response:
+async def v2(request: Request) -> Response:
     return json_response(_version(request, "v2.0"))

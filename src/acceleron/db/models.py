@@ -16,7 +16,7 @@ adding a value must not need a migration on three backends.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -28,9 +28,11 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -42,6 +44,8 @@ NAMING = {
 }
 
 UUID_LEN = 36
+# Microseconds on every backend (MariaDB's DATETIME drops them unless told).
+Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 NAME_LEN = 255
 
 
@@ -65,8 +69,8 @@ class Base(DeclarativeBase):
 
 
 class TimestampMixin:
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
-    updated_at: Mapped[dt.datetime | None] = mapped_column(DateTime, onupdate=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, onupdate=utcnow)
 
 
 class Host(TimestampMixin, Base):
@@ -82,7 +86,7 @@ class Host(TimestampMixin, Base):
     agent_version: Mapped[str | None] = mapped_column(String(64))
     # Digest of the last report applied: an identical report is a no-op.
     report_digest: Mapped[str | None] = mapped_column(String(64))
-    last_report_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    last_report_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     # Bumped on each inventory change; Placement sync compares it with synced_generation.
     generation: Mapped[int] = mapped_column(BigInteger, default=0)
     synced_generation: Mapped[int] = mapped_column(BigInteger, default=-1)
@@ -218,7 +222,7 @@ class AcceleratorRequest(TimestampMixin, Base):
     deployable_id: Mapped[int | None] = mapped_column(
         ForeignKey("deployables.id", ondelete="SET NULL")
     )
-    bind_started_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    bind_started_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     # Phase of a bind in progress (allocate, fetch, verify, program, ...) and progress.
     phase: Mapped[str | None] = mapped_column(String(32))
     progress: Mapped[int | None] = mapped_column(Integer)
@@ -269,3 +273,8 @@ class Task(TimestampMixin, Base):
     deployable_id: Mapped[int | None] = mapped_column(
         ForeignKey("deployables.id", ondelete="SET NULL")
     )
+
+
+def table(model: type[Base]) -> Table:
+    """A model's Core table: what service code writes its statements against."""
+    return cast(Table, model.__table__)

@@ -1,30 +1,45 @@
 """Engines and transactions.
 
 ``Database.reader()`` and ``Database.writer()`` are the only ways service code
-gets a session; each use is one transaction, committed on success and rolled
-back on error. On SQLite the writer takes the write lock when it begins
-(``BEGIN IMMEDIATE``) so concurrent writers queue on ``busy_timeout`` instead
-of failing half-way when a read lock cannot be upgraded; WAL lets readers run
-beside a writer.
+reaches the database: each use is one transaction on a Connection, committed on
+success and rolled back on error. Service code speaks SQLAlchemy Core (the ORM
+models in ``models.py`` are the table definitions): plain rows cost half of what
+ORM objects do, which matters on the API's hot paths.
+
+On SQLite the writer takes the write lock when it begins (``BEGIN IMMEDIATE``)
+so concurrent writers queue on ``busy_timeout`` instead of failing half-way
+when a read lock cannot be upgraded; WAL lets readers run beside a writer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+import orjson
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import Session, sessionmaker
+
+from acceleron.exceptions import DatabaseBusy
+
+
+def _json_dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _sqlite_engine(url: URL, busy_timeout: int, begin: str) -> Engine:
     database = url.database or ""
     if database and database != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout})
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout},
+        json_serializer=_json_dumps,
+        json_deserializer=orjson.loads,
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -44,6 +59,23 @@ def _sqlite_engine(url: URL, busy_timeout: int, begin: str) -> Engine:
     return engine
 
 
+class _TimedLock:
+    """A lock that gives up after the busy timeout, as SQLite itself would."""
+
+    def __init__(self, timeout: float) -> None:
+        self._lock = threading.Lock()
+        self._timeout = timeout
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=self._timeout):
+            raise DatabaseBusy(
+                f"The database stayed locked by another writer for {self._timeout} s."
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class Database:
     """The engines of one database URL and the transactions made from them."""
 
@@ -60,6 +92,11 @@ class Database:
         if self.url.get_backend_name() == "sqlite":
             self.engine = _sqlite_engine(self.url, sqlite_busy_timeout, "BEGIN IMMEDIATE")
             self._read_engine = _sqlite_engine(self.url, sqlite_busy_timeout, "BEGIN")
+            # SQLite has one writer at a time. Threads of this process queue here for it;
+            # left to SQLite's busy handler they would sleep-poll with growing back-off.
+            self._write_lock: contextlib.AbstractContextManager[Any] = _TimedLock(
+                sqlite_busy_timeout
+            )
         else:
             self.engine = create_engine(
                 self.url,
@@ -67,24 +104,27 @@ class Database:
                 max_overflow=max_overflow,
                 pool_recycle=pool_recycle,
                 pool_pre_ping=True,
+                json_serializer=_json_dumps,
+                json_deserializer=orjson.loads,
             )
             self._read_engine = self.engine
-        self._writer = sessionmaker(self.engine, expire_on_commit=False)
-        self._reader = sessionmaker(self._read_engine, expire_on_commit=False)
+            self._write_lock = contextlib.nullcontext()
 
     @property
     def backend(self) -> str:
         return self.url.get_backend_name()
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator[Session]:
-        with self._writer.begin() as session:
-            yield session
+    def writer(self) -> Iterator[Connection]:
+        """One read-write transaction."""
+        with self._write_lock, self.engine.begin() as connection:
+            yield connection
 
     @contextlib.contextmanager
-    def reader(self) -> Iterator[Session]:
-        with self._reader.begin() as session:
-            yield session
+    def reader(self) -> Iterator[Connection]:
+        """One read-only transaction."""
+        with self._read_engine.begin() as connection:
+            yield connection
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -12,6 +12,7 @@ maps ARQs to Placement groups by the group's index.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,12 +20,15 @@ from typing import Any
 
 import os_resource_classes
 import os_traits
-from sqlalchemy import delete, func, select
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select
+from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
 
-from acceleron.db.models import AcceleratorRequest, DeviceProfile
+from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
+
+LOG = logging.getLogger(__name__)
 
 NAME_MAX = 255
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -239,7 +243,27 @@ def is_uuid_like(value: str) -> bool:
     return _is_uuid(value)
 
 
+def _could_exist(ident: str) -> bool:
+    """Whether a profile could have this uuid or name; others are not looked up at all."""
+    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.match(ident) is not None)
+
+
 # --- storage -----------------------------------------------------------------
+
+# Profiles are handed out as rows of the device_profiles table (attributes named
+# as the columns): what reads return, and what writes return too.
+Profile = Row[Any]
+_TABLE = table(DeviceProfile)
+# The hot statements are built once: building a statement and its cache key on
+# every call costs more than running it (create: 480 us -> 200 us).
+_ALL = select(_TABLE).order_by(_TABLE.c.id)
+_BY_NAMES = _ALL.where(_TABLE.c.name.in_(bindparam("names", expanding=True)))
+_BY_UUID = select(_TABLE).where(_TABLE.c.uuid == bindparam("ident"))
+_BY_NAME = select(_TABLE).where(_TABLE.c.name == bindparam("ident"))
+_CLASH = select(_TABLE.c.name).where(
+    or_(_TABLE.c.name == bindparam("name"), _TABLE.c.uuid == bindparam("uuid"))
+)
+_INSERT = insert(_TABLE).returning(_TABLE)
 
 
 def create(
@@ -251,61 +275,56 @@ def create(
     uuid: str | None = None,
     enabled: bool = True,
     limits: Limits = Limits(),
-) -> DeviceProfile:
-    profile = DeviceProfile(
-        uuid=_check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4()),
-        name=check_name(name),
-        description=check_description(description),
-        groups=normalize_groups(groups, limits),
-        enabled=enabled,
-    )
-    with db.writer() as session:
-        clash = session.execute(
-            select(DeviceProfile.name, DeviceProfile.uuid).where(
-                (DeviceProfile.name == profile.name) | (DeviceProfile.uuid == profile.uuid)
-            )
-        ).first()
+) -> Profile:
+    values = {
+        "uuid": _check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4()),
+        "name": check_name(name),
+        "description": check_description(description),
+        "groups": normalize_groups(groups, limits),
+        "enabled": enabled,
+    }
+    with db.writer() as conn:
+        clash = conn.execute(_CLASH, {"name": values["name"], "uuid": values["uuid"]}).first()
         if clash is not None:
-            field = "name" if clash.name == profile.name else "uuid"
-            raise DuplicateName(
-                f"A device profile with {field} {getattr(profile, field)!r} already exists."
-            )
-        session.add(profile)
+            field = "name" if clash.name == values["name"] else "uuid"
+            raise DuplicateName(f"A device profile with {field} {values[field]!r} already exists.")
         try:
-            session.flush()
+            profile = conn.execute(_INSERT, values).one()
         except IntegrityError as exc:  # a concurrent create won the race
-            raise DuplicateName(f"A device profile named {profile.name!r} already exists.") from exc
+            raise DuplicateName(f"A device profile named {name!r} already exists.") from exc
+    LOG.info("Created device profile %s (%s)", profile.name, profile.uuid)
     return profile
 
 
-def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[DeviceProfile]:
-    query = select(DeviceProfile).order_by(DeviceProfile.id)
-    if names is not None:
-        query = query.where(DeviceProfile.name.in_(names))
-    with db.reader() as session:
-        return list(session.scalars(query))
+def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[Profile]:
+    with db.reader() as conn:
+        if names is None:
+            return list(conn.execute(_ALL))
+        return list(conn.execute(_BY_NAMES, {"names": [n for n in names if _could_exist(n)]}))
 
 
-def get(db: Database, ident: str) -> DeviceProfile:
+def get(db: Database, ident: str) -> Profile:
     """A profile by uuid, or by name when ``ident`` is not a uuid."""
-    column = DeviceProfile.uuid if is_uuid_like(ident) else DeviceProfile.name
-    with db.reader() as session:
-        profile = session.scalars(select(DeviceProfile).where(column == ident)).first()
+    with db.reader() as conn:
+        return _get(conn, ident)
+
+
+def _get(conn: Connection, ident: str) -> Profile:
+    profile = None
+    if _could_exist(ident):
+        query = _BY_UUID if is_uuid_like(ident) else _BY_NAME
+        profile = conn.execute(query, {"ident": ident}).first()
     if profile is None:
         raise NotFound(f"Device profile {ident!r} not found.")
     return profile
 
 
-def _find_all(session: Any, idents: Iterable[str]) -> list[DeviceProfile]:
+def _find_all(conn: Connection, idents: Iterable[str]) -> list[Profile]:
     wanted = list(dict.fromkeys(idents))
     uuids = [i for i in wanted if is_uuid_like(i)]
-    names = [i for i in wanted if not is_uuid_like(i)]
+    names = [i for i in wanted if not is_uuid_like(i) and _could_exist(i)]
     found = list(
-        session.scalars(
-            select(DeviceProfile).where(
-                DeviceProfile.uuid.in_(uuids) | DeviceProfile.name.in_(names)
-            )
-        )
+        conn.execute(select(_TABLE).where(_TABLE.c.uuid.in_(uuids) | _TABLE.c.name.in_(names)))
     )
     known = {p.uuid for p in found} | {p.name for p in found}
     missing = [i for i in wanted if i not in known]
@@ -318,14 +337,15 @@ def delete_profiles(db: Database, idents: Sequence[str]) -> None:
     """Delete every named profile, or none: all must exist and none may be in use."""
     if not idents:
         raise InvalidInput("Name at least one device profile to delete.")
-    with db.writer() as session:
-        profiles = _find_all(session, idents)
+    with db.writer() as conn:
+        profiles = _find_all(conn, idents)
         ids = [p.id for p in profiles]
-        in_use = session.execute(
-            select(DeviceProfile.name, func.count(AcceleratorRequest.id))
-            .join(AcceleratorRequest, AcceleratorRequest.device_profile_id == DeviceProfile.id)
-            .where(DeviceProfile.id.in_(ids))
-            .group_by(DeviceProfile.name)
+        arqs = table(AcceleratorRequest)
+        in_use = conn.execute(
+            select(_TABLE.c.name, func.count(arqs.c.id))
+            .join(arqs, arqs.c.device_profile_id == _TABLE.c.id)
+            .where(_TABLE.c.id.in_(ids))
+            .group_by(_TABLE.c.name)
         ).all()
         if in_use:
             used = ", ".join(f"{name!r} ({count} requests)" for name, count in in_use)
@@ -334,9 +354,10 @@ def delete_profiles(db: Database, idents: Sequence[str]) -> None:
                 f"requests first, or disable the profile to stop new ones."
             )
         try:
-            session.execute(delete(DeviceProfile).where(DeviceProfile.id.in_(ids)))
+            conn.execute(delete(_TABLE).where(_TABLE.c.id.in_(ids)))
         except IntegrityError as exc:  # a request was created meanwhile
             raise InUse("Device profile(s) became used by accelerator requests.") from exc
+    LOG.info("Deleted device profile(s) %s", ", ".join(p.name for p in profiles))
 
 
 _UNSET: Any = object()
@@ -344,14 +365,127 @@ _UNSET: Any = object()
 
 def update(
     db: Database, ident: str, *, description: Any = _UNSET, enabled: Any = _UNSET
-) -> DeviceProfile:
+) -> Profile:
     """Change a profile's description and/or whether it can be used for new requests."""
-    with db.writer() as session:
-        profile = _find_all(session, [ident])[0]
-        if description is not _UNSET:
-            profile.description = check_description(description)
-        if enabled is not _UNSET:
-            if not isinstance(enabled, bool):
-                raise InvalidInput("enabled: must be true or false.")
-            profile.enabled = enabled
+    changes: dict[str, Any] = {"updated_at": utcnow()}
+    if description is not _UNSET:
+        changes["description"] = check_description(description)
+    if enabled is not _UNSET:
+        if not isinstance(enabled, bool):
+            raise InvalidInput("enabled: must be true or false.")
+        changes["enabled"] = enabled
+    with db.writer() as conn:
+        profile = _get(conn, ident)
+        conn.execute(update_(_TABLE).where(_TABLE.c.id == profile.id).values(changes))
+        profile = conn.execute(select(_TABLE).where(_TABLE.c.id == profile.id)).one()
+    LOG.info("Updated device profile %s (%s)", profile.name,
+             "enabled" if profile.enabled else "disabled")  # fmt: skip
     return profile
+
+
+# --- upgrades: rewriting names in stored profiles -------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PropertyRule:
+    """``accel:<key>`` (with ``value``, or any value) becomes ``trait:<trait>=required``."""
+
+    key: str
+    trait: str
+    value: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NameMapping:
+    """How names change between releases (spec 002, "Versioning and upgrades")."""
+
+    resource_classes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    traits: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    properties: tuple[PropertyRule, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NameMapping:
+        """Read a mapping file's content; see docs/device-profiles.md for the format."""
+        if not isinstance(data, dict):
+            raise InvalidInput(
+                "The mapping must be an object with resource_classes, traits and/or properties."
+            )
+        unknown = set(data) - {"resource_classes", "traits", "properties"}
+        if unknown:
+            raise InvalidInput(f"Unknown mapping section(s): {', '.join(sorted(unknown))}.")
+        renames = {}
+        for section in ("resource_classes", "traits"):
+            table = data.get(section) or {}
+            if not isinstance(table, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+            ):
+                raise InvalidInput(f"{section}: must map old names to new names (strings).")
+            renames[section] = {
+                normalize_placement_name(k): normalize_placement_name(v) for k, v in table.items()
+            }
+        rules = []
+        for index, rule in enumerate(data.get("properties") or []):
+            if not isinstance(rule, dict) or not {"key", "trait"} <= set(rule):
+                raise InvalidInput(f"properties[{index}]: needs 'key' and 'trait'.")
+            key = str(rule["key"]).removeprefix("accel:")
+            value = None if rule.get("value") is None else str(rule["value"])
+            rules.append(PropertyRule(key, normalize_placement_name(str(rule["trait"])), value))
+        return cls(renames["resource_classes"], renames["traits"], tuple(rules))
+
+
+def rewrite_group(group: Mapping[str, str], mapping: NameMapping) -> dict[str, str]:
+    """A group with names rewritten by ``mapping``, keys staying where they were."""
+    out: dict[str, str] = {}
+    for key, value in group.items():
+        prefix, _, name = key.partition(":")
+        if prefix == "resources" and name in mapping.resource_classes:
+            out[f"resources:{mapping.resource_classes[name]}"] = value
+        elif prefix == "trait" and name in mapping.traits:
+            out[f"trait:{mapping.traits[name]}"] = value
+        elif prefix == "accel" and (rule := _property_rule(name, value, mapping)) is not None:
+            out[f"trait:{rule.trait}"] = "required"
+        else:
+            out[key] = value
+    return out
+
+
+def _property_rule(key: str, value: str, mapping: NameMapping) -> PropertyRule | None:
+    for rule in mapping.properties:
+        if rule.key == key and rule.value in (None, value):
+            return rule
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    name: str
+    before: list[dict[str, str]]
+    after: list[dict[str, str]]
+
+
+def rewrite_profiles(
+    db: Database, mapping: NameMapping, *, apply: bool, limits: Limits = Limits()
+) -> list[Rewrite]:
+    """Rewrite names in every stored profile. Each result is validated again; with
+    ``apply`` all changes are stored in one transaction, otherwise nothing is."""
+    changes: list[Rewrite] = []
+    with db.writer() as conn:
+        for profile in conn.execute(select(_TABLE).order_by(_TABLE.c.id)).all():
+            after = [rewrite_group(group, mapping) for group in profile.groups]
+            if after == profile.groups:
+                continue
+            try:
+                after = normalize_groups(after, limits)
+            except InvalidInput as error:
+                raise InvalidInput(
+                    f"Device profile {profile.name!r} would be invalid after the rewrite: "
+                    f"{error.message}"
+                ) from error
+            changes.append(Rewrite(profile.name, list(profile.groups), after))
+            if apply:
+                conn.execute(
+                    update_(_TABLE)
+                    .where(_TABLE.c.id == profile.id)
+                    .values(groups=after, updated_at=utcnow())
+                )
+    return changes

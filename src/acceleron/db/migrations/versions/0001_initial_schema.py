@@ -1,19 +1,23 @@
 """initial schema
 
 Revision ID: 0001
-Revises:
-Create Date: 2026-11-22 04:50:18.882820
+Revises: (none)
+Create Date: 2026-11-22 04:57:59.326124
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+
+# Microseconds on every backend (MariaDB's DATETIME drops them unless told).
+TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
 def upgrade() -> None:
@@ -32,8 +36,8 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(length=255), nullable=True),
         sa.Column("visibility", sa.String(length=16), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_bitstreams")),
         sa.UniqueConstraint("uuid", name=op.f("uq_bitstreams_uuid")),
         mysql_charset="utf8mb4",
@@ -60,8 +64,8 @@ def upgrade() -> None:
         sa.Column("description", sa.String(length=255), nullable=True),
         sa.Column("groups", sa.JSON(), nullable=False),
         sa.Column("enabled", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_device_profiles")),
         sa.UniqueConstraint("name", name=op.f("uq_device_profiles_name")),
         sa.UniqueConstraint("uuid", name=op.f("uq_device_profiles_uuid")),
@@ -86,8 +90,8 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("health", sa.String(length=16), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_devices")),
         sa.UniqueConstraint(
             "hostname", "pci_address", name=op.f("uq_devices_hostname_pci_address")
@@ -108,11 +112,11 @@ def upgrade() -> None:
         sa.Column("rp_uuid", sa.String(length=36), nullable=True),
         sa.Column("agent_version", sa.String(length=64), nullable=True),
         sa.Column("report_digest", sa.String(length=64), nullable=True),
-        sa.Column("last_report_at", sa.DateTime(), nullable=True),
+        sa.Column("last_report_at", TIMESTAMP, nullable=True),
         sa.Column("generation", sa.BigInteger(), nullable=False),
         sa.Column("synced_generation", sa.BigInteger(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_hosts")),
         sa.UniqueConstraint("hostname", name=op.f("uq_hosts_hostname")),
         mysql_charset="utf8mb4",
@@ -142,8 +146,8 @@ def upgrade() -> None:
         sa.Column("program_phase", sa.String(length=32), nullable=True),
         sa.Column("program_progress", sa.Integer(), nullable=True),
         sa.Column("program_error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.ForeignKeyConstraint(
             ["device_id"],
             ["devices.id"],
@@ -181,12 +185,12 @@ def upgrade() -> None:
         sa.Column("device_rp_uuid", sa.String(length=36), nullable=True),
         sa.Column("instance_uuid", sa.String(length=36), nullable=True),
         sa.Column("deployable_id", sa.Integer(), nullable=True),
-        sa.Column("bind_started_at", sa.DateTime(), nullable=True),
+        sa.Column("bind_started_at", TIMESTAMP, nullable=True),
         sa.Column("phase", sa.String(length=32), nullable=True),
         sa.Column("progress", sa.Integer(), nullable=True),
         sa.Column("failure_reason", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.ForeignKeyConstraint(
             ["deployable_id"],
             ["deployables.id"],
@@ -221,8 +225,8 @@ def upgrade() -> None:
         sa.Column("parent_id", sa.Integer(), nullable=True),
         sa.Column("key", sa.String(length=255), nullable=False),
         sa.Column("value", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.ForeignKeyConstraint(
             ["deployable_id"],
             ["deployables.id"],
@@ -256,8 +260,8 @@ def upgrade() -> None:
         sa.Column("in_use", sa.Boolean(), nullable=False),
         sa.Column("arq_id", sa.Integer(), nullable=True),
         sa.Column("state", sa.String(length=16), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.ForeignKeyConstraint(
             ["arq_id"],
             ["accelerator_requests.id"],
@@ -301,8 +305,8 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("arq_id", sa.Integer(), nullable=True),
         sa.Column("deployable_id", sa.Integer(), nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("updated_at", TIMESTAMP, nullable=True),
         sa.ForeignKeyConstraint(
             ["arq_id"],
             ["accelerator_requests.id"],

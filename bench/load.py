@@ -1,0 +1,161 @@
+"""A small HTTP/1.1 load generator: N keep-alive connections, latency percentiles.
+
+Written on asyncio streams so the client costs little CPU next to the server
+under test (this machine has two cores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+Request = tuple[str, str, bytes]  # method, path, body
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    requests: int
+    seconds: float
+    latencies: list[float]
+    statuses: collections.Counter[int]
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] * 1000
+
+    def line(self) -> str:
+        ok = sum(n for s, n in self.statuses.items() if s < 400)
+        return (
+            f"{self.name:<34} {self.rate:8.0f} req/s   p50 {self.percentile(50):6.1f} ms   "
+            f"p99 {self.percentile(99):6.1f} ms   ({self.requests} requests, {ok} ok, "
+            f"mean {statistics.mean(self.latencies) * 1000:.1f} ms)"
+        )
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, request: Request
+) -> tuple[int, bytes]:
+    method, path, body = request
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"OpenStack-API-Version: accelerator latest\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, await reader.readexactly(length)
+
+
+async def _worker(
+    url: tuple[str, int], requests: Iterator[Request], deadline: float, result: Result
+) -> None:
+    reader, writer = await asyncio.open_connection(*url)
+    try:
+        for request in requests:
+            if time.perf_counter() >= deadline:
+                break
+            started = time.perf_counter()
+            status, _ = await _exchange(reader, writer, url[0], request)
+            result.latencies.append(time.perf_counter() - started)
+            result.statuses[status] += 1
+            result.requests += 1
+    finally:
+        writer.close()
+
+
+def run(
+    name: str,
+    base_url: str,
+    make_requests: Callable[[int], Iterator[Request]],
+    clients: int = 16,
+    seconds: float = 10.0,
+) -> Result:
+    """Drive ``clients`` connections for ``seconds`` (or until their requests run out)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    result = Result(name, 0, 0.0, [], collections.Counter())
+
+    async def main() -> None:
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(
+            *(
+                _worker((host, int(port)), make_requests(i), deadline, result)
+                for i in range(clients)
+            )
+        )
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def all_in_one(extra_args: tuple[str, ...] = ()) -> Iterator[str]:
+    """Start ``acceleron all-in-one`` as ``make run`` does, in a fresh data directory."""
+    port = free_port()
+    acceleron = Path(sys.executable).parent / "acceleron"
+    with tempfile.TemporaryDirectory() as data_dir:
+        log = open(Path(data_dir) / "server.log", "w")  # noqa: SIM115
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+        process = subprocess.Popen(
+            [str(acceleron), "all-in-one", "--data-dir", data_dir, "--port", str(port),
+             *extra_args],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        started = time.perf_counter()
+        try:
+            wait_ready(url, process)
+            print(f"server ready in {time.perf_counter() - started:.2f} s at {url}")
+            yield url
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+            log.close()
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("the server did not become ready")
+
+
+def body(data: Any) -> bytes:
+    return json.dumps(data).encode()

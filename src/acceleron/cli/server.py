@@ -1,0 +1,247 @@
+"""Commands that run on the service's own host: servers, schema, config, policy.
+
+These read the configuration files (``--config-file``); every other command
+talks to the REST API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+
+from acceleron.cli.client import CommandError
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+# The server-side modules (FastAPI, SQLAlchemy, Alembic, uvicorn) are imported
+# inside the commands that need them: client commands must start fast.
+
+
+def load_conf(
+    command: Command, overrides: dict[str, dict[str, Any]] | None = None
+) -> cfg.ConfigOpts:
+    from oslo_config import cfg
+
+    from acceleron import conf as confmod
+
+    files = command.app.options.config_file or None
+    try:
+        return confmod.load([], config_files=files, overrides=overrides)
+    except cfg.Error as error:
+        raise CommandError(f"Configuration error: {error}") from error
+
+
+def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
+    """Run the API until interrupted; refuse to start on an out-of-date schema."""
+    import uvicorn
+
+    from acceleron import logs
+    from acceleron.api.app import create_app
+    from acceleron.db import migrate
+    from acceleron.db import session as db_session
+    from acceleron.exceptions import SchemaOutOfDate
+
+    logs.setup(conf.debug)
+    db = db_session.from_conf(conf)
+    try:
+        migrate.check(db)
+    except SchemaOutOfDate as error:
+        raise CommandError(error.message) from error
+    finally:
+        db.dispose()
+    if workers > 1:
+        os.environ["ACCELERON_CONFIG_FILES"] = json.dumps(conf.config_file)
+        uvicorn.run(
+            "acceleron.api.app:from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            access_log=False,
+        )
+    else:
+        uvicorn.run(create_app(conf), host=host, port=port, log_config=None, access_log=False)
+
+
+def _upgrade(conf: cfg.ConfigOpts, revision: str = "head") -> tuple[str | None, str | None]:
+    from acceleron.db import migrate
+    from acceleron.db import session as db_session
+
+    db = db_session.from_conf(conf)
+    try:
+        before = migrate.current(db)
+        migrate.upgrade(db, revision)
+        return before, migrate.current(db)
+    finally:
+        db.dispose()
+
+
+class Api(Command):
+    """Run the API server (cloud mode; the schema must be up to date)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--host", help="Address to listen on ([api] host_ip)")
+        parser.add_argument("--port", type=int, help="Port to listen on ([api] port)")
+        parser.add_argument("--workers", type=int, help="Worker processes ([api] workers)")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        conf = load_conf(self)
+        serve(
+            conf,
+            parsed_args.host or conf.api.host_ip,
+            parsed_args.port or conf.api.port,
+            parsed_args.workers or conf.api.workers,
+        )
+        return 0
+
+
+class AllInOne(Command):
+    """Run Acceleron on one machine: SQLite in a data directory, noauth, one process."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--data-dir", help="Directory for the database and bitstreams ([DEFAULT] state_path)"
+        )
+        parser.add_argument("--host", help="Address to listen on ([api] host_ip)")
+        parser.add_argument("--port", type=int, help="Port to listen on ([api] port)")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        overrides: dict[str, dict[str, Any]] = {}
+        if parsed_args.data_dir:
+            overrides["DEFAULT"] = {"state_path": str(Path(parsed_args.data_dir).resolve())}
+        conf = load_conf(self, overrides)
+        _upgrade(conf)
+        host = parsed_args.host or conf.api.host_ip
+        port = parsed_args.port or conf.api.port
+        self.app.stdout.write(
+            f"Acceleron all-in-one\n"
+            f"  API        http://{host}:{port}/v2   (noauth: every caller is an admin)\n"
+            f"  data       {conf.state_path}\n"
+            f"Try:\n"
+            f"  .venv/bin/acceleron profile create gpu --group resources:CUSTOM_ACCELERATOR_GPU=1\n"
+            f"  .venv/bin/acceleron profile list\n"
+            f"  curl http://{host}:{port}/v2/device_profiles\n"
+        )
+        self.app.stdout.flush()
+        serve(conf, host, port)
+        return 0
+
+
+class DbUpgrade(Command):
+    """Upgrade the database schema (to the newest revision by default)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--revision", default="head", help="Target revision")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        before, after = _upgrade(load_conf(self), parsed_args.revision)
+        self.app.stdout.write(f"Database schema: {before or 'empty'} -> {after}\n")
+        return 0
+
+
+class DbVersion(Command):
+    """Show the revision the database schema is at, and the newest one."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from acceleron.db import migrate
+        from acceleron.db import session as db_session
+
+        db = db_session.from_conf(load_conf(self))
+        try:
+            at = migrate.current(db)
+        finally:
+            db.dispose()
+        self.app.stdout.write(
+            f"current: {at or 'none (empty database)'}\nnewest:  {migrate.head()}\n"
+        )
+        return 0 if at == migrate.head() else 2
+
+
+class DbRewriteProfiles(Lister):
+    """Rewrite resource class, trait and property names in stored device profiles.
+
+    Shows what would change; nothing is written unless --apply is given. The
+    mapping file (YAML or JSON) has resource_classes and traits sections (old
+    name: new name) and a properties list ({key, value, trait}) turning an
+    accel: property into a required trait.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--mapping", required=True, type=Path, help="Mapping file")
+        parser.add_argument("--apply", action="store_true", help="Store the changes")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        import yaml
+
+        from acceleron.db import session as db_session
+        from acceleron.exceptions import AcceleronError
+        from acceleron.service import device_profiles
+
+        try:
+            data = yaml.safe_load(parsed_args.mapping.read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise CommandError(f"Cannot read {parsed_args.mapping}: {error}") from error
+        db = db_session.from_conf(load_conf(self))
+        try:
+            mapping = device_profiles.NameMapping.from_dict(data)
+            changes = device_profiles.rewrite_profiles(db, mapping, apply=parsed_args.apply)
+        except AcceleronError as error:
+            raise CommandError(error.message) from error
+        finally:
+            db.dispose()
+        verb = "rewritten" if parsed_args.apply else "would change (dry run: add --apply)"
+        self.app.stderr.write(f"{len(changes)} device profile(s) {verb}.\n")
+        rows = [
+            (c.name, index, json.dumps(before), json.dumps(after))
+            for c in changes
+            for index, (before, after) in enumerate(zip(c.before, c.after, strict=True))
+            if before != after
+        ]
+        return ("profile", "group", "before", "after"), rows
+
+
+class ConfigSample(Command):
+    """Print a sample acceleron.conf with every option, generated from the code."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from acceleron import conf as confmod
+
+        self.app.stdout.write(confmod.sample())
+        return 0
+
+
+class PolicyDefaults(Command):
+    """Print the default policy rules as a policy file."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from acceleron.api import policy
+
+        self.app.stdout.write(policy.defaults_yaml())
+        return 0
+
+
+COMMANDS: dict[str, type[Command]] = {
+    "api": Api,
+    "all-in-one": AllInOne,
+    "db upgrade": DbUpgrade,
+    "db version": DbVersion,
+    "db rewrite-profiles": DbRewriteProfiles,
+    "config sample": ConfigSample,
+    "policy defaults": PolicyDefaults,
+}

@@ -1,0 +1,62 @@
+"""Property-based fuzzing of the whole API from its own OpenAPI schema (schemathesis).
+
+Every operation gets generated valid and invalid requests, on every database
+backend; the answer must never be a 5xx, must be a documented status with the
+documented content type, and its body must match the documented schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from oslo_config import cfg
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from acceleron.api.app import create_app
+from acceleron.db.session import Database
+from acceleron.service import device_profiles
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+def operations(conf: cfg.ConfigOpts, db: Database) -> Iterator[Any]:
+    for name in ("dp1", "dp2"):
+        device_profiles.create(db, name=name, groups=[{"resources:FPGA": "1"}])
+    schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(conf, db))
+    for result in schema.get_all_operations():
+        yield result.ok()
+
+
+def test_no_server_errors(conf: cfg.ConfigOpts, db: Database) -> None:
+    tested = []
+    for operation in operations(conf, db):
+
+        @given(case=operation.as_strategy())
+        @settings(
+            max_examples=40,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
+        def fuzz(case: Any) -> None:
+            for version in (None, "accelerator latest"):
+                headers = {"OpenStack-API-Version": version} if version else {}
+                case.call_and_validate(headers=headers, checks=CHECKS)
+
+        fuzz()
+        tested.append(operation.label)
+    assert len(tested) >= 7, tested

@@ -1,0 +1,129 @@
+"""The ``acceleron`` command: profile commands over REST, and the server-side commands."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceleron.cli.main import main
+from acceleron.db import migrate
+from acceleron.db.session import Database
+from acceleron.service import device_profiles
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Any:
+    code, out, err = run(capsys, "--os-url", url, *argv, "-f", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_profile_lifecycle(live_api: str, capsys: pytest.CaptureFixture[str]) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    created = cli_json(
+        capsys, live_api, "profile", "create", name,
+        "--group", "resources:custom-accelerator-fpga=1,accel:function_name=gzip",
+        "--group", "resources:CUSTOM_ACCELERATOR_GPU=2",
+        "--description", "two groups",
+    )  # fmt: skip
+    assert created["groups"] == [
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_name": "gzip"},
+        {"resources:CUSTOM_ACCELERATOR_GPU": "2"},
+    ]
+    assert created["enabled"] is True
+    listed = cli_json(capsys, live_api, "profile", "list", "--name", name)
+    assert [p["name"] for p in listed] == [name]
+    assert cli_json(capsys, live_api, "profile", "disable", name)["enabled"] is False
+    assert cli_json(capsys, live_api, "profile", "enable", created["uuid"])["enabled"] is True
+    updated = cli_json(capsys, live_api, "profile", "update", name, "--description", "new")
+    assert updated["description"] == "new"
+    code, out, _ = run(capsys, "--os-url", live_api, "profile", "show", name)
+    assert code == 0 and "[1] resources:CUSTOM_ACCELERATOR_GPU=2" in out  # readable table
+    assert run(capsys, "--os-url", live_api, "profile", "delete", name)[0] == 0
+    assert cli_json(capsys, live_api, "profile", "list", "--name", name) == []
+
+
+def test_profile_create_from_json_like_the_openstack_cli(
+    live_api: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    groups = [{"resources:FPGA": "1"}]
+    created = cli_json(capsys, live_api, "profile", "create", name, json.dumps(groups))
+    assert created["groups"] == groups
+
+
+def test_errors_are_one_clear_line(live_api: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--os-url", live_api, "profile", "show", "no-such-profile")
+    assert code == 1
+    assert err.strip() == "404: Device profile 'no-such-profile' not found."
+    code, _, err = run(capsys, "--os-url", live_api, "profile", "create", "x", "--group", "oops")
+    assert code == 1 and "expected key=value pairs" in err
+    code, _, err = run(capsys, "--os-url", "http://127.0.0.1:1", "profile", "list")
+    assert code == 1 and "Cannot reach the Acceleron API at http://127.0.0.1:1" in err
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
+    return path
+
+
+def test_db_upgrade_and_version(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
+    assert code == 2 and "none (empty database)" in out
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "upgrade")
+    assert code == 0 and out.strip() == f"Database schema: empty -> {migrate.head()}"
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
+    assert code == 0 and f"current: {migrate.head()}" in out
+
+
+def test_db_rewrite_profiles(
+    tmp_path: Path, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
+    migrate.upgrade(db)
+    device_profiles.create(db, name="old", groups=[
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"}
+    ])  # fmt: skip
+    device_profiles.create(db, name="untouched", groups=[{"resources:PGPU": "1"}])
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(
+        "resource_classes: {CUSTOM_ACCELERATOR_FPGA: FPGA}\n"
+        "traits: {CUSTOM_FPGA_INTEL_ARRIA10: CUSTOM_FPGA_INTEL_PAC_ARRIA10}\n"
+    )
+    base = ("--config-file", str(config_file), "db", "rewrite-profiles", "--mapping", str(mapping))
+    code, out, err = run(capsys, *base, "-f", "json")
+    assert code == 0 and "would change (dry run: add --apply)" in err
+    assert json.loads(out)[0]["profile"] == "old"
+    assert device_profiles.get(db, "old").groups[0] == {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"
+    }  # fmt: skip
+    code, _, err = run(capsys, *base, "--apply")
+    assert code == 0 and "1 device profile(s) rewritten" in err
+    assert device_profiles.get(db, "old").groups == [
+        {"resources:FPGA": "1", "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required"}
+    ]
+    mapping.write_text("traits: {CUSTOM_FPGA_INTEL_PAC_ARRIA10: 'not valid'}\n")
+    code, _, err = run(capsys, *base, "--apply")
+    assert code == 1 and "'old' would be invalid after the rewrite" in err
+    db.dispose()
+
+
+def test_config_sample_and_policy_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "config", "sample")
+    assert code == 0
+    for section in ("[DEFAULT]", "[api]", "[database]", "[device_profiles]"):
+        assert section in out
+    assert "#connection = sqlite:///$state_path/acceleron.sqlite" in out
+    code, out, _ = run(capsys, "policy", "defaults")
+    assert code == 0 and '"acceleron:device_profile:create": "rule:admin_api"' in out

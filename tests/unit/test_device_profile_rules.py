@@ -1,0 +1,194 @@
+"""Device profile validation and normalisation (spec 002), as pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceleron.exceptions import InvalidInput
+from acceleron.service import device_profiles as dp
+
+LIMITS = dp.Limits(max_groups=4, max_accelerators=10)
+FID = "8411555e-3cbf-47de-988c-b5e30bbfa035"
+
+
+def test_spec_example_group_is_kept_in_order() -> None:
+    groups = [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required",
+            "accel:function_id": FID,
+        },
+        {"resources:CUSTOM_ACCELERATOR_GPU": "2", "trait:CUSTOM_GPU_MODEL_NAME": "forbidden"},
+    ]
+    assert dp.normalize_groups(groups, LIMITS) == groups
+    assert [list(g) for g in dp.normalize_groups(groups, LIMITS)] == [list(g) for g in groups]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("custom_accelerator_fpga", "CUSTOM_ACCELERATOR_FPGA"),
+        ("custom-accelerator-fpga", "CUSTOM_ACCELERATOR_FPGA"),
+        ("Custom-Fpga_Intel-Arria10", "CUSTOM_FPGA_INTEL_ARRIA10"),
+        ("fpga", "FPGA"),
+    ],
+)
+def test_lower_case_and_hyphens_are_translated(raw: str, expected: str) -> None:
+    assert dp.normalize_placement_name(raw) == expected
+    assert dp.normalize_groups([{f"resources:{raw}": "1"}], LIMITS) == [
+        {f"resources:{expected}": "1"}
+    ]
+    if expected.startswith("CUSTOM_"):  # FPGA is a resource class, not a trait
+        group = dp.normalize_groups([{"resources:FPGA": "1", f"trait:{raw}": "Required"}], LIMITS)
+        assert group == [{"resources:FPGA": "1", f"trait:{expected}": "required"}]
+
+
+def test_fpga_standard_class_and_standard_trait_are_accepted() -> None:
+    group = {"resources:FPGA": "01", "trait:HW_CPU_X86_AVX2": "forbidden"}
+    assert dp.normalize_groups([group], LIMITS) == [
+        {"resources:FPGA": "1", "trait:HW_CPU_X86_AVX2": "forbidden"}
+    ]
+
+
+def test_every_accel_key_and_its_value_type() -> None:
+    group = {
+        "resources:FPGA": "1",
+        "accel:bitstream_name": "nlb-0.gbs",
+        "accel:attach_target": "host",
+    }
+    assert dp.normalize_groups([group], LIMITS) == [group]
+    for key, value in [
+        ("accel:bitstream_id", FID),
+        ("accel:function_id", FID.replace("-", "")),
+        ("accel:function_name", "gzip_v2"),
+        ("accel:attach_target", "none"),
+        ("accel:attach_target", "VM"),
+    ]:
+        assert dp.normalize_groups([{"resources:FPGA": "1", key: value}], LIMITS)
+
+
+def _error(groups: Any, limits: dp.Limits = LIMITS) -> str:
+    with pytest.raises(InvalidInput) as info:
+        dp.normalize_groups(groups, limits)
+    return info.value.message
+
+
+@pytest.mark.parametrize(
+    ("groups", "fragment"),
+    [
+        ([], "non-empty list"),
+        ({"resources:FPGA": "1"}, "non-empty list"),
+        (["resources:FPGA"], "groups[0]: a group must be an object"),
+        ([{}], "groups[0] asks for no resource"),
+        ([{"trait:CUSTOM_X": "required"}], "groups[0] asks for no resource"),
+        ([{"resources:FPGA": "0"}], "positive integer"),
+        ([{"resources:FPGA": "-1"}], "positive integer"),
+        ([{"resources:FPGA": "1.5"}], "positive integer"),
+        ([{"resources:FPGA": "\u0661"}], "positive integer"),
+        ([{"resources:FPGA": 1}], "must be a string"),
+        ([{"resources:NOT_A_CLASS": "1"}], "not a resource class"),
+        ([{"resources:FPGA": "1", "trait:NOPE": "required"}], "neither a standard trait"),
+        ([{"resources:FPGA": "1", "trait:CUSTOM_X": "preferred"}], "'required' or 'forbidden'"),
+        ([{"resources:FPGA": "1", "accel:video_ram": "2GB"}], "unknown key 'accel:video_ram'"),
+        ([{"resources:FPGA": "1", "accel:function_id": "3AFB"}], "not a UUID"),
+        ([{"resources:FPGA": "1", "accel:bitstream_id": "x"}], "not a UUID"),
+        ([{"resources:FPGA": "1", "accel:function_name": "a b"}], "may only hold"),
+        ([{"resources:FPGA": "1", "accel:function_name": "a.b"}], "may only hold"),
+        ([{"resources:FPGA": "1", "accel:attach_target": "vm"}], "must be one of VM, host, none"),
+        ([{"resources:FPGA": "1", "other:thing": "x"}], "must start with"),
+        ([{"resources": "1"}], "must be 'resources:<class>'"),
+        ([{"resources:FP GA": "1"}], "letters, digits"),
+        ([{"resources:FP=GA": "1"}], "letters, digits"),
+        ([{"resources:FPGA": "1", "resources:fpga": "1"}], "repeats 'resources:FPGA'"),
+        (
+            [{"resources:FPGA": "1", "accel:function_id": FID, "accel:bitstream_id": FID}],
+            "names its bitstream in more than one way",
+        ),
+        ([{"resources:FPGA": "11"}], "asks for 11 accelerators, at most 10"),
+        ([{"resources:FPGA": "1"}] * 5, "5 groups given, at most 4"),
+    ],
+)
+def test_bad_groups_are_refused_naming_the_field(groups: Any, fragment: str) -> None:
+    assert fragment in _error(groups)
+
+
+def test_error_names_the_group_and_key() -> None:
+    message = _error([{"resources:FPGA": "1"}, {"resources:GPU_X": "1"}])
+    assert message.startswith("groups[1]['resources:GPU_X']:")
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a b", "a.b", "x" * 256, "dp:1", FID, FID.replace("-", ""), None, 3]
+)
+def test_bad_names(name: Any) -> None:
+    with pytest.raises(InvalidInput) as info:
+        dp.check_name(name)
+    assert info.value.message.startswith("name:")
+
+
+def test_good_names() -> None:
+    for name in ("a", "My_Profile-1", "x" * 255):
+        assert dp.check_name(name) == name
+
+
+def test_descriptions() -> None:
+    assert dp.check_description(None) is None
+    assert dp.check_description("Image classification, fast") == "Image classification, fast"
+    for bad in ("x" * 256, "a\x00b", "line\nbreak", 5):
+        with pytest.raises(InvalidInput):
+            dp.check_description(bad)
+
+
+def test_uuid_like() -> None:
+    assert dp.is_uuid_like(FID)
+    assert dp.is_uuid_like(FID.upper())
+    assert dp.is_uuid_like(FID.replace("-", ""))
+    assert not dp.is_uuid_like("my-profile")
+    assert not dp.is_uuid_like(FID[:-1])
+    assert not dp.is_uuid_like("{" + FID + "}")
+
+
+MAPPING = dp.NameMapping.from_dict(
+    {
+        "resource_classes": {"custom_accelerator_fpga": "FPGA"},
+        "traits": {"CUSTOM_FPGA_INTEL_ARRIA10": "CUSTOM_FPGA_INTEL_PAC_ARRIA10"},
+        "properties": [{"key": "accel:function_name", "value": "gzip", "trait": "custom-gzip"}],
+    }
+)
+
+
+def test_rewrite_keeps_key_positions() -> None:
+    group = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required",
+        "accel:function_name": "gzip",
+        "accel:attach_target": "VM",
+    }
+    assert list(dp.rewrite_group(group, MAPPING).items()) == [
+        ("resources:FPGA", "1"),
+        ("trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10", "required"),
+        ("trait:CUSTOM_GZIP", "required"),
+        ("accel:attach_target", "VM"),
+    ]
+
+
+def test_rewrite_property_rule_matches_value_only() -> None:
+    group = {"resources:FPGA": "1", "accel:function_name": "zstd"}
+    assert dp.rewrite_group(group, MAPPING) == group
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ([], "must be an object"),
+        ({"nope": {}}, "Unknown mapping section"),
+        ({"traits": ["a"]}, "traits: must map"),
+        ({"properties": [{"key": "accel:x"}]}, "properties[0]: needs"),
+    ],
+)
+def test_bad_mappings(data: Any, fragment: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        dp.NameMapping.from_dict(data)
+    assert fragment in info.value.message
