@@ -105,11 +105,118 @@ PROFILE_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+BITSTREAM_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "backend",
+        default="local",
+        choices=[
+            (
+                "local",
+                "Content-addressed files under local_dir, metadata in the database. "
+                "For the embedded mode.",
+            ),
+            ("glance", "OpenStack Glance images with accel:* properties (see [glance])."),
+        ],
+        help="Where bitstreams are kept and looked up.",
+    ),
+    cfg.StrOpt(
+        "local_dir",
+        default="$state_path/bitstreams",
+        help="Directory of the local store's files, one per distinct content, named by "
+        "the SHA-256 of that content.",
+    ),
+    cfg.StrOpt(
+        "cache_dir",
+        default="$state_path/bitstream-cache",
+        help="Per-host cache of downloaded bitstreams, keyed by their hash; a cached "
+        "file is verified again before it is reused.",
+    ),
+]
+
+# The drivers (acceleron.drivers); docs/drivers.md explains each one.
+AGENT_DRIVER_OPTS: list[cfg.Opt] = [
+    cfg.ListOpt(
+        "enabled_drivers",
+        default=["fake"],
+        help="Drivers the agent asks for devices, by entry-point name (group "
+        "acceleron.drivers): fake, pci, intel_fpga, xilinx_fpga, nvidia_gpu, intel_qat.",
+    ),
+]
+
+FAKE_DRIVER_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "inventory_file",
+        help="YAML file describing the simulated devices of the fake driver. Unset: a "
+        "built-in inventory (two FPGAs, two GPUs, one QAT).",
+    ),
+    cfg.StrOpt(
+        "state_file",
+        default="$state_path/fake-driver-state.json",
+        help="Where the fake driver records what was programmed into its regions, so "
+        "that a restart keeps it.",
+    ),
+]
+
+PCI_DRIVER_OPTS: list[cfg.Opt] = [
+    cfg.MultiStrOpt(
+        "device_spec",
+        default=[],
+        deprecated_opts=[cfg.DeprecatedOpt("passthrough_whitelist", group="pci")],
+        help="PCI devices the generic pci driver reports, in Nova's device_spec syntax: "
+        "each value a JSON dict or list of dicts with vendor_id, product_id (hex or *), "
+        "address (glob string or regex dict) or devname; other keys are tags. "
+        "Nothing is reported when unset.",
+    ),
+]
+
+INTEL_FPGA_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "program_command",
+        default="fpgaconf --segment {segment} --bus {bus} --device {device} "
+        "--function {function} {image}",
+        help="Command that loads a GBS bitstream into a region, run without a shell. "
+        "Placeholders: {address} {segment} {bus} {device} {function} {image} {region}.",
+    ),
+    cfg.IntOpt("program_timeout", default=600, min=1, help="Seconds the program command may run."),
+]
+
+XILINX_FPGA_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "program_command",
+        default="/opt/xilinx/xrt/bin/xbmgmt program --device {address} --user {image}",
+        help="Command that loads an xclbin, run without a shell. {address} is the "
+        "management PF. Placeholders: {address} {user_address} {segment} {bus} {device} "
+        "{function} {image}.",
+    ),
+    cfg.IntOpt("program_timeout", default=600, min=1, help="Seconds the program command may run."),
+]
+
+NVIDIA_GPU_OPTS: list[cfg.Opt] = [
+    cfg.BoolOpt(
+        "use_nvml",
+        default=True,
+        help="Ask NVML (libnvidia-ml) for names, memory, NUMA and MIG; sysfs alone is "
+        "used when this is off or the library does not load.",
+    ),
+    cfg.ListOpt(
+        "enabled_vgpu_types",
+        default=[],
+        help="vGPU types to report (e.g. nvidia-222). Empty: every type the GPUs offer.",
+    ),
+]
+
 _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     (None, DEFAULT_OPTS),
     ("api", API_OPTS),
     ("database", DATABASE_OPTS),
     ("device_profiles", PROFILE_OPTS),
+    ("bitstreams", BITSTREAM_OPTS),
+    ("agent", AGENT_DRIVER_OPTS),
+    ("fake", FAKE_DRIVER_OPTS),
+    ("pci", PCI_DRIVER_OPTS),
+    ("intel_fpga", INTEL_FPGA_OPTS),
+    ("xilinx_fpga", XILINX_FPGA_OPTS),
+    ("nvidia_gpu", NVIDIA_GPU_OPTS),
 ]
 
 

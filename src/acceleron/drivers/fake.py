@@ -1,0 +1,382 @@
+"""The fake driver: simulated accelerators, deterministic, no hardware and no sysfs.
+
+The devices come from a YAML inventory (``[fake] inventory_file``; a built-in one
+when unset). PCI addresses and uuids are derived from ``[DEFAULT] host``, so a
+host sees the same devices on every scan and two hosts see different ones.
+Programming is simulated for real: the GBS header is parsed, an image built for
+another region type is refused, and what was loaded is kept in ``[fake]
+state_file`` so the next scan, and the next start, show it.
+
+Attach handles are ``TEST_PCI`` for anything PCI (upstream's fake type, which
+Nova's libvirt driver ignores), ``MDEV`` for vGPU slots and ``MIG`` for MIG
+instances. docs/drivers.md describes the inventory format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from oslo_config import cfg
+
+from acceleron.drivers import gbs
+from acceleron.drivers.base import DEVICE_TYPES, AttachHandle, Deployable, Device, Health
+from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
+from acceleron.drivers.nvidia_gpu import vgpu_trait
+from acceleron.drivers.sysfs import (
+    format_bdf,
+    normalize_uuid,
+    parse_bdf,
+    pci_handle,
+    pci_handle_info,
+    trait_part,
+    vendor_name,
+)
+
+LOG = logging.getLogger(__name__)
+_NAMESPACE = uuid.UUID("0b9c1a52-7f0e-5d8a-b5b4-3f8e2c6d1a90")
+_DEFAULT_VENDORS = {"FPGA": "8086", "GPU": "10de", "QAT": "8086", "NIC": "8086"}
+
+DEFAULT_INVENTORY = """
+devices:
+  - type: FPGA                # two Intel PAC Arria10 cards, two PR regions each
+    count: 2
+    product_id: "09c4"
+    model: PAC_ARRIA10
+    numa_node: 0
+    regions:
+      - region_type: ce48969398f05f33946d560708be108a
+        accelerators: 2
+        functions: [d8424dc4a4a3c413f89e433683f9040b]
+      - region_type: 9926ab6d6c925a68aabca7d84c545738
+        accelerators: 1
+  - type: GPU                 # a T4 with two vGPU types
+    product_id: "1eb8"
+    model: T4
+    numa_node: 0
+    memory_mb: 15360
+    vgpu_types:
+      - {name: nvidia-222, label: GRID T4-1B, instances: 16}
+      - {name: nvidia-223, label: GRID T4-2B, instances: 8}
+  - type: GPU                 # an H100 in MIG mode
+    product_id: "2330"
+    model: H100
+    numa_node: 1
+    memory_mb: 81559
+    mig_profiles:
+      - {name: 1g.10gb, instances: 4, memory_mb: 9856}
+      - {name: 3g.40gb, instances: 1, memory_mb: 40192}
+  - type: QAT                 # a C62x with four VFs
+    product_id: "37c8"
+    model: C62X
+    numa_node: 1
+    vfs: 4
+"""
+
+_DEVICE_KEYS = {
+    "type", "count", "vendor_id", "product_id", "vendor_name", "model", "numa_node",
+    "memory_mb", "health", "regions", "vgpu_types", "mig_profiles", "vfs",
+}  # fmt: skip
+_SHAPES = ("regions", "vgpu_types", "mig_profiles", "vfs")
+_ITEM_KEYS = {
+    "regions": {"region_type", "accelerators", "functions"},
+    "vgpu_types": {"name", "label", "instances"},
+    "mig_profiles": {"name", "instances", "memory_mb"},
+}
+
+
+# ---------------------------------------------------------------------------
+# The inventory
+
+
+def load_inventory(text: str, source: str) -> list[dict[str, Any]]:
+    """The device entries of an inventory, checked; raises DriverConfigError."""
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise DriverConfigError(f"fake inventory {source} is not YAML: {error}") from error
+    entries = data.get("devices") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise DriverConfigError(f"fake inventory {source} needs a 'devices' list")
+    for number, entry in enumerate(entries, 1):
+        _check_entry(entry, f"{source}, device {number}")
+    return entries
+
+
+def _check_entry(entry: Any, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise DriverConfigError(f"{where}: expected a mapping, got {entry!r}")
+    unknown = set(entry) - _DEVICE_KEYS
+    if unknown:
+        raise DriverConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    if entry.get("type") not in DEVICE_TYPES:
+        raise DriverConfigError(f"{where}: type must be one of {', '.join(DEVICE_TYPES)}")
+    shapes = [shape for shape in _SHAPES if shape in entry]
+    if len(shapes) > 1:
+        raise DriverConfigError(f"{where}: {' and '.join(shapes)} cannot be combined")
+    for shape, keys in _ITEM_KEYS.items():
+        for item in entry.get(shape) or []:
+            if not isinstance(item, dict) or set(item) - keys:
+                raise DriverConfigError(f"{where}: {shape} entries take {sorted(keys)}: {item!r}")
+    for key in ("count", "vfs"):
+        if key in entry and (not isinstance(entry[key], int) or entry[key] < 0):
+            raise DriverConfigError(f"{where}: {key} must be a whole number")
+
+
+def addresses(host: str) -> Iterator[str]:
+    """PF addresses of a host: one bus per device from a host-seeded start."""
+    start = 0x10 + hashlib.sha256(host.encode()).digest()[0] % 0x40
+    for n in range(1 << 20):
+        domain, bus = divmod(start + n, 0x100)
+        yield format_bdf(domain, bus, 0, 0)
+
+
+def sub_address(pf: str, index: int) -> str:
+    """The ``index``-th (1-based) function after a PF: VFs, region handles."""
+    bdf = parse_bdf(pf)
+    slot, function = divmod(index, 8)
+    return format_bdf(bdf.domain, bdf.bus, slot, function)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    host: str
+    address: str
+    entry: Mapping[str, Any]
+    programmed: Mapping[str, Any]  # this device's part of the state file
+
+    def uuid(self, *parts: object) -> str:
+        return str(uuid.uuid5(_NAMESPACE, "/".join([self.host, self.address, *map(str, parts)])))
+
+
+# ---------------------------------------------------------------------------
+# The driver
+
+
+class FakeDriver:
+    """Simulated devices from the inventory; regions can be programmed."""
+
+    name = "fake"
+
+    def __init__(self, conf: cfg.ConfigOpts, root: Path) -> None:
+        self.conf = conf
+        self.root = root
+        source = conf.fake.inventory_file
+        if source:
+            try:
+                text = Path(source).read_text()
+            except OSError as error:
+                raise DriverConfigError(f"cannot read [fake] inventory_file: {error}") from error
+        else:
+            source, text = "built-in inventory", DEFAULT_INVENTORY
+        self.entries = load_inventory(text, source)
+        self.state_file = Path(conf.fake.state_file)
+
+    def _placed(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Every simulated device with its address, ``count`` expanded."""
+        slots = addresses(self.conf.host)
+        for entry in self.entries:
+            for _ in range(entry.get("count", 1)):
+                yield next(slots), entry
+
+    def discover(self) -> list[Device]:
+        state = self._load_state()
+        return [
+            _device(_Context(self.conf.host, address, entry, state.get(address, {})))
+            for address, entry in self._placed()
+        ]
+
+    def health(self, device: Device) -> Health:
+        entry = dict(self._placed()).get(device.pci_address)
+        if entry is None:
+            return Health("failed", f"no simulated device at {device.pci_address}")
+        state = entry.get("health", "ok")
+        return Health(state, None if state == "ok" else "set in the fake inventory")
+
+    def program(self, device: Device, deployable_key: str, bitstream: Path) -> None:
+        """Check the image fits the region, then record its functions in the state file."""
+        regions = {
+            d.key: d
+            for found in self.discover()
+            if found.pci_address == device.pci_address
+            for d in found.deployables
+            if d.programmable
+        }
+        region = regions.get(deployable_key)
+        if region is None:
+            raise TargetNotFound(
+                f"no programmable region {deployable_key!r} on simulated device "
+                f"{device.pci_address}"
+            )
+        header = gbs.read_header(bitstream)
+        if header.interface_uuid != region.region_type:
+            raise BitstreamError(
+                f"bitstream {bitstream.name} is built for interface {header.interface_uuid}, "
+                f"but region {deployable_key} of {device.pci_address} is {region.region_type}"
+            )
+        self._record(device.pci_address, deployable_key, bitstream, header)
+
+    # -- state file ---------------------------------------------------------------
+
+    def _load_state(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            LOG.warning("ignoring unreadable fake driver state %s: %s", self.state_file, error)
+            return {}
+        return data.get("devices", {}) if isinstance(data, dict) else {}
+
+    def _record(self, address: str, key: str, bitstream: Path, header: gbs.GbsHeader) -> None:
+        state = self._load_state()
+        state.setdefault(address, {})[key] = {
+            "function_uuids": list(header.accelerator_type_uuids),
+            "bitstream_sha256": _sha256(bitstream),
+            "bitstream_name": bitstream.name,
+        }
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=self.state_file.parent, prefix=".fake-state-", delete=False
+        ) as tmp:
+            json.dump({"version": 1, "devices": state}, tmp, indent=2, sort_keys=True)
+        os.replace(tmp.name, self.state_file)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Building the tree
+
+
+def _device(ctx: _Context) -> Device:
+    entry = ctx.entry
+    kind = entry["type"]
+    vendor_id = str(entry.get("vendor_id", _DEFAULT_VENDORS.get(kind, "1af4"))).lower()
+    product_id = str(entry.get("product_id", "0001")).lower()
+    return Device(
+        pci_address=ctx.address,
+        type=kind,
+        vendor_id=vendor_id,
+        vendor_name=entry.get("vendor_name") or vendor_name(vendor_id),
+        product_id=product_id,
+        model=trait_part(str(entry.get("model", product_id))),
+        driver="fake",
+        numa_node=entry.get("numa_node"),
+        std_board_info={"simulated": True},
+        vendor_board_info={"memory_mb": entry.get("memory_mb")},
+        deployables=tuple(_deployables(ctx, product_id)),
+    )
+
+
+def _deployables(ctx: _Context, product_id: str) -> list[Deployable]:
+    entry = ctx.entry
+    if "regions" in entry:
+        return _regions(ctx)
+    if "vgpu_types" in entry:
+        return [_vgpu(ctx, product_id, item) for item in entry["vgpu_types"]]
+    if "mig_profiles" in entry:
+        return [_mig(ctx, product_id, item) for item in entry["mig_profiles"]]
+    if "vfs" in entry:
+        handles = tuple(_test_pci(sub_address(ctx.address, i + 1)) for i in range(entry["vfs"]))
+        return [Deployable("vf_pool", "vf_pool", len(handles), attach_handles=handles)]
+    handle = _test_pci(ctx.address)
+    return [
+        Deployable(
+            "device", "device", 1, memory_mb=entry.get("memory_mb"), attach_handles=(handle,)
+        )
+    ]
+
+
+def _regions(ctx: _Context) -> list[Deployable]:
+    deployables, next_function = [], 1
+    for index, region in enumerate(ctx.entry["regions"]):
+        count = int(region.get("accelerators", 1))
+        handles = tuple(
+            _test_pci(sub_address(ctx.address, next_function + i)) for i in range(count)
+        )
+        next_function += count
+        key = f"region{index}"
+        loaded = ctx.programmed.get(key) or {}
+        functions = loaded.get("function_uuids", region.get("functions") or [])
+        deployables.append(
+            Deployable(
+                key=key,
+                kind="region",
+                num_accelerators=count,
+                programmable=True,
+                region_type=normalize_uuid(str(region.get("region_type", ""))),
+                function_uuids=tuple(u for f in functions if (u := normalize_uuid(str(f)))),
+                attributes={k: v for k, v in loaded.items() if k != "function_uuids"},
+                attach_handles=handles,
+            )
+        )
+    return deployables
+
+
+def _vgpu(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable:
+    name = str(item["name"])
+    handles = tuple(
+        AttachHandle(
+            type="MDEV",
+            address=ctx.uuid("vgpu", name, slot),
+            info={
+                **pci_handle_info(ctx.address),
+                "asked_type": name,
+                "vgpu_mark": f"{name}_{slot}",
+            },
+        )
+        for slot in range(int(item.get("instances", 1)))
+    )
+    label = str(item.get("label", name))
+    return Deployable(
+        key=f"vgpu/{name}",
+        kind="vgpu_type",
+        num_accelerators=len(handles),
+        accelerator_type="VGPU",
+        traits=(vgpu_trait(product_id, label),),
+        attributes={"type_name": label},
+        attach_handles=handles,
+    )
+
+
+def _mig(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable:
+    name = str(item["name"])
+    gpu_uuid = f"GPU-{ctx.uuid('gpu')}"
+    migs = [f"MIG-{ctx.uuid('mig', name, slot)}" for slot in range(int(item.get("instances", 1)))]
+    handles = tuple(
+        AttachHandle(
+            type="MIG",
+            address=mig,
+            info={**pci_handle_info(ctx.address), "gpu_uuid": gpu_uuid, "mig_uuid": mig},
+        )
+        for mig in migs
+    )
+    return Deployable(
+        key=f"mig/{name}",
+        kind="mig_profile",
+        num_accelerators=len(handles),
+        accelerator_type="MIG",
+        memory_mb=item.get("memory_mb"),
+        traits=(f"CUSTOM_NVIDIA_{product_id.upper()}_MIG_{trait_part(name)}",),
+        attach_handles=handles,
+    )
+
+
+def _test_pci(address: str) -> AttachHandle:
+    return pci_handle(address, type="TEST_PCI")

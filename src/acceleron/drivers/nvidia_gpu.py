@@ -1,0 +1,318 @@
+"""NVIDIA GPUs: whole GPUs, vGPU types (all three forms) and MIG instances.
+
+Devices come from sysfs (vendor 10de, VGA or 3D class; VFs never stand alone)
+and are enriched from NVML when it loads (name, memory, NUMA, MIG); a GPU NVML
+sees but sysfs does not is still reported, and either side's extras are logged.
+
+What a GPU offers, first match wins:
+
+* MIG enabled (NVML): one ``mig/<profile>`` deployable per profile with existing
+  MIG devices; handles of type MIG (the ``MIG-...`` uuid).
+* vGPU types (sysfs): one ``vgpu/<type>`` deployable per type, across the three
+  forms of hardware.md §2.2: mdev types on the PF (pre-Ampere), mdev types on the
+  SR-IOV VFs, and the vendor-specific VFIO form (``nvidia/creatable_vgpu_types``
+  on each VF). mdev capacity is ``available_instances`` plus the mdevs that exist;
+  existing ones are handles ``in_use`` with their uuid, free ones get a uuid
+  derived from host, parent address, type and slot, so it is the same every scan
+  and the agent can create the mdev with it.
+* Otherwise the whole GPU: one ``device`` deployable with the PF as PCI handle.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from oslo_config import cfg
+
+from acceleron.drivers import nvml
+from acceleron.drivers.base import AttachHandle, Deployable, Device, Health
+from acceleron.drivers.sysfs import (
+    NVIDIA_GPU,
+    PciFunction,
+    Sysfs,
+    classify,
+    make_device,
+    model_name,
+    pci_handle,
+    pci_handle_info,
+    pci_health,
+    scan,
+    trait_part,
+    virtual_functions,
+)
+
+LOG = logging.getLogger(__name__)
+
+# PCI device id -> model used in traits. Stable whatever NVML says, so that a scan
+# without NVML does not rename the device (NVML's name is an attribute).
+MODELS = {
+    "1eb8": "T4",
+    "1db1": "V100",
+    "1db4": "V100",
+    "1db5": "V100",
+    "20b0": "A100",
+    "20b2": "A100",
+    "20b5": "A100",
+    "20f1": "A100",
+    "2235": "A40",
+    "27b8": "L4",
+    "2330": "H100",
+    "2331": "H100",
+}
+_SLOTS = uuid.UUID("6a1c3f2e-8d4b-5e7f-9a0b-1c2d3e4f5a6b")  # namespace of free mdev uuids
+
+
+class NvidiaGpuDriver:
+    """NVIDIA GPUs from sysfs and NVML. ``nvml_lib`` stands in for pynvml (tests)."""
+
+    name = "nvidia_gpu"
+
+    def __init__(
+        self, conf: cfg.ConfigOpts, root: Path, nvml_lib: nvml.NvmlLib | None = None
+    ) -> None:
+        self.conf = conf
+        self.sysfs = Sysfs(root)
+        self._nvml_lib = nvml_lib
+        self.vgpu_types = set(conf.nvidia_gpu.enabled_vgpu_types)
+
+    def _snapshot(self) -> nvml.NvmlSnapshot | None:
+        if not self.conf.nvidia_gpu.use_nvml:
+            return None
+        lib = self._nvml_lib or nvml.load_pynvml()
+        return nvml.snapshot(lib) if lib is not None else None
+
+    def discover(self) -> list[Device]:
+        snap = self._snapshot()
+        gpus = {fn.address: fn for fn in scan(self.sysfs) if classify(fn) == NVIDIA_GPU}
+        from_nvml = snap.by_address() if snap else {}
+        self._cross_check(gpus, from_nvml, snap is not None)
+        version = snap.driver_version if snap else None
+        devices = [self._device(fn, from_nvml.get(a), version) for a, fn in gpus.items()]
+        devices += [self._nvml_only(gpu, version) for a, gpu in from_nvml.items() if a not in gpus]
+        return sorted(devices, key=lambda d: d.pci_address)
+
+    def _cross_check(
+        self, gpus: dict[str, PciFunction], from_nvml: dict[str, nvml.NvmlGpu], loaded: bool
+    ) -> None:
+        for address in sorted(set(from_nvml) - set(gpus)):
+            LOG.warning("NVML reports GPU %s, which sysfs does not show", address)
+        for address, fn in gpus.items():
+            if loaded and fn.driver == "nvidia" and address not in from_nvml:
+                LOG.warning("GPU %s is bound to nvidia but NVML does not report it", address)
+
+    def _device(self, fn: PciFunction, gpu: nvml.NvmlGpu | None, version: str | None) -> Device:
+        deployables = self._deployables(fn, gpu)
+        numa = gpu.numa_node if gpu and gpu.numa_node is not None else fn.numa_node
+        return make_device(
+            fn,
+            type="GPU",
+            driver=self.name,
+            model=model_name(MODELS, fn.device),
+            numa_node=numa,
+            vendor_board_info=_board(gpu, version),
+            deployables=tuple(deployables),
+        )
+
+    def _nvml_only(self, gpu: nvml.NvmlGpu, version: str | None) -> Device:
+        return Device(
+            pci_address=gpu.address,
+            type="GPU",
+            vendor_id="10de",
+            vendor_name="NVIDIA",
+            product_id=gpu.product_id,
+            model=model_name(MODELS, gpu.product_id),
+            driver=self.name,
+            numa_node=gpu.numa_node,
+            vendor_board_info=_board(gpu, version),
+            deployables=tuple(_mig(gpu) if gpu.mig_enabled else [_whole(gpu.address, gpu)]),
+        )
+
+    def _deployables(self, fn: PciFunction, gpu: nvml.NvmlGpu | None) -> list[Deployable]:
+        if gpu is not None and gpu.mig_enabled:
+            return _mig(gpu)
+        vfs = virtual_functions(self.sysfs, fn)
+        vgpus = self._mdev_types(fn, [fn, *vfs]) + self._vfio_types(fn, vfs)
+        return vgpus or [_whole(fn.address, gpu)]
+
+    # -- vGPU, mdev forms ------------------------------------------------------
+
+    def _mdev_types(self, pf: PciFunction, parents: Sequence[PciFunction]) -> list[Deployable]:
+        """mdev types of the PF (pre-Ampere) or of its VFs (Ampere, before vGPU 17)."""
+        types: dict[str, _VgpuType] = {}
+        for parent in parents:
+            for type_dir in self.sysfs.children(parent.path / "mdev_supported_types", ""):
+                if self.vgpu_types and type_dir.name not in self.vgpu_types:
+                    continue
+                entry = types.setdefault(type_dir.name, _VgpuType(type_dir.name, "mdev"))
+                entry.label = entry.label or self.sysfs.read(type_dir / "name")
+                entry.attributes.setdefault("device_api", self.sysfs.read(type_dir / "device_api"))
+                entry.attributes.setdefault(
+                    "description", self.sysfs.read(type_dir / "description")
+                )
+                entry.handles += self._mdev_handles(parent, type_dir)
+        return [t.deployable(pf.device) for t in types.values()]
+
+    def _mdev_handles(self, parent: PciFunction, type_dir: Path) -> list[AttachHandle]:
+        available = self.sysfs.read_int(type_dir / "available_instances") or 0
+        created = self.sysfs.listdir(type_dir / "devices")
+        free = list(self._free_uuids(parent.address, type_dir.name, set(created), available))
+        return [
+            _mdev_handle(parent.address, type_dir.name, mdev, slot, in_use=mdev in created)
+            for slot, mdev in enumerate(created + free)
+        ]
+
+    def _free_uuids(
+        self, address: str, mdev_type: str, taken: set[str], count: int
+    ) -> Iterable[str]:
+        slot = 0
+        while count > 0:
+            candidate = str(uuid.uuid5(_SLOTS, f"{self.conf.host}/{address}/{mdev_type}/{slot}"))
+            slot += 1
+            if candidate not in taken:
+                count -= 1
+                yield candidate
+
+    # -- vGPU, vendor-specific VFIO form ----------------------------------------
+
+    def _vfio_types(self, pf: PciFunction, vfs: Sequence[PciFunction]) -> list[Deployable]:
+        """VFs with ``nvidia/creatable_vgpu_types``: a free VF can become any type it
+        lists; a VF whose ``current_vgpu_type`` is set is that type's, in use."""
+        types: dict[str, _VgpuType] = {}
+        for vf in vfs:
+            creatable = _creatable(self.sysfs.read(vf.path / "nvidia/creatable_vgpu_types"))
+            current = self.sysfs.read_int(vf.path / "nvidia/current_vgpu_type")
+            if creatable is None and current is None:
+                continue
+            offers = {str(current): None} if current else dict(creatable or {})
+            for type_id, label in offers.items():
+                name = f"nvidia-{type_id}"
+                if self.vgpu_types and name not in self.vgpu_types:
+                    continue
+                entry = types.setdefault(name, _VgpuType(name, "vfio"))
+                entry.label = entry.label or label
+                entry.handles.append(
+                    pci_handle(vf.address, in_use=bool(current), vgpu_type=type_id)
+                )
+        return [t.deployable(pf.device) for t in sorted(types.values(), key=lambda t: t.name)]
+
+    def health(self, device: Device) -> Health:
+        return pci_health(self.sysfs, device)
+
+
+class _VgpuType:
+    """A vGPU type being collected over the parents that offer it."""
+
+    def __init__(self, name: str, form: str) -> None:
+        self.name = name
+        self.label: str | None = None
+        self.attributes: dict[str, Any] = {"form": form}
+        self.handles: list[AttachHandle] = []
+
+    def deployable(self, product_id: str) -> Deployable:
+        return Deployable(
+            key=f"vgpu/{self.name}",
+            kind="vgpu_type",
+            num_accelerators=len(self.handles),
+            accelerator_type="VGPU",
+            traits=(vgpu_trait(product_id, self.label or self.name),),
+            attributes={"type_name": self.label, **self.attributes},
+            attach_handles=tuple(self.handles),
+        )
+
+
+def vgpu_trait(product_id: str, label: str) -> str:
+    """``CUSTOM_NVIDIA_<PID>_<second word of the type name>``, as upstream:
+    ``GRID T4-2B`` on 1eb8 -> ``CUSTOM_NVIDIA_1EB8_T4_2B``."""
+    words = label.split()
+    return f"CUSTOM_NVIDIA_{product_id.upper()}_{trait_part(words[1] if len(words) > 1 else label)}"
+
+
+def _creatable(content: str | None) -> dict[str, str] | None:
+    """``1414 : NVIDIA H200X-1-18C`` lines -> {"1414": "NVIDIA H200X-1-18C"}."""
+    if content is None:
+        return None
+    offers = {}
+    for line in content.splitlines():
+        type_id, sep, label = line.partition(":")
+        if sep and type_id.strip().isdigit():
+            offers[type_id.strip()] = label.strip()
+    return offers
+
+
+def _mdev_handle(parent: str, mdev_type: str, mdev: str, slot: int, in_use: bool) -> AttachHandle:
+    """Upstream's MDEV attach_handle_info: the parent's PCI address, asked_type, vgpu_mark."""
+    info = {**pci_handle_info(parent), "asked_type": mdev_type, "vgpu_mark": f"{mdev_type}_{slot}"}
+    return AttachHandle(type="MDEV", address=mdev, info=info, in_use=in_use)
+
+
+# -- whole GPUs and MIG ------------------------------------------------------------
+
+
+def _whole(address: str, gpu: nvml.NvmlGpu | None) -> Deployable:
+    return Deployable(
+        key="device",
+        kind="device",
+        num_accelerators=1,
+        memory_mb=gpu.memory_mb if gpu else None,
+        attach_handles=(pci_handle(address),),
+    )
+
+
+def _mig(gpu: nvml.NvmlGpu) -> list[Deployable]:
+    profiles = {p.name: p for p in gpu.profiles}
+    names = sorted({m.profile or "unknown" for m in gpu.migs})
+    deployables = []
+    for name in names:
+        profile = profiles.get(name)
+        migs = [m for m in gpu.migs if (m.profile or "unknown") == name]
+        handles = tuple(_mig_handle(gpu, m) for m in migs)
+        deployables.append(
+            Deployable(
+                key=f"mig/{name}",
+                kind="mig_profile",
+                num_accelerators=len(handles),
+                accelerator_type="MIG",
+                memory_mb=profile.memory_mb if profile else migs[0].memory_mb,
+                traits=(f"CUSTOM_NVIDIA_{gpu.product_id.upper()}_MIG_{trait_part(name)}",),
+                attributes=_profile_attributes(profile),
+                attach_handles=handles,
+            )
+        )
+    return deployables
+
+
+def _profile_attributes(profile: nvml.MigProfile | None) -> dict[str, Any]:
+    if profile is None:
+        return {}
+    return {
+        "profile_id": profile.profile_id,
+        "max_instances": profile.instance_count,
+        "remaining_capacity": profile.remaining,
+    }
+
+
+def _mig_handle(gpu: nvml.NvmlGpu, mig: nvml.MigInstance) -> AttachHandle:
+    info = {
+        **pci_handle_info(gpu.address),
+        "gpu_uuid": gpu.uuid,
+        "mig_uuid": mig.uuid,
+        "gpu_instance_id": "" if mig.gpu_instance_id is None else str(mig.gpu_instance_id),
+    }
+    return AttachHandle(type="MIG", address=mig.uuid, info=info)
+
+
+def _board(gpu: nvml.NvmlGpu | None, version: str | None) -> dict[str, Any]:
+    if gpu is None:
+        return {"source": "sysfs"}
+    return {
+        "source": "nvml",
+        "product_name": gpu.name,
+        "gpu_uuid": gpu.uuid,
+        "memory_mb": gpu.memory_mb,
+        "driver_version": version,
+        "mig_enabled": gpu.mig_enabled,
+    }

@@ -1,0 +1,210 @@
+"""What NVML says about the GPUs, read once per scan into plain data.
+
+The seam: ``snapshot(lib)`` takes any object with pynvml's functions (``NvmlLib``).
+On a host that is the ``pynvml`` module from nvidia-ml-py; in tests it is a fake
+that answers from recorded values, no GPU needed. NVML failing to load (no
+driver, no library) gives ``None`` and the driver falls back to sysfs; one GPU
+failing to answer is left out of the snapshot, never the scan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+from typing import Any, Protocol, cast
+
+from acceleron.drivers.sysfs import format_bdf, normalize_bdf
+
+LOG = logging.getLogger(__name__)
+MIB = 1024 * 1024
+
+
+class NvmlLib(Protocol):
+    """The part of pynvml the driver uses (names as in nvidia-ml-py)."""
+
+    NVMLError: type[Exception]
+    NVML_GPU_INSTANCE_PROFILE_COUNT: int
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int: ...
+    def nvmlDeviceGetMigMode(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int: ...
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any: ...
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int: ...
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int) -> Any: ...
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profile_id: int) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class MigProfile:
+    name: str  # e.g. "1g.10gb" (NVML's "MIG 1g.10gb" without the prefix)
+    profile_id: int  # the id nvidia-smi prints (not the enumeration index)
+    instance_count: int  # most instances of it the GPU can hold
+    remaining: int | None  # how many more could be created now
+    memory_mb: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class MigInstance:
+    uuid: str  # "MIG-<uuid>", what CUDA_VISIBLE_DEVICES and the attach handle use
+    profile: str | None  # the profile name, None when NVML does not say
+    gpu_instance_id: int | None
+    memory_mb: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class NvmlGpu:
+    address: str  # canonical BDF, from the pci info struct's integer fields
+    product_id: str  # PCI device id, 4 lower hex digits
+    name: str  # "NVIDIA H100 80GB HBM3"
+    uuid: str  # "GPU-..."
+    memory_mb: int | None
+    numa_node: int | None
+    mig_enabled: bool
+    profiles: tuple[MigProfile, ...] = ()
+    migs: tuple[MigInstance, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class NvmlSnapshot:
+    driver_version: str | None
+    gpus: tuple[NvmlGpu, ...]
+
+    def by_address(self) -> dict[str, NvmlGpu]:
+        return {gpu.address: gpu for gpu in self.gpus}
+
+
+def load_pynvml() -> NvmlLib | None:
+    """The pynvml module, or None when nvidia-ml-py is not installed."""
+    try:
+        return cast(NvmlLib, importlib.import_module("pynvml"))
+    except ImportError:
+        LOG.info("nvidia-ml-py is not installed; reading GPUs from sysfs only")
+        return None
+
+
+def text(value: str | bytes) -> str:
+    """NVML getters return str, struct fields bytes."""
+    return (value.decode(errors="replace") if isinstance(value, bytes) else value).strip()
+
+
+def snapshot(lib: NvmlLib) -> NvmlSnapshot | None:
+    """Everything the driver needs from NVML, or None when NVML is not usable here."""
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError as error:
+        LOG.info("NVML is not available (%s); reading GPUs from sysfs only", error)
+        return None
+    try:
+        version = _try(lib, lambda: text(lib.nvmlSystemGetDriverVersion()))
+        count = _try(lib, lib.nvmlDeviceGetCount) or 0
+        gpus = (_gpu(lib, index) for index in range(count))
+        return NvmlSnapshot(version, tuple(gpu for gpu in gpus if gpu is not None))
+    finally:
+        _try(lib, lib.nvmlShutdown)
+
+
+def _try(lib: NvmlLib, call: Any, *args: Any) -> Any:
+    """``call(*args)``, or None when NVML answers with an error (NotSupported...)."""
+    try:
+        return call(*args)
+    except lib.NVMLError as error:
+        LOG.debug("NVML %s: %s", getattr(call, "__name__", call), error)
+        return None
+
+
+def _gpu(lib: NvmlLib, index: int) -> NvmlGpu | None:
+    try:
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        pci = lib.nvmlDeviceGetPciInfo(handle)
+        name, uuid = text(lib.nvmlDeviceGetName(handle)), text(lib.nvmlDeviceGetUUID(handle))
+    except lib.NVMLError as error:
+        LOG.warning("NVML cannot describe GPU %d (%s); leaving it out", index, error)
+        return None
+    mig_mode = _try(lib, lib.nvmlDeviceGetMigMode, handle)
+    mig_enabled = bool(mig_mode) and mig_mode[0] == 1
+    profiles = _profiles(lib, handle) if mig_enabled else ()
+    return NvmlGpu(
+        address=pci_address(pci),
+        product_id=f"{(int(pci.pciDeviceId) >> 16) & 0xFFFF:04x}",
+        name=name,
+        uuid=uuid,
+        memory_mb=_memory_mb(lib, handle),
+        numa_node=_numa(lib, handle),
+        mig_enabled=mig_enabled,
+        profiles=profiles,
+        migs=_migs(lib, handle) if mig_enabled else (),
+    )
+
+
+def pci_address(pci: Any) -> str:
+    """Canonical BDF from NVML's pci info: the integer fields, the function from busId."""
+    bus_id = text(pci.busId)
+    try:
+        function = int(bus_id.rsplit(".", 1)[1], 16)
+        return format_bdf(int(pci.domain), int(pci.bus), int(pci.device), function)
+    except (IndexError, ValueError, AttributeError):
+        return normalize_bdf(bus_id)
+
+
+def _memory_mb(lib: NvmlLib, handle: Any) -> int | None:
+    info = _try(lib, lib.nvmlDeviceGetMemoryInfo, handle)
+    return int(info.total) // MIB if info is not None else None
+
+
+def _numa(lib: NvmlLib, handle: Any) -> int | None:
+    node = _try(lib, lib.nvmlDeviceGetNumaNodeId, handle)
+    return node if isinstance(node, int) and node >= 0 else None
+
+
+def _profiles(lib: NvmlLib, handle: Any) -> tuple[MigProfile, ...]:
+    found = {}
+    for index in range(lib.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        info = _try(lib, lib.nvmlDeviceGetGpuInstanceProfileInfo, handle, index)
+        if info is None:
+            continue
+        name = text(info.name).removeprefix("MIG ").strip()
+        found[name] = MigProfile(
+            name=name,
+            profile_id=int(info.id),
+            instance_count=int(info.instanceCount),
+            remaining=_try(lib, lib.nvmlDeviceGetGpuInstanceRemainingCapacity, handle, info.id),
+            memory_mb=int(info.memorySizeMB),
+        )
+    return tuple(found.values())
+
+
+def _migs(lib: NvmlLib, handle: Any) -> tuple[MigInstance, ...]:
+    """Existing MIG devices; unused slots answer NotFound and are skipped."""
+    migs = []
+    for index in range(_try(lib, lib.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mig = _try(lib, lib.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+        uuid = _try(lib, lib.nvmlDeviceGetUUID, mig) if mig is not None else None
+        if uuid is None:
+            continue
+        migs.append(
+            MigInstance(
+                uuid=text(uuid),
+                profile=_mig_profile(lib, mig),
+                gpu_instance_id=_try(lib, lib.nvmlDeviceGetGpuInstanceId, mig),
+                memory_mb=_memory_mb(lib, mig),
+            )
+        )
+    return tuple(migs)
+
+
+def _mig_profile(lib: NvmlLib, mig: Any) -> str | None:
+    """A MIG device's name ends with its profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb"."""
+    name = _try(lib, lib.nvmlDeviceGetName, mig)
+    if name is None or "MIG " not in text(name):
+        return None
+    return text(name).rsplit("MIG ", 1)[1].strip() or None

@@ -1,0 +1,132 @@
+"""Xilinx (AMD) Alveo cards: vendor 10ee, class 0x1200xx (hardware.md §4).
+
+An Alveo card shows two PFs in one slot: the management PF (``.0``, kernel driver
+``xclmgmt``) and the user PF (``.1``, ``xocl``). They are merged into one device
+keyed by the management PF with one ``region0`` deployable. Its attach handle is
+the user PF only: the management PF stays on the host, where ``xbmgmt`` programs
+the card through it (XRT's split for clouds). XRT's optional sysfs attributes
+give the region type (``interface_uuids``) and what is loaded (``xclbinuuid``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from oslo_config import cfg
+
+from acceleron.drivers import command
+from acceleron.drivers.base import Deployable, Device, Health
+from acceleron.drivers.errors import TargetNotFound
+from acceleron.drivers.sysfs import (
+    XILINX_FPGA,
+    PciFunction,
+    Sysfs,
+    classify,
+    make_device,
+    model_name,
+    normalize_uuid,
+    pci_handle,
+    pci_health,
+    scan,
+)
+
+LOG = logging.getLogger(__name__)
+
+# Management PF id -> board; the user PF is the next id (5000/5001 and so on).
+MODELS = {"5000": "U200", "5004": "U250", "500c": "U280", "5020": "U50"}
+USER_IDS = {"5001": "5000", "5005": "5004", "500d": "500c", "5021": "5020"}
+
+
+def is_management(fn: PciFunction) -> bool:
+    """xclmgmt is the management driver, xocl the user one; unbound, trust the ids,
+    then the function number (.0 is management)."""
+    if fn.driver in ("xclmgmt", "xocl"):
+        return fn.driver == "xclmgmt"
+    if fn.device in MODELS or fn.device in USER_IDS:
+        return fn.device in MODELS
+    return fn.bdf.function == 0
+
+
+class XilinxFpgaDriver:
+    """Xilinx Alveo FPGAs from sysfs; programs an xclbin with ``xbmgmt``."""
+
+    name = "xilinx_fpga"
+
+    def __init__(self, conf: cfg.ConfigOpts, root: Path) -> None:
+        self.conf = conf
+        self.sysfs = Sysfs(root)
+
+    def discover(self) -> list[Device]:
+        slots: dict[str, list[PciFunction]] = {}
+        for fn in scan(self.sysfs):
+            if classify(fn) == XILINX_FPGA:
+                slots.setdefault(fn.bdf.slot_address, []).append(fn)
+        return [self._device(functions) for _, functions in sorted(slots.items())]
+
+    def _device(self, functions: Sequence[PciFunction]) -> Device:
+        mgmt = next((fn for fn in functions if is_management(fn)), None)
+        user = next((fn for fn in functions if not is_management(fn)), None)
+        main = mgmt or user
+        assert main is not None  # a slot has at least one function
+        return make_device(
+            main,
+            type="FPGA",
+            driver=self.name,
+            model=model_name(MODELS, USER_IDS.get(main.device, main.device)),
+            vendor_board_info=self._board(mgmt, user),
+            deployables=(self._region(mgmt, user or main),),
+        )
+
+    def _region(self, mgmt: PciFunction | None, user: PciFunction) -> Deployable:
+        xclbin = normalize_uuid(self.sysfs.read(user.path / "xclbinuuid"))
+        if xclbin == "0" * 32:  # XRT writes zeros when nothing is loaded
+            xclbin = None
+        return Deployable(
+            key="region0",
+            kind="region",
+            num_accelerators=1,
+            programmable=True,
+            region_type=self._first_uuid(mgmt, user, "interface_uuids"),
+            bitstream_id=xclbin,
+            function_uuids=(xclbin,) if xclbin else (),
+            attributes={
+                "management_address": mgmt.address if mgmt else None,
+                "user_address": user.address,
+                "logic_uuid": self._first_uuid(mgmt, user, "logic_uuids"),
+            },
+            attach_handles=(pci_handle(user.address),),
+        )
+
+    def _first_uuid(self, mgmt: PciFunction | None, user: PciFunction, name: str) -> str | None:
+        """First uuid of an XRT attribute (one per line), management PF first."""
+        for fn in (mgmt, user):
+            text = self.sysfs.read(fn.path / name) if fn else None
+            if text:
+                return normalize_uuid(text.split()[0])
+        return None
+
+    def _board(self, mgmt: PciFunction | None, user: PciFunction | None) -> dict[str, Any]:
+        vbnv = self.sysfs.read(mgmt.path / "VBNV") if mgmt else None
+        return {
+            "management_address": mgmt.address if mgmt else None,
+            "user_address": user.address if user else None,
+            "vbnv": vbnv,
+        }
+
+    def health(self, device: Device) -> Health:
+        return pci_health(self.sysfs, device)
+
+    def program(self, device: Device, deployable_key: str, bitstream: Path) -> None:
+        """Run ``[xilinx_fpga] program_command`` (xbmgmt) against the management PF."""
+        current = next((d for d in self.discover() if d.pci_address == device.pci_address), None)
+        if current is None or deployable_key != "region0":
+            raise TargetNotFound(
+                f"Xilinx FPGA {device.pci_address} has no region {deployable_key!r} on this host"
+            )
+        user = current.deployables[0].attributes["user_address"]
+        opts = self.conf.xilinx_fpga
+        values = {**command.pci_values(device.pci_address, bitstream), "user_address": user}
+        command.run(opts.program_command, values, opts.program_timeout)

@@ -1,0 +1,179 @@
+"""A stand-in for pynvml that answers from recorded values (nvml.NvmlLib), no GPU needed.
+
+Errors are pynvml's own classes, so the driver's ``except lib.NVMLError`` is the
+same code path as on a host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml  # type: ignore[import-untyped]
+
+
+def error(code: int) -> Exception:
+    made: Exception = pynvml.NVMLError(code)  # the subclass for that code
+    return made
+
+
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
+
+
+@dataclasses.dataclass
+class Mig:
+    uuid: str
+    profile: str
+    gpu_instance_id: int
+    memory_mb: int
+
+
+@dataclasses.dataclass
+class Gpu:
+    """A GPU as NVML would answer for it; struct fields are bytes as in pynvml."""
+
+    bus_id: bytes  # b"00000000:3B:00.0"
+    domain: int
+    bus: int
+    device: int
+    pci_device_id: int  # 0x233010DE
+    name: str
+    uuid: str
+    memory_mb: int
+    numa_node: int | None = None  # None: NotSupported (old driver)
+    mig_mode: int | None = None  # None: NotSupported (no MIG)
+    profiles: dict[int, tuple[int, str, int, int, int]] = dataclasses.field(default_factory=dict)
+    # profile index -> (id, name, instanceCount, memorySizeMB, remaining)
+    migs: dict[int, Mig] = dataclasses.field(default_factory=dict)  # slot -> MIG device
+    broken: bool = False  # every per-GPU call fails (GPU is lost)
+
+
+class FakeNvml:
+    NVMLError = pynvml.NVMLError
+    NVML_GPU_INSTANCE_PROFILE_COUNT = pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+
+    def __init__(self, gpus: list[Gpu], init_error: int | None = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.calls: list[str] = []
+
+    def _gpu(self, handle: Any) -> Gpu:
+        if isinstance(handle, tuple):
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu: Gpu = self.gpus[handle]
+        if gpu.broken:
+            raise error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+        if self.init_error is not None:
+            raise error(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "550.54.15"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        return index
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        if isinstance(handle, tuple):
+            gpu, slot = self.gpus[handle[0]], handle[1]
+            return f"{gpu.name} MIG {gpu.migs[slot].profile}"
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if isinstance(handle, tuple):
+            return self.gpus[handle[0]].migs[handle[1]].uuid
+        return self._gpu(handle).uuid
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        gpu = self._gpu(handle)
+        return SimpleNamespace(
+            busId=gpu.bus_id,
+            busIdLegacy=gpu.bus_id[4:],
+            domain=gpu.domain,
+            bus=gpu.bus,
+            device=gpu.device,
+            pciDeviceId=gpu.pci_device_id,
+        )
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
+        if isinstance(handle, tuple):
+            mb = self.gpus[handle[0]].migs[handle[1]].memory_mb
+        else:
+            mb = self._gpu(handle).memory_mb
+        return SimpleNamespace(total=mb * 1024 * 1024, free=0, used=0)
+
+    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
+        node = self._gpu(handle).numa_node
+        if node is None:
+            raise error(NOT_SUPPORTED)
+        return node
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        mode = self._gpu(handle).mig_mode
+        if mode is None:
+            raise error(NOT_SUPPORTED)
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
+        if index not in self._gpu(handle).migs:
+            raise error(NOT_FOUND)
+        return (handle, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[int, int]) -> int:
+        return self.gpus[handle[0]].migs[handle[1]].gpu_instance_id
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int) -> Any:
+        if profile not in self._gpu(handle).profiles:
+            raise error(NOT_SUPPORTED)
+        pid, name, count, memory, _ = self._gpu(handle).profiles[profile]
+        return SimpleNamespace(
+            id=pid, name=f"MIG {name}".encode(), instanceCount=count, memorySizeMB=memory
+        )
+
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profile_id: int) -> int:
+        for pid, _, _, _, remaining in self._gpu(handle).profiles.values():
+            if pid == profile_id:
+                return int(remaining)
+        raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+
+def h100(bus: int = 0x3B, **fields: Any) -> Gpu:
+    """An H100 SXM5 80GB as hardware.md §2.4 describes it."""
+    values: dict[str, Any] = {
+        "bus_id": f"00000000:{bus:02X}:00.0".encode(),
+        "domain": 0,
+        "bus": bus,
+        "device": 0,
+        "pci_device_id": 0x233010DE,
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": f"GPU-5c3a1f0e-2b4d-4e6f-8a9b-0c1d2e3f4a{bus:02x}",
+        "memory_mb": 81559,
+        "numa_node": 1,
+    }
+    values.update(fields)
+    return Gpu(**values)
+
+
+H100_PROFILES = {
+    0: (19, "1g.10gb", 7, 9856, 5),
+    1: (14, "2g.20gb", 3, 19968, 2),
+    2: (9, "3g.40gb", 2, 40192, 1),
+    3: (5, "4g.40gb", 1, 40192, 0),
+    4: (0, "7g.80gb", 1, 80384, 0),
+    7: (20, "1g.10gb+me", 1, 9856, 1),
+    9: (15, "1g.20gb", 4, 19968, 3),
+}

@@ -1,0 +1,124 @@
+"""The xilinx_fpga driver: management and user PFs merged per slot, programming via xbmgmt."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from oslo_config import cfg
+
+from acceleron.drivers.base import Deployable
+from acceleron.drivers.errors import TargetNotFound
+from acceleron.drivers.sysfs import pci_handle
+from acceleron.drivers.xilinx_fpga import XilinxFpgaDriver
+
+MakeTree = Callable[..., Path]
+XCLBIN = "5b5c5d5e-1111-4222-8333-944455556666"
+SHELL = "15fb0d4b-8a2c-4e45-9a53-c1b4f8c9e6b0"
+
+
+def pf(bdf: str, device: str, driver: str | None, **fields: Any) -> dict[str, Any]:
+    spec = {"bdf": bdf, "vendor": "0x10ee", "device": device, "class": "0x120000",
+            "numa_node": 1, "driver": driver}  # fmt: skip
+    spec.update(fields)
+    return spec
+
+
+def u250(prefix: str = "0000:d8:00") -> list[dict[str, Any]]:
+    return [
+        pf(f"{prefix}.0", "0x5004", "xclmgmt",
+           files={"interface_uuids": f"{SHELL}\n", "logic_uuids": "aa" * 16,
+                  "VBNV": "xilinx_u250"}),
+        pf(f"{prefix}.1", "0x5005", "xocl", files={"xclbinuuid": XCLBIN}),
+    ]  # fmt: skip
+
+
+def test_mgmt_and_user_pfs_are_one_device(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    nic = {"bdf": "0000:18:00.0", "vendor": "0x8086", "device": "0x1572", "class": "0x020000"}
+    root = sysfs_tree({"devices": [*u250(), nic]})
+    (device,) = XilinxFpgaDriver(driver_conf, root).discover()
+    assert (device.pci_address, device.product_id, device.model, device.type) == (
+        "0000:d8:00.0",
+        "5004",
+        "U250",
+        "FPGA",
+    )
+    assert (device.vendor_name, device.numa_node) == ("XILINX", 1)
+    assert device.vendor_board_info == {
+        "management_address": "0000:d8:00.0",
+        "user_address": "0000:d8:00.1",
+        "vbnv": "xilinx_u250",
+    }
+    xclbin = XCLBIN.replace("-", "")
+    assert device.deployables == (
+        Deployable(
+            key="region0",
+            kind="region",
+            num_accelerators=1,
+            programmable=True,
+            region_type=SHELL.replace("-", ""),
+            bitstream_id=xclbin,
+            function_uuids=(xclbin,),
+            attributes={
+                "management_address": "0000:d8:00.0",
+                "user_address": "0000:d8:00.1",
+                "logic_uuid": "aa" * 16,
+            },
+            attach_handles=(pci_handle("0000:d8:00.1"),),
+        ),
+    )
+
+
+def test_unbound_pfs_without_xrt_files(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
+    root = sysfs_tree(
+        {"devices": [pf("10000:3b:00.0", "0x5000", None), pf("10000:3b:00.1", "0x5001", None),
+                     pf("10000:3c:00.1", "0x5021", "xocl", files={"xclbinuuid": "0" * 32})]}
+    )  # fmt: skip
+    u200, u50 = XilinxFpgaDriver(driver_conf, root).discover()
+    assert (u200.pci_address, u200.model) == ("10000:3b:00.0", "U200")
+    region = u200.deployables[0]
+    assert (region.region_type, region.bitstream_id, region.function_uuids) == (None, None, ())
+    assert region.attach_handles == (pci_handle("10000:3b:00.1"),)
+    # Only the user PF is visible (the management PF is elsewhere): it is the key.
+    assert (u50.pci_address, u50.product_id, u50.model) == ("10000:3c:00.1", "5021", "U50")
+    assert u50.deployables[0].bitstream_id is None  # all zeros: nothing loaded
+
+
+def test_program_runs_xbmgmt_on_the_management_pf(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    out = tmp_path / "argv.json"
+    recorder = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
+    driver_conf.set_override(
+        "program_command",
+        f"{shlex.quote(sys.executable)} -c {shlex.quote(recorder)} {out} "
+        "program --device {address} --user {image} --note {user_address}",
+        group="xilinx_fpga",
+    )
+    driver = XilinxFpgaDriver(driver_conf, sysfs_tree({"devices": u250()}))
+    (device,) = driver.discover()
+    image = tmp_path / "vadd.xclbin"
+    image.write_bytes(b"xclbin2\0")
+    driver.program(device, "region0", image)
+    assert json.loads(out.read_text()) == [
+        "program", "--device", "0000:d8:00.0", "--user", str(image), "--note", "0000:d8:00.1",
+    ]  # fmt: skip
+    with pytest.raises(TargetNotFound, match="no region 'region1'"):
+        driver.program(device, "region1", image)
+
+
+def test_default_command_is_xbmgmt(driver_conf: cfg.ConfigOpts) -> None:
+    assert driver_conf.xilinx_fpga.program_command == (
+        "/opt/xilinx/xrt/bin/xbmgmt program --device {address} --user {image}"
+    )
+
+
+def test_no_sys_at_all(tmp_path: Path, driver_conf: cfg.ConfigOpts) -> None:
+    assert XilinxFpgaDriver(driver_conf, tmp_path).discover() == []
