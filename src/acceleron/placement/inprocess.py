@@ -1,0 +1,123 @@
+"""The real OpenStack Placement, running inside this process.
+
+Used by the embedded mode and by tests. :func:`placement_app` builds Placement's WSGI
+application once per process (its database layer is a process-global enginefacade, so
+there can only be one); :func:`direct_adapter` hands back a keystoneauth1 ``Adapter``
+whose HTTP requests are answered by a WSGI application without a socket. That is the
+same client type the product uses against a remote Placement: only the transport
+differs, and nothing global is patched.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+import webob
+from keystoneauth1 import adapter, session, token_endpoint
+from oslo_config import cfg
+from requests.adapters import BaseAdapter
+from requests.structures import CaseInsensitiveDict
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+# noauth2: the token "admin" carries the admin role.
+ADMIN_TOKEN = "admin"
+DIRECT_ENDPOINT = "http://placement.in-process"
+
+_lock = threading.Lock()
+_app: tuple[str, WSGIApp] | None = None
+
+
+def _load(connection: str) -> WSGIApp:
+    from placement import conf as placement_conf
+    from placement import db_api, deploy
+
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    # The option is required: it must be a default before parsing, or parsing fails.
+    conf.set_default("connection", connection, group="placement_database")
+    conf([], project="placement", default_config_files=[])
+    conf.set_override("auth_strategy", "noauth2", group="api")
+    conf.set_override("sync_on_startup", True, group="placement_database")
+    db_api.configure(conf)
+    app: WSGIApp = deploy.loadapp(conf)
+    return app
+
+
+def placement_app(connection: str = "sqlite://") -> WSGIApp:
+    """Placement's WSGI application on ``connection``, built on the first call only.
+
+    ``sqlite://`` keeps everything in memory. Asking for another connection later in
+    the same process is an error: Placement cannot be pointed at a second database.
+    """
+    global _app
+    with _lock:
+        if _app is None:
+            _app = (connection, _load(connection))
+        elif _app[0] != connection:
+            raise RuntimeError(
+                f"Placement already runs in this process on {_app[0]!r}; it cannot also "
+                f"run on {connection!r}."
+            )
+        return _app[1]
+
+
+def placement_engine() -> Any:
+    """The SQLAlchemy engine of the in-process Placement (after :func:`placement_app`)."""
+    from placement import db_api
+
+    return db_api.get_placement_engine()
+
+
+class WSGITransport(BaseAdapter):
+    """A ``requests`` transport that hands each request to a WSGI application."""
+
+    def __init__(self, app: WSGIApp) -> None:
+        super().__init__()
+        self.app = app
+
+    def send(  # type: ignore[override]
+        self, request: requests.PreparedRequest, **kwargs: Any
+    ) -> requests.Response:
+        parts = urlsplit(request.url or "")
+        body = request.body or b""
+        if isinstance(body, str):
+            body = body.encode()
+        wsgi_request = webob.Request.blank(
+            parts.path + (f"?{parts.query}" if parts.query else ""),
+            method=request.method,
+            headers=dict(request.headers),
+            body=body,
+            base_url=f"{parts.scheme}://{parts.netloc}",
+        )
+        answer = wsgi_request.get_response(self.app)
+        return self._response(request, answer)
+
+    @staticmethod
+    def _response(request: requests.PreparedRequest, answer: Any) -> requests.Response:
+        response = requests.Response()
+        response.status_code = answer.status_code
+        response.reason = answer.status.partition(" ")[2]
+        response.headers = CaseInsensitiveDict(answer.headerlist)
+        response._content = answer.body
+        response.url = request.url or ""
+        response.request = request
+        response.encoding = answer.charset
+        return response
+
+    def close(self) -> None:
+        """Nothing to release: no socket was opened."""
+
+
+def direct_adapter(
+    app: WSGIApp, *, endpoint: str = DIRECT_ENDPOINT, token: str = ADMIN_TOKEN
+) -> adapter.Adapter:
+    """A keystoneauth1 Adapter for the ``placement`` service answered by ``app``."""
+    transport = requests.Session()
+    transport.mount(endpoint, WSGITransport(app))
+    ks_session = session.Session(auth=token_endpoint.Token(endpoint, token), session=transport)
+    return adapter.Adapter(ks_session, service_type="placement", raise_exc=False)

@@ -1,0 +1,318 @@
+"""Names Acceleron publishes to Placement: resource classes, traits, provider names and uuids.
+
+Pure functions, no I/O. Every name is normalised the way spec 004 asks — upper case,
+spaces and hyphens become underscores, UUIDs are written in canonical form with upper
+case hex digits and underscores for hyphens — and then checked against Placement's
+rules: a custom name matches ``^CUSTOM_[A-Z0-9_]+$`` and has at most 255 characters; a
+standard trait or class must be one os-traits / os-resource-classes knows. A value that
+cannot be made valid raises :class:`~acceleron.exceptions.InvalidPlacementName` naming
+the driver and the device it came from (pass ``origin=``).
+
+Resource classes (spec 001)::
+
+    CUSTOM_ACCELERATOR_<TYPE>            CUSTOM_ACCELERATOR_FPGA
+    CUSTOM_ACCELERATOR_MEMORY_<TYPE>     CUSTOM_ACCELERATOR_MEMORY_DDR
+    FPGA, PGPU, VGPU                     upstream Cyborg's standard classes, with standard=True
+
+Traits::
+
+    device type        CUSTOM_<TYPE>_<VENDOR>                  CUSTOM_FPGA_INTEL
+    family / product   CUSTOM_<TYPE>_<VENDOR>_<PRODUCT>        CUSTOM_FPGA_INTEL_PAC_ARRIA10
+    region type        spec 004: CUSTOM_<TYPE>_<VENDOR>_REGION_<ID>
+                       spec 001: CUSTOM_<TYPE>_REGION_<VENDOR>_<ID>   (= upstream Cyborg's)
+    function           spec 004: CUSTOM_<TYPE>_<VENDOR>_FUNCTION_<ID>
+                       spec 001: CUSTOM_<TYPE>_FUNCTION_<VENDOR>_<ID>
+                       upstream: CUSTOM_<TYPE>_FUNCTION_ID_<VENDOR>_<ID>
+    programmable       CUSTOM_PROGRAMMABLE
+    functionality      CUSTOM_<TYPE>_COMPUTE | _NETWORK | _STORAGE
+    owner              OWNER_CYBORG (standard; Acceleron speaks Cyborg's API)
+
+Resource providers: one per device and one per deployable under it (region, VF pool,
+vGPU type, MIG profile). The name is ``<host>_<address>`` for a device (upstream
+Cyborg's deployable naming) and ``<host>_<address>_<key>`` for a deployable, where
+``address`` is the PCI address in canonical form (``0000:5e:00.0``) or another stable
+device address, and ``key`` is the deployable's stable key within the device
+(``region0``, ``vf_pool``, ``nvidia-222``). The uuid is
+``uuid5(PROVIDER_NAMESPACE, "<host>\\n<address>\\n<key>")``: deterministic, so every
+sync and every replica computes the same one, and unique across the cluster as long as
+host names are (which Nova requires of compute nodes anyway). Names longer than
+Placement's 200 characters are cut and end with a hash of the full name.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import os_resource_classes
+import os_traits
+
+from acceleron.exceptions import InvalidPlacementName
+
+NAME_MAX = 255
+PROVIDER_NAME_MAX = 200
+CUSTOM_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_TOKEN_RE = re.compile(r"^[A-Z0-9_]+$")
+
+PROGRAMMABLE = "CUSTOM_PROGRAMMABLE"
+OWNER = "OWNER_CYBORG"
+FUNCTIONALITIES = ("COMPUTE", "NETWORK", "STORAGE")
+# Upstream Cyborg's standard classes by device type (used with standard=True).
+STANDARD_CLASSES = {"FPGA": "FPGA", "GPU": "PGPU", "PGPU": "PGPU", "VGPU": "VGPU"}
+# Fixed forever: changing it would give every provider a new uuid.
+PROVIDER_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:acceleron:placement:resource-provider")
+
+_PCI_RE = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-1][0-9a-f])\.(?P<fn>[0-7])$",
+    re.IGNORECASE,
+)
+_ADDRESS_RE = re.compile(r"^[\x21-\x7e]+$")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from, for error messages: the driver and the device."""
+
+    driver: str = "unknown driver"
+    device: str = "unknown device"
+
+
+UNKNOWN = Origin()
+
+
+class TraitForm(enum.Enum):
+    """Which spec's spelling of region type and function traits."""
+
+    SPEC_004 = "004"  # CUSTOM_<TYPE>_<VENDOR>_REGION_<ID>
+    SPEC_001 = "001"  # CUSTOM_<TYPE>_REGION_<VENDOR>_<ID>
+    UPSTREAM = "upstream"  # functions: CUSTOM_<TYPE>_FUNCTION_ID_<VENDOR>_<ID>
+
+
+def _fail(origin: Origin, what: str, value: str, why: str) -> InvalidPlacementName:
+    return InvalidPlacementName(
+        f"{origin.driver} reported {what} {value!r} for device {origin.device}, which cannot "
+        f"be made a Placement name: {why}",
+        driver=origin.driver,
+        device=origin.device,
+        name=value,
+    )
+
+
+def normalize(value: str, *, what: str = "a name", origin: Origin = UNKNOWN) -> str:
+    """Spec 004: upper case, spaces and hyphens to underscores; only A-Z, 0-9 and _ remain."""
+    token = value.strip().upper().replace(" ", "_").replace("-", "_")
+    if not token or not _TOKEN_RE.match(token):
+        raise _fail(origin, what, value, "only letters, digits, spaces, '-' and '_' may be used.")
+    return token
+
+
+def normalize_uuid(value: str, *, what: str = "a UUID", origin: Origin = UNKNOWN) -> str:
+    """A UUID (with or without hyphens) as upper-case hex with underscores for hyphens."""
+    try:
+        parsed = uuid.UUID(value.strip())
+    except ValueError:
+        raise _fail(origin, what, value, "it is not a UUID.") from None
+    return str(parsed).upper().replace("-", "_")
+
+
+def normalize_id(value: str, *, what: str = "an id", origin: Origin = UNKNOWN) -> str:
+    """A region type or function id: canonical if it is a UUID, else :func:`normalize`."""
+    try:
+        return normalize_uuid(value, what=what, origin=origin)
+    except InvalidPlacementName:
+        return normalize(value, what=what, origin=origin)
+
+
+def check_custom(name: str, *, what: str = "name", origin: Origin = UNKNOWN) -> str:
+    """``name`` if it is a valid custom trait or resource class name, else an error."""
+    if not CUSTOM_RE.match(name):
+        raise _fail(origin, what, name, "a custom name must match ^CUSTOM_[A-Z0-9_]+$.")
+    if len(name) > NAME_MAX:
+        raise _fail(origin, what, name, f"it is longer than {NAME_MAX} characters.")
+    return name
+
+
+@functools.cache
+def _standard_traits() -> frozenset[str]:
+    return frozenset(os_traits.get_traits())
+
+
+def check_trait(name: str, *, origin: Origin = UNKNOWN) -> str:
+    """``name`` if it is a standard trait os-traits knows or a valid custom trait."""
+    if name.startswith("CUSTOM_"):
+        return check_custom(name, what="trait", origin=origin)
+    if name not in _standard_traits():
+        raise _fail(origin, "trait", name, "it is neither a standard trait nor CUSTOM_*.")
+    return name
+
+
+def check_resource_class(name: str, *, origin: Origin = UNKNOWN) -> str:
+    """``name`` if it is a standard resource class or a valid custom one."""
+    if name.startswith("CUSTOM_"):
+        return check_custom(name, what="resource class", origin=origin)
+    if name not in os_resource_classes.STANDARDS:
+        raise _fail(origin, "resource class", name, "it is neither standard nor CUSTOM_*.")
+    return name
+
+
+def custom(*parts: str, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_`` followed by the normalised parts joined by underscores, checked."""
+    tokens = [normalize(part, origin=origin) for part in parts]
+    return check_custom("_".join(["CUSTOM", *tokens]), origin=origin)
+
+
+# Resource classes
+
+
+def accelerator_class(device_type: str, *, standard: bool = False, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_ACCELERATOR_<TYPE>``, or upstream's standard class when ``standard`` is set.
+
+    With ``standard=True`` a type without a standard class (QAT, say) keeps its custom one.
+    """
+    kind = normalize(device_type, what="device type", origin=origin)
+    if standard and kind in STANDARD_CLASSES:
+        return check_resource_class(STANDARD_CLASSES[kind], origin=origin)
+    return custom("ACCELERATOR", kind, origin=origin)
+
+
+def memory_class(memory_type: str, *, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_ACCELERATOR_MEMORY_<TYPE>``, e.g. ``CUSTOM_ACCELERATOR_MEMORY_DDR``."""
+    return custom("ACCELERATOR", "MEMORY", memory_type, origin=origin)
+
+
+# Traits
+
+
+def device_type_trait(device_type: str, vendor: str, *, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_<TYPE>_<VENDOR>``, e.g. ``CUSTOM_FPGA_INTEL``."""
+    return custom(device_type, vendor, origin=origin)
+
+
+def product_trait(device_type: str, vendor: str, product: str, *, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_<TYPE>_<VENDOR>_<PRODUCT>``, e.g. ``CUSTOM_FPGA_INTEL_PAC_ARRIA10``.
+
+    Spec 001's family trait (``CUSTOM_FPGA_INTEL_ARRIA10``) has the same form.
+    """
+    return custom(device_type, vendor, product, origin=origin)
+
+
+family_trait = product_trait
+
+
+def _id_trait(
+    kind: str, device_type: str, vendor: str, value: str, form: TraitForm, origin: Origin
+) -> str:
+    ident = normalize_id(value, what=f"a {kind.lower()} id", origin=origin)
+    if form is TraitForm.SPEC_004:
+        return custom(device_type, vendor, kind, ident, origin=origin)
+    if form is TraitForm.UPSTREAM and kind == "FUNCTION":
+        return custom(device_type, "FUNCTION_ID", vendor, ident, origin=origin)
+    return custom(device_type, kind, vendor, ident, origin=origin)
+
+
+def region_type_trait(
+    device_type: str,
+    vendor: str,
+    region_type: str,
+    *,
+    form: TraitForm = TraitForm.SPEC_004,
+    origin: Origin = UNKNOWN,
+) -> str:
+    """Region type trait in one form (upstream's region form is spec 001's)."""
+    return _id_trait("REGION", device_type, vendor, region_type, form, origin)
+
+
+def function_trait(
+    device_type: str,
+    vendor: str,
+    function_id: str,
+    *,
+    form: TraitForm = TraitForm.SPEC_004,
+    origin: Origin = UNKNOWN,
+) -> str:
+    """Function trait in one form."""
+    return _id_trait("FUNCTION", device_type, vendor, function_id, form, origin)
+
+
+def _unique(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
+def region_type_traits(
+    device_type: str, vendor: str, region_type: str, *, origin: Origin = UNKNOWN
+) -> tuple[str, ...]:
+    """The region type trait in every form, so flavors written either way match."""
+    forms = (TraitForm.SPEC_004, TraitForm.SPEC_001)
+    return _unique(
+        region_type_trait(device_type, vendor, region_type, form=f, origin=origin) for f in forms
+    )
+
+
+def function_traits(
+    device_type: str, vendor: str, function_id: str, *, origin: Origin = UNKNOWN
+) -> tuple[str, ...]:
+    """The function trait in every form (spec 004, spec 001, upstream Cyborg)."""
+    return _unique(
+        function_trait(device_type, vendor, function_id, form=f, origin=origin) for f in TraitForm
+    )
+
+
+def functionality_trait(device_type: str, functionality: str, *, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_<TYPE>_COMPUTE``, ``_NETWORK`` or ``_STORAGE`` (spec 001)."""
+    kind = normalize(functionality, what="functionality", origin=origin)
+    if kind not in FUNCTIONALITIES:
+        raise _fail(origin, "functionality", functionality, f"use one of {FUNCTIONALITIES}.")
+    return custom(device_type, kind, origin=origin)
+
+
+# Resource providers
+
+
+def canonical_address(address: str, *, origin: Origin = UNKNOWN) -> str:
+    """A PCI address as ``dddd:bb:dd.f`` in lower case (domain 0000 when left out).
+
+    Any other printable address without spaces is kept as it is, for devices that are
+    not on PCI.
+    """
+    value = address.strip()
+    match = _PCI_RE.match(value)
+    if match:
+        domain = (match["domain"] or "0000").lower().rjust(4, "0")
+        return f"{domain}:{match['bus'].lower()}:{match['dev'].lower()}.{match['fn']}"
+    if not _ADDRESS_RE.match(value):
+        raise _fail(origin, "device address", address, "it is empty or holds spaces.")
+    return value
+
+
+def _check_word(value: str, what: str, origin: Origin) -> str:
+    if not _ADDRESS_RE.match(value):
+        raise _fail(origin, what, value, "it is empty or holds spaces.")
+    return value
+
+
+def _provider_parts(host: str, address: str, key: str, origin: Origin) -> list[str]:
+    parts = [_check_word(host, "host name", origin), canonical_address(address, origin=origin)]
+    if key:
+        parts.append(_check_word(key, "deployable key", origin))
+    return parts
+
+
+def provider_name(host: str, address: str, key: str = "", *, origin: Origin = UNKNOWN) -> str:
+    """``<host>_<address>`` for a device, ``<host>_<address>_<key>`` for a deployable."""
+    name = "_".join(_provider_parts(host, address, key, origin))
+    if len(name) <= PROVIDER_NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{name[: PROVIDER_NAME_MAX - 17]}_{digest}"
+
+
+def provider_uuid(host: str, address: str, key: str = "", *, origin: Origin = UNKNOWN) -> str:
+    """The provider's deterministic uuid: uuid5 over host, address and deployable key."""
+    parts = _provider_parts(host, address, key, origin)
+    seed = "\n".join(parts if key else [*parts, ""])
+    return str(uuid.uuid5(PROVIDER_NAMESPACE, seed))
