@@ -1,0 +1,183 @@
+"""The local bitstream store: content-addressed files plus rows in ``bitstreams``.
+
+Each distinct content is one file named by its SHA-256 under the store's
+directory; rows carry the metadata and point at a file by that hash, so
+identical uploads share one file. An upload streams to a temporary file in the
+same directory while hashing, then renames it into place inside the
+transaction that adds the row. A delete removes the file only when no row uses
+it any more. Both hold a lock on the directory across their transaction, so
+an upload and a delete of the same content on this host cannot interleave; a
+row therefore never points at a missing file (a crash leaves at most an unused
+file behind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sqlalchemy import Row, Select, delete, func, insert, select
+
+from acceleron.bitstreams import transfer
+from acceleron.bitstreams.base import BitstreamStore
+from acceleron.bitstreams.model import Bitstream, NewBitstream, Query, canonical_uuid, is_uuid
+from acceleron.db.models import Bitstream as BitstreamRow
+from acceleron.db.models import table
+from acceleron.db.session import Database
+from acceleron.exceptions import BitstreamStoreError
+
+HASH_ALGO = "sha256"
+
+
+class LocalStore(BitstreamStore):
+    backend = "local"
+
+    def __init__(self, db: Database, root: Path) -> None:
+        self._db = db
+        self._root = root
+
+    # --- files -------------------------------------------------------------------
+
+    def _path(self, sha256: str) -> Path:
+        return self._root / sha256
+
+    def _spool(self, data: BinaryIO) -> tuple[Path, str, int]:
+        """Copy ``data`` to a temporary file in the store; its path, SHA-256 and size."""
+        tmp_dir = self._root / ".tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        path = tmp_dir / f"{uuid.uuid4().hex}.part"
+        hasher = hashlib.sha256()
+        try:
+            size = transfer.write_hashed(transfer.read_chunks(data), path, hasher)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path, hasher.hexdigest(), size
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._root.mkdir(parents=True, exist_ok=True)
+        with (self._root / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # --- primitives ------------------------------------------------------------------
+
+    def _add(self, data: BinaryIO, meta: NewBitstream) -> Bitstream:
+        spooled, sha256, size = self._spool(data)
+        try:
+            with self._locked(), self._db.writer() as conn:
+                values = _new_row(meta, sha256, size)
+                row = conn.execute(insert(_TABLE).values(values).returning(_TABLE)).one()
+                # Same hash, same bytes: replacing an existing file changes nothing
+                # a reader can see, and heals one that was damaged on disk.
+                os.replace(spooled, self._path(sha256))
+        finally:
+            spooled.unlink(missing_ok=True)
+        return _to_bitstream(row)
+
+    def _get(self, bitstream_id: str) -> Bitstream | None:
+        wanted = _canonical_id(bitstream_id)
+        if wanted is None:
+            return None
+        with self._db.reader() as conn:
+            row = conn.execute(select(_TABLE).where(_TABLE.c.uuid == wanted)).first()
+        return None if row is None else _to_bitstream(row)
+
+    def _find(self, query: Query) -> list[Bitstream]:
+        with self._db.reader() as conn:
+            rows = conn.execute(_select(query)).all()
+        return [b for b in map(_to_bitstream, rows) if query.matches(b)]
+
+    def _remove(self, bitstream_id: str) -> bool:
+        wanted = _canonical_id(bitstream_id)
+        if wanted is None:
+            return False
+        with self._locked():
+            with self._db.writer() as conn:
+                deleted = conn.execute(select(_TABLE).where(_TABLE.c.uuid == wanted)).first()
+                if deleted is None:
+                    return False
+                conn.execute(delete(_TABLE).where(_TABLE.c.id == deleted.id))
+                users = conn.scalar(select(func.count()).where(_TABLE.c.sha256 == deleted.sha256))
+            if not users:
+                self._path(deleted.sha256).unlink(missing_ok=True)
+        return True
+
+    @contextlib.contextmanager
+    def _chunks(self, bitstream: Bitstream) -> Iterator[Iterable[bytes]]:
+        path = self._path(bitstream.hash_value or "")
+        try:
+            stream = path.open("rb")
+        except FileNotFoundError as exc:
+            raise BitstreamStoreError(
+                f"Bitstream {bitstream.describe()}: its file {path} is missing from the local "
+                f"store; upload it again."
+            ) from exc
+        with stream:
+            yield transfer.read_chunks(stream)
+
+
+def _canonical_id(bitstream_id: str) -> str | None:
+    return canonical_uuid(bitstream_id, "bitstream_id") if is_uuid(bitstream_id) else None
+
+
+def _new_row(meta: NewBitstream, sha256: str, size: int) -> dict[str, Any]:
+    return {
+        "uuid": str(uuid.uuid4()),
+        "name": meta.name,
+        "sha256": sha256,
+        "size": size,
+        "vendor": meta.vendor,
+        "function_uuid": meta.function_uuid,
+        "function_name": meta.function_name,
+        "region_type_uuid": meta.region_type_uuid,
+        "properties": dict(meta.properties),
+        "owner": meta.owner,
+        "status": "active",
+    }
+
+
+_TABLE = table(BitstreamRow)
+
+
+def _select(query: Query) -> Select[Any]:
+    """Rows matching ``query``; UUID columns hold the canonical form the query has too."""
+    stmt = select(_TABLE).where(BitstreamRow.status == "active")
+    columns: dict[str, Any] = {
+        "name": BitstreamRow.name,
+        "function_uuid": BitstreamRow.function_uuid,
+        "function_name": BitstreamRow.function_name,
+        "region_type_uuid": BitstreamRow.region_type_uuid,
+    }
+    for field, column in columns.items():
+        value = getattr(query, field)
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return stmt.order_by(BitstreamRow.id)
+
+
+def _to_bitstream(row: Row[Any]) -> Bitstream:
+    return Bitstream(
+        id=row.uuid,
+        name=row.name,
+        size=row.size,
+        hash_algo=HASH_ALGO,
+        hash_value=row.sha256,
+        vendor=row.vendor,
+        function_uuid=row.function_uuid,
+        function_name=row.function_name,
+        region_type_uuid=row.region_type_uuid,
+        properties=dict(row.properties or {}),
+        status=row.status,
+        owner=row.owner,
+    )

@@ -1,0 +1,177 @@
+"""What a bitstream is, whichever store holds it, and how look-up keys compare.
+
+Function ids and region types are UUIDs (spec 002, spec 004). Drivers, Glance
+images and device profiles do not agree on how they spell one, so they are
+compared folded: lower-case hex with the dashes removed. Stores keep the
+canonical spelling (lower case, dashed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from acceleron.exceptions import InvalidInput
+
+NAME_MAX = 255
+VALUE_MAX = 255
+_HEX32_RE = re.compile(r"^[0-9a-f]{32}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+# The metadata every store understands, by the Glance image property it maps to.
+FUNCTION_UUID_KEY = "accel:function_uuid"
+FUNCTION_NAME_KEY = "accel:function_name"
+REGION_TYPE_KEY = "accel:region_type_uuid"
+VENDOR_KEY = "accel:vendor"
+ACCEL_KEYS = frozenset({FUNCTION_UUID_KEY, FUNCTION_NAME_KEY, REGION_TYPE_KEY, VENDOR_KEY})
+
+# Names an extra property may not take: Glance's own image attributes and the keys above.
+RESERVED_KEYS = ACCEL_KEYS | frozenset(
+    {
+        "id", "name", "status", "visibility", "protected", "checksum", "os_hash_algo",
+        "os_hash_value", "owner", "size", "virtual_size", "min_ram", "min_disk", "created_at",
+        "updated_at", "tags", "self", "file", "schema", "disk_format", "container_format",
+        "direct_url", "locations", "os_hidden", "stores",
+    }
+)  # fmt: skip
+
+
+def fold_uuid(value: str) -> str:
+    """The form function ids and region types are compared in."""
+    return value.strip().lower().replace("-", "")
+
+
+def is_uuid(value: str) -> bool:
+    return _HEX32_RE.match(fold_uuid(value)) is not None
+
+
+def canonical_uuid(value: str, field: str) -> str:
+    """``value`` as a lower-case dashed UUID, or InvalidInput naming ``field``."""
+    if not is_uuid(value):
+        raise InvalidInput(f"{field}: {value!r} is not a UUID (32 hex digits, dashes optional).")
+    return str(uuid.UUID(hex=fold_uuid(value)))
+
+
+def _optional_uuid(value: str | None, field: str) -> str | None:
+    return None if value is None else canonical_uuid(value, field)
+
+
+def check_text(value: str, field: str, limit: int = NAME_MAX) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{field}: must be a non-empty string.")
+    if len(value) > limit or _CONTROL_RE.search(value):
+        raise InvalidInput(
+            f"{field}: at most {limit} characters and no control characters, got {value[:64]!r}."
+        )
+    return value
+
+
+def _optional_text(value: str | None, field: str, limit: int = NAME_MAX) -> str | None:
+    return None if value is None else check_text(value, field, limit)
+
+
+def _check_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    for key, value in properties.items():
+        check_text(key, "properties", NAME_MAX)
+        if key in RESERVED_KEYS:
+            raise InvalidInput(
+                f"properties: {key!r} is reserved; give it as its own field, or pick another key."
+            )
+        check_text(value, f"properties[{key!r}]", VALUE_MAX)
+    return MappingProxyType(dict(properties))
+
+
+@dataclasses.dataclass(frozen=True)
+class Bitstream:
+    """One bitstream as a store describes it. ``id`` is its UUID (the Glance image id)."""
+
+    id: str
+    name: str
+    size: int | None
+    # Algorithm and hex digest the bytes must hash to: sha256 locally, Glance's os_hash_*.
+    hash_algo: str | None
+    hash_value: str | None
+    vendor: str | None = None
+    function_uuid: str | None = None
+    function_name: str | None = None
+    region_type_uuid: str | None = None
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    status: str = "active"
+    owner: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.id} ({self.name!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class NewBitstream:
+    """What an uploader says about the bytes it uploads."""
+
+    name: str
+    vendor: str | None = None
+    function_uuid: str | None = None
+    function_name: str | None = None
+    region_type_uuid: str | None = None
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    owner: str | None = None
+
+    def normalized(self) -> NewBitstream:
+        """Checked, with UUIDs in canonical form; InvalidInput names the bad field."""
+        return NewBitstream(
+            name=check_text(self.name, "name"),
+            vendor=_optional_text(self.vendor, "vendor", 64),
+            function_uuid=_optional_uuid(self.function_uuid, "function_uuid"),
+            function_name=_optional_text(self.function_name, "function_name"),
+            region_type_uuid=_optional_uuid(self.region_type_uuid, "region_type_uuid"),
+            properties=_check_properties(self.properties),
+            owner=_optional_text(self.owner, "owner"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """Criteria ANDed together; a criterion left None is not applied."""
+
+    name: str | None = None
+    function_uuid: str | None = None
+    function_name: str | None = None
+    region_type_uuid: str | None = None
+
+    def normalized(self) -> Query:
+        return dataclasses.replace(
+            self,
+            function_uuid=_optional_uuid(self.function_uuid, "function_id"),
+            region_type_uuid=_optional_uuid(self.region_type_uuid, "region type"),
+        )
+
+    def matches(self, bitstream: Bitstream) -> bool:
+        return (
+            _same(self.name, bitstream.name)
+            and _same(self.function_name, bitstream.function_name)
+            and _same_uuid(self.function_uuid, bitstream.function_uuid)
+            and _same_uuid(self.region_type_uuid, bitstream.region_type_uuid)
+        )
+
+    def describe(self) -> str:
+        parts = [
+            f"{label} {value!r}"
+            for label, value in (
+                ("name", self.name),
+                ("function_id", self.function_uuid),
+                ("function_name", self.function_name),
+                ("region type", self.region_type_uuid),
+            )
+            if value is not None
+        ]
+        return " and ".join(parts) or "any bitstream"
+
+
+def _same(wanted: str | None, actual: str | None) -> bool:
+    return wanted is None or wanted == actual
+
+
+def _same_uuid(wanted: str | None, actual: str | None) -> bool:
+    return wanted is None or (actual is not None and fold_uuid(wanted) == fold_uuid(actual))

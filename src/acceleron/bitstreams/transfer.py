@@ -1,0 +1,142 @@
+"""Moving bitstream bytes to disk, verified by the hash the store recorded.
+
+Bytes go to a hidden temporary file beside the destination while they are
+hashed; only when size and hash match is the file renamed into place, so a
+reader never sees a partial or corrupt bitstream, and a mismatch leaves nothing
+behind. The per-host cache names each file by that hash and hashes a cached
+file again before handing it out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from acceleron.bitstreams.model import Bitstream
+from acceleron.exceptions import BitstreamCorrupt, BitstreamUnavailable
+
+LOG = logging.getLogger(__name__)
+CHUNK_SIZE = 1 << 20
+# Digests too weak to vouch for what is programmed into hardware.
+WEAK_ALGOS = frozenset({"md5", "sha1"})
+_HEX_RE = re.compile(r"^[0-9a-f]{32,128}$")
+
+
+class Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def read_chunks(stream: BinaryIO, size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    while chunk := stream.read(size):
+        yield chunk
+
+
+def hasher_for(bitstream: Bitstream) -> Hasher:
+    """A fresh hasher of the bitstream's algorithm; refuses one that cannot verify it."""
+    if bitstream.status != "active":
+        raise BitstreamUnavailable(
+            f"Bitstream {bitstream.describe()} is {bitstream.status}, not active: it has no "
+            f"data to program yet, or was deactivated."
+        )
+    algo = (bitstream.hash_algo or "").lower()
+    value = (bitstream.hash_value or "").lower()
+    if algo in WEAK_ALGOS or algo not in hashlib.algorithms_available or not _HEX_RE.match(value):
+        raise BitstreamCorrupt(
+            f"Bitstream {bitstream.describe()} has no usable hash (algorithm {algo or 'none'!r}, "
+            f"value {value or 'none'!r}), so its bytes cannot be verified."
+        )
+    return hashlib.new(algo)
+
+
+def check(bitstream: Bitstream, size: int, digest: str) -> None:
+    """BitstreamCorrupt unless ``size`` and ``digest`` are what the store recorded."""
+    if bitstream.size is not None and size != bitstream.size:
+        raise BitstreamCorrupt(
+            f"Bitstream {bitstream.describe()}: read {size} bytes, the store recorded "
+            f"{bitstream.size}; the copy was discarded."
+        )
+    expected = (bitstream.hash_value or "").lower()
+    if digest != expected:
+        raise BitstreamCorrupt(
+            f"Bitstream {bitstream.describe()}: the {bitstream.hash_algo} of the bytes read is "
+            f"{digest}, the store recorded {expected}; the copy was discarded."
+        )
+
+
+def write_verified(chunks: Iterable[bytes], dest: Path, bitstream: Bitstream) -> Path:
+    """Write ``chunks`` to ``dest`` if and only if they are the bitstream's bytes."""
+    hasher = hasher_for(bitstream)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
+    try:
+        size = write_hashed(chunks, part, hasher)
+        check(bitstream, size, hasher.hexdigest())
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+    return dest
+
+
+def write_hashed(chunks: Iterable[bytes], path: Path, hasher: Hasher) -> int:
+    """Write ``chunks`` to a new file at ``path``, feeding ``hasher``; the size written."""
+    size = 0
+    with path.open("xb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+            hasher.update(chunk)
+            size += len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return size
+
+
+def file_is_intact(path: Path, bitstream: Bitstream) -> bool:
+    """Whether the file at ``path`` holds exactly the bitstream's bytes."""
+    hasher = hasher_for(bitstream)
+    size = 0
+    try:
+        with path.open("rb") as stream:
+            for chunk in read_chunks(stream):
+                hasher.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError:
+        return False
+    try:
+        check(bitstream, size, hasher.hexdigest())
+    except BitstreamCorrupt:
+        return False
+    return True
+
+
+def cache_path(cache_dir: Path, bitstream: Bitstream) -> Path:
+    hasher_for(bitstream)  # refuses a bitstream whose hash cannot name a file safely
+    return cache_dir / f"{bitstream.hash_algo}-{bitstream.hash_value}".lower()
+
+
+def fetch_to_cache(
+    chunks: Callable[[], contextlib.AbstractContextManager[Iterable[bytes]]],
+    bitstream: Bitstream,
+    cache_dir: Path,
+) -> Path:
+    """The cached copy of the bitstream, downloaded through ``chunks`` unless intact."""
+    path = cache_path(cache_dir, bitstream)
+    if file_is_intact(path, bitstream):
+        LOG.debug("Bitstream %s: using the verified copy at %s", bitstream.describe(), path)
+        os.utime(path)  # the last use, for whoever prunes the cache
+        return path
+    if path.exists():
+        LOG.warning("Bitstream %s: cached copy %s is damaged, fetching again", bitstream.id, path)
+        path.unlink(missing_ok=True)
+    with chunks() as data:
+        write_verified(data, path, bitstream)
+    LOG.info("Bitstream %s: fetched and verified into %s", bitstream.describe(), path)
+    return path
