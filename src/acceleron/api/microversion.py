@@ -35,10 +35,14 @@ VERSIONS: list[str] = [
     "2.2",  # GET /v2/device_profiles/{name}: look a profile up by name as well as uuid.
     "2.3",  # Devices show their operator status ("enabled" or "maintaining").
     "2.4",  # Device profiles show "enabled"; PATCH changes description and enabled.
+    "2.5",  # Hosts: PUT /v2/hosts/{host}/report (agents), GET /v2/hosts[/{host}]. Devices
+    #         show pci_address, numa_node, state, health and driver_name, board info as
+    #         objects; deployables show kind, key, attributes as an object and more.
 ]
 
 V2_2 = Version(2, 2)
 V2_4 = Version(2, 4)
+V2_5 = Version(2, 5)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

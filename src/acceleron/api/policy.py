@@ -18,11 +18,17 @@ from acceleron.exceptions import Forbidden
 
 ADMIN = "role:admin"
 READER = "role:reader or role:member or role:admin"
+ADMIN_OR_SERVICE = "role:admin or role:service"
 
 BASE_RULES = [
     policy.RuleDefault("admin_api", ADMIN, description="An administrator of the cloud."),
     policy.RuleDefault(
         "reader_api", READER, description="Anyone with at least the reader role in a project."
+    ),
+    policy.RuleDefault(
+        "admin_or_service",
+        ADMIN_OR_SERVICE,
+        description="An administrator, or a service (agents, the compute service).",
     ),
 ]
 

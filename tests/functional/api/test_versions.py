@@ -7,13 +7,16 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
+from acceleron.api import microversion as mv
 from acceleron.logs import RequestIdFilter
+
+MAX = str(mv.MAX_VERSION)
 
 V2 = {
     "id": "v2.0",
     "status": "CURRENT",
     "min_version": "2.0",
-    "max_version": "2.4",
+    "max_version": MAX,
     "links": [{"rel": "self", "href": "http://testserver/v2/"}],
 }
 
@@ -39,7 +42,7 @@ def test_public_endpoint_is_used_in_links(api: TestClient) -> None:
 
 @pytest.mark.parametrize(
     ("header", "negotiated"),
-    [(None, "2.0"), ("accelerator 2.2", "2.2"), ("2.1", "2.1"), ("accelerator latest", "2.4")],
+    [(None, "2.0"), ("accelerator 2.2", "2.2"), ("2.1", "2.1"), ("accelerator latest", MAX)],
 )
 def test_version_headers(api: TestClient, header: str | None, negotiated: str) -> None:
     headers = {"OpenStack-API-Version": header} if header else {}
@@ -47,16 +50,18 @@ def test_version_headers(api: TestClient, header: str | None, negotiated: str) -
     assert response.status_code == 200
     assert response.headers["openstack-api-version"] == f"accelerator {negotiated}"
     assert response.headers["openstack-api-minimum-version"] == "2.0"
-    assert response.headers["openstack-api-maximum-version"] == "2.4"
+    assert response.headers["openstack-api-maximum-version"] == MAX
     assert response.headers["vary"] == "OpenStack-API-Version"
 
 
-@pytest.mark.parametrize("header", ["accelerator 2.5", "accelerator 3.0", "accelerator x"])
+@pytest.mark.parametrize(
+    "header", [f"accelerator 2.{mv.MAX_VERSION.minor + 1}", "accelerator 3.0", "accelerator x"]
+)
 def test_unsupported_versions_are_406(api: TestClient, header: str) -> None:
     response = api.get("/v2/device_profiles", headers={"OpenStack-API-Version": header})
     assert response.status_code == 406
     assert response.json()["errors"][0]["code"] == "acceleron.version_not_acceptable"
-    assert response.headers["openstack-api-maximum-version"] == "2.4"
+    assert response.headers["openstack-api-maximum-version"] == MAX
 
 
 def test_every_response_has_a_request_id(api: TestClient) -> None:
