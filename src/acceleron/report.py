@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -55,12 +56,62 @@ def from_json(data: Any) -> HostReport:
             f"Report version {report.report_version} is not understood: this API reads "
             f"version {REPORT_VERSION}. Upgrade the API before the agents."
         )
+    check_values(report)
     check(report.devices)
     return report
 
 
+# Longest value of each string field: the columns they are stored in.
+_LENGTHS = {
+    "pci_address": 32, "type": 32, "vendor_id": 16, "vendor_name": 64, "product_id": 16,
+    "model": 255, "driver": 64, "key": 255, "kind": 32, "accelerator_type": 32,
+    "region_type": 64, "bitstream_id": 36, "function_uuids": 64, "traits": 255,
+    "address": 255, "hostname": 255, "agent_version": 64,
+}  # fmt: skip
+_TEXT_MAX = 65_535  # attribute values and JSON-held strings
+_INT_RANGE = (-1, 2**31 - 1)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _check_value(value: Any, where: str, limit: int) -> None:
+    if isinstance(value, str):
+        if len(value) > limit:
+            raise InvalidInput(f"Invalid host report: {where}: longer than {limit} characters.")
+        if _CONTROL.search(value):
+            raise InvalidInput(f"Invalid host report: {where}: control characters.")
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            raise InvalidInput(f"Invalid host report: {where}: {value} is out of range.")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_value(key, f"{where}.{key}", 255)
+            _check_value(item, f"{where}.{key}", _TEXT_MAX)
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            _check_value(item, f"{where}.{index}", limit)
+
+
+def check_values(obj: Any, where: str = "") -> None:
+    """Every string fits its column and holds no control character; every number fits."""
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        here = f"{where}{field.name}"
+        if dataclasses.is_dataclass(value):
+            check_values(value, f"{here}.")
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            for index, item in enumerate(value):
+                check_values(item, f"{here}.{index}.")
+        else:
+            _check_value(value, here, _LENGTHS.get(field.name, _TEXT_MAX))
+
+
 def check(devices: Sequence[Device]) -> None:
-    """Rules a report must follow beyond its types: known enumerations, unique keys."""
+    """Rules a report must follow beyond its types: known enumerations, unique keys,
+    values that fit the database."""
+    for index, device in enumerate(devices):
+        check_values(device, f"devices.{index}.")
     addresses: set[str] = set()
     for index, device in enumerate(devices):
         where = f"devices.{index} ({device.pci_address})"

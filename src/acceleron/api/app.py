@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from oslo_config import cfg
 
 import acceleron
-from acceleron.api import auth, device_profiles, errors, versions
+from acceleron.api import auth, device_profiles, errors, hosts, versions
 from acceleron.api.middleware import ApiMiddleware
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
@@ -50,6 +50,7 @@ def create_app(
     errors.install(app)
     app.include_router(versions.router)
     app.include_router(device_profiles.router)
+    app.include_router(hosts.router)
     app.add_middleware(ApiMiddleware)
     return app
 

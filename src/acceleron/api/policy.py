@@ -58,9 +58,17 @@ DEVICE_PROFILE_RULES = [
 ]  # fmt: skip
 
 
+HOST_RULES = [
+    _rule("host:get", "rule:admin_or_service", "List and show reporting hosts.",
+          "GET", "/v2/hosts/{hostname}"),
+    _rule("host:report", "rule:admin_or_service", "Report a host's inventory (agents).",
+          "PUT", "/v2/hosts/{hostname}/report"),
+]  # fmt: skip
+
+
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule; the ``oslo.policy.policies`` entry point for oslopolicy tools."""
-    return [*BASE_RULES, *DEVICE_PROFILE_RULES]
+    return [*BASE_RULES, *DEVICE_PROFILE_RULES, *HOST_RULES]
 
 
 class Policy:

@@ -134,6 +134,11 @@ class Deployable(TimestampMixin, Base):
     name: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
     kind: Mapped[str] = mapped_column(String(32))  # device, region, vf_pool, vgpu_type, mig_profile
     num_accelerators: Mapped[int] = mapped_column(Integer, default=0)
+    # What it accelerates (GPU, VGPU, MIG...; None: the device's type), for the class.
+    accelerator_type: Mapped[str | None] = mapped_column(String(32))
+    programmable: Mapped[bool] = mapped_column(Boolean, default=False)
+    memory_mb: Mapped[int | None] = mapped_column(Integer)
+    # The resource class Placement sync last published it as.
     resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
     traits: Mapped[list[Any]] = mapped_column(default=list)
     rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
@@ -181,6 +186,8 @@ class AttachHandle(TimestampMixin, Base):
     address: Mapped[str] = mapped_column(String(NAME_LEN))  # BDF, mdev uuid or MIG uuid
     attach_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     in_use: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Busy on the host outside Acceleron (the driver says so, e.g. an existing mdev).
+    host_in_use: Mapped[bool] = mapped_column(Boolean, default=False)
     # The ARQ holding it; unique so one handle can never serve two requests.
     arq_id: Mapped[int | None] = mapped_column(
         ForeignKey("accelerator_requests.id", ondelete="SET NULL"), unique=True

@@ -142,3 +142,41 @@ def from_conf(conf: Any) -> Database:
         pool_recycle=db.connection_recycle_time,
         sqlite_busy_timeout=db.sqlite_busy_timeout,
     )
+
+
+class StatementCounter:
+    """Counts the statements run on a database while active, by verb (SELECT, INSERT...).
+
+    For tests and benchmarks that must show, for example, that an unchanged host
+    report writes nothing::
+
+        with StatementCounter(db) as counted:
+            ...
+        assert counted.writes == 0
+    """
+
+    WRITES = ("INSERT", "UPDATE", "DELETE")
+    # Transaction control is not counted: only statements that read or write data.
+    _CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"})
+
+    def __init__(self, db: Database) -> None:
+        self._engines = {db.engine, db._read_engine}
+        self.by_verb: dict[str, int] = {}
+
+    def _count(self, *args: Any) -> None:
+        verb = str(args[2]).lstrip().split(None, 1)[0].upper()
+        if verb not in self._CONTROL:
+            self.by_verb[verb] = self.by_verb.get(verb, 0) + 1
+
+    @property
+    def writes(self) -> int:
+        return sum(self.by_verb.get(verb, 0) for verb in self.WRITES)
+
+    def __enter__(self) -> StatementCounter:
+        for engine in self._engines:
+            event.listen(engine, "before_cursor_execute", self._count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for engine in self._engines:
+            event.remove(engine, "before_cursor_execute", self._count)

@@ -1,0 +1,109 @@
+"""``/v2/hosts``: agents report their hosts here; operators see when each last did.
+
+``PUT /v2/hosts/{hostname}/report`` (2.5) takes a full host report (see
+``acceleron.report``) and reconciles the inventory with it: sending the same
+report again changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+from sqlalchemy import Row
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.exceptions import InvalidInput
+from acceleron.report import HostReport, check, check_values
+from acceleron.service import hosts as service
+from acceleron.service import inventory
+
+router = APIRouter(prefix="/v2/hosts", tags=["hosts"], responses=ERROR_RESPONSES)
+
+
+class HostOut(BaseModel):
+    hostname: str
+    devices: int = Field(description="Devices the host's agent last reported.")
+    agent_version: str | None
+    last_report_at: str | None = Field(description="When its agent last reported.")
+    generation: int = Field(description="Bumped whenever the host's inventory changes.")
+    created_at: str | None
+    updated_at: str | None
+
+
+class HostWrapped(BaseModel):
+    host: HostOut
+
+
+class HostList(BaseModel):
+    hosts: list[HostOut]
+
+
+class ReportOutcome(BaseModel):
+    hostname: str
+    changed: bool = Field(description="False when the report matched the inventory.")
+    devices: int
+    generation: int
+    counts: dict[str, int] = Field(description="Rows added, changed, removed and lost.")
+
+
+def view(host: Row[Any]) -> dict[str, Any]:
+    return {
+        "hostname": host.hostname,
+        "devices": host.devices,
+        "agent_version": host.agent_version,
+        "last_report_at": timestamp(host.last_report_at),
+        "generation": host.generation,
+        "created_at": timestamp(host.created_at),
+        "updated_at": timestamp(host.updated_at),
+    }
+
+
+def _needs_2_5(call: Call) -> None:
+    if call.version < microversion.V2_5:
+        raise HTTPException(404, "The hosts API needs microversion 2.5 or later.")
+
+
+@router.get("", responses={200: {"model": HostList}}, summary="List reporting hosts (2.5)")
+async def list_hosts(call: CallDep) -> Response:
+    _needs_2_5(call)
+    call.authorize("host:get")
+    return json_response({"hosts": [view(h) for h in await call.run(service.list_hosts)]})
+
+
+@router.get("/{hostname}", responses={200: {"model": HostWrapped}}, summary="Show a host (2.5)")
+async def show_host(hostname: str, call: CallDep) -> Response:
+    _needs_2_5(call)
+    call.authorize("host:get")
+    return json_response({"host": view(await call.run(service.get, hostname))})
+
+
+@router.put(
+    "/{hostname}/report",
+    responses={200: {"model": ReportOutcome}},
+    summary="Report a host's whole inventory (agents; 2.5)",
+)
+async def report_host(hostname: str, report: HostReport, call: CallDep) -> Response:
+    _needs_2_5(call)
+    call.authorize("host:report")
+    if report.hostname != hostname:
+        raise InvalidInput(
+            f"The report is for host {report.hostname!r} but was sent to {hostname!r}."
+        )
+    check_values(report)
+    check(report.devices)
+    outcome = await call.run(inventory.reconcile, report)
+    return json_response(
+        {
+            "hostname": outcome.hostname,
+            "changed": outcome.changed,
+            "devices": outcome.devices,
+            "generation": outcome.generation,
+            "counts": dict(outcome.counts),
+        }
+    )
