@@ -12,6 +12,8 @@ builders (PCI attach handles, board info, health) that drivers share.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import errno
 import logging
@@ -340,10 +342,33 @@ def _linked_addresses(sysfs: Sysfs, path: Path, prefix: str) -> Iterator[str]:
         yield normalize_bdf(target.name)
 
 
+# Scans shared by every driver within one discovery cycle (see ``shared_scan``).
+_SHARED: contextvars.ContextVar[dict[Path, list[PciFunction]] | None] = contextvars.ContextVar(
+    "shared_scan", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_scan() -> Iterator[None]:
+    """Within the block, ``scan`` reads the host's PCI functions once per root, however
+    many drivers ask: one discovery cycle of the agent is one block."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def scan(sysfs: Sysfs) -> list[PciFunction]:
     """Every readable PCI function of the host, VFs included, sorted by address."""
-    functions = (read_function(sysfs, address) for address in pci_addresses(sysfs))
-    return [fn for fn in functions if fn is not None]
+    shared = _SHARED.get()
+    if shared is not None and sysfs.root in shared:
+        return shared[sysfs.root]
+    found = (read_function(sysfs, address) for address in pci_addresses(sysfs))
+    functions = [fn for fn in found if fn is not None]
+    if shared is not None:
+        shared[sysfs.root] = functions
+    return functions
 
 
 def virtual_functions(sysfs: Sysfs, pf: PciFunction) -> list[PciFunction]:

@@ -353,7 +353,8 @@ def _apply_handles(
 ) -> Diff[tuple[str, str, str]]:
     found = diff(old.handles, want.handles, _HANDLE_COLUMNS)
     rows = [{**values, "deployable_id": dep_ids[key[:2]]} for key, values in found.added.items()]
-    _insert(conn, HANDLES, rows)
+    if rows:  # nothing refers to a handle's id: one executemany, no RETURNING
+        conn.execute(insert(HANDLES), rows)
     _update(conn, HANDLES, _changed(found))
     return found
 

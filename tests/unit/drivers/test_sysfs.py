@@ -340,3 +340,19 @@ def test_pci_handle() -> None:
         "function": "3",
         "physical_network": "physnet1",
     }
+
+
+def test_shared_scan_reads_once_per_cycle_and_only_inside_it(sysfs_tree: MakeTree) -> None:
+    root = sysfs_tree(SCENARIO_6_1)
+    reader = Sysfs(root)
+    first = sysfs.scan(reader)
+    with sysfs.shared_scan():
+        inside = sysfs.scan(reader)
+        # A device removed during the cycle is still seen by the cycle's other drivers...
+        (root / "sys/bus/pci/devices/0000:18:00.0").unlink()
+        assert sysfs.scan(Sysfs(root)) is inside
+    # ...and gone at the next scan: nothing is cached outside a cycle.
+    after = sysfs.scan(reader)
+    assert [f.address for f in inside] == [f.address for f in first]
+    assert "0000:18:00.0" in {f.address for f in inside}
+    assert "0000:18:00.0" not in {f.address for f in after}

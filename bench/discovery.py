@@ -1,0 +1,183 @@
+"""Discovery and inventory reconcile: how long they take, and what they write.
+
+* discovery: every sysfs driver scanning a fake sysfs tree of 64 accelerators
+  (16 DFL FPGAs with 2 VFs, 16 NVIDIA GPUs with 2 vGPU types, 16 QAT PFs with
+  4 VFs, 16 Xilinx cards), built by tests/fixtures/sysfs.py;
+* reconcile: a 128-device host report (the fake driver) applied to an empty
+  SQLite database, then the same report again (which must write nothing), then
+  a report with one device changed. Statements are counted per verb.
+
+    .venv/bin/python bench/discovery.py [--database URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.fixtures.sysfs import build_sysfs  # noqa: E402
+
+from acceleron import conf as confmod  # noqa: E402
+from acceleron.db import migrate  # noqa: E402
+from acceleron.db.session import Database, StatementCounter  # noqa: E402
+from acceleron.drivers import load_drivers  # noqa: E402
+from acceleron.drivers.base import walk  # noqa: E402
+from acceleron.drivers.sysfs import shared_scan  # noqa: E402
+from acceleron.report import HostReport  # noqa: E402
+from acceleron.service import inventory  # noqa: E402
+
+
+def sysfs_spec(per_kind: int = 16) -> dict[str, Any]:
+    devices: list[dict[str, Any]] = []
+    for n in range(per_kind):
+        bus = 0x10 + n
+        devices.append({
+            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x8086", "device": "0x09c4",
+            "class": "0x120000", "numa_node": n % 2, "driver": "dfl-pci", "iommu_group": bus,
+            "sriov": {"totalvfs": 2, "vf_device": "09c5", "vf_driver": "vfio-pci",
+                      "vfs": [f"0000:{bus:02x}:00.1", f"0000:{bus:02x}:00.2"]},
+            "fpga": {"layout": "dfl", "fme": {"bitstream_id": "0x23000410010309", "ports_num": 2},
+                     "pr_regions": [{"compat_id": "ce48969398f05f33946d560708be108a"}],
+                     "vf_ports": ["d8424dc4a4a3c413f89e433683f9040b"] * 2},
+        })  # fmt: skip
+        bus = 0x40 + n
+        devices.append({
+            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x10de", "device": "0x1eb8",
+            "class": "0x030200", "numa_node": n % 2, "driver": "nvidia", "iommu_group": bus,
+            "mdev_types": {
+                "nvidia-222": {"name": "GRID T4-1B", "available_instances": 16},
+                "nvidia-223": {"name": "GRID T4-2B", "available_instances": 8},
+            },
+        })  # fmt: skip
+        bus = 0x70 + n
+        devices.append({
+            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x8086", "device": "0x37c8",
+            "class": "0x0b4000", "numa_node": -1, "driver": "c6xx", "iommu_group": bus,
+            "sriov": {"totalvfs": 16, "vf_device": "37c9", "vf_driver": "c6xxvf",
+                      "vfs": [f"0000:{bus:02x}:01.{i}" for i in range(4)]},
+        })  # fmt: skip
+        bus = 0xA0 + n
+        devices.append({
+            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x10ee", "device": "0x5000",
+            "class": "0x120000", "numa_node": 0, "driver": "xclmgmt", "iommu_group": bus,
+        })  # fmt: skip
+        devices.append({
+            "bdf": f"0000:{bus:02x}:00.1", "vendor": "0x10ee", "device": "0x5001",
+            "class": "0x120000", "numa_node": 0, "driver": "xocl", "iommu_group": bus + 0x100,
+        })  # fmt: skip
+    return {"hostname": "bench", "devices": devices}
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[Any, list[float]]:
+    result, times = None, []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return result, times
+
+
+def ms(times: list[float]) -> str:
+    return f"median {statistics.median(times) * 1000:7.1f} ms  (min {min(times) * 1000:.1f})"
+
+
+def bench_discovery(work: Path) -> None:
+    root = build_sysfs(work / "sysfs", sysfs_spec())
+    conf = confmod.load([], config_files=[], overrides={
+        "DEFAULT": {"host": "bench", "state_path": str(work)},
+        "agent": {"enabled_drivers": ["intel_fpga", "nvidia_gpu", "intel_qat", "xilinx_fpga"]},
+        "nvidia_gpu": {"use_nvml": False},
+    })  # fmt: skip
+    drivers = load_drivers(conf, root)
+
+    def discover() -> list[Any]:
+        with shared_scan():  # as the agent runs a discovery cycle
+            return [d for drv in drivers for d in drv.discover()]
+
+    devices, times = timed(discover, 20)
+    handles = sum(len(dep.attach_handles) for d in devices for dep in walk(d.deployables))
+    print(f"discovery, {len(devices)} accelerators ({handles} attach handles), 4 sysfs drivers:")
+    print(f"    {ms(times)}")
+
+
+def fake_report(work: Path, count: int) -> HostReport:
+    inventory_file = work / "inventory.yaml"
+    inventory_file.write_text(
+        "devices:\n"
+        f"  - {{type: FPGA, count: {count // 4}, product_id: '09c4', model: PAC_ARRIA10,\n"
+        "      regions: [{region_type: ce48969398f05f33946d560708be108a, accelerators: 2},\n"
+        "                {region_type: 9926ab6d6c925a68aabca7d84c545738, accelerators: 1}]}\n"
+        f"  - {{type: GPU, count: {count // 4}, product_id: '1eb8', model: T4,\n"
+        "      vgpu_types: [{name: nvidia-222, label: GRID T4-1B, instances: 16}]}\n"
+        f"  - {{type: QAT, count: {count // 4}, product_id: '37c8', model: C62X, vfs: 8}}\n"
+        f"  - {{type: GPU, count: {count // 4}, product_id: '2330', model: H100}}\n"
+    )
+    conf = confmod.load([], config_files=[], overrides={
+        "DEFAULT": {"host": "bench", "state_path": str(work)},
+        "fake": {"inventory_file": str(inventory_file)},
+    })  # fmt: skip
+    from acceleron.drivers.fake import FakeDriver
+
+    return HostReport("bench", "bench", tuple(FakeDriver(conf, work).discover()))
+
+
+def counted(db: Database, fn: Callable[[], Any]) -> tuple[float, dict[str, int]]:
+    with StatementCounter(db) as counter:
+        started = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - started
+    return seconds, counter.by_verb
+
+
+def bench_reconcile(work: Path, url: str | None) -> None:
+    report = fake_report(work, 128)
+    db = Database(url or f"sqlite:///{work / 'bench.sqlite'}")
+    migrate.upgrade(db)
+    rows = sum(1 + len(walk(d.deployables)) for d in report.devices)
+    handles = sum(len(dep.attach_handles) for d in report.devices for dep in walk(d.deployables))
+    print(f"\nreconcile, {len(report.devices)}-device report ({rows} device/deployable rows, "
+          f"{handles} handles), {db.backend}:")  # fmt: skip
+    first, writes = counted(db, lambda: inventory.reconcile(db, report))
+    print(f"    first report      {first * 1000:8.1f} ms   statements {writes}")
+    _, times = timed(lambda: inventory.reconcile(db, report), 50)
+    _, writes = counted(db, lambda: inventory.reconcile(db, report))
+    print(f"    unchanged report  {ms(times)}   statements {writes}")
+    no_digest, writes = counted(db, lambda: _apply_without_digest(db, report))
+    print(f"    unchanged, full diff (digest ignored) {no_digest * 1000:.1f} ms   "
+          f"statements {writes}")  # fmt: skip
+    one = report.devices[0]
+    changed = dataclasses.replace(report, devices=(dataclasses.replace(one, numa_node=1),
+                                                   *report.devices[1:]))  # fmt: skip
+    seconds, writes = counted(db, lambda: inventory.reconcile(db, changed))
+    print(f"    one device changed {seconds * 1000:7.1f} ms   statements {writes}")
+    db.dispose()
+
+
+def _apply_without_digest(db: Database, report: HostReport) -> None:
+    with db.writer() as conn:
+        inventory.apply(conn, inventory.load_existing(conn, report.hostname),
+                        inventory.desired_state(report))  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", help="SQLAlchemy URL (default: a fresh SQLite file)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        bench_discovery(work)
+        bench_reconcile(work, args.database)
+
+
+if __name__ == "__main__":
+    main()
