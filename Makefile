@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= data
 
-.PHONY: run test lint typecheck unit lock sample-config clean
+.PHONY: run test lint typecheck lock docs clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,8 +33,10 @@ lock:
 	test -x $(BIN)/uv || ($(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q uv)
 	$(BIN)/uv pip compile -q --python-version 3.11 --extra test pyproject.toml -o requirements.lock
 
-## Write etc/acceleron.conf.sample and etc/policy.yaml.sample from the code.
-sample-config: $(STAMP)
+## Regenerate what the docs take from the code: API reference, OpenAPI schema, samples.
+docs: $(STAMP)
+	$(BIN)/acceleron api reference > docs/api/reference.md
+	$(BIN)/acceleron api reference --openapi > docs/api/openapi.json
 	$(BIN)/acceleron config sample > etc/acceleron.conf.sample
 	$(BIN)/acceleron policy defaults > etc/policy.yaml.sample
 

@@ -14,6 +14,7 @@ import io
 import socket
 from collections.abc import Iterable, Sequence
 
+from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg, generator
 
 PROJECT = "acceleron"
@@ -143,6 +144,63 @@ AGENT_DRIVER_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+# The agent (acceleron.agent); docs/agent.md explains it. Its [agent] group also
+# holds keystoneauth's session, auth and adapter options: register_agent_auth_opts.
+AGENT_DEFAULT_ENDPOINT = "http://127.0.0.1:6666"
+AGENT_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "root",
+        default="/",
+        help="Directory the drivers read sysfs (and /dev) under: / on a real host, a "
+        "copy or a fake tree for tests and demonstrations.",
+    ),
+    cfg.IntOpt(
+        "report_interval",
+        default=60,
+        min=1,
+        help="Seconds between two full scans and reports, udev events aside.",
+    ),
+    cfg.URIOpt(
+        "api_endpoint",
+        schemes=["http", "https"],
+        help="Base URL of the Acceleron API the agent reports to (without /v2). Unset: "
+        f"{AGENT_DEFAULT_ENDPOINT} (the embedded mode) when no auth_type is set, else the "
+        "'accelerator' endpoint of the Keystone catalog.",
+    ),
+    cfg.FloatOpt(
+        "backoff_initial",
+        default=1.0,
+        min=0.01,
+        help="Seconds before the first retry when the API is unreachable or answers 5xx; "
+        "each further retry waits about twice as long (with jitter).",
+    ),
+    cfg.FloatOpt(
+        "backoff_max",
+        default=60.0,
+        min=0.01,
+        help="Longest wait, in seconds, between two retries while the API is unreachable.",
+    ),
+    cfg.BoolOpt(
+        "udev",
+        default=True,
+        help="Also rescan on udev events for PCI and mdev devices (hot plug, VFs, vGPUs), "
+        "when pyudev and libudev are available; the periodic scan runs in any case.",
+    ),
+    cfg.FloatOpt(
+        "udev_debounce",
+        default=2.0,
+        min=0.0,
+        help="Seconds from a udev event to the rescan it causes; the events of those "
+        "seconds make one scan (enabling 16 VFs gives dozens of events).",
+    ),
+]
+# keystoneauth defaults for the agent's connection to the API.
+_AGENT_KS_DEFAULTS: dict[str, object] = {
+    "service_type": "accelerator",
+    "valid_interfaces": ["internal", "public"],
+    "timeout": 30,
+}
+
 FAKE_DRIVER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "inventory_file",
@@ -212,6 +270,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("device_profiles", PROFILE_OPTS),
     ("bitstreams", BITSTREAM_OPTS),
     ("agent", AGENT_DRIVER_OPTS),
+    ("agent", AGENT_OPTS),
     ("fake", FAKE_DRIVER_OPTS),
     ("pci", PCI_DRIVER_OPTS),
     ("intel_fpga", INTEL_FPGA_OPTS),
@@ -222,12 +281,39 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
 
 def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     """Options of every group, for oslo-config-generator and the sample file."""
-    return [(group, list(opts)) for group, opts in _OPTS]
+    merged: dict[str | None, list[cfg.Opt]] = {}
+    for group, opts in _OPTS:
+        merged.setdefault(group, []).extend(opts)
+    merged["agent"].extend(agent_auth_opts())
+    return list(merged.items())
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     for group, opts in _OPTS:
         conf.register_opts(opts, group=group)
+    register_agent_auth_opts(conf)
+
+
+def register_agent_auth_opts(conf: cfg.ConfigOpts) -> None:
+    """keystoneauth's session, auth and adapter options in ``[agent]``; safe to call again."""
+    ks_loading.register_session_conf_options(conf, "agent")
+    ks_loading.register_auth_conf_options(conf, "agent")
+    ks_loading.register_adapter_conf_options(conf, "agent", include_deprecated=False)
+    for name, value in _AGENT_KS_DEFAULTS.items():
+        conf.set_default(name, value, group="agent")
+
+
+def agent_auth_opts() -> list[cfg.Opt]:
+    """The keystoneauth options of ``[agent]`` for the sample (the password plugin's as
+    an example of an auth plugin's own options)."""
+    opts = (
+        ks_loading.get_session_conf_options()
+        + ks_loading.get_auth_common_conf_options()
+        + ks_loading.get_auth_plugin_conf_options("password")
+        + ks_loading.get_adapter_conf_options(include_deprecated=False)
+    )
+    cfg.set_defaults(opts, **_AGENT_KS_DEFAULTS)
+    return opts
 
 
 def load(
@@ -262,6 +348,7 @@ def sample() -> str:
     out = io.StringIO()
     gen_conf = cfg.ConfigOpts()
     generator.register_cli_opts(gen_conf)
-    gen_conf(["--namespace", PROJECT, "--wrap-width", "79"])
+    namespaces = [PROJECT, "keystonemiddleware.auth_token", "oslo.policy"]
+    gen_conf([arg for ns in namespaces for arg in ("--namespace", ns)] + ["--wrap-width", "79"])
     generator.generate(gen_conf, output_file=out)
     return out.getvalue()

@@ -226,6 +226,25 @@ class ConfigSample(Command):
         return 0
 
 
+class ApiReference(Command):
+    """Print the API reference (Markdown) or, with --openapi, the OpenAPI schema."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--openapi", action="store_true", help="The schema as JSON")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from acceleron import conf as confmod
+        from acceleron.api import reference
+        from acceleron.api.app import create_app
+
+        app = create_app(confmod.load([], config_files=[]), check_schema=False)
+        render = reference.openapi_json if parsed_args.openapi else reference.render
+        self.app.stdout.write(render(app))
+        return 0
+
+
 class PolicyDefaults(Command):
     """Print the default policy rules as a policy file."""
 
@@ -244,4 +263,5 @@ COMMANDS: dict[str, type[Command]] = {
     "db rewrite-profiles": DbRewriteProfiles,
     "config sample": ConfigSample,
     "policy defaults": PolicyDefaults,
+    "api reference": ApiReference,
 }
