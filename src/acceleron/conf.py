@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import socket
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg, generator
@@ -145,7 +146,7 @@ AGENT_DRIVER_OPTS: list[cfg.Opt] = [
 ]
 
 # The agent (acceleron.agent); docs/agent.md explains it. Its [agent] group also
-# holds keystoneauth's session, auth and adapter options: register_agent_auth_opts.
+# holds keystoneauth's options (KEYSTONEAUTH_SECTIONS) to reach the API.
 AGENT_DEFAULT_ENDPOINT = "http://127.0.0.1:6666"
 AGENT_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
@@ -194,12 +195,84 @@ AGENT_OPTS: list[cfg.Opt] = [
         "seconds make one scan (enabling 16 VFs gives dozens of events).",
     ),
 ]
-# keystoneauth defaults for the agent's connection to the API.
-_AGENT_KS_DEFAULTS: dict[str, object] = {
-    "service_type": "accelerator",
-    "valid_interfaces": ["internal", "public"],
-    "timeout": 30,
+# Sections that say how Acceleron reaches a service through keystoneauth: its
+# session options (TLS, timeout), auth options (auth_type and that plugin's own,
+# e.g. auth_url, username, password) and adapter options (service_type,
+# valid_interfaces, region_name, endpoint_override), named as in every OpenStack
+# service. A service without Keystone is reached with auth_type = none and
+# endpoint_override. Each entry holds the section's defaults.
+KEYSTONEAUTH_SECTIONS: dict[str, dict[str, object]] = {
+    "agent": {  # the agent reaching the Acceleron API
+        "service_type": "accelerator",
+        "valid_interfaces": ["internal", "public"],
+        "timeout": 30,
+    },
+    "placement": {"service_type": "placement", "valid_interfaces": ["internal", "public"]},
+    "glance": {"service_type": "image", "valid_interfaces": ["internal", "public"]},
+    "nova": {"service_type": "compute", "valid_interfaces": ["internal", "public"]},
 }
+
+PLACEMENT_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "mode",
+        default="disabled",
+        choices=[
+            (
+                "remote",
+                "Publish to the cloud's Placement, reached with this section's "
+                "keystoneauth options. Compute node providers must exist (Nova makes them).",
+            ),
+            (
+                "embedded",
+                "Run the real Placement inside the API process (all-in-one), its "
+                "database at embedded_connection; compute node providers are created.",
+            ),
+            ("disabled", "Do not publish: the inventory is kept, nothing is scheduled."),
+        ],
+        help="Where Acceleron publishes its inventory.",
+    ),
+    cfg.StrOpt(
+        "embedded_connection",
+        default="sqlite:///$state_path/placement.sqlite",
+        secret=True,
+        help="Database of the embedded Placement (mode = embedded).",
+    ),
+    cfg.BoolOpt(
+        "nested",
+        default=True,
+        help="One provider per device and per region under the compute node (spec 001). "
+        "False puts every inventory and trait on the compute node provider itself; "
+        "'acceleron placement migrate-to-nested' moves a cloud from that to nested.",
+    ),
+    cfg.BoolOpt(
+        "standard_resource_classes",
+        default=False,
+        help="Publish FPGA, PGPU and VGPU instead of CUSTOM_ACCELERATOR_FPGA, "
+        "CUSTOM_ACCELERATOR_GPU and CUSTOM_ACCELERATOR_VGPU, for clouds whose flavors "
+        "and device profiles already ask for those.",
+    ),
+    cfg.DictOpt(
+        "functionality",
+        default={},
+        help="Functionality traits (CUSTOM_<TYPE>_COMPUTE, _NETWORK or _STORAGE) by device "
+        "model or region type, e.g. PAC_ARRIA10:COMPUTE,9926ab6d6c925a68aabca7d84c545738:"
+        "NETWORK.",
+    ),
+    cfg.IntOpt(
+        "sync_interval",
+        default=60,
+        min=1,
+        help="Seconds between two passes over the hosts whose inventory changed (a changed "
+        "report also starts one at once).",
+    ),
+    cfg.IntOpt(
+        "verify_interval",
+        default=600,
+        min=0,
+        help="Seconds between two checks of every host's providers against Placement (0: "
+        "never), which repairs what was changed there behind Acceleron's back.",
+    ),
+]
 
 FAKE_DRIVER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
@@ -276,6 +349,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("intel_fpga", INTEL_FPGA_OPTS),
     ("xilinx_fpga", XILINX_FPGA_OPTS),
     ("nvidia_gpu", NVIDIA_GPU_OPTS),
+    ("placement", PLACEMENT_OPTS),
 ]
 
 
@@ -284,27 +358,30 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     merged: dict[str | None, list[cfg.Opt]] = {}
     for group, opts in _OPTS:
         merged.setdefault(group, []).extend(opts)
-    merged["agent"].extend(agent_auth_opts())
+    for group in KEYSTONEAUTH_SECTIONS:
+        merged.setdefault(group, []).extend(keystoneauth_opts(group))
     return list(merged.items())
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     for group, opts in _OPTS:
         conf.register_opts(opts, group=group)
-    register_agent_auth_opts(conf)
+    for group in KEYSTONEAUTH_SECTIONS:
+        register_keystoneauth(conf, group)
 
 
-def register_agent_auth_opts(conf: cfg.ConfigOpts) -> None:
-    """keystoneauth's session, auth and adapter options in ``[agent]``; safe to call again."""
-    ks_loading.register_session_conf_options(conf, "agent")
-    ks_loading.register_auth_conf_options(conf, "agent")
-    ks_loading.register_adapter_conf_options(conf, "agent", include_deprecated=False)
-    for name, value in _AGENT_KS_DEFAULTS.items():
-        conf.set_default(name, value, group="agent")
+def register_keystoneauth(conf: cfg.ConfigOpts, group: str) -> None:
+    """keystoneauth's session, auth and adapter options in ``[group]``; safe to call again
+    (after the files are read, so that ``auth_section`` can name another section)."""
+    ks_loading.register_session_conf_options(conf, group)
+    ks_loading.register_auth_conf_options(conf, group)
+    ks_loading.register_adapter_conf_options(conf, group, include_deprecated=False)
+    for name, value in KEYSTONEAUTH_SECTIONS[group].items():
+        conf.set_default(name, value, group=group)
 
 
-def agent_auth_opts() -> list[cfg.Opt]:
-    """The keystoneauth options of ``[agent]`` for the sample (the password plugin's as
+def keystoneauth_opts(group: str) -> list[cfg.Opt]:
+    """The keystoneauth options of ``[group]`` for the sample (the password plugin's as
     an example of an auth plugin's own options)."""
     opts = (
         ks_loading.get_session_conf_options()
@@ -312,8 +389,17 @@ def agent_auth_opts() -> list[cfg.Opt]:
         + ks_loading.get_auth_plugin_conf_options("password")
         + ks_loading.get_adapter_conf_options(include_deprecated=False)
     )
-    cfg.set_defaults(opts, **_AGENT_KS_DEFAULTS)
+    cfg.set_defaults(opts, **KEYSTONEAUTH_SECTIONS[group])
     return opts
+
+
+def load_session(conf: cfg.ConfigOpts, group: str) -> tuple[Any, Any]:
+    """The keystoneauth (session, auth) that ``[group]`` describes; auth is None when the
+    section sets no auth_type."""
+    register_keystoneauth(conf, group)
+    auth = ks_loading.load_auth_from_conf_options(conf, group)
+    session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+    return session, auth
 
 
 def load(

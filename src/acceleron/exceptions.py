@@ -121,3 +121,7 @@ class PlacementProviderExists(PlacementError):
 
 class PlacementProviderInUse(PlacementError):
     """The provider (or the inventory being removed) still has allocations or children."""
+
+
+class UnknownHost(Conflict):
+    """A host reports, but the compute service (Placement) knows no compute node by its name."""

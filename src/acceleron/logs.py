@@ -25,8 +25,9 @@ def setup(debug: bool = False, access_log: bool = True) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
+    # Left at NOTSET it follows the root logger (a CLI at WARNING shows no access lines).
     logging.getLogger("acceleron.api.access").setLevel(
-        logging.INFO if access_log else logging.WARNING
+        logging.NOTSET if access_log else logging.WARNING
     )
     for noisy in ("uvicorn.access", "stevedore", "keystoneauth", "urllib3", "oslo_policy"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -18,9 +18,9 @@ import pytest
 from oslo_config import cfg
 
 from acceleron import bitstreams
+from acceleron import conf as confmod
 from acceleron.bitstreams import NewBitstream, Query
 from acceleron.bitstreams.glance import GlanceStore
-from acceleron.bitstreams.glance_conf import register_opts
 from acceleron.exceptions import (
     AmbiguousBitstream,
     BitstreamCorrupt,
@@ -47,7 +47,7 @@ def sdk(glance_server: GlanceServer) -> Iterator[Any]:
 @pytest.fixture
 def store(conf: cfg.ConfigOpts, glance_server: GlanceServer) -> GlanceStore:
     """The store as ``[bitstreams] backend = glance`` builds it, for a Glance without Keystone."""
-    register_opts(conf)
+    confmod.register_keystoneauth(conf, "glance")
     conf.set_override("backend", "glance", group="bitstreams")
     conf.set_override("auth_type", "none", group="glance")
     conf.set_override("endpoint_override", glance_server.endpoint, group="glance")
@@ -233,7 +233,7 @@ def test_glance_backend_needs_auth_configured(conf: cfg.ConfigOpts) -> None:
 
 
 def test_unreachable_glance_is_a_store_error(conf: cfg.ConfigOpts) -> None:
-    register_opts(conf)
+    confmod.register_keystoneauth(conf, "glance")
     conf.set_override("backend", "glance", group="bitstreams")
     conf.set_override("auth_type", "none", group="glance")
     conf.set_override("endpoint_override", "http://127.0.0.1:9", group="glance")

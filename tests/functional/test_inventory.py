@@ -225,3 +225,16 @@ def test_heartbeat(db: Database, conf: cfg.ConfigOpts, heartbeat_due: bool) -> N
         inventory.reconcile(db, report, now=later)
     assert counted.writes == (1 if heartbeat_due else 0)
     assert (rows(db, HOSTS)[0].last_report_at == later) is heartbeat_due
+
+
+def test_new_deployables_with_and_without_a_known_bitstream(db: Database) -> None:
+    known = Dep("region0", "region", 1, programmable=True, bitstream_id="b-1",
+                attach_handles=(Handle("PCI", "0000:5e:00.1"),))  # fmt: skip
+    unknown = Dep("region1", "region", 1, programmable=True,
+                  attach_handles=(Handle("PCI", "0000:5e:00.2"),))  # fmt: skip
+    card = Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
+               deployables=(known, unknown))  # fmt: skip
+    inventory.reconcile(db, HostReport("h", "1", (card,)))
+    assert [(d.key, d.bitstream_id) for d in rows(db, DEPLOYABLES)] == [
+        ("region0", "b-1"), ("region1", None)
+    ]  # fmt: skip

@@ -32,6 +32,7 @@ LOG = logging.getLogger(__name__)
 # Domain exception -> (HTTP status, stable code). Most specific classes first.
 CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.DuplicateName, 409, "acceleron.duplicate"),
+    (exc.UnknownHost, 409, "acceleron.unknown_host"),
     (exc.InUse, 409, "acceleron.in_use"),
     (exc.Disabled, 409, "acceleron.disabled"),
     (exc.Conflict, 409, "acceleron.conflict"),
@@ -40,6 +41,10 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.Forbidden, 403, "acceleron.forbidden"),
     (exc.Locked, 423, "acceleron.locked"),
     (exc.SchemaOutOfDate, 503, "acceleron.schema_out_of_date"),
+    (exc.PlacementUnavailable, 503, "acceleron.placement_unavailable"),
+    (exc.PlacementError, 502, "acceleron.placement_error"),
+    (exc.BitstreamStoreError, 502, "acceleron.bitstream_store_error"),
+    (exc.BitstreamCorrupt, 502, "acceleron.bitstream_corrupt"),
     (exc.DatabaseBusy, 503, "acceleron.database_busy"),
 ]
 # Errors that come from HTTP itself rather than from the domain.

@@ -282,6 +282,30 @@ class Task(TimestampMixin, Base):
     )
 
 
+class PlacementProvider(TimestampMixin, Base):
+    """A resource provider Acceleron owns in Placement, as it last wrote it.
+
+    The record lets a re-sync skip every provider whose generation and content
+    are what Acceleron left there, and limits Acceleron to its own providers.
+    """
+
+    __tablename__ = "placement_providers"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    hostname: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    parent_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    digest: Mapped[str] = mapped_column(String(64))
+    # No longer wanted, kept with everything reserved while allocations remain.
+    retired: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Flat mode: the resource classes and traits Acceleron added to the compute node.
+    owned: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
 def table(model: type[Base]) -> Table:
     """A model's Core table: what service code writes its statements against."""
     return cast(Table, model.__table__)

@@ -280,6 +280,11 @@ class PlacementClient:
         found = [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
         return found[0] if found else None
 
+    def provider_names(self) -> list[str]:
+        """Names of every provider (one call; for error messages, not for hot paths)."""
+        body = self._get("/resource_providers", "list resource providers")
+        return [p["name"] for p in body["resource_providers"]]
+
     def get_tree(self, uuid: str) -> list[Provider]:
         """Every provider in the tree holding ``uuid`` (one call); empty if there is none."""
         body = self._get(f"/resource_providers?in_tree={uuid}", f"reading the tree of {uuid}")

@@ -44,8 +44,20 @@ def _load(connection: str) -> WSGIApp:
     conf.set_override("auth_strategy", "noauth2", group="api")
     conf.set_override("sync_on_startup", True, group="placement_database")
     db_api.configure(conf)
-    app: WSGIApp = deploy.loadapp(conf)
-    return app
+    return _one_at_a_time(deploy.loadapp(conf))
+
+
+def _one_at_a_time(app: WSGIApp) -> WSGIApp:
+    """Placement in this process answers one request at a time. Its SQLite database is
+    one connection shared by every thread (an in-memory one must be), and two threads'
+    transactions on one connection would undo each other's work."""
+    calls = threading.Lock()
+
+    def serialized(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        with calls:
+            return list(app(environ, start_response))
+
+    return serialized
 
 
 def placement_app(connection: str = "sqlite://") -> WSGIApp:

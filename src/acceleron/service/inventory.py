@@ -321,8 +321,10 @@ def _apply_deployables(
     ids = _ids(found, {})
     for depth in sorted({_depth(k, want.parents) for k in found.added}):
         keys = [k for k in found.added if _depth(k, want.parents) == depth]
-        rows = [{**found.added[k], "device_id": device_ids[k[0]], **_links(k, want, ids)}
-                for k in keys]  # fmt: skip
+        # A new deployable whose bitstream the driver does not know has none recorded yet
+        # (one insert takes rows of the same keys).
+        rows = [{"bitstream_id": None, **found.added[k], "device_id": device_ids[k[0]],
+                 **_links(k, want, ids)} for k in keys]  # fmt: skip
         ids.update(zip(keys, _insert(conn, DEPLOYABLES, rows), strict=True))
     moved = (
         (row.id, links)

@@ -1,0 +1,269 @@
+"""Bring Placement to the desired provider tree with as few calls as possible.
+
+For one host, given the desired providers (``tree.desired_tree``) and what
+Acceleron recorded after its last writes (``Known``: generation and digest of
+each provider it owns):
+
+* one ``GET /resource_providers?in_tree=`` reads the tree and its generations;
+* a new provider costs at most three calls: create, inventories, traits;
+* a provider whose generation and digest match the record costs nothing; one
+  that changed (ours or someone else's doing) is read, and only what differs is
+  written (a function trait swap is one ``PUT .../traits``);
+* a provider Acceleron no longer wants is deleted, or, while allocations still
+  use it, kept with everything reserved.
+
+Providers Acceleron did not create (Nova's own children of the compute node)
+are never touched. No database here: the caller keeps the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from acceleron.exceptions import PlacementError, PlacementProviderInUse
+from acceleron.placement.client import Inventory, PlacementClient, Provider
+from acceleron.placement.tree import DesiredProvider
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """What Acceleron last wrote to a provider it owns."""
+
+    uuid: str
+    name: str
+    parent_uuid: str | None
+    generation: int
+    digest: str
+    retired: bool = False  # no longer wanted, kept reserved while allocations remain
+    # Flat mode: the resource classes and traits Acceleron put on the compute node.
+    owned: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    op: str  # create, inventories, traits, delete, retire
+    uuid: str
+    name: str
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Result:
+    actions: list[Action] = dataclasses.field(default_factory=list)
+    known: dict[str, Known] = dataclasses.field(default_factory=dict)
+
+
+def sync_tree(
+    client: PlacementClient,
+    compute_uuid: str,
+    desired: Sequence[DesiredProvider],
+    known: Mapping[str, Known],
+    *,
+    dry_run: bool = False,
+) -> Result:
+    """Make the providers under ``compute_uuid`` match ``desired``."""
+    actual = {p.uuid: p for p in client.get_tree(compute_uuid)}
+    result = Result()
+    for provider in desired:
+        _sync_provider(client, provider, actual.get(provider.uuid), known.get(provider.uuid),
+                       result, dry_run)  # fmt: skip
+    wanted = {p.uuid for p in desired}
+    stale = [k for uuid, k in known.items() if uuid not in wanted]
+    for gone in _deepest_first(stale, actual):
+        _retire(client, gone, actual.get(gone.uuid), result, dry_run)
+    return result
+
+
+def _sync_provider(
+    client: PlacementClient,
+    want: DesiredProvider,
+    actual: Provider | None,
+    known: Known | None,
+    result: Result,
+    dry_run: bool,
+) -> None:
+    digest = want.digest()
+    if actual is None:
+        result.actions.append(Action("create", want.uuid, want.name, f"under {want.parent_uuid}"))
+        if not dry_run:
+            if _create(client, want):
+                if want.inventories:
+                    client.set_inventories(want.uuid, want.inventories)
+                client.set_traits(want.uuid, want.traits)
+            else:  # created meanwhile (another API replica): make it right
+                _converge(client, want, result, dry_run)
+    elif known is None or known.generation != actual.generation or known.digest != digest:
+        _converge(client, want, result, dry_run)
+    generation = client.generation(want.uuid)
+    if not dry_run and generation is not None:
+        result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation, digest)
+    elif known is not None:
+        result.known[want.uuid] = known
+
+
+def _create(client: PlacementClient, want: DesiredProvider) -> bool:
+    """Create a provider; False when one with its uuid appeared since the tree was read."""
+    try:
+        client.create_provider(want.uuid, want.name, want.parent_uuid)
+        return True
+    except PlacementError as error:
+        if error.status == 409 and client.get_provider(want.uuid) is not None:
+            return False
+        raise
+
+
+def _converge(
+    client: PlacementClient, want: DesiredProvider, result: Result, dry_run: bool
+) -> None:
+    """Read an existing provider and write only what differs from ``want``."""
+    _, inventories = client.get_inventories(want.uuid)
+    if inventories != dict(want.inventories):
+        result.actions.append(
+            Action("inventories", want.uuid, want.name, _describe(inventories, want.inventories))
+        )
+        if not dry_run:
+            client.set_inventories(want.uuid, want.inventories)
+    _, traits = client.get_traits(want.uuid)
+    if traits != want.traits:
+        added, removed = sorted(want.traits - traits), sorted(traits - want.traits)
+        result.actions.append(
+            Action("traits", want.uuid, want.name, f"add {added} remove {removed}")
+        )
+        if not dry_run:
+            client.set_traits(want.uuid, want.traits)
+
+
+def _describe(old: Mapping[str, Inventory], new: Mapping[str, Inventory]) -> str:
+    def show(invs: Mapping[str, Inventory]) -> str:
+        return ", ".join(f"{rc} {i.total - i.reserved}/{i.total}" for rc, i in sorted(invs.items()))
+
+    return f"{show(old) or 'none'} -> {show(new) or 'none'}"
+
+
+def _deepest_first(stale: Sequence[Known], actual: Mapping[str, Provider]) -> list[Known]:
+    def depth(known: Known) -> int:
+        level, parent = 0, known.parent_uuid
+        while parent is not None and parent in actual:
+            level, parent = level + 1, actual[parent].parent_uuid
+        return level
+
+    return sorted(stale, key=depth, reverse=True)
+
+
+def _retire(
+    client: PlacementClient,
+    gone: Known,
+    actual: Provider | None,
+    result: Result,
+    dry_run: bool,
+) -> None:
+    """Delete a provider we no longer want; keep it fully reserved while it is used."""
+    if actual is None:
+        return  # deleted behind our back: nothing left to do
+    used = {rc: n for rc, n in client.get_usages(gone.uuid).items() if n}
+    if not used:
+        result.actions.append(Action("delete", gone.uuid, gone.name))
+        if not dry_run:
+            try:
+                client.delete_provider(gone.uuid)
+                return
+            except PlacementProviderInUse:  # allocated since we looked
+                pass
+        else:
+            return
+    result.actions.append(Action("retire", gone.uuid, gone.name, f"in use: {used}"))
+    if dry_run:
+        result.known[gone.uuid] = gone
+        return
+    _, inventories = client.get_inventories(gone.uuid)
+    reserved = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in inventories.items()}
+    if reserved != inventories:
+        client.set_inventories(gone.uuid, reserved)
+    generation = client.generation(gone.uuid) or gone.generation
+    result.known[gone.uuid] = dataclasses.replace(gone, generation=generation, retired=True)
+
+
+# --- flat mode ------------------------------------------------------------------------
+
+
+def flat_digest(inventories: Mapping[str, Inventory], traits: frozenset[str]) -> str:
+    return DesiredProvider("", "", None, inventories, traits).digest()
+
+
+def sync_flat(
+    client: PlacementClient,
+    compute: Provider,
+    inventories: Mapping[str, Inventory],
+    traits: frozenset[str],
+    known: Known | None,
+    *,
+    dry_run: bool = False,
+) -> Result:
+    """Flat mode: Acceleron's inventories and traits on the compute node provider, which
+    is Nova's: its other classes and traits are left as they are."""
+    result = Result()
+    digest = flat_digest(inventories, traits)
+    owned_classes = set(known.owned.get("classes", ())) if known else set()
+    owned_traits = set(known.owned.get("traits", ())) if known else set()
+    if known is None or known.generation != compute.generation or known.digest != digest:
+        _, current = client.get_inventories(compute.uuid)
+        merged = {rc: inv for rc, inv in current.items() if rc not in owned_classes}
+        merged.update(inventories)
+        if merged != current:
+            result.actions.append(Action("inventories", compute.uuid, compute.name,
+                                         _describe(current, merged)))  # fmt: skip
+            if not dry_run:
+                _set_keeping_used(client, compute.uuid, merged, current)
+        _, present = client.get_traits(compute.uuid)
+        add, remove = traits - present, (owned_traits - traits) & present
+        if add or remove:
+            result.actions.append(Action("traits", compute.uuid, compute.name,
+                                         f"add {sorted(add)} remove {sorted(remove)}"))  # fmt: skip
+            if not dry_run:
+                client.update_traits(compute.uuid, add=add, remove=remove)
+    generation = client.generation(compute.uuid) or compute.generation
+    owned = {"classes": sorted(inventories), "traits": sorted(traits)}
+    result.known[compute.uuid] = Known(compute.uuid, compute.name, None, generation, digest,
+                                       owned=owned)  # fmt: skip
+    return result
+
+
+def _set_keeping_used(
+    client: PlacementClient,
+    uuid: str,
+    merged: Mapping[str, Inventory],
+    current: Mapping[str, Inventory],
+) -> None:
+    """Set inventories; a class still allocated is kept, fully reserved, not removed."""
+    try:
+        client.set_inventories(uuid, merged)
+    except PlacementProviderInUse:
+        used = {rc for rc, n in client.get_usages(uuid).items() if n}
+        kept = {rc: dataclasses.replace(current[rc], reserved=current[rc].total)
+                for rc in used if rc in current and rc not in merged}  # fmt: skip
+        client.set_inventories(uuid, {**merged, **kept})
+
+
+def remove_flat(
+    client: PlacementClient, compute: Provider, known: Known, *, dry_run: bool = False
+) -> list[Action]:
+    """Take Acceleron's flat-mode classes and traits off a compute node (spec 001's
+    upgrade to nested providers). Refused while instances still use those classes."""
+    classes = set(known.owned.get("classes", ()))
+    used = {rc: n for rc, n in client.get_usages(compute.uuid).items() if n and rc in classes}
+    if used:
+        raise PlacementProviderInUse(
+            f"Compute node {compute.name} still has allocations of {used}: terminate the "
+            f"instances using accelerators first, as the upgrade procedure asks."
+        )
+    traits = sorted(known.owned.get("traits", ()))
+    actions = [Action("remove_flat", compute.uuid, compute.name,
+                      f"classes {sorted(classes)} traits {traits}")]  # fmt: skip
+    if not dry_run:
+        _, current = client.get_inventories(compute.uuid)
+        client.set_inventories(
+            compute.uuid, {rc: i for rc, i in current.items() if rc not in classes}
+        )
+        client.update_traits(compute.uuid, remove=set(known.owned.get("traits", ())))
+    return actions

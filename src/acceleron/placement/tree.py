@@ -1,0 +1,189 @@
+"""The provider tree Acceleron wants in Placement for one host, from its inventory.
+
+Nested mode (spec 001, the default)::
+
+    compute node RP (Nova's, found by the host name)
+      └─ device RP  <host>_<PCI address>          one per card
+           └─ deployable RP  <host>_<address>_<key>   one per region, vGPU type,
+                                                       MIG profile or VF pool
+
+A deployable of kind ``device`` (a whole GPU, say) puts its inventory on the
+device RP itself. Every provider that has inventory carries the device type and
+product traits, so that a request group naming a resource class and those traits
+lands on one provider, as Nova asks; regions add their region type and function
+traits (spec 004's and spec 001's spellings both) and ``CUSTOM_PROGRAMMABLE``.
+
+Flat mode (spec 001's fallback) puts every inventory and trait on the compute
+node RP instead.
+
+Pure functions: rows in, dataclasses out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from acceleron.placement import names
+from acceleron.placement.client import Inventory
+
+# A device that is not usable reserves its whole inventory.
+UNUSABLE_STATUS = ("maintaining",)
+UNUSABLE_STATE = ("lost",)
+UNUSABLE_HEALTH = ("failed",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    nested: bool = True
+    standard_classes: bool = False
+    # Functionality traits (COMPUTE, NETWORK, STORAGE) by device model or region type.
+    functionality: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class DesiredProvider:
+    uuid: str
+    name: str
+    parent_uuid: str | None
+    inventories: Mapping[str, Inventory]
+    traits: frozenset[str]
+
+    def digest(self) -> str:
+        """What we would write, hashed: equal digests mean nothing to write."""
+        data = {
+            "parent": self.parent_uuid,
+            "inventories": {rc: inv.to_json() for rc, inv in sorted(self.inventories.items())},
+            "traits": sorted(self.traits),
+        }
+        return hashlib.sha256(orjson.dumps(data)).hexdigest()
+
+
+def _unusable(device: Any) -> bool:
+    return (
+        device.status in UNUSABLE_STATUS
+        or device.state in UNUSABLE_STATE
+        or device.health in UNUSABLE_HEALTH
+    )
+
+
+def _origin(device: Any) -> names.Origin:
+    return names.Origin(driver=device.driver_name, device=f"{device.hostname} {device.pci_address}")
+
+
+def device_traits(device: Any) -> set[str]:
+    origin = _origin(device)
+    return {
+        names.OWNER,
+        names.device_type_trait(device.type, device.vendor_name, origin=origin),
+        names.product_trait(device.type, device.vendor_name, device.model, origin=origin),
+    }
+
+
+def deployable_traits(device: Any, dep: Any, options: Options) -> set[str]:
+    origin = _origin(device)
+    traits = device_traits(device) | {names.check_trait(t, origin=origin) for t in dep.traits}
+    if dep.region_type:
+        traits |= set(names.region_type_traits(device.type, device.vendor_name, dep.region_type,
+                                               origin=origin))  # fmt: skip
+    if dep.function_uuid:
+        traits |= set(names.function_traits(device.type, device.vendor_name, dep.function_uuid,
+                                            origin=origin))  # fmt: skip
+    if dep.programmable:
+        traits.add(names.PROGRAMMABLE)
+    for key in (device.model, dep.region_type):
+        functionality = options.functionality.get(key or "")
+        if functionality:
+            traits.add(names.functionality_trait(device.type, functionality, origin=origin))
+    return traits
+
+
+def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]:
+    """A deployable's inventory: its accelerators, and its memory when known."""
+    if dep.num_accelerators <= 0:
+        return {}
+    origin = _origin(device)
+    kind = dep.accelerator_type or device.type
+    total = dep.num_accelerators
+    reserved = total if _unusable(device) else 0
+    result = {
+        names.accelerator_class(kind, standard=options.standard_classes, origin=origin):
+            Inventory(total=total, reserved=reserved, max_unit=total)
+    }  # fmt: skip
+    if dep.memory_mb:
+        memory = dep.memory_mb * total
+        result[names.memory_class(kind, origin=origin)] = Inventory(
+            total=memory, reserved=memory if reserved else 0, max_unit=dep.memory_mb
+        )
+    return result
+
+
+def _merge(into: dict[str, Inventory], more: Mapping[str, Inventory]) -> None:
+    for rc, inv in more.items():
+        if rc in into:
+            old = into[rc]
+            into[rc] = Inventory(
+                total=old.total + inv.total,
+                reserved=old.reserved + inv.reserved,
+                max_unit=max(old.max_unit, inv.max_unit),
+            )
+        else:
+            into[rc] = inv
+
+
+def desired_tree(
+    hostname: str,
+    compute_uuid: str,
+    devices: Sequence[Any],
+    deployables: Iterable[Any],
+    options: Options,
+) -> list[DesiredProvider]:
+    """Providers under the compute node, parents before children. ``devices`` and
+    ``deployables`` are rows (attributes named as the columns)."""
+    by_device: dict[int, list[Any]] = {}
+    for dep in deployables:
+        by_device.setdefault(dep.device_id, []).append(dep)
+    providers = []
+    for device in devices:
+        device_uuid = names.provider_uuid(hostname, device.pci_address)
+        own: dict[str, Inventory] = {}
+        traits = device_traits(device)
+        children = []
+        for dep in by_device.get(device.id, []):
+            if dep.kind == "device":
+                _merge(own, inventories(device, dep, options))
+                traits |= deployable_traits(device, dep, options)
+                continue
+            children.append(
+                DesiredProvider(
+                    uuid=dep.uuid,
+                    name=dep.name,
+                    parent_uuid=device_uuid,
+                    inventories=inventories(device, dep, options),
+                    traits=frozenset(deployable_traits(device, dep, options)),
+                )
+            )
+        name = names.provider_name(hostname, device.pci_address)
+        providers.append(DesiredProvider(device_uuid, name, compute_uuid, own, frozenset(traits)))
+        providers.extend(children)
+    return providers
+
+
+def flat_contribution(
+    devices: Sequence[Any], deployables: Iterable[Any], options: Options
+) -> tuple[dict[str, Inventory], frozenset[str]]:
+    """Flat mode: what Acceleron adds to the compute node RP (inventories, traits)."""
+    by_id = {device.id: device for device in devices}
+    total: dict[str, Inventory] = {}
+    traits: set[str] = set()
+    for dep in deployables:
+        device = by_id.get(dep.device_id)
+        if device is None:
+            continue
+        _merge(total, inventories(device, dep, options))
+        traits |= deployable_traits(device, dep, options)
+    return total, frozenset(traits)

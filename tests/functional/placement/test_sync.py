@@ -1,0 +1,312 @@
+"""Placement sync against the real Placement, on every database backend."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from keystoneauth1 import adapter
+from oslo_config import cfg
+from sqlalchemy import select, update
+
+from acceleron.db.models import Deployable, Device, Host, PlacementProvider, table
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.exceptions import PlacementUnavailable, UnknownHost
+from acceleron.placement import names
+from acceleron.placement.client import PlacementClient
+from acceleron.placement.tree import Options
+from acceleron.report import HostReport
+from acceleron.scheduler.query import profile_query
+from acceleron.service import inventory
+from acceleron.service.placement import Syncer
+from tests.fixtures.placement import CountingAdapter
+
+HOST = "host-1"
+DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
+REGION_TYPE = "ce48969398f05f33946d560708be108a"
+FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
+# In traits a UUID is upper case with underscores for hyphens (spec 004).
+REGION_ID = "CE489693_98F0_5F33_946D_560708BE108A"
+FUNCTION_ID = "D8424DC4_A4A3_C413_F89E_433683F9040B"
+
+
+def report(conf: cfg.ConfigOpts, host: str = HOST) -> HostReport:
+    conf.set_override("host", host)
+    return HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover()))
+
+
+def syncer(db: Database, counted: CountingAdapter, **options: Any) -> Syncer:
+    embedded = options.pop("create_compute_nodes", True)
+    return Syncer(db, lambda: PlacementClient(counted), Options(**options),
+                  create_compute_nodes=embedded)  # fmt: skip
+
+
+def region_uuid(db: Database, index: int = 0) -> str:
+    with db.reader() as conn:
+        rows = conn.execute(
+            select(DEPLOYABLES.c.uuid).where(DEPLOYABLES.c.kind == "region").order_by(
+                DEPLOYABLES.c.id)
+        ).scalars().all()  # fmt: skip
+    return str(rows[index])
+
+
+def bump(db: Database, **device_values: Any) -> None:
+    """Change the first FPGA as an operator or a report would, and mark the host changed."""
+    with db.writer() as conn:
+        first = conn.execute(select(DEVICES.c.id).where(DEVICES.c.type == "FPGA")
+                             .order_by(DEVICES.c.pci_address)).scalars().first()  # fmt: skip
+        conn.execute(update(DEVICES).where(DEVICES.c.id == first).values(device_values))
+        conn.execute(update(HOSTS).values(generation=HOSTS.c.generation + 1))
+
+
+def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    PlacementClient(counted).ensure_traits(["CUSTOM_PROGRAMMABLE"])  # names are cluster-wide
+    counted.reset()
+    result = syncer(db, counted).sync_host(HOST)
+    creates = [a for a in result.actions if a.op == "create"]
+    assert len(creates) == 1 + 5 + 9  # compute node, 5 cards, 9 regions/types/pools
+    per_provider = counted.by_route()
+    name_calls = per_provider["PUT /traits/{name}"] + per_provider["PUT /resource_classes/{name}"]
+    name_calls += per_provider["GET /traits"]
+    provider_calls = len(counted.calls) - name_calls - 2  # compute lookup and the tree read
+    assert provider_calls <= 3 * len(creates)
+    client = PlacementClient(placement)
+    region = region_uuid(db)
+    _, invs = client.get_inventories(region)
+    assert {rc: (i.total, i.reserved, i.max_unit) for rc, i in invs.items()} == {
+        "CUSTOM_ACCELERATOR_FPGA": (2, 0, 2)
+    }
+    _, traits = client.get_traits(region)
+    assert traits == {
+        "OWNER_CYBORG", "CUSTOM_FPGA_INTEL", "CUSTOM_FPGA_INTEL_PAC_ARRIA10", "CUSTOM_PROGRAMMABLE",
+        f"CUSTOM_FPGA_INTEL_REGION_{REGION_ID}",
+        f"CUSTOM_FPGA_REGION_INTEL_{REGION_ID}",
+        f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}",
+        f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_ID}",
+        f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION_ID}",
+    }  # fmt: skip
+    provider = client.get_provider(region)
+    assert provider is not None and provider.name.startswith(f"{HOST}_0000:")
+
+
+def test_an_unchanged_host_costs_no_call_and_a_verification_no_write(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    counted.reset()
+    assert sync.sync_host(HOST).skipped and counted.calls == []
+    assert sync.sync_pending() == []
+    result = sync.sync_host(HOST, force=True)
+    assert result.actions == [] and counted.writes == []
+    assert counted.count("GET") == 1  # the tree, with its generations
+
+
+def test_disabling_a_device_reserves_its_inventory(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    bump(db, status="maintaining")
+    counted.reset()
+    [result] = sync.sync_pending()
+    ops = sorted((a.op, a.name.rsplit("_", 1)[-1]) for a in result.actions)
+    assert ops == [("inventories", "region0"), ("inventories", "region1")]
+    _, invs = PlacementClient(placement).get_inventories(region_uuid(db))
+    assert invs["CUSTOM_ACCELERATOR_FPGA"].reserved == 2
+    assert counted.count("PUT") == 2
+
+
+def test_reprogramming_swaps_the_function_traits_in_one_call(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    region = region_uuid(db)
+    new_function = "f7df405cbd7acf7222f144b0b93acd18"
+    new_id = "F7DF405C_BD7A_CF72_22F1_44B0B93ACD18"
+    with db.writer() as conn:
+        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == region)
+                     .values(function_uuid=new_function))  # fmt: skip
+        conn.execute(update(HOSTS).values(generation=HOSTS.c.generation + 1))
+    counted.reset()
+    sync.sync_pending()
+    assert counted.by_route()["PUT /resource_providers/{uuid}/traits"] == 1
+    assert counted.count("PUT", "/resource_providers") == 1
+    _, traits = PlacementClient(placement).get_traits(region)
+    assert f"CUSTOM_FPGA_INTEL_FUNCTION_{new_id}" in traits
+    assert f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}" not in traits
+
+
+def allocate(placement: adapter.Adapter, rp: str, consumer: str) -> None:
+    body = {
+        "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_FPGA": 1}}},
+        "project_id": str(uuid.uuid4()),
+        "user_id": str(uuid.uuid4()),
+        "consumer_generation": None,
+        "consumer_type": "INSTANCE",
+    }
+    response = placement.put(f"/allocations/{consumer}", json=body, microversion="1.39",
+                             raise_exc=False)  # fmt: skip
+    assert response.status_code == 204, response.text
+
+
+def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    full = report(conf)
+    inventory.reconcile(db, full)
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    region = region_uuid(db)
+    consumer = str(uuid.uuid4())
+    allocate(placement, region, consumer)
+    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[1:]))  # first card gone
+    [result] = sync.sync_pending()
+    assert ("retire", region) in {(a.op, a.uuid) for a in result.actions}
+    client = PlacementClient(placement)
+    _, invs = client.get_inventories(region)
+    assert invs["CUSTOM_ACCELERATOR_FPGA"].reserved == invs["CUSTOM_ACCELERATOR_FPGA"].total
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    result = sync.sync_host(HOST, force=True)
+    assert ("delete", region) in {(a.op, a.uuid) for a in result.actions}
+    assert client.get_provider(region) is None
+
+
+def test_providers_acceleron_did_not_create_are_left_alone(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    novas = client.create_provider(str(uuid.uuid4()), f"{HOST}_pgpu_0000:81:00.0", compute.uuid)
+    client.set_traits(novas.uuid, ["CUSTOM_NOVA_OWNED"])
+    inventory.reconcile(db, HostReport(HOST, "1.0", ()))
+    sync.sync_pending()
+    assert client.get_provider(novas.uuid) is not None
+    assert [p.uuid for p in client.get_tree(compute.uuid)] == [compute.uuid, novas.uuid]
+
+
+def test_an_unknown_host_is_refused_naming_the_likely_compute_node(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    PlacementClient(placement).create_provider(str(uuid.uuid4()), f"{HOST}.cloud.example.org")
+    inventory.reconcile(db, report(conf))
+    with pytest.raises(UnknownHost) as info:
+        syncer(db, counted, create_compute_nodes=False).sync_host(HOST)
+    assert f"no compute node named '{HOST}'" in info.value.message
+    assert f"Did you mean '{HOST}.cloud.example.org'?" in info.value.message
+
+
+def test_dry_run_plans_without_writing(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    result = syncer(db, counted).sync_host(HOST, dry_run=True)
+    assert len([a for a in result.actions if a.op == "create"]) == 15  # with the compute node
+    assert counted.writes == []
+    with db.reader() as conn:
+        assert conn.execute(select(table(PlacementProvider))).first() is None
+        assert conn.execute(select(HOSTS.c.synced_generation)).scalar_one() == -1
+
+
+def test_flat_mode_and_the_move_to_nested_providers(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    client = PlacementClient(placement)
+    compute = client.create_provider(str(uuid.uuid4()), HOST)
+    from acceleron.placement.client import Inventory
+
+    client.set_inventories(compute.uuid, {"VCPU": Inventory(total=16)})
+    client.set_traits(compute.uuid, ["HW_CPU_X86_AVX2"])
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted, nested=False).sync_host(HOST)
+    _, invs = client.get_inventories(compute.uuid)
+    assert {rc: i.total for rc, i in invs.items()} == {
+        "VCPU": 16, "CUSTOM_ACCELERATOR_FPGA": 6, "CUSTOM_ACCELERATOR_VGPU": 24,
+        "CUSTOM_ACCELERATOR_MIG": 5, "CUSTOM_ACCELERATOR_QAT": 4,
+        "CUSTOM_ACCELERATOR_MEMORY_MIG": 4 * 9856 + 40192,
+    }  # fmt: skip
+    _, traits = client.get_traits(compute.uuid)
+    assert {"HW_CPU_X86_AVX2", "CUSTOM_FPGA_INTEL", "CUSTOM_PROGRAMMABLE"} <= traits
+    assert [p.uuid for p in client.get_tree(compute.uuid)] == [compute.uuid]
+    # The upgrade to nested providers: Acceleron's classes and traits come off first.
+    result = syncer(db, counted).remove_flat(HOST)
+    assert [a.op for a in result.actions] == ["remove_flat"]
+    _, invs = client.get_inventories(compute.uuid)
+    _, traits = client.get_traits(compute.uuid)
+    assert set(invs) == {"VCPU"} and traits == {"HW_CPU_X86_AVX2"}
+    syncer(db, counted).sync_pending()
+    assert len(client.get_tree(compute.uuid)) == 15
+
+
+class Unreachable(adapter.Adapter):
+    """A Placement that is down until ``up`` is set."""
+
+    def __init__(self, inner: adapter.Adapter) -> None:
+        super().__init__(inner.session, endpoint_override=inner.endpoint_override)
+        self.inner, self.up = inner, False
+
+    def request(self, url: str, method: str, **kwargs: Any) -> Any:
+        if not self.up:
+            from keystoneauth1 import exceptions
+
+            raise exceptions.ConnectFailure("connection refused")
+        return self.inner.request(url, method, **kwargs)
+
+
+def test_placement_down_leaves_hosts_pending_until_it_answers(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    down = Unreachable(placement)
+    sync = Syncer(db, lambda: PlacementClient(down), Options(), create_compute_nodes=True)
+    inventory.reconcile(db, report(conf))
+    with pytest.raises(PlacementUnavailable):
+        sync.sync_pending()
+    with db.reader() as conn:
+        assert conn.execute(select(HOSTS.c.synced_generation)).scalar_one() == -1
+    down.up = True
+    [result] = sync.sync_pending()
+    assert len(result.actions) == 15
+    assert sync.sync_pending() == []
+
+
+def test_spec_001_flavors_find_the_providers_acceleron_published(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted).sync_host(HOST)
+    client = PlacementClient(placement)
+    daas = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10":
+             "required", "trait:CUSTOM_PROGRAMMABLE": "required"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(daas).params())
+    assert len(found.requests) == 4  # 2 cards x 2 regions
+    afaas = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
+              f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}": "required"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(afaas).params())
+    regions = {rp for r in found.requests for rp in r.mappings["device_profile_0"]}
+    with db.reader() as conn:
+        expected = set(conn.execute(select(DEPLOYABLES.c.uuid).where(
+            DEPLOYABLES.c.function_uuid == FUNCTION)).scalars())  # fmt: skip
+    assert regions == expected and len(regions) == 2
+    two = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}, {"resources:CUSTOM_ACCELERATOR_VGPU": "1",
+           "trait:CUSTOM_NVIDIA_1EB8_T4_2B": "required"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(two).params())
+    assert found.requests and all(
+        set(r.mappings) == {"device_profile_0", "device_profile_1"} for r in found.requests
+    )
+    assert names.provider_uuid(HOST, report(conf).devices[2].pci_address, "vgpu/nvidia-223") in {
+        rp for r in found.requests for rp in r.mappings["device_profile_1"]
+    }
