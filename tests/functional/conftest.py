@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -10,6 +11,9 @@ from oslo_config import cfg
 
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
+from tests.fixtures.placement import placement, placement_app
+
+__all__ = ["placement", "placement_app"]
 
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 
@@ -33,5 +37,31 @@ def live_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
     migrate.upgrade(database)
     with serve(create_app(conf, database)) as url:
+        yield url
+    database.dispose()
+
+
+@pytest.fixture(scope="module")
+def remote_live_api(tmp_path_factory: pytest.TempPathFactory, placement_app: Any) -> Iterator[str]:
+    """A live API publishing to the (in-process, real) Placement in remote mode: a host
+    Placement has no compute node for is refused, as in a cloud."""
+    from acceleron import conf as confmod
+    from acceleron.db import migrate
+    from acceleron.placement import inprocess
+    from acceleron.placement.client import PlacementClient
+    from acceleron.service.placement import PlacementService
+    from tests.fixtures.server import serve
+
+    state = tmp_path_factory.mktemp("remote")
+    conf = confmod.load([], config_files=[], overrides={
+        "DEFAULT": {"state_path": str(state)}, "placement": {"mode": "remote"},
+    })  # fmt: skip
+    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
+    migrate.upgrade(database)
+    app = create_app(conf, database)
+    app.state.placement = PlacementService(
+        conf, database, lambda: PlacementClient(inprocess.direct_adapter(placement_app))
+    )
+    with serve(app) as url:
         yield url
     database.dispose()

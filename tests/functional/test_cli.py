@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from acceleron import conf as confmod
+from acceleron import report
 from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
 from acceleron.service import device_profiles
 
 
@@ -127,3 +130,29 @@ def test_config_sample_and_policy_defaults(capsys: pytest.CaptureFixture[str]) -
     assert "#connection = sqlite:///$state_path/acceleron.sqlite" in out
     code, out, _ = run(capsys, "policy", "defaults")
     assert code == 0 and '"acceleron:device_profile:create": "rule:admin_api"' in out
+
+
+def test_placement_sync_through_the_api(
+    remote_live_api: str, placement: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import requests
+
+    from acceleron.placement.client import PlacementClient
+
+    host = f"compute-{uuid.uuid4().hex[:6]}"
+    PlacementClient(placement).create_provider(str(uuid.uuid4()), host)  # Nova's compute node
+    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"host": host}})
+    body = report.to_bytes(
+        report.HostReport(host, "1", tuple(FakeDriver(conf, Path("/")).discover()))
+    )
+    answer = requests.put(f"{remote_live_api}/v2/hosts/{host}/report", data=body, timeout=30,
+                          headers={"OpenStack-API-Version": "accelerator 2.5",
+                                   "Content-Type": "application/json"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    args = ("--os-url", remote_live_api, "placement", "sync", "--host", host, "-f", "json")
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    # The worker may have published the host already; either way the providers exist now.
+    assert {row["op"] for row in json.loads(out)} <= {"create"}
+    code, out, err = run(capsys, *args, "--dry-run")
+    assert code == 0 and json.loads(out) == [] and "0 change(s) would be made" in err

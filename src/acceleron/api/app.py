@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 from oslo_config import cfg
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 import acceleron
-from acceleron.api import auth, device_profiles, errors, hosts, versions
+from acceleron.api import (
+    attributes,
+    auth,
+    deployables,
+    device_profiles,
+    devices,
+    errors,
+    hosts,
+    versions,
+)
+from acceleron.api import placement as placement_api
 from acceleron.api.middleware import ApiMiddleware
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
+from acceleron.service.placement import PlacementService
 
 DESCRIPTION = """\
 Acceleron's REST API: the OpenStack accelerator v2 API (device profiles,
@@ -27,12 +41,20 @@ def create_app(
     conf: cfg.ConfigOpts, db: db_session.Database | None = None, check_schema: bool = True
 ) -> FastAPI:
     database = db or db_session.from_conf(conf)
+    placement = None if conf.placement.mode == "disabled" else PlacementService(conf, database)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if check_schema:
             migrate.check(database)
+        service: PlacementService | None = app.state.placement
+        if service is not None:
+            if service.mode == "embedded":  # load it now, not on the first request
+                await run_in_threadpool(service.embedded_app)
+            service.worker.start()
         yield
+        if service is not None:
+            service.worker.stop()
         if db is None:
             database.dispose()
 
@@ -47,12 +69,36 @@ def create_app(
     app.state.db = database
     app.state.policy = Policy(conf)
     app.state.auth = auth.from_conf(conf)
+    app.state.placement = placement
     errors.install(app)
     app.include_router(versions.router)
     app.include_router(device_profiles.router)
     app.include_router(hosts.router)
+    app.include_router(devices.router)
+    app.include_router(deployables.router)
+    app.include_router(deployables.spec003_router)
+    app.include_router(attributes.router)
+    app.include_router(placement_api.router)
+    if placement is not None and placement.mode == "embedded":
+        app.mount("/placement", EmbeddedPlacement(placement))
     app.add_middleware(ApiMiddleware)
     return app
+
+
+class EmbeddedPlacement:
+    """The embedded Placement's WSGI app under ``/placement`` (built on first use)."""
+
+    def __init__(self, service: PlacementService) -> None:
+        self._service = service
+        self._app: Any = None  # a2wsgi's WSGIMiddleware, an ASGI app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None:
+            from a2wsgi import WSGIMiddleware
+
+            wsgi: Any = await run_in_threadpool(self._service.embedded_app)
+            self._app = WSGIMiddleware(wsgi)
+        await self._app(scope, receive, send)
 
 
 def from_environment() -> FastAPI:

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -22,6 +23,7 @@ from acceleron.exceptions import InvalidInput
 from acceleron.report import HostReport, check, check_values
 from acceleron.service import hosts as service
 from acceleron.service import inventory
+from acceleron.service.placement import PlacementService
 
 router = APIRouter(prefix="/v2/hosts", tags=["hosts"], responses=ERROR_RESPONSES)
 
@@ -97,7 +99,12 @@ async def report_host(hostname: str, report: HostReport, call: CallDep) -> Respo
         )
     check_values(report)
     check(report.devices)
+    placement: PlacementService | None = call.request.app.state.placement
+    if placement is not None:
+        await run_in_threadpool(placement.check_host, hostname)
     outcome = await call.run(inventory.reconcile, report)
+    if outcome.changed and placement is not None:
+        placement.worker.wake()
     return json_response(
         {
             "hostname": outcome.hostname,

@@ -36,13 +36,20 @@ VERSIONS: list[str] = [
     "2.3",  # Devices show their operator status ("enabled" or "maintaining").
     "2.4",  # Device profiles show "enabled"; PATCH changes description and enabled.
     "2.5",  # Hosts: PUT /v2/hosts/{host}/report (agents), GET /v2/hosts[/{host}]. Devices
-    #         show pci_address, numa_node, state, health and driver_name, board info as
-    #         objects; deployables show kind, key, attributes as an object and more.
+    #         show id, pci_address, numa_node, state, health, driver_name, vendor_name
+    #         and product_id, board info as objects, and filter on status, state and
+    #         pci_address; deployables show id, kind, key, hostname, device/parent/root uuids,
+    #         availability, programming progress, attributes as an object, attach handles
+    #         and more; attributes show deployable_uuid and parent_uuid;
+    #         GET /v2/deployables/{uuid}/attributes[/{key}] (404 before 2.5).
+    "2.6",  # Placement: POST /v2/placement/sync (plan, check, repair) and
+    #         POST /v2/placement/migrate-to-nested.
 ]
 
 V2_2 = Version(2, 2)
 V2_4 = Version(2, 4)
 V2_5 = Version(2, 5)
+V2_6 = Version(2, 6)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

@@ -66,9 +66,39 @@ HOST_RULES = [
 ]  # fmt: skip
 
 
+# The hardware inventory is not for tenants (upstream bug #2143263 let anyone read it).
+# The spec 003 paths (/accelerators/deployable/...) use the deployable and attribute rules.
+INVENTORY_RULES = [
+    _rule("device:get_all", "rule:admin_or_service", "List devices.",
+          "GET", "/v2/devices"),
+    _rule("device:get_one", "rule:admin_or_service", "Show a device.",
+          "GET", "/v2/devices/{uuid}"),
+    _rule("device:enable", "rule:admin_api", "Put a device back in service.",
+          "POST", "/v2/devices/{uuid}/enable"),
+    _rule("device:disable", "rule:admin_api",
+          "Take a device out of service (its inventory is reserved in Placement).",
+          "POST", "/v2/devices/{uuid}/disable"),
+    _rule("deployable:get_all", "rule:admin_or_service", "List deployables.",
+          "GET", "/v2/deployables"),
+    _rule("deployable:get_one", "rule:admin_or_service", "Show a deployable.",
+          "GET", "/v2/deployables/{uuid}"),
+    _rule("attribute:get_all", "rule:admin_or_service",
+          "List attributes, or show a deployable's attributes.", "GET", "/v2/attributes"),
+    _rule("attribute:get_one", "rule:admin_or_service", "Show an attribute.",
+          "GET", "/v2/attributes/{uuid}"),
+]  # fmt: skip
+
+
+PLACEMENT_RULES = [
+    _rule("placement:sync", "rule:admin_api",
+          "Sync the inventory to Placement now, or plan it (dry run).",
+          "POST", "/v2/placement/sync"),
+]  # fmt: skip
+
+
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule; the ``oslo.policy.policies`` entry point for oslopolicy tools."""
-    return [*BASE_RULES, *DEVICE_PROFILE_RULES, *HOST_RULES]
+    return [*BASE_RULES, *DEVICE_PROFILE_RULES, *HOST_RULES, *INVENTORY_RULES, *PLACEMENT_RULES]
 
 
 class Policy:

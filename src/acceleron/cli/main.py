@@ -12,13 +12,19 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 
 import acceleron
-from acceleron.cli import client, profiles, server
+from acceleron.cli import agent, client, inventory, placement, profiles, server
 
 
 class AcceleronApp(App):
     def __init__(self) -> None:
         manager = CommandManager(None)
-        commands: dict[str, type[Command]] = {**server.COMMANDS, **profiles.COMMANDS}
+        commands: dict[str, type[Command]] = {
+            **server.COMMANDS,
+            **profiles.COMMANDS,
+            **agent.COMMANDS,
+            **inventory.COMMANDS,
+            **placement.COMMANDS,
+        }
         for name, command in commands.items():
             manager.add_command(name, command)
         super().__init__(

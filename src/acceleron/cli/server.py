@@ -106,36 +106,52 @@ class Api(Command):
 
 
 class AllInOne(Command):
-    """Run Acceleron on one machine: SQLite in a data directory, noauth, one process."""
+    """Run Acceleron on one machine: the API, the real Placement and this host's agent in
+    one process, SQLite and bitstreams in one data directory, no authentication."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument(
-            "--data-dir", help="Directory for the database and bitstreams ([DEFAULT] state_path)"
+            "--data-dir", help="Directory for the databases and bitstreams ([DEFAULT] state_path)"
         )
         parser.add_argument("--host", help="Address to listen on ([api] host_ip)")
         parser.add_argument("--port", type=int, help="Port to listen on ([api] port)")
+        parser.add_argument(
+            "--driver",
+            action="append",
+            metavar="NAME",
+            help="Driver of the agent (repeatable; default: [agent] enabled_drivers, the fake "
+            "driver). E.g. --driver nvidia_gpu --driver intel_fpga for this host's devices.",
+        )
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from acceleron import allinone
+
         overrides: dict[str, dict[str, Any]] = {}
         if parsed_args.data_dir:
             overrides["DEFAULT"] = {"state_path": str(Path(parsed_args.data_dir).resolve())}
+        if parsed_args.driver:
+            overrides["agent"] = {"enabled_drivers": parsed_args.driver}
         conf = load_conf(self, overrides)
-        _upgrade(conf)
         host = parsed_args.host or conf.api.host_ip
         port = parsed_args.port or conf.api.port
+        url = f"http://{host}:{port}"
         self.app.stdout.write(
-            f"Acceleron all-in-one\n"
-            f"  API        http://{host}:{port}/v2   (noauth: every caller is an admin)\n"
+            f"Acceleron all-in-one (no authentication: every caller is an admin)\n"
+            f"  API        {url}/v2\n"
+            f"  Placement  {url}/placement   (X-Auth-Token: admin)\n"
+            f"  agent      {conf.host}, drivers {', '.join(conf.agent.enabled_drivers)}\n"
             f"  data       {conf.state_path}\n"
-            f"Try:\n"
-            f"  .venv/bin/acceleron profile create gpu --group resources:CUSTOM_ACCELERATOR_GPU=1\n"
-            f"  .venv/bin/acceleron profile list\n"
-            f"  curl http://{host}:{port}/v2/device_profiles\n"
+            f"Try, in another terminal:\n"
+            f"  .venv/bin/acceleron deployable list --tree\n"
+            f"  .venv/bin/acceleron profile create fpga --group "
+            f"resources:CUSTOM_ACCELERATOR_FPGA=1,trait:CUSTOM_PROGRAMMABLE=required\n"
+            f"  curl -s -H 'X-Auth-Token: admin' -H 'OpenStack-API-Version: placement 1.39' "
+            f"'{url}/placement/allocation_candidates?resources=CUSTOM_ACCELERATOR_FPGA:1'\n"
         )
         self.app.stdout.flush()
-        serve(conf, host, port)
+        allinone.run(conf, host, port)
         return 0
 
 

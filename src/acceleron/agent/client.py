@@ -1,0 +1,207 @@
+"""The agent's API client: ``PUT /v2/hosts/{hostname}/report`` through keystoneauth.
+
+The connection comes from the ``[agent]`` group: keystoneauth's session, auth and
+adapter options, plus ``api_endpoint``. Without ``auth_type`` no token is sent
+(the API's noauth mode) and the endpoint defaults to the embedded API's. With
+it, the agent authenticates as a service user and, unless ``api_endpoint`` is
+set, finds the API as the catalog's ``accelerator`` service.
+
+Every failure becomes one of three exceptions, which the loop handles:
+``ApiUnavailable`` (retry with backoff), ``UnknownHost`` (stop: the host name is
+wrong) and ``ReportRefused`` (log it; the next scan tries again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+from urllib.parse import quote
+
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from keystoneauth1.noauth import NoAuth
+from oslo_config import cfg
+
+from acceleron import conf as confmod
+from acceleron.conf import AGENT_DEFAULT_ENDPOINT
+from acceleron.report import HostReport, to_bytes
+
+LOG = logging.getLogger(__name__)
+GROUP = "agent"
+MICROVERSION = "2.5"
+UNKNOWN_HOST = "acceleron.unknown_host"
+
+
+class AgentConfigError(Exception):
+    """The ``[agent]`` connection options cannot work (an auth plugin's option missing)."""
+
+
+class ReportError(Exception):
+    """A report did not go through; ``str()`` says why, in one line."""
+
+
+class ApiUnavailable(ReportError):
+    """The API (or Keystone) is unreachable, timed out or answered 5xx: retry later."""
+
+
+class ReportRefused(ReportError):
+    """The API answered 4xx: a bug in the report or a configuration problem."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class UnknownHost(ReportRefused):
+    """The API knows no compute node by this host name (409 acceleron.unknown_host)."""
+
+    def __init__(self, hostname: str, detail: str) -> None:
+        super().__init__(detail, 409, UNKNOWN_HOST)
+        self.hostname = hostname
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiErrorBody:
+    """errors[0] of an error answer; code is None for a body that is not the API's."""
+
+    detail: str
+    code: str | None = None
+
+
+def parse_error(text: str, reason: str = "") -> ApiErrorBody:
+    """errors[0].detail and .code of an error body, or the raw text when it has no such."""
+    try:
+        first = json.loads(text)["errors"][0]
+        return ApiErrorBody(detail=str(first["detail"]), code=first.get("code"))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ApiErrorBody(detail=text.strip()[:500] or reason or "no detail")
+
+
+def error_for(hostname: str, status: int, text: str, reason: str = "") -> ReportError:
+    """The exception for a non-2xx answer to a report."""
+    body = parse_error(text, reason)
+    if status == 409 and body.code == UNKNOWN_HOST:
+        return UnknownHost(hostname, body.detail)
+    if status >= 500 or status == 429:
+        return ApiUnavailable(f"the API answered {status}: {body.detail}")
+    hint = ""
+    if status in (401, 403):
+        hint = (
+            " Check the [agent] credentials: the agent's user needs the 'service' (or "
+            "'admin') role."
+        )
+    return ReportRefused(f"the API refused the report ({status}): {body.detail}{hint}", status)
+
+
+def unknown_host_message(error: UnknownHost) -> str:
+    """The paragraph an operator reads when the agent refuses to start."""
+    return (
+        f"The Acceleron API does not know this host, {error.hostname!r}, as a compute node: "
+        f"{error.detail} The agent must report under the name the compute service (Nova) "
+        "and Placement use for this host, often its fully qualified domain name: see "
+        "'openstack hypervisor list' or 'openstack compute service list --service "
+        "nova-compute'. Set [DEFAULT] host to that name in acceleron.conf and start the "
+        "agent again."
+    )
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost reason of a chain of wrapped errors: "Connection refused", not three
+    layers of HTTP library messages."""
+    inner = error
+    while (cause := inner.__cause__ or inner.__context__) is not None:
+        inner = cause
+    if isinstance(inner, OSError) and inner.strerror:
+        return inner.strerror
+    return str(inner) or str(error)
+
+
+def error_url(error: BaseException, default: str) -> str:
+    """The URL a keystoneauth connection error was about (Keystone's or the API's)."""
+    words = [w.rstrip(":") for w in str(error).split() if w.startswith(("http://", "https://"))]
+    return words[0] if words else default
+
+
+def base_url(endpoint: str) -> str:
+    """The API root from an endpoint that may end in /v2 (as catalogs often register it)."""
+    url = endpoint.rstrip("/")
+    return url.removesuffix("/v2")
+
+
+class ReportClient:
+    """Sends host reports; every failure becomes a ReportError."""
+
+    def __init__(self, adapter: ks_adapter.Adapter) -> None:
+        self._adapter = adapter
+        self._base: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The API's address for messages (the catalog's, until it has been looked up)."""
+        return self._base or self._adapter.endpoint_override or "the catalog's accelerator API"
+
+    def report(self, report: HostReport) -> dict[str, Any]:
+        """PUT the report; the API's answer (the host) on 200."""
+        try:
+            response = self._adapter.put(
+                self._url(report.hostname),
+                data=to_bytes(report),
+                headers={"Content-Type": "application/json"},
+            )
+        except ks_exc.ConnectionError as error:
+            where = error_url(error, self.where)
+            raise ApiUnavailable(f"cannot reach {where}: {root_cause(error)}") from error
+        except ks_exc.HttpError as error:  # from Keystone, while authenticating
+            if (error.http_status or 500) >= 500:
+                raise ApiUnavailable(f"Keystone answered {error.http_status}: {error}") from error
+            raise ReportRefused(f"Keystone refused the agent's credentials: {error}") from error
+        except ks_exc.ClientException as error:  # no endpoint in the catalog, bad options
+            raise ReportRefused(f"cannot send the report: {error}") from error
+        if response.status_code >= 300:
+            raise error_for(report.hostname, response.status_code, response.text, response.reason)
+        try:
+            body: dict[str, Any] = response.json()
+        except ValueError:
+            body = {}
+        return body
+
+    def _url(self, hostname: str) -> str:
+        if self._base is None:
+            endpoint = self._adapter.get_endpoint()
+            if not endpoint:
+                raise ReportRefused(
+                    "the Keystone catalog has no 'accelerator' endpoint: register the "
+                    "Acceleron API there, or set [agent] api_endpoint"
+                )
+            self._base = base_url(endpoint)
+        return f"{self._base}/v2/hosts/{quote(hostname, safe='')}/report"
+
+
+def connect(conf: cfg.ConfigOpts) -> ReportClient:
+    """A client built from the ``[agent]`` options (nothing is contacted yet)."""
+    section = conf[GROUP]
+    try:
+        session, auth = confmod.load_session(conf, GROUP)
+    except ks_exc.ClientException as error:
+        raise AgentConfigError(f"[agent] authentication options: {error}") from error
+    endpoint = section.api_endpoint or section.endpoint_override
+    if endpoint is None and (auth is None or isinstance(auth, NoAuth)):
+        endpoint = AGENT_DEFAULT_ENDPOINT
+    try:
+        adapter = ks_loading.load_adapter_from_conf_options(
+            conf,
+            GROUP,
+            session=session,
+            auth=auth,
+            endpoint_override=endpoint,
+            default_microversion=MICROVERSION,
+            raise_exc=False,
+        )
+    except TypeError as error:  # keystoneauth's word for contradictory adapter options
+        raise AgentConfigError(f"[agent] adapter options: {error}") from error
+    return ReportClient(adapter)

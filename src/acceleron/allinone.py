@@ -1,0 +1,72 @@
+"""The all-in-one: Acceleron on one machine, in one process (what ``make run`` starts).
+
+* the API on ``[api] host_ip:port``;
+* the real OpenStack Placement, embedded, on SQLite in the data directory, served
+  under ``/placement`` of the same port (token ``admin`` for its admin API);
+* the agent of this host (the fake driver by default), reporting over HTTP to the
+  API as any agent does;
+* the local bitstream store in the data directory.
+
+Everything lives in ``[DEFAULT] state_path``: a restart finds it as it was.
+Ctrl-C stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+from oslo_config import cfg
+
+from acceleron import logs
+from acceleron.agent.client import connect
+from acceleron.agent.loop import Agent, Settings
+from acceleron.api.app import create_app
+from acceleron.db import migrate
+from acceleron.db import session as db_session
+from acceleron.drivers import load_drivers
+
+LOG = logging.getLogger(__name__)
+
+
+def configure(conf: cfg.ConfigOpts, host: str, port: int) -> None:
+    """The embedded defaults: Placement in this process, the agent talking to this API."""
+    conf.set_override("mode", "embedded", "placement")
+    conf.set_override("api_endpoint", f"http://{host}:{port}", "agent")
+
+
+def run(conf: cfg.ConfigOpts, host: str, port: int) -> None:
+    """Serve until interrupted."""
+    started = time.monotonic()
+    logs.setup(conf.debug)
+    configure(conf, host, port)
+    db = db_session.from_conf(conf)
+    migrate.upgrade(db)
+    app = create_app(conf, db)
+    agent = Agent(Settings.from_conf(conf), load_drivers(conf, Path(conf.agent.root)),
+                  connect(conf))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    )
+    thread = threading.Thread(target=_agent_when_ready, args=(server, agent, started),
+                              name="agent", daemon=True)  # fmt: skip
+    thread.start()
+    try:
+        server.run()
+    finally:
+        agent.stop()
+        thread.join(timeout=5)
+        db.dispose()
+
+
+def _agent_when_ready(server: uvicorn.Server, agent: Agent, started: float) -> None:
+    """Start the agent once the API answers (it reports to it over HTTP)."""
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.01)
+    LOG.info("Acceleron all-in-one ready in %.1f s", time.monotonic() - started)
+    agent.run()

@@ -1,0 +1,294 @@
+"""``/v2/deployables`` and spec 003's ``/accelerators/deployable``: read only.
+
+* ``GET /v2/deployables`` lists ``{"deployables": [...]}``, filtered in the
+  database on any column parameter of DeployableQuery and on attributes: any
+  other parameter is ``attribute=value``, a dotted name a nested attribute, and
+  ``None``/``null`` means "has none" (``?bitstream_id=None&type=FPGA``: spec
+  003's FPGAs with no bitstream loaded). Sorted and paged as every inventory list;
+* ``GET /v2/deployables/{uuid}`` returns the deployable unwrapped;
+* before 2.5 a deployable has upstream's fields, ``attributes_list`` being a
+  string holding a JSON list of ``{key: value}`` (nested keys dotted); 2.5 adds
+  kind, key, the device's and relatives' uuids, availability, programming
+  progress, ``attributes`` as an object, ``attach_handles`` and more;
+* from 2.5, ``GET /v2/deployables/{uuid}/attributes[/{key}]`` reads attributes.
+
+Spec 003's paths answer with the same data; outside /v2 no microversion is
+negotiated, so they always show the latest view.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+from sqlalchemy import Row
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.devices import PageQuery, page_body, sort_key_field
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.versions import Link
+from acceleron.drivers.base import DEVICE_TYPES, KINDS
+from acceleron.exceptions import InvalidInput
+from acceleron.service import attributes as attributes_service
+from acceleron.service import deployables as service
+from acceleron.service.deployables import DeployableInfo
+
+PATH = "/v2/deployables"
+SPEC003_PATH = "/accelerators/deployable"
+
+
+async def _latest(request: Request) -> None:
+    """Paths outside /v2 negotiate no microversion: they are served at the latest."""
+    request.state.api_version = microversion.MAX_VERSION
+
+
+router = APIRouter(prefix=PATH, tags=["deployables"], responses=ERROR_RESPONSES)
+spec003_router = APIRouter(
+    prefix=SPEC003_PATH,
+    tags=["deployables (spec 003)"],
+    responses=ERROR_RESPONSES,
+    dependencies=[Depends(_latest)],
+)
+
+NULL_DOC = " 'None' or 'null': has none."
+ATTRIBUTE_FILTER_DOC = (
+    "Any other query parameter filters on attributes: 'key=value' (a dotted key names a "
+    "nested attribute; 'None' or 'null': the deployable has no such attribute)."
+)
+
+
+class DeployableQuery(PageQuery):
+    name: str | None = None
+    kind: str | None = Field(None, description=f"One of {', '.join(KINDS)}.")
+    key: str | None = Field(None, description="Its stable key in the device, e.g. region0.")
+    parent_uuid: str | None = Field(None, description="uuid of its parent." + NULL_DOC)
+    root_uuid: str | None = Field(None, description="uuid of its root." + NULL_DOC)
+    device_uuid: str | None = Field(None, description="uuid of its device.")
+    hostname: str | None = Field(None, description="Its device's host.")
+    type: str | None = Field(None, description=f"Its device's type: {', '.join(DEVICE_TYPES)}.")
+    availability: str | None = None
+    instance_uuid: str | None = Field(None, description="Instance it is assigned to." + NULL_DOC)
+    rp_uuid: str | None = Field(None, description="Its resource provider." + NULL_DOC)
+    driver_name: str | None = None
+    bitstream_id: str | None = Field(None, description="What is loaded." + NULL_DOC)
+    region_type: str | None = Field(None, description="Region type (32 hex digits)." + NULL_DOC)
+    function_uuid: str | None = Field(None, description="Function loaded." + NULL_DOC)
+    sort_key: str | None = sort_key_field(service.SORT_KEYS)
+
+
+class AttachHandleOut(BaseModel):
+    uuid: str
+    type: str = Field(description="PCI, MDEV, MIG or TEST_PCI.")
+    address: str = Field(description="PCI address, mdev uuid or MIG uuid.")
+    in_use: bool = Field(description="Held by an accelerator request.")
+    host_in_use: bool = Field(description="Busy on the host outside Acceleron.")
+    state: str = Field(description="'present', or 'lost'.")
+    attach_info: dict[str, Any]
+
+
+class DeployableOut(BaseModel):
+    uuid: str
+    parent_id: int | None
+    root_id: int | None
+    name: str
+    num_accelerators: int
+    device_id: int
+    attributes_list: str = Field(description="JSON list of {key: value}; nested keys dotted.")
+    rp_uuid: str | None
+    driver_name: str
+    bitstream_id: str | None
+    created_at: str | None
+    updated_at: str | None
+    links: list[Link] = Field(description="self, and a bookmark outside /v2.")
+    id: int | None = Field(None, description="From 2.5. What parent_id and root_id refer to.")
+    kind: str | None = Field(None, description=f"From 2.5. One of {', '.join(KINDS)}.")
+    key: str | None = Field(None, description="From 2.5. Stable key in its device.")
+    device_uuid: str | None = Field(None, description="From 2.5.")
+    hostname: str | None = Field(None, description="From 2.5.")
+    parent_uuid: str | None = Field(None, description="From 2.5.")
+    root_uuid: str | None = Field(None, description="From 2.5.")
+    availability: str | None = Field(None, description="From 2.5.")
+    assignable: bool | None = Field(None, description="From 2.5.")
+    instance_uuid: str | None = Field(None, description="From 2.5.")
+    region_type: str | None = Field(None, description="From 2.5.")
+    function_uuid: str | None = Field(None, description="From 2.5.")
+    accelerator_type: str | None = Field(None, description="From 2.5.")
+    programmable: bool | None = Field(None, description="From 2.5.")
+    memory_mb: int | None = Field(None, description="From 2.5.")
+    traits: list[str] | None = Field(None, description="From 2.5.")
+    resource_class: str | None = Field(None, description="From 2.5.")
+    program_phase: str | None = Field(None, description="From 2.5. While being programmed.")
+    program_progress: int | None = Field(None, description="From 2.5. Percent.")
+    program_error: str | None = Field(None, description="From 2.5. Why programming failed.")
+    attributes: dict[str, Any] | None = Field(None, description="From 2.5. Nested object.")
+    attach_handles: list[AttachHandleOut] | None = Field(None, description="From 2.5.")
+
+
+class DeployableList(BaseModel):
+    deployables: list[DeployableOut]
+    deployables_links: list[Link] | None = Field(None, description="The next page, if any.")
+
+
+class DeployableWrapped(BaseModel):
+    deployable: DeployableOut
+
+
+class DeployableAttributes(BaseModel):
+    attributes: dict[str, Any] = Field(description="Nested object of the attributes.")
+
+
+class DeployableAttribute(BaseModel):
+    attribute: dict[str, Any] = Field(description="{key: value}; a parent's value is an object.")
+
+
+# --- views -----------------------------------------------------------------------------
+
+_RICH_FIELDS = ("id", "kind", "key", "device_uuid", "hostname", "parent_uuid", "root_uuid",
+                "availability", "assignable", "instance_uuid", "region_type", "function_uuid",
+                "accelerator_type", "programmable", "memory_mb", "traits", "resource_class",
+                "program_phase", "program_progress", "program_error")  # fmt: skip
+_HANDLE_FIELDS = ("uuid", "type", "address", "in_use", "host_in_use", "state", "attach_info")
+
+
+def handle_view(handle: Row[Any]) -> dict[str, Any]:
+    return {field: getattr(handle, field) for field in _HANDLE_FIELDS}
+
+
+def view(dep: DeployableInfo, version: microversion.Version, base: str) -> dict[str, Any]:
+    row = dep.row
+    data: dict[str, Any] = {
+        "uuid": row.uuid,
+        "parent_id": row.parent_id,
+        "root_id": row.root_id,
+        "name": row.name,
+        "num_accelerators": row.num_accelerators,
+        "device_id": row.device_id,
+        "attributes_list": orjson.dumps(attributes_service.flatten(dep.attributes)).decode(),
+        "rp_uuid": row.rp_uuid,
+        "driver_name": row.driver_name,
+        "bitstream_id": row.bitstream_id,
+        "created_at": timestamp(row.created_at),
+        "updated_at": timestamp(row.updated_at),
+        "links": [
+            {"href": f"{base}{PATH}/{row.uuid}", "rel": "self"},
+            {"href": f"{base}{SPEC003_PATH}/{row.uuid}", "rel": "bookmark"},
+        ],
+    }
+    if version >= microversion.V2_5:
+        data.update((field, getattr(row, field)) for field in _RICH_FIELDS)
+        data["attributes"] = dep.attributes
+        data["attach_handles"] = [handle_view(h) for h in dep.handles]
+    return data
+
+
+# --- handlers -------------------------------------------------------------------------
+
+
+def _attribute_filters(request: Request) -> dict[str, str]:
+    """Query parameters that are not DeployableQuery's: attribute filters."""
+    known = DeployableQuery.model_fields
+    wanted: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        if key in known:
+            continue
+        if key in wanted:
+            raise InvalidInput(f"{key[:64]}: an attribute filter may be given only once.")
+        wanted[key] = value
+    return wanted
+
+
+async def _list(call: Call, query: DeployableQuery, path: str) -> dict[str, Any]:
+    call.authorize("deployable:get_all")
+    filters = query.model_dump(include=set(service.FILTERS))
+    listed = await call.run(
+        service.list_deployables, filters, query.page(call), _attribute_filters(call.request)
+    )
+    items = [view(d, call.version, call.base_url) for d in listed.items]
+    return page_body("deployables", items, listed, call, path)
+
+
+async def _show(call: Call, uuid: str) -> dict[str, Any]:
+    call.authorize("deployable:get_one")
+    deployable = await call.run(service.get, uuid)
+    return view(deployable, call.version, call.base_url)
+
+
+async def _attribute(call: Call, uuid: str, key: str) -> dict[str, Any]:
+    call.authorize("attribute:get_one")
+    return {"attribute": {key: await call.run(service.attribute_of, uuid, key)}}
+
+
+def _needs_2_5(call: Call) -> None:
+    if call.version < microversion.V2_5:
+        raise HTTPException(
+            404, "Reading a deployable's attributes here needs microversion 2.5 or later."
+        )
+
+
+@router.get(
+    "",
+    responses={200: {"model": DeployableList}},
+    summary="List deployables",
+    description=ATTRIBUTE_FILTER_DOC,
+)
+async def list_deployables(call: CallDep, query: Annotated[DeployableQuery, Query()]) -> Response:
+    return json_response(await _list(call, query, PATH))
+
+
+@router.get("/{uuid}", responses={200: {"model": DeployableOut}}, summary="Show a deployable")
+async def show_deployable(uuid: str, call: CallDep) -> Response:
+    return json_response(await _show(call, uuid))
+
+
+@router.get(
+    "/{uuid}/attributes",
+    responses={200: {"model": DeployableAttributes}},
+    summary="Show a deployable's attributes, nested (2.5)",
+)
+async def show_attributes(uuid: str, call: CallDep) -> Response:
+    _needs_2_5(call)
+    call.authorize("attribute:get_all")
+    return json_response({"attributes": await call.run(service.attributes_of, uuid)})
+
+
+@router.get(
+    "/{uuid}/attributes/{key}",
+    responses={200: {"model": DeployableAttribute}},
+    summary="Show one attribute of a deployable; a dotted key names a nested one (2.5)",
+)
+async def show_attribute(uuid: str, key: str, call: CallDep) -> Response:
+    _needs_2_5(call)
+    return json_response(await _attribute(call, uuid, key))
+
+
+@spec003_router.get(
+    "",
+    responses={200: {"model": DeployableList}},
+    summary="List deployables (spec 003; the latest view)",
+    description=ATTRIBUTE_FILTER_DOC,
+)
+async def spec003_list(call: CallDep, query: Annotated[DeployableQuery, Query()]) -> Response:
+    return json_response(await _list(call, query, SPEC003_PATH))
+
+
+@spec003_router.get(
+    "/{uuid}",
+    responses={200: {"model": DeployableWrapped}},
+    summary="Show a deployable (spec 003; the latest view)",
+)
+async def spec003_show(uuid: str, call: CallDep) -> Response:
+    return json_response({"deployable": await _show(call, uuid)})
+
+
+@spec003_router.get(
+    "/{uuid}/attribute/{key}",
+    responses={200: {"model": DeployableAttribute}},
+    summary="Show one attribute of a deployable (spec 003)",
+)
+async def spec003_attribute(uuid: str, key: str, call: CallDep) -> Response:
+    return json_response(await _attribute(call, uuid, key))

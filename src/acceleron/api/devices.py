@@ -1,0 +1,206 @@
+"""``/v2/devices``: the physical cards of the inventory, read only, in upstream's shapes.
+
+* GET one returns the device unwrapped; the list ``{"devices": [...]}``;
+* the list filters on ``type``, ``vendor`` and ``hostname`` (from 2.5 also on
+  ``status``, ``state`` and ``pci_address``) in the database, sorts with
+  ``sort_key``/``sort_dir`` and pages with ``limit``/``marker``; a page that is
+  not the last ends with ``devices_links``, the next page's link;
+* 2.3 adds ``status``; 2.5 adds ``id``, ``pci_address``, ``numa_node``, ``state``,
+  ``health``, ``driver_name``, ``vendor_name`` and ``product_id``, and shows the
+  board info as objects (JSON strings before, as upstream).
+
+The paging parameters and links here are those of every inventory list.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import orjson
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Row
+from starlette.responses import Response
+
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.versions import Link
+from acceleron.drivers.base import DEVICE_TYPES
+from acceleron.exceptions import InvalidInput
+from acceleron.service import devices as service
+from acceleron.service.listing import Listed, Page, make_page
+from acceleron.service.placement import PlacementService
+
+router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPONSES)
+
+V2_3 = microversion.Version(2, 3)
+# Filters that need 2.5: the fields they compare are shown from 2.5 only.
+FILTERS_2_5 = ("status", "state", "pci_address")
+
+
+# --- paging, shared by the inventory lists ---------------------------------------------
+
+
+class PageQuery(BaseModel):
+    sort_key: str | None = None
+    sort_dir: str | None = Field(None, description="'asc' (the default) or 'desc'.")
+    limit: int | None = Field(
+        None,
+        description="Most items wanted. [api] max_limit caps it and is the default; a "
+        "page that is not the last ends with a 'next' link.",
+    )
+    marker: str | None = Field(
+        None, description="uuid of the last item of the previous page: list from after it."
+    )
+
+    def page(self, call: Call) -> Page:
+        return make_page(
+            max_limit=call.request.app.state.conf.api.max_limit,
+            sort_key=self.sort_key,
+            sort_dir=self.sort_dir,
+            limit=self.limit,
+            marker=self.marker,
+        )
+
+
+def sort_key_field(keys: tuple[str, ...]) -> Any:
+    return Field(None, description=f"Sort on one of {', '.join(keys)} (default created_at).")
+
+
+def page_body(
+    noun: str, items: list[dict[str, Any]], listed: Listed[Any], call: Call, path: str
+) -> dict[str, Any]:
+    """``{noun: items}``, with ``{noun}_links`` leading to the next page when there is one."""
+    body: dict[str, Any] = {noun: items}
+    if listed.more and items:
+        query = [(k, v) for k, v in call.request.query_params.multi_items() if k != "marker"]
+        query.append(("marker", items[-1]["uuid"]))
+        href = f"{call.base_url}{path}?{urlencode(query)}"
+        body[f"{noun}_links"] = [{"rel": "next", "href": href}]
+    return body
+
+
+# --- devices -------------------------------------------------------------------------
+
+
+class DeviceQuery(PageQuery):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str | None = Field(None, description=f"One of {', '.join(DEVICE_TYPES)}.")
+    vendor: str | None = Field(None, description="PCI vendor id, e.g. 8086 (or 0x8086).")
+    hostname: str | None = Field(None, description="The host the device is in.")
+    status: str | None = Field(None, description="From 2.5. 'enabled' or 'maintaining'.")
+    state: str | None = Field(None, description="From 2.5. 'present' or 'lost'.")
+    pci_address: str | None = Field(None, description="From 2.5. e.g. 0000:0c:00.0.")
+    sort_key: str | None = sort_key_field(service.SORT_KEYS)
+
+
+class DeviceOut(BaseModel):
+    uuid: str
+    type: str
+    vendor: str
+    model: str
+    std_board_info: str | dict[str, Any] | None = Field(
+        description="A JSON string before 2.5, an object from 2.5."
+    )
+    vendor_board_info: str | dict[str, Any] | None = Field(
+        description="A JSON string before 2.5, an object from 2.5."
+    )
+    hostname: str
+    status: str | None = Field(None, description="From 2.3. 'enabled' or 'maintaining'.")
+    id: int | None = Field(None, description="From 2.5. What deployables' device_id is.")
+    pci_address: str | None = Field(None, description="From 2.5.")
+    numa_node: int | None = Field(None, description="From 2.5. None when unknown.")
+    state: str | None = Field(None, description="From 2.5. 'present', or 'lost'.")
+    health: str | None = Field(None, description="From 2.5. 'ok', 'degraded' or 'failed'.")
+    driver_name: str | None = Field(None, description="From 2.5. The driver that found it.")
+    vendor_name: str | None = Field(None, description="From 2.5. e.g. INTEL.")
+    product_id: str | None = Field(None, description="From 2.5. PCI device id.")
+    created_at: str | None
+    updated_at: str | None
+    links: list[Link]
+
+
+class DeviceList(BaseModel):
+    devices: list[DeviceOut]
+    devices_links: list[Link] | None = Field(None, description="The next page, if any.")
+
+
+def _board_info(value: dict[str, Any] | None, version: microversion.Version) -> Any:
+    if version >= microversion.V2_5 or value is None:
+        return value
+    return orjson.dumps(value).decode()
+
+
+def view(device: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "uuid": device.uuid,
+        "type": device.type,
+        "vendor": device.vendor,
+        "model": device.model,
+        "std_board_info": _board_info(device.std_board_info, version),
+        "vendor_board_info": _board_info(device.vendor_board_info, version),
+        "hostname": device.hostname,
+        "created_at": timestamp(device.created_at),
+        "updated_at": timestamp(device.updated_at),
+        "links": [{"href": f"{base}/v2/devices/{device.uuid}", "rel": "self"}],
+    }
+    if version >= V2_3:
+        data["status"] = device.status
+    if version >= microversion.V2_5:
+        for field in ("id", "pci_address", "numa_node", "state", "health", "driver_name",
+                      "vendor_name", "product_id"):  # fmt: skip
+            data[field] = getattr(device, field)
+    return data
+
+
+def _filters(query: DeviceQuery, version: microversion.Version) -> dict[str, str | None]:
+    filters: dict[str, str | None] = query.model_dump(include=set(service.FILTERS))
+    late = [name for name in FILTERS_2_5 if filters[name] is not None]
+    if late and version < microversion.V2_5:
+        raise InvalidInput(f"{', '.join(late)}: filtering on it needs microversion 2.5 or later.")
+    return filters
+
+
+@router.get("", responses={200: {"model": DeviceList}}, summary="List devices")
+async def list_devices(call: CallDep, query: Annotated[DeviceQuery, Query()]) -> Response:
+    call.authorize("device:get_all")
+    listed = await call.run(service.list_devices, _filters(query, call.version), query.page(call))
+    items = [view(d, call.version, call.base_url) for d in listed.items]
+    return json_response(page_body("devices", items, listed, call, "/v2/devices"))
+
+
+@router.get("/{uuid}", responses={200: {"model": DeviceOut}}, summary="Show a device")
+async def show_device(uuid: str, call: CallDep) -> Response:
+    call.authorize("device:get_one")
+    device = await call.run(service.get, uuid)
+    return json_response(view(device, call.version, call.base_url))
+
+
+async def _set_status(uuid: str, call: Call, status: str, rule: str) -> Response:
+    call.authorize(rule)
+    device = await call.run(service.set_status, uuid, status)
+    placement: PlacementService | None = call.request.app.state.placement
+    if placement is not None:
+        placement.worker.wake()
+    return json_response(view(device, call.version, call.base_url))
+
+
+@router.post(
+    "/{uuid}/enable",
+    responses={200: {"model": DeviceOut}},
+    summary="Put a device back in service",
+)
+async def enable_device(uuid: str, call: CallDep) -> Response:
+    return await _set_status(uuid, call, "enabled", "device:enable")
+
+
+@router.post(
+    "/{uuid}/disable",
+    responses={200: {"model": DeviceOut}},
+    summary="Take a device out of service (status maintaining; its inventory is reserved)",
+)
+async def disable_device(uuid: str, call: CallDep) -> Response:
+    return await _set_status(uuid, call, "maintaining", "device:disable")

@@ -1,0 +1,148 @@
+"""``acceleron agent``: the per-host agent (docs/agent.md).
+
+It reads the configuration files (``--config-file``) like the server commands;
+the drivers and the agent's modules are imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+from cliff.command import Command
+
+from acceleron.cli.client import CommandError
+from acceleron.cli.server import load_conf
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from acceleron.agent.client import UnknownHost
+    from acceleron.agent.loop import Agent as AgentLoop
+    from acceleron.drivers.base import Driver
+
+EXIT_UNKNOWN_HOST = 2
+
+
+class Agent(Command):
+    """Run the agent: discover this host's accelerators and report them to the API.
+
+    Scans at start, every [agent] report_interval seconds and on udev events, and
+    sends one full report per scan; stops on SIGTERM or SIGINT. Exits with 2 when
+    the API does not know this host's name ([DEFAULT] host) as a compute node.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="One scan and one report, then exit: 0 when the API accepted it.",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Print what would be reported and send nothing (implies --once).",
+        )
+        parser.add_argument(
+            "--driver",
+            action="append",
+            metavar="NAME",
+            help="Use this driver (repeatable) instead of [agent] enabled_drivers.",
+        )
+        parser.add_argument(
+            "-f",
+            "--format",
+            choices=("tree", "json"),
+            default="tree",
+            help="Dry-run output: a readable tree per device, or the exact report JSON.",
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from acceleron import logs
+
+        conf = load_conf(self)
+        if parsed_args.driver:
+            conf.set_override("enabled_drivers", parsed_args.driver, "agent")
+        drivers = _drivers(conf)
+        if parsed_args.dry_run:  # stdout is the report; warnings go to stderr as they are
+            return self.dry_run(conf, drivers, parsed_args.format)
+        logs.setup(conf.debug)
+        agent = _agent(conf, drivers)
+        if parsed_args.once:
+            return self.once(agent)
+        return self.serve(agent, conf.agent.udev)
+
+    def dry_run(self, conf: cfg.ConfigOpts, drivers: list[Driver], fmt: str) -> int:
+        from acceleron.agent import discovery, tree
+        from acceleron.report import to_json
+
+        scan = discovery.scan(drivers)
+        report = discovery.build_report(conf.host, scan.devices)
+        if fmt == "json":
+            self.app.stdout.write(json.dumps(to_json(report), indent=2) + "\n")
+        else:
+            self.app.stdout.write(tree.render(report))
+        if not scan.complete:
+            self.app.stderr.write(
+                f"Driver(s) {', '.join(scan.failed)} failed: the agent would send no report "
+                "for this scan.\n"
+            )
+            return 1
+        return 0
+
+    def once(self, agent: AgentLoop) -> int:
+        from acceleron.agent.client import ApiUnavailable, UnknownHost
+
+        try:
+            sent = agent.report_once()
+        except UnknownHost as error:
+            return self.unknown_host(error)
+        except ApiUnavailable as error:
+            raise CommandError(f"Report not sent: {error}") from error
+        return 0 if sent else 1
+
+    def serve(self, agent: AgentLoop, watch_udev: bool) -> int:
+        from acceleron.agent import loop
+        from acceleron.agent.client import UnknownHost
+
+        try:
+            loop.serve(agent, watch_udev)
+        except UnknownHost as error:
+            return self.unknown_host(error)
+        return 0
+
+    def unknown_host(self, error: UnknownHost) -> int:
+        from acceleron.agent.client import unknown_host_message
+
+        self.app.stderr.write(unknown_host_message(error) + "\n")
+        return EXIT_UNKNOWN_HOST
+
+
+def _drivers(conf: cfg.ConfigOpts) -> list[Driver]:
+    from pathlib import Path
+
+    from acceleron.drivers import load_drivers
+    from acceleron.drivers.errors import DriverConfigError
+
+    try:
+        return load_drivers(conf, Path(conf.agent.root))
+    except DriverConfigError as error:
+        raise CommandError(f"Configuration error: {error.message}") from error
+
+
+def _agent(conf: cfg.ConfigOpts, drivers: list[Driver]) -> AgentLoop:
+    from acceleron.agent.client import AgentConfigError, connect
+    from acceleron.agent.loop import Agent as AgentLoop
+    from acceleron.agent.loop import Settings
+
+    try:
+        client = connect(conf)
+    except AgentConfigError as error:
+        raise CommandError(f"Configuration error: {error}") from error
+    return AgentLoop(Settings.from_conf(conf), drivers, client)
+
+
+COMMANDS: dict[str, type[Command]] = {"agent": Agent}

@@ -1,0 +1,349 @@
+"""``acceleron device ...`` and ``acceleron deployable ...``: the inventory through REST.
+
+``deployable show``, ``deployable list --tree`` and ``device show --tree`` draw
+the tree, device -> deployables (-> children) -> attach handles::
+
+    host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10  enabled  (7c0e...)
+    ├── region0  [region]  capacity 2  region type ce48...  functions d842...  (5a1f...)
+    │   ├── PCI 0000:0c:00.1  in use
+    │   └── region0/vfs  [vf_pool]  capacity 2  (9b3c...)
+    └── region1  [region]  capacity 1  region type 9926...  (0d4e...)
+
+Any other output format (``-f json``, ``-f yaml``) gives the API's own data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cliff.columns import FormattableColumn
+from cliff.command import Command
+from cliff.lister import Lister
+from cliff.show import ShowOne
+
+from acceleron.cli.client import ApiClient, CommandError, api_client
+
+DEVICES = "/v2/devices"
+DEPLOYABLES = "/v2/deployables"
+# The tree needs the 2.5 views (kind, key, parent uuids, attach handles).
+TREE_VERSION = "2.5"
+DEVICE_COLUMNS = ("uuid", "hostname", "pci_address", "type", "vendor", "model", "status",
+                  "state", "health")  # fmt: skip
+DEPLOYABLE_COLUMNS = ("uuid", "name", "kind", "key", "hostname", "num_accelerators",
+                      "region_type", "bitstream_id", "rp_uuid")  # fmt: skip
+DEVICE_FILTERS = ("type", "vendor", "hostname", "status", "state", "pci_address")
+DEPLOYABLE_FILTERS = ("name", "kind", "key", "parent_uuid", "root_uuid", "device_uuid",
+                      "hostname", "type", "availability", "instance_uuid", "rp_uuid",
+                      "driver_name", "bitstream_id", "region_type", "function_uuid")  # fmt: skip
+RAW_FORMATS = ("json", "yaml")
+# Last-child and middle-child connectors, and what continues below each.
+LAST, MIDDLE = ("└── ", "    "), ("├── ", "│   ")
+MARK = "  ◀"
+
+
+class JsonColumn(FormattableColumn[Any]):
+    """Objects and lists as JSON in tables, as they are in JSON/YAML."""
+
+    def human_readable(self) -> str:
+        return json.dumps(self._value, sort_keys=True)
+
+    def machine_readable(self) -> Any:
+        return self._value
+
+
+def _cell(value: Any) -> Any:
+    return JsonColumn(value) if isinstance(value, dict | list) else value
+
+
+def _row(item: Mapping[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(_cell(item.get(column)) for column in columns)
+
+
+def raw(item: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """Every field of an API object, for ShowOne."""
+    columns = tuple(item)
+    return columns, _row(item, columns)
+
+
+# --- talking to the API ---------------------------------------------------------------
+
+
+def add_list_options(
+    parser: argparse.ArgumentParser, filters: Sequence[str]
+) -> argparse.ArgumentParser:
+    for name in filters:
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            metavar=name.upper(),
+            help=f"Only those whose {name} is this ('None': those without one).",
+        )
+    parser.add_argument("--sort-key", help="Field to sort on (default created_at).")
+    parser.add_argument("--sort-dir", choices=("asc", "desc"), help="Sort direction.")
+    parser.add_argument("--limit", type=int, help="One page of at most this many.")
+    parser.add_argument("--marker", help="Start after the item with this uuid.")
+    return parser
+
+
+def list_query(parsed_args: argparse.Namespace, filters: Sequence[str]) -> dict[str, Any]:
+    names = (*filters, "sort_key", "sort_dir", "limit", "marker")
+    return {n: getattr(parsed_args, n) for n in names if getattr(parsed_args, n) is not None}
+
+
+def fetch(
+    client: ApiClient, path: str, noun: str, query: Mapping[str, Any], version: str | None = None
+) -> list[dict[str, Any]]:
+    """Every item of a list (only one page when ``limit`` is given)."""
+    params = dict(query)
+    extra = {"microversion": version} if version else {}
+    items: list[dict[str, Any]] = []
+    while True:
+        body = client.request("GET", path, params=params, **extra)
+        items.extend(body[noun])
+        if "limit" in query or not body.get(f"{noun}_links") or not body[noun]:
+            return items
+        params["marker"] = body[noun][-1]["uuid"]
+
+
+def show(client: ApiClient, path: str, version: str | None = None) -> dict[str, Any]:
+    extra = {"microversion": version} if version else {}
+    body: dict[str, Any] = client.request("GET", path, **extra)
+    return body
+
+
+# --- drawing the tree ----------------------------------------------------------------
+
+
+def device_line(device: Mapping[str, Any]) -> str:
+    words = [device["hostname"], device["pci_address"], device["type"],
+             f"{device['vendor_name']} {device['model']}", device["status"]]  # fmt: skip
+    if device["state"] != "present":
+        words.append(device["state"])
+    if device["health"] != "ok":
+        words.append(f"health {device['health']}")
+    return "  ".join([*words, f"({device['uuid']})"])
+
+
+def deployable_line(dep: Mapping[str, Any]) -> str:
+    words = [dep["key"], f"[{dep['kind']}]", f"capacity {dep['num_accelerators']}"]
+    for field, label in (("region_type", "region type"), ("function_uuid", "functions"),
+                         ("bitstream_id", "bitstream"), ("instance_uuid", "instance")):  # fmt: skip
+        if dep.get(field):
+            words.append(f"{label} {dep[field]}")
+    return "  ".join([*words, f"({dep['uuid']})"])
+
+
+def handle_line(handle: Mapping[str, Any]) -> str:
+    use = "in use" if handle["in_use"] else "busy on host" if handle["host_in_use"] else "free"
+    lost = "  lost" if handle["state"] == "lost" else ""
+    return f"{handle['type']} {handle['address']}  {use}{lost}"
+
+
+def attribute_lines(attributes: Mapping[str, Any], prefix: str = "") -> list[str]:
+    lines = []
+    for key, value in attributes.items():
+        if isinstance(value, Mapping):
+            lines.extend(attribute_lines(value, f"{prefix}{key}."))
+        else:
+            lines.append(f"{prefix}{key} = {value}")
+    return lines
+
+
+def _branches(items: Sequence[tuple[str, list[Any]]], prefix: str) -> list[str]:
+    """Lines of (text, children) nodes under ``prefix``, with tree connectors."""
+    lines = []
+    for index, (text, children) in enumerate(items):
+        connector, below = LAST if index == len(items) - 1 else MIDDLE
+        lines.append(f"{prefix}{connector}{text}")
+        lines.extend(_branches(children, prefix + below))
+    return lines
+
+
+def _node(
+    dep: Mapping[str, Any], kids: Mapping[str | None, list[Mapping[str, Any]]], mark: str | None
+) -> tuple[str, list[Any]]:
+    shown = dep["uuid"] == mark
+    leaves: list[Any] = [(line, []) for line in attribute_lines(dep["attributes"])] if shown else []
+    leaves += [(handle_line(h), []) for h in dep["attach_handles"]]
+    leaves += [_node(child, kids, mark) for child in kids.get(dep["uuid"], [])]
+    return deployable_line(dep) + (MARK if shown else ""), leaves
+
+
+def draw(
+    device: Mapping[str, Any], deployables: Sequence[Mapping[str, Any]], mark: str | None = None
+) -> list[str]:
+    """A device and its deployables as a tree; the deployable ``mark`` is marked and
+    shows its attributes. A deployable whose parent is not listed hangs from the device."""
+    listed = {dep["uuid"] for dep in deployables}
+    kids: dict[str | None, list[Mapping[str, Any]]] = defaultdict(list)
+    for dep in deployables:
+        kids[dep["parent_uuid"] if dep["parent_uuid"] in listed else None].append(dep)
+    return [device_line(device), *_branches([_node(d, kids, mark) for d in kids[None]], "")]
+
+
+def draw_all(
+    client: ApiClient, deployables: Iterable[Mapping[str, Any]], mark: str | None = None
+) -> list[str]:
+    """The trees of the devices the deployables are on, by host and PCI address, a blank
+    line between two."""
+    by_device: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for dep in deployables:
+        by_device[dep["device_uuid"]].append(dep)
+    devices = [show(client, f"{DEVICES}/{uuid}", TREE_VERSION) for uuid in by_device]
+    devices.sort(key=lambda d: (d["hostname"], d["pci_address"]))
+    lines: list[str] = []
+    for device in devices:
+        lines.extend([""] * bool(lines) + draw(device, by_device[device["uuid"]], mark))
+    return lines
+
+
+def write(command: Command, lines: Sequence[str]) -> int:
+    command.app.stdout.write("".join(f"{line}\n" for line in lines))
+    return 0
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+class _List(Lister):
+    """Table columns in tables; every field of the API's objects in JSON and YAML."""
+
+    def emit(
+        self, parsed_args: argparse.Namespace, items: list[dict[str, Any]], short: Sequence[str]
+    ) -> tuple[Any, Any]:
+        columns = tuple(items[0]) if items and parsed_args.formatter in RAW_FORMATS else short
+        return columns, [_row(item, columns) for item in items]
+
+
+class ListDevices(_List):
+    """List devices (the physical cards)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        return add_list_options(super().get_parser(prog_name), DEVICE_FILTERS)
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        query = list_query(parsed_args, DEVICE_FILTERS)
+        items = fetch(api_client(self), DEVICES, "devices", query)
+        return self.emit(parsed_args, items, DEVICE_COLUMNS)
+
+
+class ShowDevice(ShowOne):
+    """Show a device; with --tree, draw its deployables and attach handles."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("device", help="uuid of the device")
+        parser.add_argument("--tree", action="store_true", help="Draw its tree.")
+        return parser
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        if not parsed_args.tree or parsed_args.formatter in RAW_FORMATS:
+            return super().run(parsed_args)
+        client = api_client(self)
+        device = show(client, f"{DEVICES}/{parsed_args.device}", TREE_VERSION)
+        query = {"device_uuid": device["uuid"]}
+        deployables = fetch(client, DEPLOYABLES, "deployables", query, TREE_VERSION)
+        return write(self, draw(device, deployables))
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        return raw(show(api_client(self), f"{DEVICES}/{parsed_args.device}"))
+
+
+def parse_attributes(pairs: Sequence[str]) -> dict[str, str]:
+    """``--attribute key=value`` options as attribute filters."""
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CommandError(f"--attribute {pair!r}: expected KEY=VALUE.")
+        if key in DEPLOYABLE_FILTERS:
+            raise CommandError(f"--attribute {key}: use --{key.replace('_', '-')} instead.")
+        result[key] = value
+    return result
+
+
+class ListDeployables(_List):
+    """List deployables; with --tree, draw them on their devices' trees."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = add_list_options(super().get_parser(prog_name), DEPLOYABLE_FILTERS)
+        parser.add_argument(
+            "--attribute",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="Only those with this attribute (dotted KEY: nested; VALUE None: without "
+            "it). Repeatable.",
+        )
+        parser.add_argument("--tree", action="store_true", help="Draw the trees.")
+        return parser
+
+    def _items(self, parsed_args: argparse.Namespace, version: str | None) -> list[Any]:
+        query = list_query(parsed_args, DEPLOYABLE_FILTERS)
+        query.update(parse_attributes(parsed_args.attribute))
+        return fetch(api_client(self), DEPLOYABLES, "deployables", query, version)
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        if not parsed_args.tree or parsed_args.formatter in RAW_FORMATS:
+            return super().run(parsed_args)
+        return write(self, draw_all(api_client(self), self._items(parsed_args, TREE_VERSION)))
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        return self.emit(parsed_args, self._items(parsed_args, None), DEPLOYABLE_COLUMNS)
+
+
+class ShowDeployable(ShowOne):
+    """Draw a deployable on its device's tree, with its attributes (-f json: the API's data)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("deployable", help="uuid of the deployable")
+        return parser
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.formatter != "table":
+            return super().run(parsed_args)
+        client = api_client(self)
+        dep = show(client, f"{DEPLOYABLES}/{parsed_args.deployable}", TREE_VERSION)
+        query = {"device_uuid": dep["device_uuid"]}
+        tree = fetch(client, DEPLOYABLES, "deployables", query, TREE_VERSION)
+        return write(self, draw_all(client, tree, mark=dep["uuid"]))
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        return raw(show(api_client(self), f"{DEPLOYABLES}/{parsed_args.deployable}"))
+
+
+class EnableDevice(ShowOne):
+    """Put a device back in service."""
+
+    status = "enable"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("device", help="uuid of the device")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        path = f"{DEVICES}/{parsed_args.device}/{self.status}"
+        return raw(api_client(self).request("POST", path, microversion="2.5"))
+
+
+class DisableDevice(EnableDevice):
+    """Take a device out of service: its inventory is reserved in Placement, so nothing
+    new is scheduled on it (what already uses it stays)."""
+
+    status = "disable"
+
+
+COMMANDS: dict[str, type[Command]] = {
+    "device list": ListDevices,
+    "device show": ShowDevice,
+    "device enable": EnableDevice,
+    "device disable": DisableDevice,
+    "deployable list": ListDeployables,
+    "deployable show": ShowDeployable,
+}

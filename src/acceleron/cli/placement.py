@@ -1,0 +1,92 @@
+"""``acceleron placement ...``: publishing the inventory to Placement, through the API."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+
+from acceleron.cli.client import api_client
+
+COLUMNS = ("host", "op", "provider", "uuid", "detail")
+MICROVERSION = "2.6"
+
+
+def _rows(body: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for host in body["hosts"]:
+        for action in host["actions"]:
+            rows.append((host["hostname"], action["op"], action["name"], action["uuid"],
+                         action["detail"]))  # fmt: skip
+        rows.extend((host["hostname"], "error", "", "", error) for error in host["errors"])
+    return rows
+
+
+class _PlacementCommand(Lister):
+    path = ""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Show what would change; change nothing."
+        )
+        return parser
+
+    def body(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
+        return {"dry_run": parsed_args.dry_run}
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        body = api_client(self).request(
+            "POST", self.path, json=self.body(parsed_args), microversion=MICROVERSION
+        )
+        rows = _rows(body)
+        verb = "would be made (dry run)" if parsed_args.dry_run else "made"
+        self.app.stderr.write(f"{len(rows)} change(s) {verb} in Placement.\n")
+        return COLUMNS, rows
+
+
+class Sync(_PlacementCommand):
+    """Publish the inventory to Placement now and show what changed.
+
+    Acceleron keeps Placement in sync by itself; this checks every host (or one)
+    against Placement at once, repairs what differs, and with --dry-run only
+    shows the plan.
+    """
+
+    path = "/v2/placement/sync"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--host", help="Only this host")
+        parser.add_argument(
+            "--changed-only",
+            action="store_true",
+            help="Only hosts whose inventory changed since their last sync.",
+        )
+        return parser
+
+    def body(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
+        body = super().body(parsed_args)
+        body["force"] = not parsed_args.changed_only
+        if parsed_args.host:
+            body["host"] = parsed_args.host
+        return body
+
+
+class MigrateToNested(_PlacementCommand):
+    """Move every host from flat to nested providers (spec 001's upgrade procedure).
+
+    First terminate the instances that use accelerators and set [placement]
+    nested = true; then this takes Acceleron's inventories and traits off the
+    compute node providers and publishes one provider per device and region.
+    """
+
+    path = "/v2/placement/migrate-to-nested"
+
+
+COMMANDS: dict[str, type[Command]] = {
+    "placement sync": Sync,
+    "placement migrate-to-nested": MigrateToNested,
+}

@@ -1,0 +1,230 @@
+"""Deployables (spec 003): the nodes of each device's tree, the read side.
+
+A deployable is listed with what a reader needs beside its own columns: its
+device's uuid, host and type, the uuids of its parent and root, its attributes
+(nested) and its attach handles. A list costs three statements whatever its
+length: the page, then the attributes and the handles of every row on it.
+
+Filters are columns (``FILTERS``) or, for any other key, attributes: ``key=value``
+matches deployables holding that attribute with that value, a dotted key a
+nested one; the value ``None`` (or ``null``) matches those without it, so spec
+003's "FPGAs with no bitstream loaded" is ``?bitstream_id=None&type=FPGA``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid as uuidlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    literal,
+    not_,
+    or_,
+    select,
+)
+
+from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, table
+from acceleron.db.session import Database
+from acceleron.drivers.base import DEVICE_TYPES, KINDS
+from acceleron.exceptions import InvalidInput, NotFound
+from acceleron.service import attributes
+from acceleron.service.listing import (
+    NULL_WORDS,
+    TEXT_MAX,
+    Filter,
+    Listed,
+    Page,
+    check_choice,
+    check_text,
+    check_uuid,
+    conditions,
+    paginate,
+)
+
+DEPLOYABLES, DEVICES = table(Deployable), table(Device)
+ATTRIBUTES, HANDLES = table(Attribute), table(AttachHandle)
+_PARENT = DEPLOYABLES.alias("parent_deployable")
+_ROOT = DEPLOYABLES.alias("root_deployable")
+# Deployable rows with what they are read with: device uuid, host and type,
+# parent and root uuids.
+_SELECT = select(
+    DEPLOYABLES,
+    DEVICES.c.uuid.label("device_uuid"),
+    DEVICES.c.hostname,
+    DEVICES.c.type.label("device_type"),
+    _PARENT.c.uuid.label("parent_uuid"),
+    _ROOT.c.uuid.label("root_uuid"),
+).select_from(
+    DEPLOYABLES.join(DEVICES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+    .outerjoin(_PARENT, DEPLOYABLES.c.parent_id == _PARENT.c.id)
+    .outerjoin(_ROOT, DEPLOYABLES.c.root_id == _ROOT.c.id)
+)
+_BY_UUID = _SELECT.where(DEPLOYABLES.c.uuid == bindparam("uuid"))
+_ID_BY_UUID = select(DEPLOYABLES.c.id).where(DEPLOYABLES.c.uuid == bindparam("uuid"))
+_OF: BindParameter[int] = bindparam("ids", expanding=True)
+_ATTRIBUTES_OF = (
+    select(ATTRIBUTES).where(ATTRIBUTES.c.deployable_id.in_(_OF)).order_by(ATTRIBUTES.c.id)
+)
+_HANDLES_OF = select(HANDLES).where(HANDLES.c.deployable_id.in_(_OF)).order_by(HANDLES.c.id)
+
+SORT_KEYS = ("created_at", "name", "key", "kind", "num_accelerators", "availability",
+             "driver_name", "uuid")  # fmt: skip
+# Attribute filters a request may combine, and how deep a dotted key may reach.
+MAX_ATTRIBUTE_FILTERS = 16
+MAX_DEPTH = 8
+
+
+def check_hex_id(value: str, param: str) -> str:
+    """Region types and function ids are stored as 32 lower-case hex digits: a
+    uuid in any spelling is taken in that form."""
+    try:
+        return uuidlib.UUID(value).hex
+    except ValueError:
+        return check_text(64)(value, param)
+
+
+FILTERS: dict[str, Filter] = {
+    "name": Filter(DEPLOYABLES.c.name),
+    "kind": Filter(DEPLOYABLES.c.kind, check_choice(KINDS)),
+    "key": Filter(DEPLOYABLES.c.key),
+    "parent_uuid": Filter(_PARENT.c.uuid, check_uuid),
+    "root_uuid": Filter(_ROOT.c.uuid, check_uuid),
+    "device_uuid": Filter(DEVICES.c.uuid, check_uuid),
+    "hostname": Filter(DEVICES.c.hostname),
+    "type": Filter(DEVICES.c.type, check_choice(DEVICE_TYPES)),
+    "availability": Filter(DEPLOYABLES.c.availability),
+    "instance_uuid": Filter(DEPLOYABLES.c.instance_uuid, check_uuid),
+    "rp_uuid": Filter(DEPLOYABLES.c.rp_uuid, check_uuid),
+    "driver_name": Filter(DEPLOYABLES.c.driver_name),
+    "bitstream_id": Filter(DEPLOYABLES.c.bitstream_id),
+    "region_type": Filter(DEPLOYABLES.c.region_type, check_hex_id),
+    "function_uuid": Filter(DEPLOYABLES.c.function_uuid, check_hex_id),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployableInfo:
+    """A deployable row (with device_uuid, hostname, device_type, parent_uuid and
+    root_uuid), its attributes nested, and its attach handles."""
+
+    row: Row[Any]
+    attributes: dict[str, Any]
+    handles: list[Row[Any]]
+
+
+# --- attribute filters ------------------------------------------------------------
+
+
+def _attribute_path(path: list[str], value: str | None) -> ColumnElement[bool]:
+    """EXISTS an attribute at ``path`` of the deployable whose value is ``value``
+    (any value but NULL when ``value`` is None)."""
+    level = ATTRIBUTES.alias()
+    where = [level.c.deployable_id == DEPLOYABLES.c.id, level.c.parent_id.is_(None),
+             level.c.key == path[0]]  # fmt: skip
+    for part in path[1:]:
+        child = ATTRIBUTES.alias()
+        where += [child.c.parent_id == level.c.id, child.c.key == part]
+        level = child
+    where.append(level.c.value.is_not(None) if value is None else level.c.value == value)
+    return select(literal(1)).where(*where).exists()
+
+
+def attribute_condition(key: str, value: str) -> ColumnElement[bool]:
+    """``key=value`` on the attributes: a top-level attribute named ``key``, or the
+    nested one a dotted key names. A value in NULL_WORDS: no such attribute, or no value."""
+    if not key:
+        raise InvalidInput(f"An attribute filter needs a key: '={value[:64]}' was given.")
+    check_text(255)(key, "attribute filter key")
+    parts = key.split(".")
+    paths = [[key]] + ([parts] if 1 < len(parts) <= MAX_DEPTH else [])
+    if value in NULL_WORDS:
+        return and_(*(not_(_attribute_path(path, None)) for path in paths))
+    wanted = check_text(TEXT_MAX)(value, key)
+    return or_(*(_attribute_path(path, wanted) for path in paths))
+
+
+def _attribute_conditions(wanted: Mapping[str, str]) -> list[ColumnElement[bool]]:
+    if len(wanted) > MAX_ATTRIBUTE_FILTERS:
+        raise InvalidInput(
+            f"{len(wanted)} attribute filters given: at most {MAX_ATTRIBUTE_FILTERS} "
+            f"may be combined."
+        )
+    return [attribute_condition(key, value) for key, value in wanted.items()]
+
+
+# --- reading ------------------------------------------------------------------------
+
+
+def _by_deployable(rows: Iterable[Row[Any]]) -> dict[int, list[Row[Any]]]:
+    grouped: dict[int, list[Row[Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[row.deployable_id].append(row)
+    return grouped
+
+
+def _complete(conn: Connection, rows: list[Row[Any]]) -> list[DeployableInfo]:
+    """The rows with their attributes and handles: two statements for all of them."""
+    if not rows:
+        return []
+    ids = {"ids": [row.id for row in rows]}
+    attrs = _by_deployable(conn.execute(_ATTRIBUTES_OF, ids))
+    handles = _by_deployable(conn.execute(_HANDLES_OF, ids))
+    return [
+        DeployableInfo(row, attributes.nest(attrs.get(row.id, ())), handles.get(row.id, []))
+        for row in rows
+    ]
+
+
+def list_deployables(
+    db: Database,
+    filters: Mapping[str, str | None],
+    page: Page,
+    attribute_filters: Mapping[str, str] | None = None,
+) -> Listed[DeployableInfo]:
+    """Deployables matching every column filter (``FILTERS``) and every attribute
+    filter, one page of them."""
+    statement = _SELECT.where(
+        *conditions(FILTERS, filters), *_attribute_conditions(attribute_filters or {})
+    )
+    with db.reader() as conn:
+        listed = paginate(conn, statement, DEPLOYABLES, page, SORT_KEYS, "deployable")
+        return Listed(_complete(conn, listed.items), listed.more)
+
+
+def get(db: Database, uuid: str) -> DeployableInfo:
+    wanted = check_uuid(uuid, "uuid")
+    with db.reader() as conn:
+        row = conn.execute(_BY_UUID, {"uuid": wanted}).first()
+        if row is None:
+            raise NotFound(f"Deployable {wanted} not found.")
+        return _complete(conn, [row])[0]
+
+
+def attributes_of(db: Database, uuid: str) -> dict[str, Any]:
+    """A deployable's attributes, nested."""
+    wanted = check_uuid(uuid, "uuid")
+    with db.reader() as conn:
+        found = conn.execute(_ID_BY_UUID, {"uuid": wanted}).first()
+        if found is None:
+            raise NotFound(f"Deployable {wanted} not found.")
+        return attributes.nest(conn.execute(_ATTRIBUTES_OF, {"ids": [found.id]}))
+
+
+def attribute_of(db: Database, uuid: str, key: str) -> Any:
+    """The value of one attribute (an object for a parent); a dotted key names a
+    nested one."""
+    nested = attributes_of(db, uuid)
+    try:
+        return attributes.lookup(nested, key)
+    except KeyError:
+        wanted = check_uuid(uuid, "uuid")
+        raise NotFound(f"Deployable {wanted} has no attribute {key[:255]!r}.") from None

@@ -1,0 +1,80 @@
+"""Devices, the physical cards of the inventory: the read side."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Row, bindparam, select, update
+
+from acceleron.db.models import Device, Host, table, utcnow
+from acceleron.db.session import Database
+from acceleron.drivers.base import DEVICE_TYPES
+from acceleron.exceptions import NotFound
+from acceleron.service.listing import (
+    Filter,
+    Listed,
+    Page,
+    check_address,
+    check_choice,
+    check_uuid,
+    check_vendor,
+    conditions,
+    paginate,
+)
+
+# The operator switch (upstream 2.3) and what the agent last saw.
+DEVICE_STATUSES = ("enabled", "maintaining")
+DEVICE_STATES = ("present", "lost")
+
+# --- devices --------------------------------------------------------------------------
+
+DEVICES, HOSTS = table(Device), table(Host)
+LOG = logging.getLogger(__name__)
+SORT_KEYS = ("created_at", "hostname", "pci_address", "type", "vendor", "model",
+             "driver_name", "status", "state", "health", "uuid")  # fmt: skip
+FILTERS: dict[str, Filter] = {
+    "type": Filter(DEVICES.c.type, check_choice(DEVICE_TYPES)),
+    "vendor": Filter(DEVICES.c.vendor, check_vendor),
+    "hostname": Filter(DEVICES.c.hostname),
+    "status": Filter(DEVICES.c.status, check_choice(DEVICE_STATUSES)),
+    "state": Filter(DEVICES.c.state, check_choice(DEVICE_STATES)),
+    "pci_address": Filter(DEVICES.c.pci_address, check_address),
+}
+_BY_UUID = select(DEVICES).where(DEVICES.c.uuid == bindparam("uuid"))
+
+
+def list_devices(db: Database, filters: Mapping[str, str | None], page: Page) -> Listed[Row[Any]]:
+    """Devices matching every filter given (``FILTERS``), one page of them."""
+    statement = select(DEVICES).where(*conditions(FILTERS, filters))
+    with db.reader() as conn:
+        return paginate(conn, statement, DEVICES, page, SORT_KEYS, "device")
+
+
+def get(db: Database, uuid: str) -> Row[Any]:
+    wanted = check_uuid(uuid, "uuid")
+    with db.reader() as conn:
+        device = conn.execute(_BY_UUID, {"uuid": wanted}).first()
+    if device is None:
+        raise NotFound(f"Device {wanted} not found.")
+    return device
+
+
+def set_status(db: Database, uuid: str, status: str) -> Row[Any]:
+    """Enable a device (``enabled``) or take it out of service (``maintaining``): a device
+    in maintenance reserves its whole inventory in Placement, so nothing new lands on it."""
+    wanted = check_uuid(uuid, "uuid")
+    with db.writer() as conn:
+        device = conn.execute(_BY_UUID, {"uuid": wanted}).first()
+        if device is None:
+            raise NotFound(f"Device {wanted} not found.")
+        if device.status != status:
+            conn.execute(update(DEVICES).where(DEVICES.c.id == device.id)
+                         .values(status=status, updated_at=utcnow()))  # fmt: skip
+            # The host's inventory changed: its Placement providers must follow.
+            conn.execute(update(HOSTS).where(HOSTS.c.hostname == device.hostname)
+                         .values(generation=HOSTS.c.generation + 1))  # fmt: skip
+            device = conn.execute(_BY_UUID, {"uuid": wanted}).one()
+    LOG.info("Device %s (%s %s) is %s", device.uuid, device.hostname, device.pci_address, status)
+    return device

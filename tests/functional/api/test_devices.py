@@ -1,0 +1,330 @@
+"""/v2/devices through HTTP, on SQLite, PostgreSQL and MariaDB.
+
+``seed`` fills the inventory the way agents do, through the reconciler, with two
+hosts: host-a has an FPGA whose region0 holds a VF pool (a tree), nested
+attributes and handles in use and free; host-b has a GPU with a vGPU type and a
+QAT card with a VF pool. It is shared by the deployable and CLI tests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from oslo_config import cfg
+from sqlalchemy import select, update
+from tests.functional.conftest import LATEST
+
+from acceleron.db.models import AttachHandle, Deployable, Device, table
+from acceleron.db.session import Database
+from acceleron.drivers.base import AttachHandle as Handle
+from acceleron.drivers.base import Deployable as Dep
+from acceleron.drivers.base import Device as Dev
+from acceleron.placement import names
+from acceleron.report import HostReport
+from acceleron.service import inventory
+
+PATH = "/v2/devices"
+V2_0: dict[str, str] = {}
+V2_3 = {"OpenStack-API-Version": "accelerator 2.3"}
+V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
+MEMBER = {"X-Roles": "member", "X-Project-Id": "p1"}
+SERVICE = {"X-Roles": "service", "X-Project-Id": "services"}
+
+HOST_A, HOST_B = "host-a", "host-b"
+FPGA, GPU, QAT = "0000:0c:00.0", "0000:3b:00.0", "0000:5e:00.0"
+RT0, RT1 = "ce48969398f05f33946d560708be108a", "9926ab6d6c925a68aabca7d84c545738"
+FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
+BITSTREAM = "5d1c6a52-6f4e-4a44-9d3e-0c1b2a3d4e5f"
+INSTANCE = "0f6f5d6e-2b1a-4c3d-8e9f-a0b1c2d3e4f5"
+RP = "3e2d1c0b-aaaa-4bbb-8ccc-dddddddddddd"
+MDEV0, MDEV1 = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+
+
+def pci(address: str) -> Handle:
+    domain, bus, rest = address.split(":")
+    slot, function = rest.split(".")
+    return Handle("PCI", address, {"domain": domain, "bus": bus, "device": slot,
+                                   "function": function})  # fmt: skip
+
+
+FPGA_CARD = Dev(
+    pci_address=FPGA, type="FPGA", vendor_id="8086", vendor_name="INTEL", product_id="09c4",
+    model="PAC_ARRIA10", driver="intel_fpga", numa_node=0,
+    std_board_info={"product_id": "09c4", "controller": "PAC"},
+    vendor_board_info={"shell": "arria10-1.2"},
+    deployables=(
+        Dep("region0", "region", 2, programmable=True, region_type=RT0,
+            function_uuids=(FUNCTION,),
+            attributes={"afu": "gzip", "memory": {"size_mb": 8192,
+                                                  "ddr": {"channels": "2", "speed": "2400"}}},
+            attach_handles=(pci("0000:0c:00.1"), pci("0000:0c:00.2")),
+            children=(Dep("region0/vfs", "vf_pool", 2,
+                          attach_handles=(pci("0000:0c:01.0"), pci("0000:0c:01.1"))),)),
+        Dep("region1", "region", 1, programmable=True, region_type=RT1,
+            attributes={"memory": {"size_mb": "4096"}}, attach_handles=(pci("0000:0c:00.3"),)),
+    ),
+)  # fmt: skip
+GPU_CARD = Dev(
+    pci_address=GPU, type="GPU", vendor_id="10de", vendor_name="NVIDIA", product_id="1eb8",
+    model="T4", driver="nvidia_gpu", numa_node=1,
+    deployables=(
+        Dep("vgpu/nvidia-222", "vgpu_type", 2, accelerator_type="VGPU",
+            traits=("CUSTOM_NVIDIA_1EB8_T4_1B",), attributes={"type_name": "GRID T4-1B"},
+            attach_handles=(Handle("MDEV", MDEV0, {"asked_type": "nvidia-222"}, in_use=True),
+                            Handle("MDEV", MDEV1, {"asked_type": "nvidia-222"}))),
+    ),
+)  # fmt: skip
+QAT_CARD = Dev(
+    pci_address=QAT, type="QAT", vendor_id="8086", vendor_name="INTEL", product_id="37c8",
+    model="C62X", driver="intel_qat", numa_node=None,
+    deployables=(Dep("vf_pool", "vf_pool", 4, attach_handles=tuple(
+        pci(f"0000:5e:00.{n}") for n in range(1, 5))),),
+)  # fmt: skip
+
+
+def uuid_of(host: str, address: str, key: str = "") -> str:
+    return names.provider_uuid(host, address, key)
+
+
+def name_of(host: str, address: str, key: str = "") -> str:
+    return names.provider_name(host, address, key)
+
+
+def seed(db: Database) -> None:
+    """The inventory as two agents report it, then what programming, binding and
+    Placement add."""
+    inventory.reconcile(db, HostReport(HOST_A, "1.0", (FPGA_CARD,)))
+    inventory.reconcile(db, HostReport(HOST_B, "1.0", (GPU_CARD, QAT_CARD)))
+    devices, deployables, handles = table(Device), table(Deployable), table(AttachHandle)
+    with db.writer() as conn:
+        conn.execute(
+            update(handles)
+            .where(handles.c.address.in_(["0000:0c:00.1", "0000:5e:00.1", "0000:5e:00.2"]))
+            .values(in_use=True)
+        )
+        conn.execute(
+            update(deployables)
+            .where(deployables.c.uuid == uuid_of(HOST_A, FPGA, "region0"))
+            .values(
+                rp_uuid=RP,
+                instance_uuid=INSTANCE,
+                availability="allocated",
+                resource_class="FPGA",
+                bitstream_id=BITSTREAM,
+            )
+        )
+        conn.execute(
+            update(devices)
+            .where(devices.c.pci_address == GPU)
+            .values(status="maintaining", health="degraded")
+        )
+
+
+@pytest.fixture
+def seeded(api: TestClient, db: Database) -> TestClient:
+    seed(db)
+    return api
+
+
+def error(response: Any) -> tuple[int, str]:
+    body = response.json()
+    assert json.loads(body["error_message"])["faultstring"] == body["errors"][0]["detail"]
+    return response.status_code, body["errors"][0]["detail"]
+
+
+def listed(api: TestClient, path: str = PATH, /, **params: Any) -> list[str]:
+    """The pci_address (devices) or key (deployables) of each item listed (latest view)."""
+    response = api.get(path, params=params, headers=LATEST)
+    assert response.status_code == 200, response.text
+    noun = path.rsplit("/", 1)[-1]
+    field = "pci_address" if noun == "devices" else "key"
+    return [item[field] for item in response.json()[noun]]
+
+
+# --- views by microversion -----------------------------------------------------------
+
+BASE_FIELDS = {"uuid", "type", "vendor", "model", "std_board_info", "vendor_board_info",
+               "hostname", "created_at", "updated_at", "links"}  # fmt: skip
+RICH_FIELDS = {"id", "pci_address", "numa_node", "state", "health", "driver_name", "vendor_name",
+               "product_id"}  # fmt: skip
+
+
+def test_device_view_grows_with_the_microversion(seeded: TestClient, db: Database) -> None:
+    fpga = uuid_of(HOST_A, FPGA)
+    old = seeded.get(f"{PATH}/{fpga}", headers=V2_0).json()
+    assert set(old) == BASE_FIELDS
+    assert {k: old[k] for k in ("uuid", "type", "vendor", "model", "hostname")} == {
+        "uuid": fpga, "type": "FPGA", "vendor": "8086", "model": "PAC_ARRIA10",
+        "hostname": HOST_A,
+    }  # fmt: skip
+    # Upstream's board info is a JSON string; from 2.5 it is an object.
+    assert old["std_board_info"] == '{"product_id":"09c4","controller":"PAC"}'
+    assert json.loads(old["vendor_board_info"]) == {"shell": "arria10-1.2"}
+    assert old["links"] == [{"href": f"http://testserver/v2/devices/{fpga}", "rel": "self"}]
+    with_status = seeded.get(f"{PATH}/{fpga}", headers=V2_3).json()
+    assert set(with_status) == BASE_FIELDS | {"status"}
+    assert with_status["status"] == "enabled"
+    new = seeded.get(f"{PATH}/{fpga}", headers=V2_5).json()
+    assert set(new) == BASE_FIELDS | {"status"} | RICH_FIELDS
+    assert new["std_board_info"] == {"product_id": "09c4", "controller": "PAC"}
+    devices = table(Device)
+    with db.reader() as conn:
+        fpga_id = conn.execute(select(devices.c.id).where(devices.c.uuid == fpga)).scalar_one()
+    assert {k: new[k] for k in RICH_FIELDS} == {
+        "id": fpga_id, "pci_address": FPGA, "numa_node": 0, "state": "present", "health": "ok",
+        "driver_name": "intel_fpga", "vendor_name": "INTEL", "product_id": "09c4",
+    }  # fmt: skip
+    listed_new = seeded.get(PATH, headers=V2_5).json()["devices"]
+    assert listed_new[0] == new
+    assert seeded.get(PATH).json()["devices"][0] == old
+
+
+def test_show_unknown_or_malformed(seeded: TestClient) -> None:
+    missing = "11111111-2222-4333-8444-555555555555"
+    assert error(seeded.get(f"{PATH}/{missing}")) == (404, f"Device {missing} not found.")
+    assert error(seeded.get(f"{PATH}/nope")) == (400, "uuid: 'nope' is not a UUID.")
+    # Any spelling of a uuid finds the device.
+    upper = uuid_of(HOST_A, FPGA).upper().replace("-", "")
+    assert seeded.get(f"{PATH}/{upper}").json()["uuid"] == uuid_of(HOST_A, FPGA)
+
+
+# --- filters -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({}, [FPGA, GPU, QAT]),
+        ({"type": "GPU"}, [GPU]),
+        ({"type": "FPGA"}, [FPGA]),
+        ({"type": "NIC"}, []),
+        ({"vendor": "8086"}, [FPGA, QAT]),
+        ({"vendor": "0x8086"}, [FPGA, QAT]),
+        ({"vendor": "ffff"}, []),
+        ({"hostname": HOST_B}, [GPU, QAT]),
+        ({"hostname": "nowhere"}, []),
+        ({"hostname": HOST_B, "vendor": "8086"}, [QAT]),
+        ({"status": "maintaining"}, [GPU]),
+        ({"status": "enabled", "hostname": HOST_B}, [QAT]),
+        ({"state": "present"}, [FPGA, GPU, QAT]),
+        ({"state": "lost"}, []),
+        ({"pci_address": "0000:5E:00.0"}, [QAT]),
+        ({"pci_address": "3b:00.0"}, [GPU]),
+        ({"pci_address": "platform-0"}, []),
+    ],
+)
+def test_filters(seeded: TestClient, params: dict[str, str], expected: list[str]) -> None:
+    assert listed(seeded, **params) == expected
+
+
+def test_filters_of_2_5_need_it(seeded: TestClient) -> None:
+    for name, value in (("status", "enabled"), ("state", "present"), ("pci_address", FPGA)):
+        assert error(seeded.get(PATH, params={name: value}, headers=V2_3)) == (
+            400, f"{name}: filtering on it needs microversion 2.5 or later."
+        )  # fmt: skip
+    old = seeded.get(PATH, params={"type": "QAT", "vendor": "8086", "hostname": HOST_B})
+    assert [d["uuid"] for d in old.json()["devices"]] == [uuid_of(HOST_B, QAT)]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"type": "TOASTER"}, "type: 'TOASTER' is not one of FPGA, GPU, QAT, AICHIP, NIC, SSD, "
+                              "PCI."),
+        ({"status": "broken"}, "status: 'broken' is not one of enabled, maintaining."),
+        ({"state": "gone"}, "state: 'gone' is not one of present, lost."),
+        ({"pci_address": "0c:00 .0"}, "pci_address: '0c:00 .0' is not a device address (a "
+                                      "PCI address is domain:bus:slot.function, e.g. "
+                                      "0000:0c:00.0)."),
+        ({"hostname": "a\x00b"}, "hostname: 'a\\x00b' is not a valid value (at most 255 "
+                                 "characters, no control characters)."),
+        ({"hostname": "h" * 256}, "hostname: '" + "h" * 64 + "' is not a valid value (at most "
+                                  "255 characters, no control characters)."),
+        ({"vendor": "x" * 17}, "vendor: '" + "x" * 17 + "' is not a valid value (at most 16 "
+                               "characters, no control characters)."),
+        ({"colour": "red"}, "Invalid request: query.colour: Extra inputs are not permitted."),
+    ],
+)  # fmt: skip
+def test_bad_filters_are_400s_naming_the_parameter(
+    seeded: TestClient, params: dict[str, str], message: str
+) -> None:
+    assert error(seeded.get(PATH, params=params, headers=LATEST)) == (400, message)
+
+
+# --- sorting and pages ----------------------------------------------------------------
+
+
+def test_sorting_both_ways(seeded: TestClient) -> None:
+    assert listed(seeded, sort_key="pci_address") == [FPGA, GPU, QAT]
+    assert listed(seeded, sort_key="pci_address", sort_dir="desc") == [QAT, GPU, FPGA]
+    assert listed(seeded, sort_key="model") == [QAT, FPGA, GPU]
+    assert listed(seeded, sort_key="model", sort_dir="desc") == [GPU, FPGA, QAT]
+    # Ties (same host) are broken by creation order, reversed with the direction.
+    assert listed(seeded, sort_key="hostname", sort_dir="desc") == [QAT, GPU, FPGA]
+    assert listed(seeded, sort_key="vendor") == [GPU, FPGA, QAT]
+    assert listed(seeded, sort_key="vendor", sort_dir="desc") == [QAT, FPGA, GPU]
+    assert error(seeded.get(PATH, params={"sort_key": "numa_node"}))[0] == 400
+    assert error(seeded.get(PATH, params={"sort_dir": "up"})) == (
+        400, "sort_dir: 'up' is not one of asc, desc."
+    )  # fmt: skip
+
+
+def test_pages_with_limit_and_marker(seeded: TestClient) -> None:
+    first = seeded.get(PATH, params={"limit": 2, "sort_key": "pci_address", "sort_dir": "desc"})
+    body = first.json()
+    assert [d["hostname"] for d in body["devices"]] == [HOST_B, HOST_B]
+    marker = uuid_of(HOST_B, GPU)
+    assert body["devices"][-1]["uuid"] == marker
+    assert body["devices_links"] == [{
+        "rel": "next",
+        "href": f"http://testserver/v2/devices?limit=2&sort_key=pci_address&sort_dir=desc"
+                f"&marker={marker}",
+    }]  # fmt: skip
+    last = seeded.get(body["devices_links"][0]["href"]).json()
+    assert [d["uuid"] for d in last["devices"]] == [uuid_of(HOST_A, FPGA)]
+    assert "devices_links" not in last
+    # A page that happens to end the list has no next link either.
+    assert "devices_links" not in seeded.get(PATH, params={"limit": 3}).json()
+
+
+def test_max_limit_caps_pages(seeded: TestClient, conf: cfg.ConfigOpts) -> None:
+    conf.set_override("max_limit", 2, group="api")
+    body = seeded.get(PATH, params={"limit": 500}).json()
+    assert len(body["devices"]) == 2 and body["devices_links"][0]["rel"] == "next"
+    assert len(seeded.get(PATH).json()["devices"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"marker": "nope"}, "marker: 'nope' is not a UUID."),
+        ({"marker": "11111111-2222-4333-8444-555555555555"},
+         "marker: there is no device with uuid '11111111-2222-4333-8444-555555555555'."),
+        ({"limit": 0}, "limit: must be a positive integer, not 0."),
+        ({"limit": "x"}, "Invalid request: query.limit: Input should be a valid integer, "
+                         "unable to parse string as an integer."),
+    ],
+)  # fmt: skip
+def test_bad_pages_are_400s(seeded: TestClient, params: dict[str, Any], message: str) -> None:
+    assert error(seeded.get(PATH, params=params)) == (400, message)
+
+
+def test_a_deployable_uuid_is_no_device_marker(seeded: TestClient) -> None:
+    marker = uuid_of(HOST_A, FPGA, "region0")
+    assert error(seeded.get(PATH, params={"marker": marker}))[0] == 400
+
+
+# --- who may read --------------------------------------------------------------------
+
+
+def test_members_may_not_read_the_inventory(seeded: TestClient) -> None:
+    for path in (PATH, f"{PATH}/{uuid_of(HOST_A, FPGA)}"):
+        response = seeded.get(path, headers=MEMBER)
+        assert error(response) == (
+            403, f"Policy does not allow acceleron:device:get_{'all' if path == PATH else 'one'} "
+                 f"to be performed."
+        )  # fmt: skip
+        assert seeded.get(path, headers=SERVICE).status_code == 200

@@ -1,0 +1,151 @@
+"""Placement through the API: reports wake the sync, host names are checked, and the
+operator endpoints (2.6); against the real Placement, on every database backend."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from keystoneauth1 import adapter
+from oslo_config import cfg
+
+from acceleron.api.app import create_app
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.placement.client import PlacementClient
+from acceleron.report import HostReport, to_json
+from acceleron.service.placement import PlacementService
+
+HOST = "host-1"
+V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
+
+
+def report(conf: cfg.ConfigOpts, host: str = HOST) -> dict[str, Any]:
+    conf.set_override("host", host)
+    return to_json(HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover())))
+
+
+@pytest.fixture
+def make_api(
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> Iterator[Callable[[str], TestClient]]:
+    """An API whose Placement is the real one in this process, in ``mode``."""
+    clients: list[TestClient] = []
+
+    def make(mode: str) -> TestClient:
+        conf.set_override("mode", mode, "placement")
+        conf.set_override("embedded_connection", "sqlite://", "placement")  # the fixture's
+        app = create_app(conf, db)
+        app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the time limit"
+        time.sleep(0.05)
+
+
+def test_a_changed_report_is_published_by_the_worker(
+    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    api = make_api("embedded")
+    body = report(conf)
+    assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
+    client = PlacementClient(placement)
+    eventually(lambda: (c := client.find_provider(HOST)) is not None and
+               len(client.get_tree(c.uuid)) == 15)  # fmt: skip
+    plan = api.post("/v2/placement/sync", json={"dry_run": True}, headers=V2_6).json()
+    assert plan == {"hosts": [{"hostname": HOST, "skipped": False, "actions": [], "errors": []}]}
+
+
+def test_sync_endpoint_plans_then_applies(
+    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, db: Database
+) -> None:
+    api = make_api("embedded")
+    api.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+    from acceleron.report import from_json
+    from acceleron.service import inventory
+
+    inventory.reconcile(db, from_json(report(conf)))
+    plan = api.post("/v2/placement/sync", json={"host": HOST, "dry_run": True}, headers=V2_6)
+    assert plan.status_code == 200, plan.text
+    actions = plan.json()["hosts"][0]["actions"]
+    assert [a["op"] for a in actions].count("create") == 15
+    done = api.post("/v2/placement/sync", json={"host": HOST}, headers=V2_6).json()
+    assert len(done["hosts"][0]["actions"]) == 15
+    again = api.post("/v2/placement/sync", json={}, headers=V2_6).json()
+    assert again["hosts"][0]["actions"] == []
+
+
+def test_remote_mode_refuses_a_host_the_compute_service_does_not_know(
+    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    api = make_api("remote")
+    PlacementClient(placement).create_provider(str(uuid.uuid4()), f"{HOST}.example.org")
+    response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=V2_6)
+    assert response.status_code == 409
+    error = response.json()["errors"][0]
+    assert error["code"] == "acceleron.unknown_host"
+    assert f"Did you mean '{HOST}.example.org'?" in error["detail"]
+    named = f"{HOST}.example.org"
+    ok = api.put(f"/v2/hosts/{named}/report", json=report(conf, named), headers=V2_6)
+    assert ok.status_code == 200, ok.text
+
+
+def test_operator_endpoints_need_2_6_an_admin_and_placement(
+    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, db: Database
+) -> None:
+    api = make_api("embedded")
+    assert api.post("/v2/placement/sync", json={}).status_code == 404
+    member = {**V2_6, "X-Roles": "member", "X-Project-Id": "p"}
+    assert api.post("/v2/placement/sync", json={}, headers=member).status_code == 403
+    response = api.post("/v2/placement/migrate-to-nested", json={}, headers=V2_6)
+    assert response.status_code == 200  # nothing flat to move: every host just synced
+    conf.set_override("mode", "disabled", "placement")
+    with TestClient(create_app(conf, db), raise_server_exceptions=False) as plain:
+        response = plain.post("/v2/placement/sync", json={}, headers=V2_6)
+        assert response.status_code == 409 and "disabled" in response.json()["errors"][0]["detail"]
+
+
+def test_disabling_a_device_reserves_it_in_placement(
+    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    api = make_api("embedded")
+    body = report(conf)
+    assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
+    devices = api.get("/v2/devices", params={"type": "FPGA"}, headers=V2_6).json()["devices"]
+    device = sorted(devices, key=lambda d: d["pci_address"])[0]
+    client = PlacementClient(placement)
+    from acceleron.placement import names
+
+    region = names.provider_uuid(HOST, device["pci_address"], "region0")
+
+    def reserved() -> int | None:
+        if client.get_provider(region) is None:
+            return None
+        return client.get_inventories(region)[1]["CUSTOM_ACCELERATOR_FPGA"].reserved
+
+    eventually(lambda: reserved() == 0)
+    member = {**V2_6, "X-Roles": "member", "X-Project-Id": "p"}
+    assert api.post(f"/v2/devices/{device['uuid']}/disable", headers=member).status_code == 403
+    response = api.post(f"/v2/devices/{device['uuid']}/disable", headers=V2_6)
+    assert response.status_code == 200 and response.json()["status"] == "maintaining"
+    eventually(lambda: reserved() == 2)
+    response = api.post(f"/v2/devices/{device['uuid']}/enable", headers=V2_6)
+    assert response.json()["status"] == "enabled"
+    eventually(lambda: reserved() == 0)
+    assert api.post(f"/v2/devices/{uuid.uuid4()}/enable", headers=V2_6).status_code == 404

@@ -1,0 +1,202 @@
+"""``acceleron device ...`` and ``acceleron deployable ...`` against a live API, on
+SQLite, PostgreSQL and MariaDB, with the inventory of ``test_devices.seed``; and
+the real OpenStack clients (``openstack accelerator ...``, openstacksdk) reading it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openstack
+import pytest
+from oslo_config import cfg
+
+from acceleron.api.app import create_app
+from acceleron.cli.main import main
+from acceleron.db.session import Database
+from tests.fixtures.server import serve
+from tests.functional.api.test_devices import (
+    BITSTREAM,
+    FPGA,
+    FUNCTION,
+    GPU,
+    HOST_A,
+    HOST_B,
+    INSTANCE,
+    MDEV0,
+    MDEV1,
+    QAT,
+    RT0,
+    RT1,
+    seed,
+    uuid_of,
+)
+
+R0 = uuid_of(HOST_A, FPGA, "region0")
+R1 = uuid_of(HOST_A, FPGA, "region1")
+VFS = uuid_of(HOST_A, FPGA, "region0/vfs")
+FPGA_TREE = [
+    f"host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10  enabled  ({uuid_of(HOST_A, FPGA)})",
+    f"├── region0  [region]  capacity 2  region type {RT0}  functions {FUNCTION}  "
+    f"bitstream {BITSTREAM}  instance {INSTANCE}  ({R0})",
+    "│   ├── PCI 0000:0c:00.1  in use",
+    "│   ├── PCI 0000:0c:00.2  free",
+    f"│   └── region0/vfs  [vf_pool]  capacity 2  ({VFS})",
+    "│       ├── PCI 0000:0c:01.0  free",
+    "│       └── PCI 0000:0c:01.1  free",
+    f"└── region1  [region]  capacity 1  region type {RT1}  ({R1})",
+    "    └── PCI 0000:0c:00.3  free",
+]
+HOST_B_TREES = [
+    f"host-b  0000:3b:00.0  GPU  NVIDIA T4  maintaining  health degraded  ({uuid_of(HOST_B, GPU)})",
+    f"└── vgpu/nvidia-222  [vgpu_type]  capacity 2  ({uuid_of(HOST_B, GPU, 'vgpu/nvidia-222')})",
+    f"    ├── MDEV {MDEV0}  busy on host",
+    f"    └── MDEV {MDEV1}  free",
+    "",
+    f"host-b  0000:5e:00.0  QAT  INTEL C62X  enabled  ({uuid_of(HOST_B, QAT)})",
+    f"└── vf_pool  [vf_pool]  capacity 4  ({uuid_of(HOST_B, QAT, 'vf_pool')})",
+    "    ├── PCI 0000:5e:00.1  in use",
+    "    ├── PCI 0000:5e:00.2  in use",
+    "    ├── PCI 0000:5e:00.3  free",
+    "    └── PCI 0000:5e:00.4  free",
+]
+
+
+@pytest.fixture
+def live(conf: cfg.ConfigOpts, db: Database) -> Iterator[str]:
+    seed(db)
+    with serve(create_app(conf, db)) as url:
+        yield url
+
+
+@pytest.fixture
+def live_sqlite(conf: cfg.ConfigOpts, sqlite_db: Database) -> Iterator[str]:
+    """The same on SQLite only, for the slower real clients."""
+    seed(sqlite_db)
+    with serve(create_app(conf, sqlite_db)) as url:
+        yield url
+
+
+def run(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> tuple[int, str, str]:
+    code = main(["--os-url", url, *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def output(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> str:
+    code, out, err = run(capsys, url, *argv)
+    assert code == 0, err
+    return out
+
+
+def as_json(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Any:
+    return json.loads(output(capsys, url, *argv, "-f", "json"))
+
+
+def test_trees(live: str, capsys: pytest.CaptureFixture[str]) -> None:
+    everything = output(capsys, live, "deployable", "list", "--tree")
+    assert everything.splitlines() == [*FPGA_TREE, "", *HOST_B_TREES]
+    shown = output(capsys, live, "deployable", "show", R1).splitlines()
+    # The deployable shown is marked and lists its attributes first.
+    assert shown == [
+        *FPGA_TREE[:7],
+        f"└── region1  [region]  capacity 1  region type {RT1}  ({R1})  ◀",
+        "    ├── memory.size_mb = 4096",
+        "    └── PCI 0000:0c:00.3  free",
+    ]
+    device = output(capsys, live, "device", "show", uuid_of(HOST_A, FPGA), "--tree")
+    assert device.splitlines() == FPGA_TREE
+    # Filters apply to the tree: a deployable whose parent is filtered out hangs
+    # from its device.
+    pools = output(capsys, live, "deployable", "list", "--tree", "--kind", "vf_pool",
+                   "--hostname", HOST_A)  # fmt: skip
+    assert pools.splitlines() == [FPGA_TREE[0], f"└── {FPGA_TREE[4][8:]}",
+                                  "    ├── PCI 0000:0c:01.0  free",
+                                  "    └── PCI 0000:0c:01.1  free"]  # fmt: skip
+
+
+def test_json_is_the_apis_data(live: str, capsys: pytest.CaptureFixture[str]) -> None:
+    shown = as_json(capsys, live, "deployable", "show", R0)
+    assert shown["uuid"] == R0 and shown["attributes"]["memory"]["ddr"]["speed"] == "2400"
+    assert shown["attach_handles"][0]["in_use"] is True
+    assert json.loads(shown["attributes_list"])[0] == {"afu": "gzip"}
+    listed = as_json(capsys, live, "deployable", "list", "--tree")
+    assert [d["uuid"] for d in listed][:3] == [R0, R1, VFS] and listed[0] == shown
+    old = as_json(capsys, live, "--os-accelerator-api-version", "2.0", "deployable", "show", R0)
+    assert "kind" not in old and old["attributes_list"] == shown["attributes_list"]
+    device = as_json(capsys, live, "device", "show", uuid_of(HOST_B, GPU))
+    assert (device["status"], device["health"], device["pci_address"]) == (
+        "maintaining", "degraded", GPU
+    )  # fmt: skip
+
+
+def test_lists_and_filters(live: str, capsys: pytest.CaptureFixture[str]) -> None:
+    value = ("-f", "value", "-c")
+    assert output(capsys, live, "device", "list", "--vendor", "8086", *value, "pci_address") == (
+        f"{FPGA}\n{QAT}\n"
+    )
+    out = output(capsys, live, "device", "list", "--sort-key", "pci_address", "--sort-dir",
+                 "desc", "--status", "enabled", *value, "hostname")  # fmt: skip
+    assert out == "host-b\nhost-a\n"
+    table = output(capsys, live, "device", "list")
+    assert "| uuid" in table and "maintaining" in table and "std_board_info" not in table
+    devices = as_json(capsys, live, "device", "list")
+    assert devices[0]["std_board_info"] == {"product_id": "09c4", "controller": "PAC"}
+    spec003 = ("deployable", "list", "--bitstream-id", "None", "--type", "FPGA")
+    assert output(capsys, live, *spec003, *value, "key") == "region1\nregion0/vfs\n"
+    nested = ("deployable", "list", "--attribute", "memory.ddr.channels=2")
+    assert output(capsys, live, *nested, *value, "key") == "region0\n"
+    # Without --limit every page is fetched; with it, one page.
+    everything = as_json(capsys, live, "deployable", "list", "--sort-key", "key")
+    assert len(everything) == 5
+    page = as_json(capsys, live, "deployable", "list", "--sort-key", "key", "--limit", "2",
+                   "--marker", everything[1]["uuid"])  # fmt: skip
+    assert [d["key"] for d in page] == ["region1", "vf_pool"]
+
+
+def test_errors_are_one_clear_line(live: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, live, "deployable", "show", "nope")
+    assert (code, err.strip()) == (1, "400: uuid: 'nope' is not a UUID.")
+    code, _, err = run(capsys, live, "deployable", "list", "--kind", "toaster")
+    assert code == 1 and "kind: 'toaster' is not one of" in err
+    code, _, err = run(capsys, live, "deployable", "list", "--attribute", "afu")
+    assert (code, err.strip()) == (1, "--attribute 'afu': expected KEY=VALUE.")
+    code, _, err = run(capsys, live, "deployable", "list", "--attribute", "kind=region")
+    assert (code, err.strip()) == (1, "--attribute kind: use --kind instead.")
+
+
+def osc(url: str, *args: str) -> Any:
+    """``openstack`` (with python-cyborgclient) in its own process, noauth; its JSON."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+    command = [str(Path(sys.executable).parent / "openstack"), "--os-auth-type", "none",
+               "--os-endpoint", url, *args, "-f", "json"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_the_openstack_clients_read_the_inventory(live_sqlite: str) -> None:
+    names = [d["name"] for d in osc(live_sqlite, "accelerator", "deployable", "list")]
+    assert names[:3] == [f"host-a_{FPGA}_region0", f"host-a_{FPGA}_region1",
+                         f"host-a_{FPGA}_region0/vfs"]  # fmt: skip
+    shown = osc(live_sqlite, "accelerator", "deployable", "show", R0)
+    assert (shown["uuid"], shown["name"]) == (R0, f"host-a_{FPGA}_region0")
+    device = osc(live_sqlite, "accelerator", "device", "show", uuid_of(HOST_B, GPU))
+    assert (device["type"], device["model"], device["hostname"]) == ("GPU", "T4", HOST_B)
+    devices = osc(live_sqlite, "--os-accelerator-api-version", "2.3", "accelerator", "device",
+                  "list")  # fmt: skip
+    assert [d["status"] for d in devices] == ["enabled", "maintaining", "enabled"]
+    attributes = osc(live_sqlite, "accelerator", "device", "attribute", "list")
+    assert ("afu", "gzip") in [(a["key"], a["value"]) for a in attributes]
+    conn = openstack.connect(auth_type="none", auth={"endpoint": live_sqlite})
+    # openstacksdk follows the deployables_links of each page.
+    assert len(list(conn.accelerator.deployables(limit=2))) == 5
+    assert conn.accelerator.get_deployable(R0).name == f"host-a_{FPGA}_region0"
+    assert [d.type for d in conn.accelerator.devices()] == ["FPGA", "GPU", "QAT"]
