@@ -44,12 +44,18 @@ VERSIONS: list[str] = [
     #         GET /v2/deployables/{uuid}/attributes[/{key}] (404 before 2.5).
     "2.6",  # Placement: POST /v2/placement/sync (plan, check, repair) and
     #         POST /v2/placement/migrate-to-nested.
+    "2.7",  # Bitstreams: /v2/bitstreams (upload, list, show, download, delete).
+    "2.8",  # Accelerator requests show phase, progress and failure_reason; programming
+    #         (deployable program and run-time programming of a bound request) is
+    #         asynchronous with phases; agent tasks (/v2/hosts/{host}/tasks).
 ]
 
 V2_2 = Version(2, 2)
 V2_4 = Version(2, 4)
 V2_5 = Version(2, 5)
 V2_6 = Version(2, 6)
+V2_7 = Version(2, 7)
+V2_8 = Version(2, 8)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
