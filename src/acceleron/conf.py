@@ -133,6 +133,13 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         help="Per-host cache of downloaded bitstreams, keyed by their hash; a cached "
         "file is verified again before it is reused.",
     ),
+    cfg.IntOpt(
+        "max_size_mb",
+        default=1024,
+        min=1,
+        help="Largest bitstream, in MiB, the API takes in an upload (PUT "
+        "/v2/bitstreams/{uuid}/data); a larger one is refused with 413.",
+    ),
 ]
 
 # The drivers (acceleron.drivers); docs/drivers.md explains each one.
@@ -211,6 +218,22 @@ KEYSTONEAUTH_SECTIONS: dict[str, dict[str, object]] = {
     "glance": {"service_type": "image", "valid_interfaces": ["internal", "public"]},
     "nova": {"service_type": "compute", "valid_interfaces": ["internal", "public"]},
 }
+
+BINDING_OPTS: list[cfg.Opt] = [
+    cfg.IntOpt(
+        "bind_timeout",
+        default=300,
+        min=10,
+        help="Seconds a bind may take (programming a region included) before it is failed "
+        "and its attach handle freed.",
+    ),
+    cfg.IntOpt(
+        "reap_interval",
+        default=30,
+        min=1,
+        help="Seconds between two looks for binds that outlived bind_timeout.",
+    ),
+]
 
 PLACEMENT_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
@@ -350,6 +373,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("xilinx_fpga", XILINX_FPGA_OPTS),
     ("nvidia_gpu", NVIDIA_GPU_OPTS),
     ("placement", PLACEMENT_OPTS),
+    ("binding", BINDING_OPTS),
 ]
 
 

@@ -19,6 +19,11 @@ class RequestContext:
     def is_admin(self) -> bool:
         return "admin" in self.roles
 
+    @property
+    def has_service_token(self) -> bool:
+        """A valid service token (the compute service's) came beside the user's."""
+        return bool(self.service_roles & {"service", "admin"})
+
     def to_policy_values(self) -> dict[str, Any]:
         """The credentials oslo.policy checks rules against."""
         return {

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,13 +15,16 @@ from starlette.types import Receive, Scope, Send
 
 import acceleron
 from acceleron.api import (
+    arqs,
     attributes,
     auth,
+    bitstreams,
     deployables,
     device_profiles,
     devices,
     errors,
     hosts,
+    tasks,
     versions,
 )
 from acceleron.api import placement as placement_api
@@ -27,7 +32,12 @@ from acceleron.api.middleware import ApiMiddleware
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
+from acceleron.service import arqs as arq_service
+from acceleron.service import nova
+from acceleron.service.nova import NovaNotifier
 from acceleron.service.placement import PlacementService
+
+LOG = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Acceleron's REST API: the OpenStack accelerator v2 API (device profiles,
@@ -52,7 +62,11 @@ def create_app(
             if service.mode == "embedded":  # load it now, not on the first request
                 await run_in_threadpool(service.embedded_app)
             service.worker.start()
+        app.state.nova.start()
+        reaper = asyncio.create_task(reap_binds(app))
         yield
+        reaper.cancel()
+        app.state.nova.stop()
         if service is not None:
             service.worker.stop()
         if db is None:
@@ -70,6 +84,8 @@ def create_app(
     app.state.policy = Policy(conf)
     app.state.auth = auth.from_conf(conf)
     app.state.placement = placement
+    app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
+    app.state.bitstreams = None  # built on first use: common.Call.bitstreams
     errors.install(app)
     app.include_router(versions.router)
     app.include_router(device_profiles.router)
@@ -79,10 +95,26 @@ def create_app(
     app.include_router(deployables.spec003_router)
     app.include_router(attributes.router)
     app.include_router(placement_api.router)
+    app.include_router(bitstreams.router)
+    app.include_router(arqs.router)
+    app.include_router(tasks.router)
     if placement is not None and placement.mode == "embedded":
         app.mount("/placement", EmbeddedPlacement(placement))
     app.add_middleware(ApiMiddleware)
     return app
+
+
+async def reap_binds(app: FastAPI) -> None:
+    """Fail the binds that outlived [binding] bind_timeout, every reap_interval seconds."""
+    conf = app.state.conf.binding
+    while True:
+        await asyncio.sleep(conf.reap_interval)
+        try:
+            resolved = await run_in_threadpool(arq_service.reap, app.state.db, conf.bind_timeout)
+        except Exception:  # a database hiccup must not end the reaper
+            LOG.exception("Reaping binds failed")
+            continue
+        app.state.nova.notify(resolved)
 
 
 class EmbeddedPlacement:

@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from acceleron.api import microversion
 from acceleron.api.policy import Policy
+from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
 from acceleron.db.session import Database
 
@@ -50,6 +51,18 @@ class Call:
     @property
     def base_url(self) -> str:
         return base_url(self.request)
+
+    @property
+    def bitstreams(self) -> BitstreamStore:
+        """The configured bitstream store, built on first use (a misconfigured Glance fails
+        the requests that need it, not the API's start)."""
+        state = self.request.app.state
+        if state.bitstreams is None:
+            from acceleron.bitstreams import from_conf
+
+            state.bitstreams = from_conf(state.conf, state.db)
+        store: BitstreamStore = state.bitstreams
+        return store
 
 
 async def _call(request: Request) -> Call:

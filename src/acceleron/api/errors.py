@@ -21,6 +21,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -163,6 +164,20 @@ async def _version_error(request: Request, error: Exception) -> Response:
     return error_response(406, str(error), None, _request_id(request))
 
 
+async def _data_error(request: Request, error: Exception) -> Response:
+    """The database refused a value the request carried (a NUL character, a number out
+    of its column's range): bad input that slipped past the checks, still the caller's."""
+    LOG.warning("The database refused a value of %s %s: %s", request.method,
+                request.url.path, getattr(error, "orig", error))  # fmt: skip
+    return error_response(
+        400,
+        "A value in the request cannot be stored or compared (a NUL character, or a number "
+        "out of range?); correct it and try again.",
+        None,
+        _request_id(request),
+    )
+
+
 async def _unexpected(request: Request, error: Exception) -> Response:
     LOG.exception("Unexpected error handling %s %s", request.method, request.url.path)
     return error_response(
@@ -175,4 +190,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(microversion.NotAcceptable, _version_error)
+    app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(Exception, _unexpected)

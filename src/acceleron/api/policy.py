@@ -19,11 +19,17 @@ from acceleron.exceptions import Forbidden
 ADMIN = "role:admin"
 READER = "role:reader or role:member or role:admin"
 ADMIN_OR_SERVICE = "role:admin or role:service"
+MEMBER_OR_SERVICE = "role:member or role:admin or role:service"
 
 BASE_RULES = [
     policy.RuleDefault("admin_api", ADMIN, description="An administrator of the cloud."),
     policy.RuleDefault(
         "reader_api", READER, description="Anyone with at least the reader role in a project."
+    ),
+    policy.RuleDefault(
+        "member_or_service",
+        MEMBER_OR_SERVICE,
+        description="A member of a project, or a service acting for one (Nova).",
     ),
     policy.RuleDefault(
         "admin_or_service",
@@ -89,16 +95,74 @@ INVENTORY_RULES = [
 ]  # fmt: skip
 
 
+ARQ_RULES = [
+    _rule("arq:get_all", "rule:reader_api or role:service",
+          "List accelerator requests (a project's own; admins and services: all).",
+          "GET", "/v2/accelerator_requests"),
+    _rule("arq:get_one", "rule:reader_api or role:service", "Show an accelerator request.",
+          "GET", "/v2/accelerator_requests/{uuid}"),
+    _rule("arq:create", "rule:member_or_service",
+          "Create accelerator requests from a device profile.",
+          "POST", "/v2/accelerator_requests"),
+    _rule("arq:update", "rule:member_or_service",
+          "Bind or unbind accelerator requests (bound ones: with a service token).",
+          "PATCH", "/v2/accelerator_requests"),
+    _rule("arq:delete", "rule:member_or_service",
+          "Delete accelerator requests (bound ones: with a service token).",
+          "DELETE", "/v2/accelerator_requests"),
+]  # fmt: skip
+
+TASK_RULES = [
+    _rule("task:claim", "rule:admin_or_service", "Take a host's tasks (agents).",
+          "POST", "/v2/hosts/{hostname}/tasks/claim"),
+    _rule("task:update", "rule:admin_or_service", "Report a task's progress (agents).",
+          "PUT", "/v2/tasks/{uuid}"),
+    _rule("task:get", "rule:admin_or_service", "Show a task.", "GET", "/v2/tasks/{uuid}"),
+]  # fmt: skip
+
 PLACEMENT_RULES = [
     _rule("placement:sync", "rule:admin_api",
           "Sync the inventory to Placement now, or plan it (dry run).",
           "POST", "/v2/placement/sync"),
 ]  # fmt: skip
 
+# A bitstream belongs to the project that created it and is private unless an admin
+# makes it public. Readers see public ones and their project's; admins and services
+# see all (agents program them, whichever project's they are). Only a member of the
+# owning project, or an admin, uploads its data or deletes it.
+OWNER_MEMBER_OR_ADMIN = "rule:admin_api or (role:member and project_id:%(project_id)s)"
+BITSTREAM_RULES = [
+    _rule("bitstream:get", "rule:reader_api or role:service",
+          "List, show and download bitstreams (public ones and the caller's project's).",
+          "GET", "/v2/bitstreams/{uuid}/data"),
+    _rule("bitstream:get_all_projects", "rule:admin_or_service",
+          "See every project's bitstreams, private ones included.",
+          "GET", "/v2/bitstreams"),
+    _rule("bitstream:create", "role:member or role:admin",
+          "Create a bitstream, owned by the caller's project.",
+          "POST", "/v2/bitstreams"),
+    _rule("bitstream:publicize", "rule:admin_api",
+          "Create a public bitstream, which every project sees.",
+          "POST", "/v2/bitstreams"),
+    _rule("bitstream:upload", OWNER_MEMBER_OR_ADMIN, "Upload a queued bitstream's data.",
+          "PUT", "/v2/bitstreams/{uuid}/data"),
+    _rule("bitstream:delete", OWNER_MEMBER_OR_ADMIN, "Delete a bitstream.",
+          "DELETE", "/v2/bitstreams/{uuid}"),
+]  # fmt: skip
+
 
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule; the ``oslo.policy.policies`` entry point for oslopolicy tools."""
-    return [*BASE_RULES, *DEVICE_PROFILE_RULES, *HOST_RULES, *INVENTORY_RULES, *PLACEMENT_RULES]
+    return [
+        *BASE_RULES,
+        *DEVICE_PROFILE_RULES,
+        *HOST_RULES,
+        *INVENTORY_RULES,
+        *PLACEMENT_RULES,
+        *ARQ_RULES,
+        *TASK_RULES,
+        *BITSTREAM_RULES,
+    ]
 
 
 class Policy:

@@ -1,10 +1,14 @@
 """The bitstream store interface, and what every backend shares through it.
 
-A backend implements five primitives (``_add``, ``_get``, ``_find``,
-``_remove``, ``_chunks``). Everything built on them is written once here:
-input checks, the look-ups of spec 000 and spec 002 (by bitstream id, by
-bitstream name, by function id or function name plus region type), verified
-downloads and the per-host cache.
+A backend implements seven primitives (``_add``, ``_create``, ``_put_data``,
+``_get``, ``_find``, ``_remove``, ``_chunks``). Everything built on them is
+written once here: input checks, the look-ups of spec 000 and spec 002 (by
+bitstream id, by bitstream name, by function id or function name plus region
+type), verified downloads and streams, and the per-host cache.
+
+A bitstream is uploaded in one step (``upload``), or in two as the REST API
+does it: ``create`` records the metadata (status queued, no bytes), then
+``upload_data`` stores the bytes and makes it active.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from pathlib import Path
 from typing import BinaryIO, ClassVar
 
 from acceleron.bitstreams import lookup, transfer
-from acceleron.bitstreams.model import Bitstream, NewBitstream, Query
-from acceleron.exceptions import BitstreamNotFound, InvalidInput
+from acceleron.bitstreams.model import QUEUED, Bitstream, NewBitstream, Query
+from acceleron.exceptions import BitstreamNotFound, Conflict, InvalidInput
 
 # The accel: keys of a device profile group that name a bitstream (spec 002).
 SELECTOR_KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
@@ -34,6 +38,14 @@ class BitstreamStore(abc.ABC):
     @abc.abstractmethod
     def _add(self, data: BinaryIO, meta: NewBitstream) -> Bitstream:
         """Store the bytes read from ``data`` with ``meta`` (already normalised)."""
+
+    @abc.abstractmethod
+    def _create(self, meta: NewBitstream) -> Bitstream:
+        """Record ``meta`` (already normalised) with no bytes yet: status queued."""
+
+    @abc.abstractmethod
+    def _put_data(self, bitstream: Bitstream, data: BinaryIO) -> Bitstream:
+        """Store the bytes of a queued bitstream; Conflict if it stopped being queued."""
 
     @abc.abstractmethod
     def _get(self, bitstream_id: str) -> Bitstream | None: ...
@@ -56,9 +68,24 @@ class BitstreamStore(abc.ABC):
         """Store a bitstream read in chunks from ``data``; the whole is never held in memory."""
         return self._add(data, meta.normalized())
 
-    def get(self, bitstream_id: str) -> Bitstream:
+    def create(self, meta: NewBitstream) -> Bitstream:
+        """A bitstream without its bytes yet (status queued); ``upload_data`` adds them."""
+        return self._create(meta.normalized())
+
+    def upload_data(self, bitstream_id: str, data: BinaryIO) -> Bitstream:
+        """Store the bytes of a queued bitstream, read in chunks; it becomes active."""
+        bitstream = self.get(bitstream_id)
+        if bitstream.status != QUEUED:
+            raise Conflict(
+                f"Bitstream {bitstream.describe()} is {bitstream.status}, not {QUEUED}: its "
+                f"data was uploaded already. Create another bitstream for other bytes."
+            )
+        return self._put_data(bitstream, data)
+
+    def get(self, bitstream_id: str, project: str | None = None) -> Bitstream:
+        """The bitstream, as ``project`` sees it (None: as one who sees every project's)."""
         bitstream = self._get(bitstream_id)
-        if bitstream is None:
+        if bitstream is None or not bitstream.visible_to(project):
             raise BitstreamNotFound(f"Bitstream {bitstream_id!r} not found.")
         return bitstream
 
@@ -119,6 +146,15 @@ class BitstreamStore(abc.ABC):
         transfer.hasher_for(found)  # refuse before any byte moves
         with self._chunks(found) as chunks:
             return transfer.write_verified(chunks, dest, found)
+
+    @contextlib.contextmanager
+    def stream(self, bitstream: Bitstream | str) -> Iterator[Iterator[bytes]]:
+        """The bytes in chunks, checked as they pass: the last chunk is held back until
+        size and hash match, so no reader ever gets the whole of a corrupt bitstream."""
+        found = self._resolve(bitstream)
+        transfer.hasher_for(found)  # refuse before any byte moves
+        with self._chunks(found) as chunks:
+            yield transfer.verified(chunks, found)
 
     @contextlib.contextmanager
     def open(self, bitstream: Bitstream | str) -> Iterator[BinaryIO]:

@@ -3,9 +3,13 @@
 Metadata lives in image properties: ``accel:function_uuid``,
 ``accel:function_name``, ``accel:region_type_uuid`` and ``accel:vendor`` (the
 board vendor, free text; the PCI vendor id such as ``8086`` is recommended).
-Other properties an uploader gives are kept as they are; the owner is the
-project Glance sees the upload come from, so ``NewBitstream.owner`` is not
-sent. The bytes are verified against the image's ``os_hash_algo`` and
+Other properties an uploader gives are kept as they are. An upload creates
+the image (status queued) and then sends its bytes, as ``openstack image
+create`` does; ``NewBitstream.owner`` and ``visibility`` become the image's
+when given (Glance lets only admins create an image another project owns, so
+the REST API, which uploads on behalf of its callers, needs an admin in
+``[glance]``); otherwise the owner is the project Glance sees the upload come
+from. The bytes are verified against the image's ``os_hash_algo`` and
 ``os_hash_value`` (SHA-512 by default), which Glance computes on upload.
 
 Glance compares property filters exactly and openstacksdk's ``images()`` drops
@@ -18,8 +22,9 @@ checked again here with UUIDs folded.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import requests
 from keystoneauth1 import exceptions as ks_exceptions
@@ -41,7 +46,7 @@ from acceleron.bitstreams.model import (
     canonical_uuid,
     is_uuid,
 )
-from acceleron.exceptions import BitstreamStoreError
+from acceleron.exceptions import BitstreamNotFound, BitstreamStoreError
 
 PAGE_SIZE = 200
 # Properties openstacksdk adds to the images it creates, for its own bookkeeping.
@@ -81,20 +86,24 @@ class GlanceStore(BitstreamStore):
     # --- primitives ------------------------------------------------------------------
 
     def _add(self, data: BinaryIO, meta: NewBitstream) -> Bitstream:
+        created = self._create(meta)
         try:
-            image = self._conn.image.create_image(
-                meta.name,
-                data=cast(Any, data),
-                disk_format="raw",
-                container_format="bare",
-                allow_duplicates=True,
-                wait=False,
-                meta=_properties(meta),
-            )
-        except _FAILURES as exc:
-            raise BitstreamStoreError(f"Glance upload of {meta.name!r} failed: {exc}") from exc
-        # create_image answers with the image as created; the hashes come with a new GET.
-        return self.get(image.id)
+            return self._put_data(created, data)
+        except BaseException:
+            with contextlib.suppress(BitstreamStoreError):  # the upload's error says more
+                self._remove(created.id)
+            raise
+
+    def _create(self, meta: NewBitstream) -> Bitstream:
+        return _to_bitstream(self._request("POST", "/images", json=_image(meta)).json())
+
+    def _put_data(self, bitstream: Bitstream, data: BinaryIO) -> Bitstream:
+        headers = {"Content-Type": "application/octet-stream"}
+        url = f"/images/{bitstream.id}/file"
+        if self._request("PUT", url, data=data, headers=headers).status_code == 404:
+            raise BitstreamNotFound(f"Bitstream {bitstream.describe()} was deleted meanwhile.")
+        # The upload answers with no body; the size and hashes come with a new GET.
+        return self.get(bitstream.id)
 
     def _get(self, bitstream_id: str) -> Bitstream | None:
         if not is_uuid(bitstream_id):
@@ -109,7 +118,7 @@ class GlanceStore(BitstreamStore):
                 images.setdefault(image["id"], image)
         found = [_to_bitstream(image) for image in images.values()]
         return sorted(
-            (b for b in found if query.matches(b) and (query != Query() or _is_bitstream(b))),
+            (b for b in found if query.matches(b) and (query.has_criteria or _is_bitstream(b))),
             key=lambda b: (images[b.id].get("created_at") or "", b.id),
         )
 
@@ -135,14 +144,23 @@ def _body(response: requests.Response) -> Iterator[bytes]:
         raise BitstreamStoreError(f"Glance download broke off: {exc}") from exc
 
 
-def _properties(meta: NewBitstream) -> dict[str, Any]:
+def _image(meta: NewBitstream) -> dict[str, Any]:
+    """The body of the image create request: attributes, then properties."""
     fields = {
+        "owner": meta.owner,
+        "visibility": meta.visibility,
         FUNCTION_UUID_KEY: meta.function_uuid,
         FUNCTION_NAME_KEY: meta.function_name,
         REGION_TYPE_KEY: meta.region_type_uuid,
         VENDOR_KEY: meta.vendor,
     }
-    return {**meta.properties, **{k: v for k, v in fields.items() if v is not None}}
+    return {
+        "name": meta.name,
+        "disk_format": "raw",
+        "container_format": "bare",
+        **meta.properties,
+        **{k: v for k, v in fields.items() if v is not None},
+    }
 
 
 def _spellings(canonical: str) -> list[str]:
@@ -152,11 +170,15 @@ def _spellings(canonical: str) -> list[str]:
 
 def _server_filters(query: Query) -> list[dict[str, str]]:
     """Query parameters that select a superset of the matches: one set per spelling."""
-    base = {"status": "active"}
+    base: dict[str, str] = {}
+    if query.status is not None:
+        base["status"] = query.status
     if query.name is not None:
         base["name"] = f"eq:{query.name}"  # a bare "a:b" would read as operator "a"
     if query.function_name is not None:
         base[FUNCTION_NAME_KEY] = query.function_name
+    if query.vendor is not None:
+        base[VENDOR_KEY] = query.vendor
     if query.function_uuid is not None:
         return [{**base, FUNCTION_UUID_KEY: s} for s in _spellings(query.function_uuid)]
     if query.region_type_uuid is not None:
@@ -196,4 +218,14 @@ def _to_bitstream(image: Mapping[str, Any]) -> Bitstream:
         properties=extra,
         status=image.get("status") or "",
         owner=image.get("owner"),
+        visibility=image.get("visibility") or "private",
+        created_at=_time(image.get("created_at")),
+        updated_at=_time(image.get("updated_at")),
     )
+
+
+def _time(value: Any) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None

@@ -4,7 +4,8 @@ Each distinct content is one file named by its SHA-256 under the store's
 directory; rows carry the metadata and point at a file by that hash, so
 identical uploads share one file. An upload streams to a temporary file in the
 same directory while hashing, then renames it into place inside the
-transaction that adds the row. A delete removes the file only when no row uses
+transaction that adds the row (or, for a row created queued, activates it; a
+queued row has no hash and no file). A delete removes the file only when no row uses
 it any more. Both hold a lock on the directory across their transaction, so
 an upload and a delete of the same content on this host cannot interleave; a
 row therefore never points at a missing file (a crash leaves at most an unused
@@ -18,19 +19,28 @@ import fcntl
 import hashlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sqlalchemy import Row, Select, delete, func, insert, select
+from sqlalchemy import Connection, Row, Select, delete, func, insert, or_, select, update
 
 from acceleron.bitstreams import transfer
 from acceleron.bitstreams.base import BitstreamStore
-from acceleron.bitstreams.model import Bitstream, NewBitstream, Query, canonical_uuid, is_uuid
+from acceleron.bitstreams.model import (
+    ACTIVE,
+    PUBLIC,
+    QUEUED,
+    Bitstream,
+    NewBitstream,
+    Query,
+    canonical_uuid,
+    is_uuid,
+)
 from acceleron.db.models import Bitstream as BitstreamRow
 from acceleron.db.models import table
 from acceleron.db.session import Database
-from acceleron.exceptions import BitstreamStoreError
+from acceleron.exceptions import BitstreamNotFound, BitstreamStoreError, Conflict
 
 HASH_ALGO = "sha256"
 
@@ -72,18 +82,46 @@ class LocalStore(BitstreamStore):
 
     # --- primitives ------------------------------------------------------------------
 
-    def _add(self, data: BinaryIO, meta: NewBitstream) -> Bitstream:
+    def _store(self, data: BinaryIO, record: _Recorder) -> Row[Any]:
+        """Spool ``data``, then in one locked transaction ``record`` its hash and size
+        and move the file into place; the row ``record`` wrote."""
         spooled, sha256, size = self._spool(data)
         try:
             with self._locked(), self._db.writer() as conn:
-                values = _new_row(meta, sha256, size)
-                row = conn.execute(insert(_TABLE).values(values).returning(_TABLE)).one()
+                row = record(conn, sha256, size)
                 # Same hash, same bytes: replacing an existing file changes nothing
                 # a reader can see, and heals one that was damaged on disk.
                 os.replace(spooled, self._path(sha256))
         finally:
             spooled.unlink(missing_ok=True)
-        return _to_bitstream(row)
+        return row
+
+    def _add(self, data: BinaryIO, meta: NewBitstream) -> Bitstream:
+        def add(conn: Connection, sha256: str, size: int) -> Row[Any]:
+            return _insert(conn, _new_row(meta, sha256, size))
+
+        return _to_bitstream(self._store(data, add))
+
+    def _create(self, meta: NewBitstream) -> Bitstream:
+        with self._db.writer() as conn:
+            return _to_bitstream(_insert(conn, _new_row(meta, "", 0, QUEUED)))
+
+    def _put_data(self, bitstream: Bitstream, data: BinaryIO) -> Bitstream:
+        def activate(conn: Connection, sha256: str, size: int) -> Row[Any]:
+            mine = _TABLE.c.uuid == bitstream.id
+            done = conn.execute(
+                update(_TABLE)
+                .where(mine, _TABLE.c.status == QUEUED)
+                .values(sha256=sha256, size=size, status=ACTIVE)
+            )
+            row = conn.execute(select(_TABLE).where(mine)).first()
+            if row is None:
+                raise BitstreamNotFound(f"Bitstream {bitstream.describe()} was deleted meanwhile.")
+            if done.rowcount != 1:
+                raise Conflict(f"Bitstream {bitstream.describe()} got its data meanwhile.")
+            return row
+
+        return _to_bitstream(self._store(data, activate))
 
     def _get(self, bitstream_id: str) -> Bitstream | None:
         wanted = _canonical_id(bitstream_id)
@@ -109,7 +147,7 @@ class LocalStore(BitstreamStore):
                     return False
                 conn.execute(delete(_TABLE).where(_TABLE.c.id == deleted.id))
                 users = conn.scalar(select(func.count()).where(_TABLE.c.sha256 == deleted.sha256))
-            if not users:
+            if deleted.sha256 and not users:
                 self._path(deleted.sha256).unlink(missing_ok=True)
         return True
 
@@ -127,11 +165,19 @@ class LocalStore(BitstreamStore):
             yield transfer.read_chunks(stream)
 
 
+# Writes a row for bytes just spooled, given their SHA-256 and size; returns the row.
+_Recorder = Callable[[Connection, str, int], Row[Any]]
+
+
+def _insert(conn: Connection, values: dict[str, Any]) -> Row[Any]:
+    return conn.execute(insert(_TABLE).values(values).returning(_TABLE)).one()
+
+
 def _canonical_id(bitstream_id: str) -> str | None:
     return canonical_uuid(bitstream_id, "bitstream_id") if is_uuid(bitstream_id) else None
 
 
-def _new_row(meta: NewBitstream, sha256: str, size: int) -> dict[str, Any]:
+def _new_row(meta: NewBitstream, sha256: str, size: int, status: str = ACTIVE) -> dict[str, Any]:
     return {
         "uuid": str(uuid.uuid4()),
         "name": meta.name,
@@ -143,7 +189,8 @@ def _new_row(meta: NewBitstream, sha256: str, size: int) -> dict[str, Any]:
         "region_type_uuid": meta.region_type_uuid,
         "properties": dict(meta.properties),
         "owner": meta.owner,
-        "status": "active",
+        "visibility": meta.visibility or PUBLIC,
+        "status": status,
     }
 
 
@@ -152,27 +199,34 @@ _TABLE = table(BitstreamRow)
 
 def _select(query: Query) -> Select[Any]:
     """Rows matching ``query``; UUID columns hold the canonical form the query has too."""
-    stmt = select(_TABLE).where(BitstreamRow.status == "active")
+    stmt = select(_TABLE)
     columns: dict[str, Any] = {
         "name": BitstreamRow.name,
         "function_uuid": BitstreamRow.function_uuid,
         "function_name": BitstreamRow.function_name,
         "region_type_uuid": BitstreamRow.region_type_uuid,
+        "vendor": BitstreamRow.vendor,
+        "status": BitstreamRow.status,
     }
     for field, column in columns.items():
         value = getattr(query, field)
         if value is not None:
             stmt = stmt.where(column == value)
+    if query.project is not None:
+        stmt = stmt.where(
+            or_(BitstreamRow.visibility == PUBLIC, BitstreamRow.owner == query.project)
+        )
     return stmt.order_by(BitstreamRow.id)
 
 
 def _to_bitstream(row: Row[Any]) -> Bitstream:
+    stored = bool(row.sha256)  # a queued row has no bytes yet
     return Bitstream(
         id=row.uuid,
         name=row.name,
-        size=row.size,
-        hash_algo=HASH_ALGO,
-        hash_value=row.sha256,
+        size=row.size if stored else None,
+        hash_algo=HASH_ALGO if stored else None,
+        hash_value=row.sha256 or None,
         vendor=row.vendor,
         function_uuid=row.function_uuid,
         function_name=row.function_name,
@@ -180,4 +234,7 @@ def _to_bitstream(row: Row[Any]) -> Bitstream:
         properties=dict(row.properties or {}),
         status=row.status,
         owner=row.owner,
+        visibility=row.visibility,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
     )

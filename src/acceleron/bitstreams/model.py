@@ -9,6 +9,7 @@ canonical spelling (lower case, dashed).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 import uuid
 from collections.abc import Mapping
@@ -27,6 +28,13 @@ FUNCTION_NAME_KEY = "accel:function_name"
 REGION_TYPE_KEY = "accel:region_type_uuid"
 VENDOR_KEY = "accel:vendor"
 ACCEL_KEYS = frozenset({FUNCTION_UUID_KEY, FUNCTION_NAME_KEY, REGION_TYPE_KEY, VENDOR_KEY})
+
+# Who sees a bitstream: every project ("public"), or only the project that owns it.
+PUBLIC = "public"
+VISIBILITIES = ("private", PUBLIC)
+# A record created without its bytes yet; an upload makes it active.
+QUEUED = "queued"
+ACTIVE = "active"
 
 # Names an extra property may not take: Glance's own image attributes and the keys above.
 RESERVED_KEYS = ACCEL_KEYS | frozenset(
@@ -73,6 +81,12 @@ def _optional_text(value: str | None, field: str, limit: int = NAME_MAX) -> str 
     return None if value is None else check_text(value, field, limit)
 
 
+def _optional_choice(value: str | None, field: str, choices: tuple[str, ...]) -> str | None:
+    if value is not None and value not in choices:
+        raise InvalidInput(f"{field}: {value!r} is not one of {', '.join(choices)}.")
+    return value
+
+
 def _check_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
     for key, value in properties.items():
         check_text(key, "properties", NAME_MAX)
@@ -99,11 +113,18 @@ class Bitstream:
     function_name: str | None = None
     region_type_uuid: str | None = None
     properties: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
-    status: str = "active"
+    status: str = ACTIVE
     owner: str | None = None
+    visibility: str = PUBLIC
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
 
     def describe(self) -> str:
         return f"{self.id} ({self.name!r})"
+
+    def visible_to(self, project: str | None) -> bool:
+        """Whether ``project`` sees it (None: a caller who sees every project's)."""
+        return project is None or self.visibility == PUBLIC or self.owner == project
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +138,8 @@ class NewBitstream:
     region_type_uuid: str | None = None
     properties: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
     owner: str | None = None
+    # None: the store's default (public in the local store, Glance's own otherwise).
+    visibility: str | None = None
 
     def normalized(self) -> NewBitstream:
         """Checked, with UUIDs in canonical form; InvalidInput names the bad field."""
@@ -128,17 +151,26 @@ class NewBitstream:
             region_type_uuid=_optional_uuid(self.region_type_uuid, "region_type_uuid"),
             properties=_check_properties(self.properties),
             owner=_optional_text(self.owner, "owner"),
+            visibility=_optional_choice(self.visibility, "visibility", VISIBILITIES),
         )
 
 
 @dataclasses.dataclass(frozen=True)
 class Query:
-    """Criteria ANDed together; a criterion left None is not applied."""
+    """Criteria ANDed together; a criterion left None is not applied.
+
+    Look-ups choose among active bitstreams only; a listing may ask for any
+    ``status`` (None). ``project`` limits the result to what that project sees:
+    public bitstreams and its own.
+    """
 
     name: str | None = None
     function_uuid: str | None = None
     function_name: str | None = None
     region_type_uuid: str | None = None
+    vendor: str | None = None
+    status: str | None = ACTIVE
+    project: str | None = None
 
     def normalized(self) -> Query:
         return dataclasses.replace(
@@ -147,12 +179,22 @@ class Query:
             region_type_uuid=_optional_uuid(self.region_type_uuid, "region type"),
         )
 
+    @property
+    def has_criteria(self) -> bool:
+        """Whether it asks for some metadata (not only a status or a project's view)."""
+        criteria = (self.name, self.function_uuid, self.function_name, self.region_type_uuid,
+                    self.vendor)  # fmt: skip
+        return any(value is not None for value in criteria)
+
     def matches(self, bitstream: Bitstream) -> bool:
         return (
             _same(self.name, bitstream.name)
             and _same(self.function_name, bitstream.function_name)
             and _same_uuid(self.function_uuid, bitstream.function_uuid)
             and _same_uuid(self.region_type_uuid, bitstream.region_type_uuid)
+            and _same(self.vendor, bitstream.vendor)
+            and _same(self.status, bitstream.status)
+            and bitstream.visible_to(self.project)
         )
 
     def describe(self) -> str:
@@ -163,6 +205,7 @@ class Query:
                 ("function_id", self.function_uuid),
                 ("function_name", self.function_name),
                 ("region type", self.region_type_uuid),
+                ("vendor", self.vendor),
             )
             if value is not None
         ]

@@ -72,6 +72,27 @@ def check(bitstream: Bitstream, size: int, digest: str) -> None:
         )
 
 
+def verified(chunks: Iterable[bytes], bitstream: Bitstream) -> Iterator[bytes]:
+    """``chunks`` passed on, all but the last at once; the last only once size and hash
+    match (BitstreamCorrupt otherwise, or as soon as more bytes come than recorded)."""
+    hasher = hasher_for(bitstream)
+    size = 0
+    held = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        if held:
+            yield held
+        hasher.update(chunk)
+        size += len(chunk)
+        held = chunk
+        if bitstream.size is not None and size > bitstream.size:
+            break
+    check(bitstream, size, hasher.hexdigest())
+    if held:
+        yield held
+
+
 def write_verified(chunks: Iterable[bytes], dest: Path, bitstream: Bitstream) -> Path:
     """Write ``chunks`` to ``dest`` if and only if they are the bitstream's bytes."""
     hasher = hasher_for(bitstream)

@@ -12,7 +12,7 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 
 import acceleron
-from acceleron.cli import agent, client, inventory, placement, profiles, server
+from acceleron.cli import agent, bitstreams, client, inventory, placement, profiles, server
 
 
 class AcceleronApp(App):
@@ -24,6 +24,7 @@ class AcceleronApp(App):
             **agent.COMMANDS,
             **inventory.COMMANDS,
             **placement.COMMANDS,
+            **bitstreams.COMMANDS,
         }
         for name, command in commands.items():
             manager.add_command(name, command)

@@ -282,6 +282,18 @@ class Task(TimestampMixin, Base):
     )
 
 
+class InstanceBinding(Base):
+    """One row per instance with bound accelerator requests: the unique instance uuid
+    makes a second, racing bind of the same instance fail in the database."""
+
+    __tablename__ = "instance_bindings"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
+
+
 class PlacementProvider(TimestampMixin, Base):
     """A resource provider Acceleron owns in Placement, as it last wrote it.
 

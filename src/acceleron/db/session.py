@@ -14,16 +14,23 @@ when a read lock cannot be upgraded; WAL lets readers run beside a writer.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import random
 import threading
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 
 from acceleron.exceptions import DatabaseBusy
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _json_dumps(value: Any) -> str:
@@ -98,8 +105,12 @@ class Database:
                 sqlite_busy_timeout
             )
         else:
+            # MariaDB/MySQL: READ COMMITTED takes far fewer gap locks than the default
+            # REPEATABLE READ (fewer deadlocks) and lets a re-read see committed rows.
+            isolation = "READ COMMITTED" if self.backend in ("mysql", "mariadb") else None
             self.engine = create_engine(
                 self.url,
+                isolation_level=isolation,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
                 pool_recycle=pool_recycle,
@@ -142,6 +153,40 @@ def from_conf(conf: Any) -> Database:
         pool_recycle=db.connection_recycle_time,
         sqlite_busy_timeout=db.sqlite_busy_timeout,
     )
+
+
+# What each backend says when a transaction lost to another one and may simply run again.
+_RETRYABLE_MYSQL = (1213, 1205)  # deadlock, lock wait timeout
+_RETRYABLE_SQLSTATE = ("40P01", "40001")  # PostgreSQL: deadlock, serialization failure
+
+
+def is_retryable(error: DBAPIError) -> bool:
+    orig = error.orig
+    if getattr(orig, "sqlstate", None) in _RETRYABLE_SQLSTATE:
+        return True
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] in _RETRYABLE_MYSQL
+
+
+ATTEMPTS = 10
+
+
+def retry_on_deadlock(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run a whole write operation again (up to ATTEMPTS times, with jittered backoff)
+    when the database chose it as a deadlock victim: its transaction was rolled back."""
+
+    @functools.wraps(fn)
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(ATTEMPTS):
+            try:
+                return fn(*args, **kwargs)
+            except DBAPIError as error:
+                if attempt == ATTEMPTS - 1 or not is_retryable(error):
+                    raise
+                time.sleep(random.uniform(0, min(0.5, 0.01 * 2**attempt)))
+        raise AssertionError("unreachable")
+
+    return retrying
 
 
 class StatementCounter:

@@ -243,7 +243,7 @@ def is_uuid_like(value: str) -> bool:
     return _is_uuid(value)
 
 
-def _could_exist(ident: str) -> bool:
+def could_exist(ident: str) -> bool:
     """Whether a profile could have this uuid or name; others are not looked up at all."""
     return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.match(ident) is not None)
 
@@ -300,7 +300,7 @@ def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[Prof
     with db.reader() as conn:
         if names is None:
             return list(conn.execute(_ALL))
-        return list(conn.execute(_BY_NAMES, {"names": [n for n in names if _could_exist(n)]}))
+        return list(conn.execute(_BY_NAMES, {"names": [n for n in names if could_exist(n)]}))
 
 
 def get(db: Database, ident: str) -> Profile:
@@ -311,7 +311,7 @@ def get(db: Database, ident: str) -> Profile:
 
 def _get(conn: Connection, ident: str) -> Profile:
     profile = None
-    if _could_exist(ident):
+    if could_exist(ident):
         query = _BY_UUID if is_uuid_like(ident) else _BY_NAME
         profile = conn.execute(query, {"ident": ident}).first()
     if profile is None:
@@ -322,7 +322,7 @@ def _get(conn: Connection, ident: str) -> Profile:
 def _find_all(conn: Connection, idents: Iterable[str]) -> list[Profile]:
     wanted = list(dict.fromkeys(idents))
     uuids = [i for i in wanted if is_uuid_like(i)]
-    names = [i for i in wanted if not is_uuid_like(i) and _could_exist(i)]
+    names = [i for i in wanted if not is_uuid_like(i) and could_exist(i)]
     found = list(
         conn.execute(select(_TABLE).where(_TABLE.c.uuid.in_(uuids) | _TABLE.c.name.in_(names)))
     )

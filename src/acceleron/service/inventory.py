@@ -28,7 +28,7 @@ import orjson
 from sqlalchemy import Connection, Row, Table, bindparam, delete, insert, select, update
 
 from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, Host, table, utcnow
-from acceleron.db.session import Database
+from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.drivers import base
 from acceleron.placement import names
 from acceleron.report import HostReport
@@ -109,10 +109,17 @@ def _device_values(host: str, device: base.Device) -> dict[str, Any]:
 
 def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> dict[str, Any]:
     if len(set(dep.function_uuids)) > 1:
-        LOG.warning("Region %s of %s implements several functions %s; only the first is "
-                    "tracked", dep.key, device.pci_address, dep.function_uuids)  # fmt: skip
+        LOG.warning(
+            "Region %s of %s implements several functions %s; only the first is tracked",
+            dep.key,
+            device.pci_address,
+            dep.function_uuids,
+        )
+    uuid = names.provider_uuid(host, device.pci_address, dep.key)
     values = {
-        "uuid": names.provider_uuid(host, device.pci_address, dep.key),
+        "uuid": uuid,
+        # Its resource provider: the card's own for a whole device, its own otherwise.
+        "rp_uuid": names.provider_uuid(host, device.pci_address) if dep.kind == "device" else uuid,
         "key": dep.key,
         "name": names.provider_name(host, device.pci_address, dep.key),
         "kind": dep.kind,
@@ -196,11 +203,32 @@ def _with_parents(
 
 # --- what the database has -----------------------------------------------------------
 
-_DEVICE_COLUMNS = ("type", "vendor", "vendor_name", "product_id", "model", "driver_name",
-                   "std_board_info", "vendor_board_info", "numa_node", "state")  # fmt: skip
-_DEPLOYABLE_COLUMNS = ("name", "kind", "num_accelerators", "accelerator_type", "programmable",
-                       "memory_mb", "traits", "driver_name", "region_type", "function_uuid",
-                       "bitstream_id")  # fmt: skip
+_DEVICE_COLUMNS = (
+    "type",
+    "vendor",
+    "vendor_name",
+    "product_id",
+    "model",
+    "driver_name",
+    "std_board_info",
+    "vendor_board_info",
+    "numa_node",
+    "state",
+)
+_DEPLOYABLE_COLUMNS = (
+    "name",
+    "rp_uuid",
+    "kind",
+    "num_accelerators",
+    "accelerator_type",
+    "programmable",
+    "memory_mb",
+    "traits",
+    "driver_name",
+    "region_type",
+    "function_uuid",
+    "bitstream_id",
+)
 _HANDLE_COLUMNS = ("type", "attach_info", "host_in_use", "state")
 
 
@@ -218,8 +246,9 @@ def load_existing(conn: Connection, host: str) -> Existing:
     rows = conn.execute(_HOST_DEPLOYABLES, {"host": host})
     deployables = {(address[d.device_id], d.key): d for d in rows}
     where = {d.id: k for k, d in deployables.items()}
-    handles = {(*where[h.deployable_id], h.address): h
-               for h in conn.execute(_HOST_HANDLES, {"host": host})}  # fmt: skip
+    handles = {
+        (*where[h.deployable_id], h.address): h for h in conn.execute(_HOST_HANDLES, {"host": host})
+    }
     attributes: dict[tuple[str, str, tuple[str, ...]], Row[Any]] = {}
     attrs = list(conn.execute(_HOST_ATTRIBUTES, {"host": host}))
     by_id = {a.id: a for a in attrs}
@@ -323,8 +352,15 @@ def _apply_deployables(
         keys = [k for k in found.added if _depth(k, want.parents) == depth]
         # A new deployable whose bitstream the driver does not know has none recorded yet
         # (one insert takes rows of the same keys).
-        rows = [{"bitstream_id": None, **found.added[k], "device_id": device_ids[k[0]],
-                 **_links(k, want, ids)} for k in keys]  # fmt: skip
+        rows = [
+            {
+                "bitstream_id": None,
+                **found.added[k],
+                "device_id": device_ids[k[0]],
+                **_links(k, want, ids),
+            }
+            for k in keys
+        ]
         ids.update(zip(keys, _insert(conn, DEPLOYABLES, rows), strict=True))
     moved = (
         (row.id, links)
@@ -400,9 +436,10 @@ def _remove(
         conn, HANDLES, (row.id for row in handles.removed.values() if row.arq_id is None)
     )
     holding = {row.deployable_id for row in held} | {
-        row.deployable_id for key, row in old.handles.items() if key[:2] in deployables.removed
-        and row.arq_id is not None
-    }  # fmt: skip
+        row.deployable_id
+        for key, row in old.handles.items()
+        if key[:2] in deployables.removed and row.arq_id is not None
+    }
     by_depth = sorted(
         (row for row in deployables.removed.values() if row.id not in holding),
         key=lambda row: -_stored_depth(row, old),
@@ -431,8 +468,12 @@ def apply(conn: Connection, old: Existing, want: Desired) -> dict[str, int]:
     handles = _apply_handles(conn, old, want, dep_ids)
     attributes = _apply_attributes(conn, old, want, dep_ids)
     counts = _remove(conn, old, handles, deployables, devices)
-    for name, found in (("devices", devices), ("deployables", deployables),
-                        ("attach_handles", handles), ("attributes", attributes)):  # fmt: skip
+    for name, found in (
+        ("devices", devices),
+        ("deployables", deployables),
+        ("attach_handles", handles),
+        ("attributes", attributes),
+    ):
         counts[f"{name}_added"] = len(found.added)
         counts[f"{name}_changed"] = len(found.changed)
     counts["attributes_removed"] = len(attributes.removed)
@@ -444,6 +485,7 @@ def apply(conn: Connection, old: Existing, want: Desired) -> dict[str, int]:
 _HOST_BY_NAME = select(HOSTS).where(HOSTS.c.hostname == bindparam("host"))
 
 
+@retry_on_deadlock
 def reconcile(db: Database, report: HostReport, now: dt.datetime | None = None) -> Outcome:
     """Apply a host report. An unchanged report writes nothing (bar a rare heartbeat)."""
     now = now or utcnow()
@@ -462,12 +504,19 @@ def reconcile(db: Database, report: HostReport, now: dt.datetime | None = None) 
         conn.execute(
             update(HOSTS)
             .where(HOSTS.c.id == host.id)
-            .values(report_digest=digest, last_report_at=now, generation=generation,
-                    agent_version=report.agent_version)
-        )  # fmt: skip
+            .values(
+                report_digest=digest,
+                last_report_at=now,
+                generation=generation,
+                agent_version=report.agent_version,
+            )
+        )
     if changed:
-        LOG.info("Inventory of %s changed: %s", report.hostname,
-                 ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v))  # fmt: skip
+        LOG.info(
+            "Inventory of %s changed: %s",
+            report.hostname,
+            ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v),
+        )
     return Outcome(report.hostname, changed, len(report.devices), counts, generation)
 
 

@@ -53,6 +53,8 @@ def test_no_server_errors(conf: cfg.ConfigOpts, db: Database) -> None:
             database=None,
         )
         def fuzz(case: Any) -> None:
+            if case.query and "wait" in case.query:  # long polls are tested on their own
+                case.query["wait"] = 0
             for version in (None, "accelerator latest"):
                 headers = {"OpenStack-API-Version": version} if version else {}
                 case.call_and_validate(headers=headers, checks=CHECKS)

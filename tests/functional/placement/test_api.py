@@ -137,7 +137,9 @@ def test_disabling_a_device_reserves_it_in_placement(
     def reserved() -> int | None:
         if client.get_provider(region) is None:
             return None
-        return client.get_inventories(region)[1]["CUSTOM_ACCELERATOR_FPGA"].reserved
+        # The provider exists a moment before its inventory (the worker is mid-sync).
+        inventory = client.get_inventories(region)[1].get("CUSTOM_ACCELERATOR_FPGA")
+        return None if inventory is None else inventory.reserved
 
     eventually(lambda: reserved() == 0)
     member = {**V2_6, "X-Roles": "member", "X-Project-Id": "p"}

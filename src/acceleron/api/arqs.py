@@ -1,0 +1,225 @@
+"""``/v2/accelerator_requests``: what Nova (and os-acc) call to get accelerators.
+
+The shapes Nova's client expects, request by request (nova-contract.md):
+
+* POST ``{device_profile_name}`` -> 201 ``{"arqs": [...]}``, one ARQ per accelerator,
+  ``device_profile_group_id`` the index of its group in the profile;
+* PATCH ``{arq_uuid: [{"op": "add", "path": "/hostname", "value": ...}, ...]}`` binds
+  (``remove`` operations unbind) -> 202;
+* GET ``?instance=&bind_state=resolved`` -> 423 while any of them is being bound;
+* DELETE ``?arqs=u1,u2`` or ``?instance=U`` (idempotent) -> 204.
+
+In keystone mode, changing a bound ARQ needs a service token beside the user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, Field, RootModel
+from sqlalchemy import Row
+from starlette.responses import Response
+
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, split_list, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.versions import Link
+from acceleron.exceptions import Forbidden, InvalidInput
+from acceleron.service import arqs as service
+
+router = APIRouter(
+    prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
+)
+V2_1 = microversion.Version(2, 1)
+BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
+
+
+class ArqCreate(BaseModel):
+    device_profile_name: str = Field(max_length=255)
+    # Sent by openstacksdk and ignored, as the older service ignores them.
+    device_profile_group_id: int | None = None
+    image_uuid: str | None = None
+
+
+class PatchOp(BaseModel):
+    op: Literal["add", "remove"]
+    path: Literal["/hostname", "/device_rp_uuid", "/instance_uuid", "/project_id"]
+    value: str | None = Field(None, max_length=255)
+
+
+Patch = RootModel[dict[str, list[PatchOp]]]
+
+
+class ArqOut(BaseModel):
+    uuid: str
+    state: str
+    device_profile_name: str
+    device_profile_group_id: int
+    hostname: str | None
+    device_rp_uuid: str | None
+    instance_uuid: str | None
+    project_id: str | None
+    attach_handle_type: str | None = Field(description="PCI, MDEV, MIG or TEST_PCI, once Bound.")
+    attach_handle_uuid: str | None
+    attach_handle_info: dict[str, str] | None = Field(
+        description="Once Bound: domain, bus, device, function (and asked_type, vgpu_mark "
+        "for MDEV; gpu_uuid, mig_uuid for MIG)."
+    )
+    phase: str | None = Field(None, description="From 2.8: the bind's current phase.")
+    progress: int | None = Field(None, description="From 2.8: percent of that phase done.")
+    failure_reason: str | None = Field(None, description="From 2.8: why the bind failed.")
+    created_at: str | None
+    updated_at: str | None
+    links: list[Link]
+
+
+class ArqList(BaseModel):
+    arqs: list[ArqOut]
+
+
+def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
+    bound = arq.state == "Bound"
+    data: dict[str, Any] = {
+        "uuid": arq.uuid,
+        "state": arq.state,
+        "device_profile_name": arq.device_profile_name,
+        "device_profile_group_id": arq.device_profile_group_id,
+        "hostname": arq.hostname,
+        "device_rp_uuid": arq.device_rp_uuid,
+        "instance_uuid": arq.instance_uuid,
+        "project_id": arq.project_id,
+        "attach_handle_type": arq.attach_handle_type if bound else None,
+        "attach_handle_uuid": arq.attach_handle_uuid if bound else None,
+        "attach_handle_info": _info(arq) if bound else None,
+        "created_at": timestamp(arq.created_at),
+        "updated_at": timestamp(arq.updated_at),
+        "links": [{"href": f"{base}/v2/accelerator_requests/{arq.uuid}", "rel": "self"}],
+    }
+    if version >= microversion.V2_8:
+        data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
+    return data
+
+
+def _info(arq: Row[Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in (arq.attach_handle_info or {}).items() if v is not None}
+
+
+def _service_token(call: Call) -> bool:
+    """Whether the request may change bound ARQs: always without Keystone."""
+    noauth: bool = call.request.app.state.conf.auth_strategy == "noauth"
+    return noauth or call.context.has_service_token
+
+
+def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
+    call.request.app.state.nova.notify(resolved)
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={201: {"model": ArqList}},
+    summary="Create accelerator requests from a device profile",
+)
+async def create_arqs(body: Annotated[ArqCreate, Body()], call: CallDep) -> Response:
+    call.authorize("arq:create")
+    created = await call.run(service.create, call.context, body.device_profile_name)
+    base = call.base_url
+    return json_response({"arqs": [view(a, call.version, base) for a in created]}, 201)
+
+
+@router.get("", responses={200: {"model": ArqList}}, summary="List accelerator requests")
+async def list_arqs(
+    call: CallDep,
+    instance: Annotated[str | None, Query(description="Only this instance's.")] = None,
+    bind_state: Annotated[
+        str | None, Query(description="'resolved': 423 while any is still being bound.")
+    ] = None,
+) -> Response:
+    call.authorize("arq:get_all")
+    if bind_state not in (None, "resolved"):
+        raise InvalidInput(f"bind_state: only 'resolved' is understood, not {bind_state!r}.")
+    resolved = bind_state == "resolved"
+    if resolved and instance is None:
+        raise InvalidInput("bind_state=resolved needs instance=<uuid>.")
+    found = await call.run(service.list_arqs, call.context, instance, resolved)
+    base = call.base_url
+    return json_response({"arqs": [view(a, call.version, base) for a in found]})
+
+
+@router.get("/{uuid}", responses={200: {"model": ArqOut}}, summary="Show an accelerator request")
+async def show_arq(uuid: str, call: CallDep) -> Response:
+    call.authorize("arq:get_one")
+    arq = await call.run(service.get, call.context, uuid)
+    return json_response(view(arq, call.version, call.base_url))
+
+
+def _bindings(patch: dict[str, list[PatchOp]], call: Call) -> list[service.Binding] | list[str]:
+    """The bind requests of a PATCH, or the uuids to unbind when its ops are removes."""
+    ops = [op.op for ops in patch.values() for op in ops]
+    if not ops:
+        raise InvalidInput("The body must map accelerator request uuids to operations.")
+    if len(set(ops)) != 1:
+        raise InvalidInput("All operations of one request must be 'add' (bind) or all 'remove'.")
+    if ops[0] == "remove":
+        return list(patch)
+    return [_binding(uuid, ops, call) for uuid, ops in patch.items()]
+
+
+def _binding(uuid: str, ops: list[PatchOp], call: Call) -> service.Binding:
+    values = {op.path.lstrip("/"): op.value for op in ops}
+    missing = [f for f in BIND_FIELDS if not values.get(f)]
+    if missing:
+        raise InvalidInput(f"{uuid}: a bind needs {', '.join('/' + f for f in missing)}.")
+    if "project_id" in values and call.version < V2_1:
+        raise InvalidInput(f"{uuid}: /project_id needs microversion 2.1 or later.")
+    return service.Binding(
+        uuid,
+        str(values["hostname"]),
+        str(values["device_rp_uuid"]),
+        str(values["instance_uuid"]),
+        values.get("project_id"),
+    )
+
+
+@router.patch("", status_code=202, summary="Bind or unbind accelerator requests")
+async def patch_arqs(body: Annotated[Patch, Body()], call: CallDep) -> Response:
+    call.authorize("arq:update")
+    work = _bindings(body.root, call)
+    if work and isinstance(work[0], service.Binding):
+        if not _service_token(call):
+            raise Forbidden(
+                "Binding accelerator requests needs a service token (X-Service-Token from the "
+                "compute service) beside the user's."
+            )
+        resolved = await call.run(service.bind, call.context, work, call.bitstreams)
+        _notify(call, resolved)
+    else:
+        await call.run(service.unbind, call.context, work, _service_token(call))
+    return Response(status_code=202)
+
+
+@router.delete("", status_code=204, summary="Delete accelerator requests (?arqs= or ?instance=)")
+async def delete_arqs(
+    call: CallDep,
+    arqs: Annotated[str | None, Query(description="Comma-separated uuids.")] = None,
+    instance: Annotated[str | None, Query(description="All of this instance's.")] = None,
+) -> Response:
+    call.authorize("arq:delete")
+    if (arqs is None) == (instance is None):
+        raise InvalidInput("Give exactly one of arqs=<uuid,...> and instance=<uuid>.")
+    if instance is not None:
+        await call.run(service.delete_for_instance, call.context, instance, _service_token(call))
+    else:
+        await call.run(
+            service.delete_arqs, call.context, split_list(arqs) or [], _service_token(call)
+        )
+    return Response(status_code=204)
+
+
+@router.delete("/{uuid}", status_code=204, summary="Delete an accelerator request")
+async def delete_arq(uuid: str, call: CallDep) -> Response:
+    call.authorize("arq:delete")
+    await call.run(service.delete_arqs, call.context, [uuid], _service_token(call))
+    return Response(status_code=204)

@@ -1,0 +1,330 @@
+"""``/v2/bitstreams`` (2.7): upload, list, show, download and delete bitstreams.
+
+An upload takes two steps, as with Glance:
+
+* ``POST`` with the metadata creates the bitstream, status ``queued`` (201);
+* ``PUT /{uuid}/data`` with the bytes (``application/octet-stream``) stores
+  them: the bitstream becomes ``active``, with its size and hash (200). The
+  body goes from the request straight into the store, a chunk at a time, and
+  more than ``[bitstreams] max_size_mb`` is refused with 413.
+
+``GET /{uuid}/data`` streams the bytes with ``X-Bitstream-Hash: <algo>:<hex>``
+so that the receiver can verify them; they are checked on the way out too, and
+the last chunk is withheld when they do not match (see ``BitstreamStore.stream``).
+
+A bitstream belongs to the project that created it and is private unless an
+admin made it public. Callers see public bitstreams and their own project's;
+admins and services (agents program bitstreams) see every one. Only a member
+of the owning project, or an admin, uploads to or deletes one.
+
+The store (``[bitstreams] backend``: the local one, or Glance; ``Call.bitstreams``)
+reads files or calls Glance, which blocks, so its calls run in the thread pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import anyio.from_thread
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+
+from acceleron import bitstreams
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.versions import Link
+from acceleron.bitstreams import Bitstream, NewBitstream
+from acceleron.bitstreams.model import PUBLIC
+from acceleron.bitstreams.transfer import CHUNK_SIZE
+from acceleron.exceptions import Forbidden, InvalidInput
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+router = APIRouter(prefix="/v2/bitstreams", tags=["bitstreams"], responses=ERROR_RESPONSES)
+
+HASH_HEADER = "X-Bitstream-Hash"
+OCTET_STREAM = "application/octet-stream"
+MIB = 1 << 20
+_BINARY = {OCTET_STREAM: {"schema": {"type": "string", "format": "binary"}}}
+
+
+class BitstreamIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=255, description="Names need not be unique.")
+    vendor: str | None = Field(
+        None, max_length=64, description="The board vendor; the PCI vendor id (8086) is advised."
+    )
+    function_uuid: str | None = Field(None, description="The function (AFU) id it implements.")
+    function_name: str | None = Field(None, max_length=255)
+    region_type_uuid: str | None = Field(
+        None, description="The region type (interface id) it is built for."
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Further metadata, kept as given."
+    )
+    visibility: Literal["private", "public"] = Field(
+        "private", description="public: every project sees it (bitstream:publicize, admins)."
+    )
+
+
+class BitstreamOut(BaseModel):
+    uuid: str
+    name: str
+    status: str = Field(description="'queued' until its data is uploaded, then 'active'.")
+    size: int | None = Field(description="Bytes; None while queued.")
+    hash_algo: str | None = Field(description="sha256 (local store), Glance's os_hash_algo.")
+    hash_value: str | None = Field(description="Hex digest of the bytes; None while queued.")
+    vendor: str | None
+    function_uuid: str | None
+    function_name: str | None
+    region_type_uuid: str | None
+    properties: dict[str, str]
+    visibility: str = Field(description="'private' (its project only) or 'public'.")
+    project_id: str | None = Field(description="The project that owns it.")
+    created_at: str | None
+    updated_at: str | None
+    links: list[Link]
+
+
+class BitstreamList(BaseModel):
+    bitstreams: list[BitstreamOut]
+
+
+class BitstreamQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    function_uuid: str | None = Field(None, description="Any spelling of the UUID.")
+    function_name: str | None = None
+    region_type_uuid: str | None = Field(None, description="Any spelling of the UUID.")
+    vendor: str | None = None
+
+
+def view(bitstream: Bitstream, base: str) -> dict[str, Any]:
+    return {
+        "uuid": bitstream.id,
+        "name": bitstream.name,
+        "status": bitstream.status,
+        "size": bitstream.size,
+        "hash_algo": bitstream.hash_algo,
+        "hash_value": bitstream.hash_value,
+        "vendor": bitstream.vendor,
+        "function_uuid": bitstream.function_uuid,
+        "function_name": bitstream.function_name,
+        "region_type_uuid": bitstream.region_type_uuid,
+        "properties": dict(bitstream.properties),
+        "visibility": bitstream.visibility,
+        "project_id": bitstream.owner,
+        "created_at": timestamp(bitstream.created_at),
+        "updated_at": timestamp(bitstream.updated_at),
+        "links": [{"href": f"{base}/v2/bitstreams/{bitstream.id}", "rel": "self"}],
+    }
+
+
+# --- who sees what ---------------------------------------------------------------------
+
+
+def _needs_2_7(call: Call) -> None:
+    if call.version < microversion.V2_7:
+        raise HTTPException(404, "The bitstreams API needs microversion 2.7 or later.")
+
+
+def _scope(call: Call) -> str | None:
+    """The project whose view the caller gets; None: every project's (admins, agents)."""
+    try:
+        call.authorize("bitstream:get_all_projects")
+    except Forbidden:
+        return call.context.project_id or ""  # no project: public bitstreams only
+    return None
+
+
+def _owner(bitstream: Bitstream) -> dict[str, object]:
+    """The policy target: the owning project ("" for none, which no caller matches)."""
+    return {"project_id": bitstream.owner or ""}
+
+
+async def _one(call: Call, ident: str) -> Bitstream:
+    """The bitstream, 404 unless the caller sees it."""
+    return await run_in_threadpool(call.bitstreams.get, ident, _scope(call))
+
+
+# --- the upload's body ------------------------------------------------------------------
+
+
+def _too_large(limit: int) -> HTTPException:
+    return HTTPException(
+        413,
+        f"The bitstream is larger than the {limit // MIB} MiB this API takes "
+        f"([bitstreams] max_size_mb).",
+    )
+
+
+def _check_upload(request: Request, limit: int) -> None:
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != OCTET_STREAM:
+        raise HTTPException(415, f"Send the bitstream's bytes as {OCTET_STREAM}.")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise _too_large(limit)
+
+
+class RequestBody(io.RawIOBase):
+    """The request body as a blocking file for the store, which reads it in a worker
+    thread: each read waits for the next chunk from the event loop. Past ``limit``
+    bytes it raises 413, so the store discards what it took."""
+
+    def __init__(self, request: Request, limit: int) -> None:
+        super().__init__()
+        self._chunks = request.stream()
+        self._limit = limit
+        self._received = 0
+        self._taken = 0
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:  # HTTP clients ask, to size what is left of the body
+        return self._taken
+
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
+        if not self._pending:
+            self._pending = memoryview(anyio.from_thread.run(self._next))
+        target = memoryview(buffer).cast("B")
+        size = min(len(target), len(self._pending))
+        target[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        self._taken += size
+        return size
+
+    async def _next(self) -> bytes:
+        try:
+            chunk = await anext(self._chunks, b"")
+        except ClientDisconnect as error:
+            raise InvalidInput("The upload broke off before the end of its data.") from error
+        self._received += len(chunk)
+        if self._received > self._limit:
+            raise _too_large(self._limit)
+        return chunk
+
+
+class Upload(io.BufferedReader):
+    """The buffered body, whose length is the request's Content-Length (0: not given).
+    HTTP clients read it, so the store passes the length on (Glance is sent one too,
+    instead of a chunked body, which not every WSGI server in front of it takes)."""
+
+    def __init__(self, request: Request, limit: int) -> None:
+        super().__init__(RequestBody(request, limit), CHUNK_SIZE)
+        length = request.headers.get("content-length", "")
+        self._length = int(length) if length.isdigit() else 0
+
+    def __len__(self) -> int:
+        return self._length
+
+
+# --- handlers ---------------------------------------------------------------------------
+
+
+@router.get("", responses={200: {"model": BitstreamList}}, summary="List bitstreams (2.7)")
+async def list_bitstreams(call: CallDep, query: Annotated[BitstreamQuery, Query()]) -> Response:
+    _needs_2_7(call)
+    call.authorize("bitstream:get")
+    criteria = bitstreams.Query(**query.model_dump(), status=None, project=_scope(call))
+    found = await run_in_threadpool(call.bitstreams.find, criteria)
+    return json_response({"bitstreams": [view(b, call.base_url) for b in found]})
+
+
+@router.get("/{uuid}", responses={200: {"model": BitstreamOut}}, summary="Show a bitstream (2.7)")
+async def show_bitstream(uuid: str, call: CallDep) -> Response:
+    _needs_2_7(call)
+    call.authorize("bitstream:get")
+    bitstream = await _one(call, uuid)
+    return json_response(view(bitstream, call.base_url))
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={201: {"model": BitstreamOut}},
+    summary="Create a bitstream, status queued; PUT its data next (2.7)",
+)
+async def create_bitstream(body: Annotated[BitstreamIn, Body()], call: CallDep) -> Response:
+    _needs_2_7(call)
+    call.authorize("bitstream:create")
+    if body.visibility == PUBLIC:
+        call.authorize("bitstream:publicize")
+    meta = NewBitstream(**body.model_dump(), owner=call.context.project_id)
+    bitstream = await run_in_threadpool(call.bitstreams.create, meta)
+    base = call.base_url
+    return json_response(
+        view(bitstream, base),
+        status_code=201,
+        headers={"Location": f"{base}/v2/bitstreams/{bitstream.id}"},
+    )
+
+
+@router.put(
+    "/{uuid}/data",
+    responses={200: {"model": BitstreamOut}},
+    openapi_extra={"requestBody": {"required": True, "content": _BINARY}},
+    summary="Upload a queued bitstream's bytes, sent as application/octet-stream (2.7)",
+)
+async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
+    _needs_2_7(call)
+    bitstream = await _one(call, uuid)
+    call.authorize("bitstream:upload", _owner(bitstream))
+    limit = call.request.app.state.conf.bitstreams.max_size_mb * MIB
+    _check_upload(call.request, limit)
+    body = Upload(call.request, limit)
+    uploaded = await run_in_threadpool(call.bitstreams.upload_data, bitstream.id, body)
+    return json_response(view(uploaded, call.base_url))
+
+
+@router.get(
+    "/{uuid}/data",
+    response_class=Response,
+    responses={
+        200: {
+            "content": _BINARY,
+            "description": "The bytes.",
+            "headers": {
+                HASH_HEADER: {
+                    "description": "<algo>:<hex digest> of the bytes, to verify them by.",
+                    "schema": {"type": "string"},
+                }
+            },
+        }
+    },
+    summary="Download a bitstream's bytes (2.7)",
+)
+async def download_bitstream_data(uuid: str, call: CallDep) -> Response:
+    _needs_2_7(call)
+    call.authorize("bitstream:get")
+    bitstream = await _one(call, uuid)
+    stack = contextlib.ExitStack()
+    chunks = await run_in_threadpool(stack.enter_context, call.bitstreams.stream(bitstream))
+    headers = {HASH_HEADER: f"{bitstream.hash_algo}:{bitstream.hash_value}"}
+    if bitstream.size is not None:
+        headers["Content-Length"] = str(bitstream.size)
+    return StreamingResponse(
+        chunks, media_type=OCTET_STREAM, headers=headers, background=BackgroundTask(stack.close)
+    )
+
+
+@router.delete("/{uuid}", status_code=204, summary="Delete a bitstream (2.7)")
+async def delete_bitstream(uuid: str, call: CallDep) -> Response:
+    _needs_2_7(call)
+    bitstream = await _one(call, uuid)
+    call.authorize("bitstream:delete", _owner(bitstream))
+    await run_in_threadpool(call.bitstreams.delete, bitstream.id)
+    return Response(status_code=204)

@@ -1,0 +1,131 @@
+"""Agent tasks (2.8): how a host's agent gets its work and reports on it.
+
+``POST /v2/hosts/{host}/tasks/claim?wait=N`` hands the agent its unfinished tasks
+(waiting up to N seconds for one to appear); ``PUT /v2/tasks/{uuid}`` reports
+phase, progress and the end (``done`` with a result, ``failed`` with an error).
+The end of a task binds or fails its accelerator request, and Nova is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Row
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.service import arqs, tasks
+
+router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
+POLL = 0.25  # seconds between two looks while an agent waits for work
+
+
+class TaskOut(BaseModel):
+    uuid: str
+    hostname: str
+    kind: str = Field(description="program, create_mdev or remove_mdev")
+    state: str = Field(description="pending, running, done, failed or cancelled")
+    phase: str | None
+    progress: int | None
+    params: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+    attempts: int
+    created_at: str | None
+    updated_at: str | None
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskOut]
+
+
+class TaskReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: Literal["running", "done", "failed"]
+    phase: str | None = Field(None, max_length=32)
+    progress: int | None = Field(None, ge=0, le=100)
+    result: dict[str, Any] | None = None
+    error: str | None = Field(None, max_length=4000)
+
+
+def view(task: Row[Any]) -> dict[str, Any]:
+    return {
+        "uuid": task.uuid,
+        "hostname": task.hostname,
+        "kind": task.kind,
+        "state": task.state,
+        "phase": task.phase,
+        "progress": task.progress,
+        "params": task.params,
+        "result": task.result,
+        "error": task.error,
+        "attempts": task.attempts,
+        "created_at": timestamp(task.created_at),
+        "updated_at": timestamp(task.updated_at),
+    }
+
+
+def _needs_2_8(call: Call) -> None:
+    if call.version < microversion.V2_8:
+        raise HTTPException(404, "Agent tasks need microversion 2.8 or later.")
+
+
+@router.post(
+    "/v2/hosts/{hostname}/tasks/claim",
+    responses={200: {"model": TaskList}},
+    summary="Take this host's unfinished tasks (agents; 2.8)",
+)
+async def claim_tasks(
+    hostname: str,
+    call: CallDep,
+    wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait for work.")] = 0,
+) -> Response:
+    _needs_2_8(call)
+    call.authorize("task:claim")
+    deadline = time.monotonic() + wait
+    while True:
+        found = await call.run(tasks.claim, hostname)
+        if found or time.monotonic() >= deadline:
+            return json_response({"tasks": [view(t) for t in found]})
+        await asyncio.sleep(POLL)
+
+
+@router.get("/v2/tasks/{uuid}", responses={200: {"model": TaskOut}}, summary="Show a task (2.8)")
+async def show_task(uuid: str, call: CallDep) -> Response:
+    _needs_2_8(call)
+    call.authorize("task:get")
+    return json_response(view(await call.run(tasks.get, uuid)))
+
+
+@router.put(
+    "/v2/tasks/{uuid}",
+    responses={200: {"model": TaskOut}},
+    summary="Report a task's progress or end (agents; 2.8)",
+)
+async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: CallDep) -> Response:
+    _needs_2_8(call)
+    call.authorize("task:update")
+    task, resolved = await call.run(
+        lambda db: arqs.finish_task(
+            db,
+            uuid,
+            state=body.state,
+            phase=body.phase,
+            progress=body.progress,
+            result=body.result,
+            error=body.error,
+        )
+    )
+    call.request.app.state.nova.notify(resolved)
+    placement = call.request.app.state.placement
+    if placement is not None and task.kind == "program" and task.state == "done":
+        placement.worker.wake()  # the region's function traits change
+    return json_response(view(task))

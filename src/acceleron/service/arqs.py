@@ -1,0 +1,793 @@
+"""Accelerator requests (ARQs): what a workload asks for, and its binding to a device.
+
+One explicit state machine (``TRANSITIONS``). Every transition is a conditional
+``UPDATE ... WHERE state IN (...)``: of two requests racing for one ARQ, one
+wins and the other sees it and stops. Binding an ARQ:
+
+* takes one free attach handle of the deployable behind the chosen resource
+  provider with a conditional update (``arq_id IS NULL``); the unique
+  ``attach_handles.arq_id`` makes a double allocation impossible on every backend;
+* claims the instance in ``instance_bindings`` (unique): a second, racing bind
+  of the same instance fails in the database, not in a Python check;
+* ends ``Bound`` at once, or ``BindStarted`` with a task for the host's agent
+  when a region must be programmed or an mdev made; the task's end binds or
+  fails it (``finish``), and ``reap`` fails what outlives ``bind_timeout``.
+
+Nothing lives in memory: a restart of the API or of an agent in the middle of a
+bind ends, like any other, in ``Bound`` or ``BindFailed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from acceleron.bitstreams.base import BitstreamStore
+from acceleron.bitstreams.model import Bitstream
+from acceleron.context import RequestContext
+from acceleron.db.models import (
+    AcceleratorRequest,
+    AttachHandle,
+    Deployable,
+    Device,
+    DeviceProfile,
+    Host,
+    InstanceBinding,
+    table,
+    utcnow,
+)
+from acceleron.db.session import Database, retry_on_deadlock
+from acceleron.exceptions import Conflict, Disabled, Forbidden, InvalidInput, Locked, NotFound
+from acceleron.service import tasks
+from acceleron.service.device_profiles import could_exist, is_uuid_like
+
+LOG = logging.getLogger(__name__)
+ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
+DEPLOYABLES, DEVICES, BINDINGS = table(Deployable), table(Device), table(InstanceBinding)
+HOSTS = table(Host)
+
+STATES = ("Initial", "BindStarted", "Bound", "BindFailed", "Unbound", "UnbindFailed", "Deleting")
+# Target state -> the states it may be reached from.
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    "BindStarted": ("Initial", "Unbound"),
+    "Bound": ("BindStarted",),
+    "BindFailed": ("BindStarted",),
+    "Unbound": ("BindStarted", "Bound", "BindFailed", "UnbindFailed"),
+    "UnbindFailed": ("Bound", "BindFailed"),
+    "Deleting": STATES,
+}
+# What Nova waits for: an ARQ it may stop waiting on.
+RESOLVED = ("Bound", "BindFailed", "Deleting")
+SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
+
+
+def can_move(source: str, target: str) -> bool:
+    """Whether the state machine allows ``source -> target`` (pure, for tests and docs)."""
+    return source in TRANSITIONS.get(target, ())
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """One ARQ's bind request: the three fields Nova sends (plus project_id from 2.1)."""
+
+    arq_uuid: str
+    hostname: str
+    device_rp_uuid: str
+    instance_uuid: str
+    project_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A bind that ended: Nova is told with an ``accelerator-request-bound`` event."""
+
+    instance_uuid: str
+    arq_uuid: str
+    status: str  # completed or failed
+
+
+# --- reading -----------------------------------------------------------------------
+
+_VIEW = (
+    select(
+        ARQS,
+        PROFILES.c.name.label("device_profile_name"),
+        HANDLES.c.uuid.label("attach_handle_uuid"),
+        HANDLES.c.type.label("attach_handle_type"),
+        HANDLES.c.address.label("attach_handle_address"),
+        HANDLES.c.attach_info.label("attach_handle_info"),
+    )
+    .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
+    .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
+)
+
+
+def _privileged(context: RequestContext) -> bool:
+    """Admins and services (Nova, agents) see every project's ARQs."""
+    return context.is_admin or "service" in context.roles
+
+
+def _visible(context: RequestContext) -> ColumnElement[bool]:
+    return true() if _privileged(context) else ARQS.c.project_id == context.project_id
+
+
+def _check_uuids(values: Iterable[str], what: str = "uuid") -> list[str]:
+    found = list(dict.fromkeys(values))
+    for value in found:
+        if not is_uuid_like(value):
+            raise InvalidInput(f"{what}: {value[:64]!r} is not a UUID.")
+    return [str(uuidlib.UUID(v)) for v in found]
+
+
+def list_arqs(
+    db: Database, context: RequestContext, instance: str | None = None, resolved: bool = False
+) -> list[Row[Any]]:
+    """ARQs the caller may see (of one instance, if given). With ``resolved``, Locked
+    while any of the instance's ARQs is still being bound."""
+    query = _VIEW.where(_visible(context)).order_by(ARQS.c.id)
+    if instance is not None:
+        query = query.where(ARQS.c.instance_uuid == _check_uuids([instance], "instance")[0])
+    with db.reader() as conn:
+        arqs = list(conn.execute(query))
+    if resolved:
+        waiting = [a.uuid for a in arqs if a.state not in RESOLVED]
+        if waiting:
+            raise Locked(f"Accelerator requests still being bound: {', '.join(waiting)}.")
+    return arqs
+
+
+def get(db: Database, context: RequestContext, uuid: str) -> Row[Any]:
+    wanted = _check_uuids([uuid])[0]
+    with db.reader() as conn:
+        arq = conn.execute(_VIEW.where(ARQS.c.uuid == wanted, _visible(context))).first()
+    if arq is None:
+        raise NotFound(f"Accelerator request {wanted} not found.")
+    return arq
+
+
+# --- creating ------------------------------------------------------------------------
+
+
+def amounts(groups: Sequence[Mapping[str, str]]) -> list[int]:
+    """How many accelerators each group asks for (the sum of its resources amounts)."""
+    return [sum(int(v) for k, v in g.items() if k.startswith("resources:")) for g in groups]
+
+
+@retry_on_deadlock
+def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row[Any]]:
+    """One ARQ per accelerator the profile asks for, tagged with its group's index."""
+    if not isinstance(profile_name, str) or not profile_name:
+        raise InvalidInput("device_profile_name: name the device profile to request.")
+    if not could_exist(profile_name):
+        raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
+    with db.writer() as conn:
+        profile = conn.execute(select(PROFILES).where(PROFILES.c.name == profile_name)).first()
+        if profile is None:
+            raise NotFound(f"Device profile {profile_name!r} not found.")
+        if not profile.enabled:
+            raise Disabled(f"Device profile {profile_name!r} is disabled: no new requests.")
+        rows = [
+            {
+                "uuid": str(uuidlib.uuid4()),
+                "state": "Initial",
+                "project_id": context.project_id,
+                "device_profile_id": profile.id,
+                "device_profile_group_id": index,
+            }
+            for index, count in enumerate(amounts(profile.groups))
+            for _ in range(count)
+        ]
+        conn.execute(insert(ARQS), rows)
+        created = list(
+            conn.execute(
+                _VIEW.where(ARQS.c.uuid.in_([r["uuid"] for r in rows])).order_by(ARQS.c.id)
+            )
+        )
+    LOG.info("Created %d accelerator request(s) from device profile %s", len(rows), profile_name)
+    return created
+
+
+# --- state transitions ----------------------------------------------------------------
+
+
+def _move(conn: Connection, arq: Row[Any], target: str, **values: Any) -> None:
+    """The conditional update of the state machine; Conflict when another request won."""
+    allowed = TRANSITIONS[target]
+    done = conn.execute(
+        update(ARQS)
+        .where(ARQS.c.id == arq.id, ARQS.c.state.in_(allowed))
+        .values(state=target, updated_at=utcnow(), **values)
+    )
+    if done.rowcount != 1:
+        current = conn.execute(select(ARQS.c.state).where(ARQS.c.id == arq.id)).scalar()
+        raise Conflict(
+            f"Accelerator request {arq.uuid} is {current or 'gone'}: it cannot become {target} "
+            f"(only from {', '.join(allowed)})."
+        )
+
+
+def _free_handle(conn: Connection, arq_id: int) -> None:
+    conn.execute(
+        update(HANDLES)
+        .where(HANDLES.c.arq_id == arq_id)
+        .values(arq_id=None, in_use=False, updated_at=utcnow())
+    )
+
+
+def _refresh_deployable(conn: Connection, deployable_id: int | None) -> None:
+    """Spec 003's availability and instance of a deployable, from its handles."""
+    if deployable_id is None:
+        return
+    counts = conn.execute(
+        select(func.count(), func.count(HANDLES.c.arq_id)).where(
+            HANDLES.c.deployable_id == deployable_id
+        )
+    ).one()
+    instances = list(
+        conn.execute(
+            select(ARQS.c.instance_uuid)
+            .join(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
+            .where(HANDLES.c.deployable_id == deployable_id)
+        ).scalars()
+    )
+    conn.execute(
+        update(DEPLOYABLES)
+        .where(DEPLOYABLES.c.id == deployable_id)
+        .values(
+            availability="allocated" if counts[0] and counts[0] == counts[1] else "available",
+            instance_uuid=instances[0] if len(set(instances)) == 1 else None,
+        )
+    )
+
+
+# --- binding ------------------------------------------------------------------------
+
+_DEPLOYABLE = (
+    select(
+        DEPLOYABLES,
+        DEVICES.c.hostname.label("device_hostname"),
+        DEVICES.c.pci_address,
+        DEVICES.c.state.label("device_state"),
+        DEVICES.c.status.label("device_status"),
+    )
+    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+    .where(DEPLOYABLES.c.rp_uuid == bindparam("rp"))
+    .order_by(DEPLOYABLES.c.id)
+)
+_FREE_HANDLES = (
+    select(HANDLES.c.id)
+    .where(
+        HANDLES.c.deployable_id == bindparam("deployable"),
+        HANDLES.c.arq_id.is_(None),
+        HANDLES.c.host_in_use.is_(False),
+        HANDLES.c.state == "present",
+    )
+    .order_by(HANDLES.c.id)
+)
+
+
+def _deployable_for(conn: Connection, rp_uuid: str, hostname: str) -> Row[Any]:
+    """The deployable behind a resource provider Placement chose, on the host named."""
+    dep = conn.execute(_DEPLOYABLE, {"rp": rp_uuid}).first()
+    if dep is None:
+        raise InvalidInput(
+            f"device_rp_uuid: {rp_uuid} is not the resource provider of an accelerator."
+        )
+    if dep.device_hostname != hostname:
+        raise InvalidInput(
+            f"device_rp_uuid: {rp_uuid} is on host {dep.device_hostname!r}, not {hostname!r}."
+        )
+    if dep.device_state != "present" or dep.device_status != "enabled":
+        raise Conflict(
+            f"Device {dep.pci_address} of {hostname} is {dep.device_state}/{dep.device_status}: "
+            f"nothing new can be bound to it."
+        )
+    return dep
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    def norm(value: str | None) -> str:
+        return (value or "").replace("-", "").lower()
+
+    return bool(a) and norm(a) == norm(b)
+
+
+def program_for(
+    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None
+) -> Bitstream | None:
+    """The bitstream to load before binding to ``dep``, or None when none is needed: the
+    group names none, or the region already holds it (spec 000; never reprogrammed)."""
+    accel = {k: v for k, v in group.items() if k.startswith("accel:") and k[6:] in SELECTORS}
+    if not accel:
+        return None
+    if _same(accel.get("accel:function_id"), dep.function_uuid):
+        return None  # pre-programmed: nothing to look up
+    if store is None:
+        raise Conflict("The request names a bitstream but no bitstream store is configured.")
+    bitstream = store.for_request(accel, dep.region_type)
+    if bitstream is None or _same(bitstream.id, dep.bitstream_id):
+        return None
+    if _same(bitstream.function_uuid, dep.function_uuid):
+        return None
+    if not dep.programmable:
+        raise Conflict(
+            f"{dep.name} cannot be programmed and does not hold the function the request asks "
+            f"for ({bitstream.function_uuid or bitstream.name})."
+        )
+    return bitstream
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    binding: Binding
+    arq: Row[Any]
+    deployable: Row[Any]
+    program: Bitstream | None
+
+
+def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[str, str]]]:
+    ids = {a.device_profile_id for a in arqs}
+    query = select(PROFILES.c.id, PROFILES.c.groups).where(PROFILES.c.id.in_(ids))
+    return {row.id: row.groups for row in conn.execute(query)}
+
+
+def _visible_arqs(
+    conn: Connection, context: RequestContext, uuids: Sequence[str]
+) -> dict[str, Row[Any]]:
+    found = {
+        a.uuid: a for a in conn.execute(_VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)))
+    }
+    missing = [u for u in uuids if u not in found]
+    if missing:
+        raise NotFound(f"Accelerator request(s) not found: {', '.join(missing)}.")
+    return found
+
+
+def _prepare(
+    db: Database,
+    context: RequestContext,
+    bindings: Sequence[Binding],
+    store: BitstreamStore | None,
+) -> list[_Prepared]:
+    """Everything a bind needs that is read (and looked up in the bitstream store)
+    before its write transaction starts."""
+    uuids = _check_uuids([b.arq_uuid for b in bindings])
+    with db.reader() as conn:
+        arqs = _visible_arqs(conn, context, uuids)
+        groups = _groups(conn, arqs.values())
+        deployables = {
+            b.arq_uuid: _deployable_for(conn, b.device_rp_uuid, b.hostname) for b in bindings
+        }
+    prepared = []
+    for b in bindings:
+        arq = arqs[b.arq_uuid]
+        group = groups[arq.device_profile_id][arq.device_profile_group_id]
+        dep = deployables[b.arq_uuid]
+        prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store)))
+    return prepared
+
+
+def _check(bindings: Sequence[Binding], context: RequestContext) -> None:
+    for b in bindings:
+        _check_uuids([b.arq_uuid], "arq")
+        _check_uuids([b.device_rp_uuid], "device_rp_uuid")
+        _check_uuids([b.instance_uuid], "instance_uuid")
+        if not b.hostname or len(b.hostname) > 255:
+            raise InvalidInput(f"hostname: {b.hostname[:64]!r} is not a host name.")
+        if b.project_id is not None and not context.is_admin:
+            raise InvalidInput("project_id: only an admin may set it.")
+    if len({b.arq_uuid for b in bindings}) != len(bindings):
+        raise InvalidInput("The same accelerator request appears twice in one bind.")
+
+
+@retry_on_deadlock
+def bind(
+    db: Database,
+    context: RequestContext,
+    bindings: Sequence[Binding],
+    store: BitstreamStore | None = None,
+) -> list[Resolved]:
+    """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
+    already ended (Nova is told of those now; the others end with their tasks)."""
+    if not bindings:
+        raise InvalidInput("Name at least one accelerator request to bind.")
+    _check(bindings, context)
+    prepared = _prepare(db, context, bindings, store)
+    try:
+        with db.writer() as conn:
+            _claim_instances(conn, prepared)
+            resolved = [r for p in prepared for r in _bind_one(conn, p)]
+    except IntegrityError as error:  # a concurrent bind of the same instance won
+        raise Conflict(
+            "Another bind of the same instance is in progress or done; unbind it first."
+        ) from error
+    return resolved
+
+
+def _is_retry(p: _Prepared) -> bool:
+    """Nova sending the same bind again (after a timeout, say): nothing to do."""
+    a, b = p.arq, p.binding
+    return a.state in ("BindStarted", "Bound") and (
+        (a.hostname, a.device_rp_uuid, a.instance_uuid)
+        == (b.hostname, b.device_rp_uuid, b.instance_uuid)
+    )
+
+
+def _claim_instances(conn: Connection, prepared: Sequence[_Prepared]) -> None:
+    """Each instance is bound once: a second bind of it (not a retry) is refused."""
+    for instance in {p.binding.instance_uuid for p in prepared}:
+        mine = [p for p in prepared if p.binding.instance_uuid == instance]
+        taken = conn.execute(
+            select(BINDINGS.c.id).where(BINDINGS.c.instance_uuid == instance)
+        ).first()
+        if taken is None:
+            conn.execute(insert(BINDINGS).values(instance_uuid=instance))
+        elif not all(_is_retry(p) for p in mine):
+            raise Conflict(
+                f"Instance {instance} already has bound accelerator requests: unbind or delete "
+                f"them before binding others."
+            )
+
+
+def _lock_deployable(conn: Connection, deployable_id: int) -> None:
+    """Binds to one deployable take its row first, then a handle: one lock order, so they
+    queue instead of deadlocking on the handles' indexes (InnoDB)."""
+    conn.execute(
+        update(DEPLOYABLES)
+        .where(DEPLOYABLES.c.id == deployable_id)
+        .values(availability=DEPLOYABLES.c.availability)
+    )
+
+
+def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Row[Any] | None:
+    """Take one free attach handle: a conditional update per candidate, so of two binds
+    racing for a handle one gets it and the other tries the next."""
+    for handle_id in list(conn.execute(_FREE_HANDLES, {"deployable": deployable_id}).scalars()):
+        taken = conn.execute(
+            update(HANDLES)
+            .where(HANDLES.c.id == handle_id, HANDLES.c.arq_id.is_(None))
+            .values(arq_id=arq_id, in_use=True, updated_at=utcnow())
+        )
+        if taken.rowcount == 1:
+            return conn.execute(select(HANDLES).where(HANDLES.c.id == handle_id)).one()
+    return None
+
+
+def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
+    arq, b, dep = p.arq, p.binding, p.deployable
+    if _is_retry(p):
+        return []
+    values: dict[str, Any] = {
+        "hostname": b.hostname,
+        "device_rp_uuid": b.device_rp_uuid,
+        "instance_uuid": b.instance_uuid,
+        "deployable_id": dep.id,
+        "bind_started_at": utcnow(),
+        "phase": "allocate",
+        "progress": 0,
+        "failure_reason": None,
+    }
+    if b.project_id is not None:
+        values["project_id"] = b.project_id
+    _lock_deployable(conn, dep.id)
+    _move(conn, arq, "BindStarted", **values)
+    handle = _allocate(conn, arq.id, dep.id)
+    if handle is None:
+        return _fail(
+            conn,
+            arq.id,
+            f"no free attach handle on {dep.name}: its inventory in "
+            f"Placement and on the host disagree; the next report will fix it",
+        )
+    if _queue_work(conn, arq.id, b.hostname, dep, handle, p.program):
+        return []
+    _move(conn, arq, "Bound", phase=None, progress=100)
+    _refresh_deployable(conn, dep.id)
+    LOG.info(
+        "Bound %s to %s %s for instance %s", arq.uuid, b.hostname, handle.address, b.instance_uuid
+    )
+    return [Resolved(b.instance_uuid, arq.uuid, "completed")]
+
+
+def _queue_work(
+    conn: Connection,
+    arq_id: int,
+    hostname: str,
+    dep: Row[Any],
+    handle: Row[Any],
+    program: Bitstream | None,
+) -> bool:
+    """Tasks the host's agent must finish before the bind ends; whether there are any."""
+    work = []
+    if program is not None:
+        params = {
+            "pci_address": dep.pci_address,
+            "deployable": dep.key,
+            "region_type": dep.region_type,
+            "bitstream": _bitstream_params(program),
+        }
+        work.append(("program", params))
+    if handle.type == "MDEV":
+        params = {
+            "pci_address": dep.pci_address,
+            "deployable": dep.key,
+            "mdev_uuid": handle.address,
+            "mdev_type": handle.attach_info.get("asked_type"),
+        }
+        work.append(("create_mdev", params))
+    for kind, params in work:
+        tasks.create(
+            conn, hostname=hostname, kind=kind, params=params, arq_id=arq_id, deployable_id=dep.id
+        )
+    if work:
+        conn.execute(update(ARQS).where(ARQS.c.id == arq_id).values(phase="queued"))
+        _refresh_deployable(conn, dep.id)
+    return bool(work)
+
+
+def _bitstream_params(bitstream: Bitstream) -> dict[str, Any]:
+    return {
+        "id": bitstream.id,
+        "name": bitstream.name,
+        "size": bitstream.size,
+        "hash_algo": bitstream.hash_algo,
+        "hash_value": bitstream.hash_value,
+        "function_uuid": bitstream.function_uuid,
+        "region_type_uuid": bitstream.region_type_uuid,
+    }
+
+
+def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
+    """End a bind in BindFailed, its handle freed and its tasks cancelled."""
+    arq = conn.execute(select(ARQS).where(ARQS.c.id == arq_id)).one()
+    tasks.cancel_for_arq(conn, arq.id)
+    _free_handle(conn, arq.id)
+    _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
+    _refresh_deployable(conn, arq.deployable_id)
+    LOG.warning("Bind of %s failed: %s", arq.uuid, reason)
+    return [Resolved(arq.instance_uuid, arq.uuid, "failed")]
+
+
+# --- unbinding and deleting -----------------------------------------------------------
+
+BOUND = ("BindStarted", "Bound", "BindFailed", "UnbindFailed")
+
+
+def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
+    query = (
+        select(HANDLES, DEVICES.c.pci_address, DEPLOYABLES.c.key.label("deployable_key"))
+        .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
+        .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+        .where(HANDLES.c.arq_id == arq_id)
+    )
+    return conn.execute(query).first()
+
+
+def _release(conn: Connection, arq: Row[Any]) -> None:
+    """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
+    the instance released once none of its ARQs stays bound."""
+    if arq.state not in BOUND:
+        return
+    tasks.cancel_for_arq(conn, arq.id)
+    handle = _handle_of(conn, arq.id)
+    if handle is not None and handle.type == "MDEV" and arq.hostname:
+        params = {
+            "pci_address": handle.pci_address,
+            "deployable": handle.deployable_key,
+            "mdev_uuid": handle.address,
+        }
+        tasks.create(
+            conn,
+            hostname=arq.hostname,
+            kind="remove_mdev",
+            params=params,
+            deployable_id=handle.deployable_id,
+        )
+    _free_handle(conn, arq.id)
+    _move(
+        conn,
+        arq,
+        "Unbound",
+        hostname=None,
+        device_rp_uuid=None,
+        instance_uuid=None,
+        deployable_id=None,
+        bind_started_at=None,
+        phase=None,
+        progress=None,
+    )
+    _refresh_deployable(conn, arq.deployable_id)
+    still = conn.execute(
+        select(func.count()).where(
+            ARQS.c.instance_uuid == arq.instance_uuid, ARQS.c.state.in_(BOUND)
+        )
+    ).scalar()
+    if not still:
+        conn.execute(delete(BINDINGS).where(BINDINGS.c.instance_uuid == arq.instance_uuid))
+
+
+def _check_service(arqs: Iterable[Row[Any]], service_token: bool, doing: str) -> None:
+    """Changing a bound ARQ needs the compute service's token (where tokens exist)."""
+    bound = [a.uuid for a in arqs if a.state in BOUND]
+    if bound and not service_token:
+        raise Forbidden(
+            f"{doing} a bound accelerator request ({', '.join(bound)}) needs a service token "
+            f"(X-Service-Token from the compute service) beside the user's."
+        )
+
+
+@retry_on_deadlock
+def unbind(
+    db: Database, context: RequestContext, uuids: Sequence[str], service_token: bool = True
+) -> None:
+    """Unbind ARQs (Nova's PATCH with remove operations): Unbound, handles freed."""
+    wanted = _check_uuids(uuids)
+    with db.writer() as conn:
+        arqs = _visible_arqs(conn, context, wanted)
+        _check_service(arqs.values(), service_token, "Unbinding")
+        for arq in arqs.values():
+            _release(conn, arq)
+
+
+@retry_on_deadlock
+def delete_arqs(
+    db: Database, context: RequestContext, uuids: Sequence[str], service_token: bool = True
+) -> None:
+    """Delete ARQs by uuid (all must exist), unbinding the bound ones first."""
+    wanted = _check_uuids(uuids)
+    if not wanted:
+        raise InvalidInput("Name at least one accelerator request to delete.")
+    with db.writer() as conn:
+        arqs = _visible_arqs(conn, context, wanted)
+        _check_service(arqs.values(), service_token, "Deleting")
+        _delete(conn, arqs.values())
+
+
+@retry_on_deadlock
+def delete_for_instance(
+    db: Database, context: RequestContext, instance: str, service_token: bool = True
+) -> int:
+    """Delete every ARQ of an instance (idempotent: none left is fine); how many."""
+    wanted = _check_uuids([instance], "instance")[0]
+    with db.writer() as conn:
+        arqs = list(conn.execute(_VIEW.where(ARQS.c.instance_uuid == wanted, _visible(context))))
+        _check_service(arqs, service_token, "Deleting")
+        _delete(conn, arqs)
+    return len(arqs)
+
+
+def _delete(conn: Connection, arqs: Iterable[Row[Any]]) -> None:
+    for arq in arqs:
+        _release(conn, conn.execute(select(ARQS).where(ARQS.c.id == arq.id)).one())
+        conn.execute(delete(ARQS).where(ARQS.c.id == arq.id))
+        LOG.info("Deleted accelerator request %s", arq.uuid)
+
+
+# --- the end of a bind: agent tasks, and the reaper ------------------------------------
+
+
+@retry_on_deadlock
+def finish_task(
+    db: Database,
+    uuid: str,
+    *,
+    state: str,
+    phase: str | None = None,
+    progress: int | None = None,
+    result: Mapping[str, Any] | None = None,
+    error: str | None = None,
+) -> tuple[Row[Any], list[Resolved]]:
+    """An agent's word on a task: progress shown on the ARQ and the deployable; its end
+    binds the ARQ (when it was the last task) or fails it. The task after, and what ended."""
+    tasks.check_progress(state, phase, progress)
+    with db.writer() as conn:
+        task = tasks.record(
+            conn,
+            tasks.lock(conn, uuid),
+            state=state,
+            phase=phase,
+            progress=progress,
+            result=result,
+            error=error,
+        )
+        _mirror_progress(conn, task)
+        resolved = _bind_end(conn, task) if task.state in ("done", "failed") else []
+    return task, resolved
+
+
+def _mirror_progress(conn: Connection, task: Row[Any]) -> None:
+    if task.arq_id is not None and task.state == "running":
+        conn.execute(
+            update(ARQS)
+            .where(ARQS.c.id == task.arq_id)
+            .values(phase=task.phase, progress=task.progress)
+        )
+    if task.kind != "program" or task.deployable_id is None:
+        return
+    values: dict[str, Any] = {"program_phase": task.phase, "program_progress": task.progress}
+    if task.state == "done":
+        values.update(program_phase=None, program_progress=100, program_error=None)
+        values.update(_programmed(task))
+    elif task.state == "failed":
+        values.update(program_phase="failed", program_error=(task.error or "")[:4000])
+    conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.id == task.deployable_id).values(values))
+    if task.state == "done":  # the function changed: the region's traits must follow
+        _bump_host(conn, task.hostname)
+
+
+def _programmed(task: Row[Any]) -> dict[str, Any]:
+    """What a region holds after a program task: the agent's word, else the bitstream's."""
+    result, bitstream = task.result or {}, task.params.get("bitstream") or {}
+    function = result.get("function_uuid") or bitstream.get("function_uuid")
+    return {
+        "bitstream_id": result.get("bitstream_id") or bitstream.get("id"),
+        "function_uuid": function.replace("-", "").lower() if function else None,
+    }
+
+
+def _bump_host(conn: Connection, hostname: str) -> None:
+    conn.execute(
+        update(HOSTS).where(HOSTS.c.hostname == hostname).values(generation=HOSTS.c.generation + 1)
+    )
+
+
+def _bind_end(conn: Connection, task: Row[Any]) -> list[Resolved]:
+    if task.arq_id is None:
+        return []
+    arq = conn.execute(select(ARQS).where(ARQS.c.id == task.arq_id)).first()
+    if arq is None or arq.state != "BindStarted":
+        return []  # unbound or deleted meanwhile
+    if task.state == "failed":
+        return _fail(conn, arq.id, f"{task.kind} failed on {task.hostname}: {task.error}")
+    remaining = conn.execute(
+        select(func.count()).where(
+            tasks.TASKS.c.arq_id == arq.id, tasks.TASKS.c.state.in_(tasks.OPEN)
+        )
+    ).scalar()
+    if remaining:
+        return []
+    _move(conn, arq, "Bound", phase=None, progress=100)
+    _refresh_deployable(conn, arq.deployable_id)
+    LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, task.kind)
+    return [Resolved(arq.instance_uuid, arq.uuid, "completed")]
+
+
+@retry_on_deadlock
+def reap(db: Database, timeout: float, now: dt.datetime | None = None) -> list[Resolved]:
+    """Fail the binds that outlived ``timeout`` seconds (an agent that never answered)."""
+    deadline = (now or utcnow()) - dt.timedelta(seconds=timeout)
+    with db.writer() as conn:
+        stale = list(
+            conn.execute(
+                select(ARQS).where(ARQS.c.state == "BindStarted", ARQS.c.bind_started_at < deadline)
+            )
+        )
+        resolved = [
+            r
+            for arq in stale
+            for r in _fail(
+                conn,
+                arq.id,
+                f"the bind did not finish within {timeout:.0f} s "
+                f"(stuck in phase {arq.phase or 'allocate'})",
+            )
+        ]
+    return resolved

@@ -1,0 +1,143 @@
+"""Tasks: work the API hands to a host's agent, kept in the database.
+
+A bind that must program a region, or prepare an mdev, creates a task for the
+host's agent; the agent takes its pending tasks (``claim``), reports phases and
+progress while it works (``update``) and finishes them ``done`` or ``failed``.
+Because tasks live in the database, neither an API nor an agent restart loses
+one: an agent that restarts takes up its unfinished tasks again, and a bind
+whose task never finishes is failed by the reaper (``arqs.reap``).
+
+States: pending -> running -> done | failed; pending or running -> cancelled.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection, Row, bindparam, insert, select, update
+
+from acceleron.db.models import Task, table, utcnow
+from acceleron.db.session import Database, retry_on_deadlock
+from acceleron.exceptions import Conflict, InvalidInput, NotFound
+
+TASKS = table(Task)
+KINDS = ("program", "create_mdev", "remove_mdev")
+STATES = ("pending", "running", "done", "failed", "cancelled")
+OPEN = ("pending", "running")
+FINISHED = ("done", "failed", "cancelled")
+# Phases an agent reports, in order, for a programming task.
+PHASES = ("queued", "fetch", "verify", "program", "report")
+
+_BY_UUID = select(TASKS).where(TASKS.c.uuid == bindparam("uuid"))
+_OPEN_FOR_HOST = (
+    select(TASKS)
+    .where(TASKS.c.hostname == bindparam("host"), TASKS.c.state.in_(OPEN))
+    .order_by(TASKS.c.id)
+)
+
+
+def create(
+    conn: Connection,
+    *,
+    hostname: str,
+    kind: str,
+    params: Mapping[str, Any],
+    arq_id: int | None = None,
+    deployable_id: int | None = None,
+) -> str:
+    """A new pending task, inside the caller's transaction; its uuid."""
+    uuid = str(uuidlib.uuid4())
+    conn.execute(
+        insert(TASKS).values(
+            uuid=uuid,
+            hostname=hostname,
+            kind=kind,
+            state="pending",
+            phase="queued",
+            progress=0,
+            params=dict(params),
+            arq_id=arq_id,
+            deployable_id=deployable_id,
+        )
+    )
+    return uuid
+
+
+def cancel_for_arq(conn: Connection, arq_id: int) -> None:
+    conn.execute(
+        update(TASKS)
+        .where(TASKS.c.arq_id == arq_id, TASKS.c.state.in_(OPEN))
+        .values(state="cancelled", updated_at=utcnow())
+    )
+
+
+@retry_on_deadlock
+def claim(db: Database, hostname: str) -> list[Row[Any]]:
+    """The host's unfinished tasks, oldest first; pending ones become running (an agent
+    that restarts gets back the ones it was running: it must not redo finished work)."""
+    with db.writer() as conn:
+        tasks = list(conn.execute(_OPEN_FOR_HOST, {"host": hostname}))
+        pending = [t.id for t in tasks if t.state == "pending"]
+        if pending:
+            conn.execute(
+                update(TASKS)
+                .where(TASKS.c.id.in_(pending))
+                .values(state="running", attempts=TASKS.c.attempts + 1, updated_at=utcnow())
+            )
+            tasks = list(conn.execute(_OPEN_FOR_HOST, {"host": hostname}))
+    return tasks
+
+
+def get(db: Database, uuid: str) -> Row[Any]:
+    with db.reader() as conn:
+        task = conn.execute(_BY_UUID, {"uuid": uuid}).first()
+    if task is None:
+        raise NotFound(f"Task {uuid!r} not found.")
+    return task
+
+
+def check_progress(state: str, phase: str | None, progress: int | None) -> None:
+    if state not in ("running", "done", "failed"):
+        raise InvalidInput(f"state: an agent reports running, done or failed, not {state!r}.")
+    if phase is not None and phase not in PHASES:
+        raise InvalidInput(f"phase: one of {', '.join(PHASES)}, not {phase!r}.")
+    if progress is not None and not 0 <= progress <= 100:
+        raise InvalidInput(f"progress: a percentage (0 to 100), not {progress}.")
+
+
+def record(
+    conn: Connection,
+    task: Row[Any],
+    *,
+    state: str,
+    phase: str | None,
+    progress: int | None,
+    result: Mapping[str, Any] | None,
+    error: str | None,
+) -> Row[Any]:
+    """Store an agent's report on a task (in the caller's transaction); the task after."""
+    if task.state in FINISHED:
+        if task.state == state:  # the agent resent its last word: nothing to do
+            return task
+        raise Conflict(f"Task {task.uuid} is already {task.state}.")
+    values: dict[str, Any] = {"state": state, "updated_at": utcnow()}
+    if phase is not None:
+        values["phase"] = phase
+    if progress is not None:
+        values["progress"] = progress
+    if result is not None:
+        values["result"] = dict(result)
+    if error is not None:
+        values["error"] = error
+    conn.execute(update(TASKS).where(TASKS.c.id == task.id).values(values))
+    return conn.execute(_BY_UUID, {"uuid": task.uuid}).one()
+
+
+def lock(conn: Connection, uuid: str) -> Row[Any]:
+    """A task, read inside a write transaction."""
+    task = conn.execute(_BY_UUID, {"uuid": uuid}).first()
+    if task is None:
+        raise NotFound(f"Task {uuid!r} not found.")
+    return task

@@ -1,0 +1,82 @@
+"""Keystone mode: binding, unbinding and deleting bound ARQs need a service token."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from keystonemiddleware.fixture import AuthTokenFixture
+from sqlalchemy import select
+
+from acceleron import conf as confmod
+from acceleron.api.app import create_app
+from acceleron.db.models import Deployable, table
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.report import HostReport
+from acceleron.service import device_profiles, inventory
+
+PATH = "/v2/accelerator_requests"
+
+
+@pytest.fixture
+def tokens() -> Iterator[AuthTokenFixture]:
+    fixture = AuthTokenFixture()
+    fixture.setUp()
+    yield fixture
+    fixture.cleanUp()
+
+
+def token(tokens: AuthTokenFixture, *roles: str, project: str = "p1") -> str:
+    token_id = uuid.uuid4().hex
+    tokens.add_token_data(token_id, project_id=project, user_id="u", role_list=list(roles))
+    return token_id
+
+
+@pytest.fixture
+def api(tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture) -> Iterator[TestClient]:
+    config = tmp_path / "acceleron.conf"
+    config.write_text(
+        f"[DEFAULT]\nstate_path = {tmp_path}\nauth_strategy = keystone\nhost = host-1\n"
+        "[keystone_authtoken]\nwww_authenticate_uri = http://keystone.test/identity\n"
+    )
+    conf = confmod.load([], config_files=[str(config)])
+    devices = tuple(FakeDriver(conf, Path("/")).discover())
+    inventory.reconcile(sqlite_db, HostReport("host-1", "1", devices))
+    device_profiles.create(
+        sqlite_db, name="dp", groups=[{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]
+    )
+    with TestClient(create_app(conf, sqlite_db), raise_server_exceptions=False) as client:
+        yield client
+
+
+def test_bound_requests_need_the_compute_services_token(
+    api: TestClient, sqlite_db: Database, tokens: AuthTokenFixture
+) -> None:
+    user = {"X-Auth-Token": token(tokens, "member")}
+    with_service = {**user, "X-Service-Token": token(tokens, "service", project="service")}
+    arq = api.post(PATH, json={"device_profile_name": "dp"}, headers=user).json()["arqs"][0]
+    with sqlite_db.reader() as conn:
+        rp = (
+            conn.execute(
+                select(table(Deployable).c.rp_uuid).where(table(Deployable).c.kind == "region")
+            )
+            .scalars()
+            .first()
+        )
+    ops = [
+        {"path": "/hostname", "op": "add", "value": "host-1"},
+        {"path": "/device_rp_uuid", "op": "add", "value": rp},
+        {"path": "/instance_uuid", "op": "add", "value": str(uuid.uuid4())},
+    ]
+    refused = api.patch(PATH, json={arq["uuid"]: ops}, headers=user)
+    assert refused.status_code == 403 and "service token" in refused.text
+    assert api.patch(PATH, json={arq["uuid"]: ops}, headers=with_service).status_code == 202
+    assert api.delete(f"{PATH}/{arq['uuid']}", headers=user).status_code == 403
+    unbind = {arq["uuid"]: [{"path": "/hostname", "op": "remove"}]}
+    assert api.patch(PATH, json=unbind, headers=user).status_code == 403
+    assert api.patch(PATH, json=unbind, headers=with_service).status_code == 202
+    assert api.delete(f"{PATH}/{arq['uuid']}", headers=user).status_code == 204  # unbound now

@@ -1,0 +1,312 @@
+"""/v2/bitstreams through HTTP, on SQLite, PostgreSQL and MariaDB (local store), and once
+through a real Glance: two-step upload, look-ups, verified download, project scoping."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fastapi.testclient import TestClient
+from oslo_config import cfg
+from tests.functional.api.test_device_profiles import error
+
+from acceleron import conf as confmod
+from acceleron.api.app import create_app
+from acceleron.bitstreams.transfer import CHUNK_SIZE
+from acceleron.db.session import Database
+
+if TYPE_CHECKING:  # imported by pytest_plugins, so that pytest can rewrite its asserts
+    from tests.fixtures.glance import GlanceServer
+
+pytest_plugins = ["tests.fixtures.glance"]
+
+PATH = "/v2/bitstreams"
+V2_7 = {"OpenStack-API-Version": "accelerator 2.7"}
+V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
+OCTETS = {"Content-Type": "application/octet-stream"}
+FUNCTION = "5d2e2f3c-8b9a-4c1d-9e0f-1a2b3c4d5e6f"
+REGION = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+OTHER_REGION = "0a1b2c3d-4e5f-4071-8293-a4b5c6d7e8f9"
+
+
+def caller(roles: str, project: str) -> dict[str, str]:
+    return {**V2_7, "X-Roles": roles, "X-Project-Id": project}
+
+
+ADMIN = V2_7  # noauth: admin of project "admin"
+MEMBER_P1 = caller("member,reader", "p1")
+READER_P1 = caller("reader", "p1")
+MEMBER_P2 = caller("member,reader", "p2")
+SERVICE = caller("service", "services")
+
+
+def create(api: TestClient, headers: dict[str, str] = ADMIN, **fields: Any) -> dict[str, Any]:
+    response = api.post(PATH, json={"name": "nlb.gbs", **fields}, headers=headers)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def put_data(
+    api: TestClient, bitstream: dict[str, Any], data: Any, headers: dict[str, str] = ADMIN
+) -> Any:
+    return api.put(f"{PATH}/{bitstream['uuid']}/data", content=data, headers={**headers, **OCTETS})
+
+
+def upload(
+    api: TestClient, data: bytes, headers: dict[str, str] = ADMIN, **fields: Any
+) -> dict[str, Any]:
+    response = put_data(api, create(api, headers, **fields), data, headers)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def names(api: TestClient, headers: dict[str, str] = ADMIN, **params: str) -> list[str]:
+    response = api.get(PATH, params=params, headers=headers)
+    assert response.status_code == 200, response.text
+    return [b["name"] for b in response.json()["bitstreams"]]
+
+
+def stored_files(conf: cfg.ConfigOpts) -> list[str]:
+    root = Path(conf.bitstreams.local_dir)
+    return sorted(p.name for p in root.rglob("*") if p.is_file() and p.name != ".lock")
+
+
+def test_upload_in_two_steps(api: TestClient, conf: cfg.ConfigOpts) -> None:
+    created = create(api, vendor="8086", function_uuid=FUNCTION.replace("-", "").upper(),
+                     function_name="nlb0", region_type_uuid=REGION,
+                     properties={"accel:shell": "d5005"})  # fmt: skip
+    assert created["status"] == "queued"
+    assert (created["size"], created["hash_algo"], created["hash_value"]) == (None, None, None)
+    assert (created["function_uuid"], created["region_type_uuid"]) == (FUNCTION, REGION)
+    assert (created["visibility"], created["project_id"]) == ("private", "admin")
+    assert created["properties"] == {"accel:shell": "d5005"}
+    href = f"http://testserver{PATH}/{created['uuid']}"
+    assert created["links"] == [{"href": href, "rel": "self"}]
+    data = b"\x00bitstream\xff" * 50_000
+    response = put_data(api, created, data)
+    assert response.status_code == 200, response.text
+    active = response.json()
+    assert (active["status"], active["size"], active["hash_algo"]) == (
+        "active",
+        len(data),
+        "sha256",
+    )
+    assert active["hash_value"] == hashlib.sha256(data).hexdigest()
+    assert active["updated_at"] is not None
+    assert api.get(f"{PATH}/{created['uuid']}", headers=ADMIN).json() == active
+    # The same bytes again, as another bitstream: fine, and stored once.
+    again = upload(api, data, name="copy.gbs")
+    assert again["hash_value"] == active["hash_value"] and again["uuid"] != active["uuid"]
+    assert stored_files(conf) == [active["hash_value"]]
+    # Data goes in once: other bytes make another bitstream.
+    status, code, message = error(put_data(api, created, b"other"))
+    assert (status, code) == (409, "acceleron.conflict") and "already" in message
+
+
+def test_download_streams_the_verified_bytes(api: TestClient) -> None:
+    data = bytes(range(256)) * (CHUNK_SIZE * 5 // 2 // 256)  # two and a half chunks
+    made = upload(api, data)
+    response = api.get(f"{PATH}/{made['uuid']}/data", headers=ADMIN)
+    assert response.status_code == 200
+    assert response.content == data
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-length"] == str(len(data))
+    assert response.headers["x-bitstream-hash"] == f"sha256:{hashlib.sha256(data).hexdigest()}"
+    empty = upload(api, b"", name="empty.gbs")
+    assert api.get(f"{PATH}/{empty['uuid']}/data", headers=ADMIN).content == b""
+
+
+def test_download_of_damaged_bytes_never_completes(api: TestClient, conf: cfg.ConfigOpts) -> None:
+    data = b"good" * CHUNK_SIZE  # four chunks
+    made = upload(api, data)
+    (Path(conf.bitstreams.local_dir) / made["hash_value"]).write_bytes(b"evil" * CHUNK_SIZE)
+    try:
+        response = api.get(f"{PATH}/{made['uuid']}/data", headers=ADMIN)
+    except Exception:  # the connection broke off: the client got no whole body
+        return
+    assert len(response.content) < len(data)
+
+
+def test_queued_bitstreams_have_no_data_yet(api: TestClient) -> None:
+    queued = create(api)
+    status, code, message = error(api.get(f"{PATH}/{queued['uuid']}/data", headers=ADMIN))
+    assert (status, code) == (409, "acceleron.conflict") and "queued" in message
+
+
+def test_list_filters(api: TestClient) -> None:
+    upload(api, b"1", name="a.gbs", function_uuid=FUNCTION, region_type_uuid=REGION,
+           vendor="8086")  # fmt: skip
+    upload(api, b"2", name="b.gbs", function_uuid=FUNCTION, region_type_uuid=OTHER_REGION,
+           function_name="nlb0")  # fmt: skip
+    create(api, name="c.gbs", function_name="nlb0")  # queued: listed too
+    assert names(api) == ["a.gbs", "b.gbs", "c.gbs"]
+    assert names(api, name="b.gbs") == ["b.gbs"]
+    assert names(api, function_uuid=FUNCTION.replace("-", "").upper()) == ["a.gbs", "b.gbs"]
+    assert names(api, function_uuid=FUNCTION, region_type_uuid=REGION.upper()) == ["a.gbs"]
+    assert names(api, function_name="nlb0") == ["b.gbs", "c.gbs"]
+    assert names(api, vendor="8086") == ["a.gbs"]
+    assert names(api, name="nope") == []
+    status, _, message = error(api.get(PATH, params={"function_uuid": "nope"}, headers=ADMIN))
+    assert status == 400 and "is not a UUID" in message
+    status, _, message = error(api.get(PATH, params={"colour": "red"}, headers=ADMIN))
+    assert status == 400 and "colour" in message
+
+
+def test_projects_see_their_own_and_public_ones(api: TestClient) -> None:
+    mine = upload(api, b"p1", MEMBER_P1, name="mine.gbs")
+    assert (mine["project_id"], mine["visibility"]) == ("p1", "private")
+    shared = upload(api, b"pub", ADMIN, name="shared.gbs", visibility="public")
+    assert names(api, MEMBER_P1) == ["mine.gbs", "shared.gbs"]
+    assert names(api, READER_P1) == ["mine.gbs", "shared.gbs"]
+    assert names(api, MEMBER_P2) == ["shared.gbs"]
+    assert names(api, ADMIN) == names(api, SERVICE) == ["mine.gbs", "shared.gbs"]
+    # Another project's private bitstream does not exist for p2.
+    for method, suffix in (("GET", ""), ("GET", "/data"), ("DELETE", "")):
+        response = api.request(method, f"{PATH}/{mine['uuid']}{suffix}", headers=MEMBER_P2)
+        assert error(response)[:2] == (404, "acceleron.not_found"), (method, suffix)
+    # Agents (the service role) read and download every one.
+    assert api.get(f"{PATH}/{mine['uuid']}/data", headers=SERVICE).content == b"p1"
+    assert api.get(f"{PATH}/{shared['uuid']}/data", headers=MEMBER_P2).content == b"pub"
+
+
+def test_who_may_create_upload_and_delete(api: TestClient) -> None:
+    status, code, message = error(
+        api.post(PATH, json={"name": "x", "visibility": "public"}, headers=MEMBER_P1)
+    )
+    assert (status, code) == (403, "acceleron.forbidden") and "bitstream:publicize" in message
+    assert error(api.post(PATH, json={"name": "x"}, headers=READER_P1))[0] == 403
+    assert error(api.post(PATH, json={"name": "x"}, headers=SERVICE))[0] == 403
+    queued = create(api, MEMBER_P1)
+    assert error(put_data(api, queued, b"x", READER_P1))[0] == 403
+    assert error(put_data(api, queued, b"x", MEMBER_P2))[0] == 404
+    assert put_data(api, queued, b"x", MEMBER_P1).status_code == 200
+    shared = upload(api, b"pub", ADMIN, visibility="public")
+    assert error(api.delete(f"{PATH}/{shared['uuid']}", headers=MEMBER_P2))[0] == 403
+    assert error(api.delete(f"{PATH}/{queued['uuid']}", headers=READER_P1))[0] == 403
+    assert error(api.delete(f"{PATH}/{queued['uuid']}", headers=SERVICE))[0] == 403
+    assert api.delete(f"{PATH}/{queued['uuid']}", headers=MEMBER_P1).status_code == 204
+    assert api.delete(f"{PATH}/{shared['uuid']}", headers=ADMIN).status_code == 204
+    assert names(api) == []
+
+
+def test_delete(api: TestClient, conf: cfg.ConfigOpts) -> None:
+    made = upload(api, b"bytes")
+    queued = create(api, name="queued.gbs")
+    assert api.delete(f"{PATH}/{made['uuid']}", headers=ADMIN).status_code == 204
+    assert api.delete(f"{PATH}/{queued['uuid']}", headers=ADMIN).status_code == 204
+    assert stored_files(conf) == []
+    assert error(api.get(f"{PATH}/{made['uuid']}", headers=ADMIN))[:2] == (
+        404, "acceleron.not_found"
+    )  # fmt: skip
+    assert error(api.delete(f"{PATH}/{made['uuid']}", headers=ADMIN))[0] == 404
+
+
+def test_uploads_above_max_size_mb_are_refused(api: TestClient, conf: cfg.ConfigOpts) -> None:
+    conf.set_override("max_size_mb", 1, group="bitstreams")
+    queued = create(api)
+    too_big = b"x" * (CHUNK_SIZE + 1)
+    status, code, message = error(put_data(api, queued, too_big))  # Content-Length says so
+    assert (status, code) == (413, "acceleron.too_large") and "1 MiB" in message
+    # Sent in chunks, without a length: refused once past the limit, nothing kept.
+    chunks = iter([b"y" * 300_000] * 4)
+    assert error(put_data(api, queued, chunks))[:2] == (413, "acceleron.too_large")
+    assert stored_files(conf) == []
+    shown = api.get(f"{PATH}/{queued['uuid']}", headers=ADMIN).json()
+    assert shown["status"] == "queued"
+    exactly = put_data(api, queued, iter([b"z" * CHUNK_SIZE]))
+    assert exactly.status_code == 200 and exactly.json()["size"] == CHUNK_SIZE
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({}, "name: Field required"),
+        ({"name": ""}, "name: must be a non-empty string"),
+        ({"name": "x" * 256}, "name: String should have at most 255"),
+        ({"name": "a\nb"}, "no control characters"),
+        ({"name": "x", "function_uuid": "nope"}, "function_uuid: 'nope' is not a UUID"),
+        ({"name": "x", "region_type_uuid": "1234"}, "region_type_uuid: '1234' is not a UUID"),
+        ({"name": "x", "visibility": "shared"}, "visibility: Input should be"),
+        ({"name": "x", "properties": {"owner": "p2"}}, "'owner' is reserved"),
+        ({"name": "x", "properties": {"k": 1}}, "properties.k"),
+        ({"name": "x", "colour": "red"}, "colour: Extra inputs"),
+        (["x"], "valid dictionary"),
+    ],
+)
+def test_bad_metadata_is_400(api: TestClient, body: Any, fragment: str) -> None:
+    status, code, message = error(api.post(PATH, json=body, headers=ADMIN))
+    assert (status, code) == (400, "acceleron.invalid_input")
+    assert fragment in message
+
+
+def test_data_must_be_octet_stream(api: TestClient) -> None:
+    queued = create(api)
+    path = f"{PATH}/{queued['uuid']}/data"
+    for headers in ({"Content-Type": "application/json"}, {}):
+        response = api.put(path, content=b"{}", headers={**ADMIN, **headers})
+        assert error(response)[:2] == (415, "acceleron.unsupported_media_type")
+
+
+@pytest.mark.parametrize("ident", [str(uuid.uuid4()), "not-a-uuid"])
+def test_unknown_bitstreams_are_404(api: TestClient, ident: str) -> None:
+    for method, suffix in (("GET", ""), ("GET", "/data"), ("PUT", "/data"), ("DELETE", "")):
+        response = api.request(method, f"{PATH}/{ident}{suffix}", headers={**ADMIN, **OCTETS})
+        assert error(response)[:2] == (404, "acceleron.not_found"), (method, suffix)
+
+
+def test_needs_microversion_2_7(api: TestClient) -> None:
+    made = upload(api, b"x")
+    one = f"{PATH}/{made['uuid']}"
+    for headers in ({}, V2_6):
+        for method, path in (("GET", PATH), ("POST", PATH), ("GET", one), ("GET", f"{one}/data"),
+                             ("PUT", f"{one}/data"), ("DELETE", one)):  # fmt: skip
+            response = api.request(method, path, headers=headers, json={"name": "x"})
+            status, _, message = error(response)
+            assert status == 404 and "needs microversion 2.7" in message, (method, path)
+    latest = api.get(PATH, headers={"OpenStack-API-Version": "accelerator latest"})
+    assert latest.status_code == 200
+
+
+# --- the same endpoints on the Glance backend ------------------------------------------
+
+
+@pytest.fixture
+def glance_api(
+    conf: cfg.ConfigOpts, sqlite_db: Database, glance_server: GlanceServer
+) -> Iterator[TestClient]:
+    confmod.register_keystoneauth(conf, "glance")
+    conf.set_override("backend", "glance", group="bitstreams")
+    conf.set_override("auth_type", "none", group="glance")
+    conf.set_override("endpoint_override", glance_server.endpoint, group="glance")
+    with TestClient(create_app(conf, sqlite_db), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.mark.slow
+def test_glance_backend(glance_api: TestClient) -> None:
+    function = str(uuid.uuid4())  # the tests share one Glance
+    created = create(glance_api, MEMBER_P1, function_uuid=function, region_type_uuid=REGION,
+                     vendor="8086")  # fmt: skip
+    assert (created["status"], created["project_id"]) == ("queued", "p1")
+    data = b"glance bytes" * 100_000
+    active = put_data(glance_api, created, data, MEMBER_P1).json()
+    assert (active["status"], active["size"], active["hash_algo"]) == (
+        "active",
+        len(data),
+        "sha512",
+    )
+    assert active["hash_value"] == hashlib.sha512(data).hexdigest()
+    assert names(glance_api, MEMBER_P1, function_uuid=function) == ["nlb.gbs"]
+    assert names(glance_api, MEMBER_P2, function_uuid=function) == []
+    response = glance_api.get(f"{PATH}/{created['uuid']}/data", headers=SERVICE)
+    assert response.content == data
+    assert response.headers["x-bitstream-hash"] == f"sha512:{active['hash_value']}"
+    assert error(glance_api.delete(f"{PATH}/{created['uuid']}", headers=MEMBER_P2))[0] == 404
+    assert glance_api.delete(f"{PATH}/{created['uuid']}", headers=MEMBER_P1).status_code == 204
+    assert names(glance_api, ADMIN, function_uuid=function) == []
