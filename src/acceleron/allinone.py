@@ -22,6 +22,7 @@ import uvicorn
 from oslo_config import cfg
 
 from acceleron import logs
+from acceleron.agent import tasks
 from acceleron.agent.client import connect
 from acceleron.agent.loop import Agent, Settings
 from acceleron.api.app import create_app
@@ -48,25 +49,32 @@ def run(conf: cfg.ConfigOpts, host: str, port: int) -> None:
     app = create_app(conf, db)
     agent = Agent(Settings.from_conf(conf), load_drivers(conf, Path(conf.agent.root)),
                   connect(conf))  # fmt: skip
+    runner = tasks.TaskRunner(tasks.Settings.from_conf(conf), agent.drivers, agent.client,
+                              agent.schedule.event)  # fmt: skip
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     )
-    thread = threading.Thread(target=_agent_when_ready, args=(server, agent, started),
+    thread = threading.Thread(target=_agent_when_ready, args=(server, agent, runner, started),
                               name="agent", daemon=True)  # fmt: skip
     thread.start()
     try:
         server.run()
     finally:
         agent.stop()
+        runner.stop()
         thread.join(timeout=5)
         db.dispose()
 
 
-def _agent_when_ready(server: uvicorn.Server, agent: Agent, started: float) -> None:
-    """Start the agent once the API answers (it reports to it over HTTP)."""
+def _agent_when_ready(
+    server: uvicorn.Server, agent: Agent, runner: tasks.TaskRunner, started: float
+) -> None:
+    """Start the agent and its task runner once the API answers (they talk to it over
+    HTTP, as on any other host)."""
     while not server.started:
         if server.should_exit:
             return
         time.sleep(0.01)
     LOG.info("Acceleron all-in-one ready in %.1f s", time.monotonic() - started)
+    threading.Thread(target=runner.run, name="tasks", daemon=True).start()
     agent.run()

@@ -194,6 +194,20 @@ AGENT_OPTS: list[cfg.Opt] = [
         help="Also rescan on udev events for PCI and mdev devices (hot plug, VFs, vGPUs), "
         "when pyudev and libudev are available; the periodic scan runs in any case.",
     ),
+    cfg.StrOpt(
+        "task_journal",
+        default="$state_path/agent-tasks.json",
+        help="Where the agent records the tasks it finished (programming a region, making "
+        "a vGPU), so that after a restart it reports them again instead of redoing them.",
+    ),
+    cfg.FloatOpt(
+        "task_wait",
+        default=20.0,
+        min=0.0,
+        max=60.0,
+        help="Seconds the API holds the agent's request for work open while it has none: "
+        "new work starts that fast, without the agent asking over and over.",
+    ),
     cfg.FloatOpt(
         "udev_debounce",
         default=2.0,

@@ -13,9 +13,11 @@ wrong) and ``ReportRefused`` (log it; the next scan tries again).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -26,12 +28,14 @@ from keystoneauth1.noauth import NoAuth
 from oslo_config import cfg
 
 from acceleron import conf as confmod
+from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.conf import AGENT_DEFAULT_ENDPOINT
 from acceleron.report import HostReport, to_bytes
 
 LOG = logging.getLogger(__name__)
 GROUP = "agent"
 MICROVERSION = "2.5"
+TASKS_MICROVERSION = "2.8"  # tasks and bitstream bytes
 UNKNOWN_HOST = "acceleron.unknown_host"
 
 
@@ -134,7 +138,8 @@ def base_url(endpoint: str) -> str:
 
 
 class ReportClient:
-    """Sends host reports; every failure becomes a ReportError."""
+    """The agent's calls to the API (reports, tasks, bitstream bytes); every failure
+    becomes a ReportError."""
 
     def __init__(self, adapter: ks_adapter.Adapter) -> None:
         self._adapter = adapter
@@ -147,12 +152,70 @@ class ReportClient:
 
     def report(self, report: HostReport) -> dict[str, Any]:
         """PUT the report; the API's answer (the host) on 200."""
+        response = self._send(
+            "PUT",
+            f"/v2/hosts/{quote(report.hostname, safe='')}/report",
+            data=to_bytes(report),
+            headers={"Content-Type": "application/json"},
+        )
+        if response.status_code >= 300:
+            raise error_for(report.hostname, response.status_code, response.text, response.reason)
+        return _json(response)
+
+    def claim_tasks(self, hostname: str, wait: float) -> list[dict[str, Any]]:
+        """The host's unfinished tasks, waiting up to ``wait`` seconds for one to appear."""
+        response = self._send(
+            "POST",
+            f"/v2/hosts/{quote(hostname, safe='')}/tasks/claim",
+            params={"wait": wait},
+            microversion=TASKS_MICROVERSION,
+            timeout=wait + 30,  # the API holds the request up to wait seconds
+        )
+        self._check(response, "taking tasks")
+        tasks: list[dict[str, Any]] = _json(response).get("tasks", [])
+        return tasks
+
+    def update_task(self, uuid: str, **fields: Any) -> dict[str, Any] | None:
+        """Report a task's progress or end; None when the API no longer wants it (it was
+        cancelled or deleted meanwhile: 404 or 409)."""
+        body = {k: v for k, v in fields.items() if v is not None}
+        response = self._send(
+            "PUT", f"/v2/tasks/{quote(uuid, safe='')}", json=body, microversion=TASKS_MICROVERSION
+        )
+        if response.status_code in (404, 409):
+            LOG.info("Task %s is not wanted any more: %s", uuid, parse_error(response.text).detail)
+            return None
+        self._check(response, f"reporting on task {uuid}")
+        return _json(response)
+
+    @contextlib.contextmanager
+    def bitstream_chunks(self, bitstream_id: str) -> Iterator[Iterator[bytes]]:
+        """The bytes of a bitstream, streamed from the API in chunks (unverified here)."""
+        response = self._send(
+            "GET",
+            f"/v2/bitstreams/{quote(bitstream_id, safe='')}/data",
+            stream=True,
+            microversion=TASKS_MICROVERSION,
+        )
         try:
-            response = self._adapter.put(
-                self._url(report.hostname),
-                data=to_bytes(report),
-                headers={"Content-Type": "application/json"},
-            )
+            self._check(response, f"fetching bitstream {bitstream_id}")
+            yield response.iter_content(CHUNK_SIZE)
+        finally:
+            response.close()
+
+    def _check(self, response: Any, doing: str) -> None:
+        if response.status_code < 300:
+            return
+        body = parse_error(response.text, response.reason)
+        message = f"{doing}: the API answered {response.status_code}: {body.detail}"
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ApiUnavailable(message)
+        raise ReportRefused(message, response.status_code, body.code)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request to the API; connection and Keystone failures become ReportErrors."""
+        try:
+            return self._adapter.request(self._root() + path, method, **kwargs)
         except ks_exc.ConnectionError as error:
             where = error_url(error, self.where)
             raise ApiUnavailable(f"cannot reach {where}: {root_cause(error)}") from error
@@ -161,16 +224,9 @@ class ReportClient:
                 raise ApiUnavailable(f"Keystone answered {error.http_status}: {error}") from error
             raise ReportRefused(f"Keystone refused the agent's credentials: {error}") from error
         except ks_exc.ClientException as error:  # no endpoint in the catalog, bad options
-            raise ReportRefused(f"cannot send the report: {error}") from error
-        if response.status_code >= 300:
-            raise error_for(report.hostname, response.status_code, response.text, response.reason)
-        try:
-            body: dict[str, Any] = response.json()
-        except ValueError:
-            body = {}
-        return body
+            raise ReportRefused(f"cannot call the API: {error}") from error
 
-    def _url(self, hostname: str) -> str:
+    def _root(self) -> str:
         if self._base is None:
             endpoint = self._adapter.get_endpoint()
             if not endpoint:
@@ -179,7 +235,15 @@ class ReportClient:
                     "Acceleron API there, or set [agent] api_endpoint"
                 )
             self._base = base_url(endpoint)
-        return f"{self._base}/v2/hosts/{quote(hostname, safe='')}/report"
+        return self._base
+
+
+def _json(response: Any) -> dict[str, Any]:
+    try:
+        body: dict[str, Any] = response.json()
+    except ValueError:
+        body = {}
+    return body
 
 
 def connect(conf: cfg.ConfigOpts) -> ReportClient:

@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from oslo_config import cfg
 
@@ -197,17 +198,30 @@ def _raise_stopping(signum: int, frame: object) -> None:
     raise AgentStopping(signal.Signals(signum).name)
 
 
-def serve(agent: Agent, watch_udev: bool = True) -> None:
+class Worker(Protocol):
+    """Work beside the scans (the task runner): run() until stop()."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def serve(agent: Agent, watch_udev: bool = True, worker: Worker | None = None) -> None:
     """Run the agent in the main thread until SIGTERM or SIGINT; raises UnknownHost.
+    ``worker`` (the task runner) runs in a thread of its own meanwhile.
 
     A signal abandons whatever is in progress (a scan, a report in flight, a wait):
-    every report is the full state, so the next start simply sends a new one.
+    every report is the full state, so the next start simply sends a new one; a task
+    in progress is taken up again at the next start.
     """
     watcher = UdevWatcher(agent.schedule.event) if watch_udev else None
     previous = {sig: signal.signal(sig, _raise_stopping) for sig in STOP_SIGNALS}
+    thread = threading.Thread(target=worker.run, name="tasks", daemon=True) if worker else None
     try:
         if watcher is not None:
             watcher.start()
+        if thread is not None:
+            thread.start()
         LOG.info("Agent of %s started: drivers %s, a scan every %d s",
                  agent.settings.hostname, ", ".join(d.name for d in agent.drivers) or "none",
                  agent.settings.report_interval)  # fmt: skip
@@ -215,6 +229,8 @@ def serve(agent: Agent, watch_udev: bool = True) -> None:
     except AgentStopping as stopping:
         LOG.info("Agent stopping (%s)", stopping)
     finally:
+        if worker is not None:
+            worker.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if watcher is not None:

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 from sqlalchemy import Row
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
@@ -193,11 +194,49 @@ async def patch_arqs(body: Annotated[Patch, Body()], call: CallDep) -> Response:
                 "Binding accelerator requests needs a service token (X-Service-Token from the "
                 "compute service) beside the user's."
             )
-        resolved = await call.run(service.bind, call.context, work, call.bitstreams)
+        resolved = await call.run_with_store(service.bind, call.context, work, call.bitstreams)
         _notify(call, resolved)
     else:
         await call.run(service.unbind, call.context, work, _service_token(call))
     return Response(status_code=202)
+
+
+class ProgramRequest(BaseModel):
+    """The bitstream to load, named one way (as a device profile's accel: keys do)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bitstream_id: str | None = Field(None, max_length=255)
+    bitstream_name: str | None = Field(None, max_length=255)
+    function_id: str | None = Field(None, max_length=255)
+    function_name: str | None = Field(None, max_length=255)
+
+
+@router.post(
+    "/{uuid}/program",
+    status_code=202,
+    responses={202: {"model": ArqOut}},
+    summary="Reprogram the region of a bound accelerator request (2.8)",
+    description="Run-time programming: the project that owns a Bound request loads "
+    "another bitstream it may use into the request's region, if no other request "
+    "holds it. Asynchronous: the request shows phase and progress until done; a "
+    "failure shows in failure_reason (the request stays Bound).",
+)
+async def program_arq(
+    uuid: str, body: Annotated[ProgramRequest, Body()], call: CallDep
+) -> Response:
+    if call.version < microversion.V2_8:
+        raise HTTPException(404, "Reprogramming a request needs microversion 2.8 or later.")
+    call.authorize("arq:program")
+    selector = body.model_dump(exclude_none=True)
+    if len(selector) != 1:
+        raise InvalidInput(
+            f"Name the bitstream one way: one of {', '.join(ProgramRequest.model_fields)}."
+        )
+    arq = await call.run_with_store(
+        service.reprogram, call.context, uuid, selector, call.bitstreams
+    )
+    return json_response(view(arq, call.version, call.base_url), 202)
 
 
 @router.delete("", status_code=204, summary="Delete accelerator requests (?arqs= or ?instance=)")

@@ -48,6 +48,18 @@ class Call:
             return fn(self.db, *args)
         return await run_in_threadpool(fn, self.db, *args)
 
+    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(db, *args)`` in the thread pool whatever the backend: for service calls
+        that may wait on another service (Glance, as the bitstream store)."""
+        return await run_in_threadpool(fn, self.db, *args)
+
+    async def run_with_store(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(db, *args)`` for a service call that looks bitstreams up: inline like
+        ``run`` with the local store, in the thread pool with Glance."""
+        if self.bitstreams.backend == "local":
+            return await self.run(fn, *args)
+        return await self.run_blocking(fn, *args)
+
     @property
     def base_url(self) -> str:
         return base_url(self.request)

@@ -18,10 +18,10 @@ negotiated, so they always show the latest view.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
 from starlette.exceptions import HTTPException
@@ -36,6 +36,7 @@ from acceleron.drivers.base import DEVICE_TYPES, KINDS
 from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
+from acceleron.service import programming
 from acceleron.service.deployables import DeployableInfo
 
 PATH = "/v2/deployables"
@@ -264,6 +265,35 @@ async def show_attributes(uuid: str, call: CallDep) -> Response:
 async def show_attribute(uuid: str, key: str, call: CallDep) -> Response:
     _needs_2_5(call)
     return json_response(await _attribute(call, uuid, key))
+
+
+class ProgramImage(BaseModel):
+    image_uuid: str = Field(max_length=255, description="The bitstream's uuid (Glance image).")
+
+
+class ProgramOp(BaseModel):
+    path: Literal["/program"]
+    op: Literal["replace"]
+    value: list[ProgramImage] = Field(min_length=1, max_length=1)
+
+
+@router.patch(
+    "/{uuid}/program",
+    status_code=202,
+    responses={202: {"model": DeployableOut}},
+    summary="Program a region with a bitstream (asynchronous: follow program_phase)",
+    description="The body is upstream's: [{path: /program, op: replace, value: "
+    "[{image_uuid: <bitstream uuid>}]}]. A region a request uses, or one being "
+    "programmed, is refused with 409. From 2.5 the deployable shows program_phase "
+    "and program_progress until the agent is done (or program_error).",
+)
+async def program_deployable(
+    uuid: str, body: Annotated[list[ProgramOp], Body(min_length=1, max_length=1)], call: CallDep
+) -> Response:
+    call.authorize("deployable:program")
+    image = body[0].value[0].image_uuid
+    await call.run_with_store(programming.program_deployable, uuid, image, call.bitstreams)
+    return json_response(await _show(call, uuid), 202)
 
 
 @spec003_router.get(

@@ -98,29 +98,45 @@ class BitstreamStore(abc.ABC):
 
     # --- look-ups ------------------------------------------------------------------
 
-    def by_id(self, bitstream_id: str, region_type: str | None = None) -> Bitstream:
-        """accel:bitstream_id; IncompatibleBitstream if built for another region type."""
-        return lookup.check_fits(self.get(bitstream_id), region_type)
+    def by_id(
+        self, bitstream_id: str, region_type: str | None = None, project: str | None = None
+    ) -> Bitstream:
+        """accel:bitstream_id; IncompatibleBitstream if built for another region type.
+        ``project``: only what that project sees (None: every bitstream)."""
+        return lookup.check_fits(self.get(bitstream_id, project), region_type)
 
-    def by_name(self, name: str, region_type: str | None = None) -> Bitstream:
+    def by_name(
+        self, name: str, region_type: str | None = None, project: str | None = None
+    ) -> Bitstream:
         """accel:bitstream_name; among equal names, the one that fits the region type."""
-        query = Query(name=name)
+        query = Query(name=name, project=project)
         return lookup.one_fitting(self.find(query), region_type, query.describe())
 
-    def by_function_id(self, function_id: str, region_type: str | None) -> Bitstream:
+    def by_function_id(
+        self, function_id: str, region_type: str | None, project: str | None = None
+    ) -> Bitstream:
         """accel:function_id; ``region_type`` None only where the device reports none."""
-        return self._by_function(Query(function_uuid=function_id, region_type_uuid=region_type))
+        return self._by_function(
+            Query(function_uuid=function_id, region_type_uuid=region_type, project=project)
+        )
 
-    def by_function_name(self, function_name: str, region_type: str | None) -> Bitstream:
+    def by_function_name(
+        self, function_name: str, region_type: str | None, project: str | None = None
+    ) -> Bitstream:
         """accel:function_name; ``region_type`` as for by_function_id."""
-        return self._by_function(Query(function_name=function_name, region_type_uuid=region_type))
+        return self._by_function(
+            Query(function_name=function_name, region_type_uuid=region_type, project=project)
+        )
 
     def _by_function(self, query: Query) -> Bitstream:
         query = query.normalized()
         return lookup.exactly_one(self._find(query), query.describe())
 
-    def for_request(self, accel: Mapping[str, str], region_type: str | None) -> Bitstream | None:
-        """The bitstream a device profile group names by its ``accel:`` keys, or None."""
+    def for_request(
+        self, accel: Mapping[str, str], region_type: str | None, project: str | None = None
+    ) -> Bitstream | None:
+        """The bitstream a device profile group names by its ``accel:`` keys, or None;
+        ``project``: chosen among what that project sees (None: among every one)."""
         given = {k: accel[f"accel:{k}"] for k in SELECTOR_KEYS if f"accel:{k}" in accel}
         if len(given) > 1:
             raise InvalidInput(
@@ -130,13 +146,13 @@ class BitstreamStore(abc.ABC):
         if not given:
             return None
         ((key, value),) = given.items()
-        finders: dict[str, Callable[[str, str | None], Bitstream]] = {
+        finders: dict[str, Callable[[str, str | None, str | None], Bitstream]] = {
             "bitstream_id": self.by_id,
             "bitstream_name": self.by_name,
             "function_id": self.by_function_id,
             "function_name": self.by_function_name,
         }
-        return finders[key](value, region_type)
+        return finders[key](value, region_type, project)
 
     # --- bytes -----------------------------------------------------------------------
 

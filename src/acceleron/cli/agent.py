@@ -73,7 +73,7 @@ class Agent(Command):
         agent = _agent(conf, drivers)
         if parsed_args.once:
             return self.once(agent)
-        return self.serve(agent, conf.agent.udev)
+        return self.serve(agent, conf)
 
     def dry_run(self, conf: cfg.ConfigOpts, drivers: list[Driver], fmt: str) -> int:
         from acceleron.agent import discovery, tree
@@ -104,12 +104,15 @@ class Agent(Command):
             raise CommandError(f"Report not sent: {error}") from error
         return 0 if sent else 1
 
-    def serve(self, agent: AgentLoop, watch_udev: bool) -> int:
-        from acceleron.agent import loop
+    def serve(self, agent: AgentLoop, conf: cfg.ConfigOpts) -> int:
+        from acceleron.agent import loop, tasks
         from acceleron.agent.client import UnknownHost
 
+        runner = tasks.TaskRunner(
+            tasks.Settings.from_conf(conf), agent.drivers, agent.client, agent.schedule.event
+        )
         try:
-            loop.serve(agent, watch_udev)
+            loop.serve(agent, conf.agent.udev, runner)
         except UnknownHost as error:
             return self.unknown_host(error)
         return 0

@@ -111,6 +111,16 @@ class Programmable(Protocol):
         ...
 
 
+@runtime_checkable
+class Mediated(Protocol):
+    """A driver that makes vGPUs on request: an mdev, or a VF given a vGPU type. The
+    handle is one the driver reported; both calls are idempotent."""
+
+    def create_mdev(self, device: Device, handle: AttachHandle) -> None: ...
+
+    def remove_mdev(self, device: Device, handle: AttachHandle) -> None: ...
+
+
 def walk(deployables: Sequence[Deployable]) -> list[Deployable]:
     """Every deployable of a tree, parents before children."""
     out: list[Deployable] = []

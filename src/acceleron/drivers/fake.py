@@ -44,6 +44,7 @@ from acceleron.drivers.sysfs import (
 
 LOG = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0b9c1a52-7f0e-5d8a-b5b4-3f8e2c6d1a90")
+MDEVS = "mdevs"  # a device's key in the state file: the vGPUs made on it
 _DEFAULT_VENDORS = {"FPGA": "8086", "GPU": "10de", "QAT": "8086", "NIC": "8086"}
 
 DEFAULT_INVENTORY = """
@@ -225,6 +226,21 @@ class FakeDriver:
             )
         self._record(device.pci_address, deployable_key, bitstream, header)
 
+    def create_mdev(self, device: Device, handle: AttachHandle) -> None:
+        """Simulate making the vGPU: it shows as in use from the next scan on."""
+        self._set_mdev(device.pci_address, handle.address, present=True)
+
+    def remove_mdev(self, device: Device, handle: AttachHandle) -> None:
+        self._set_mdev(device.pci_address, handle.address, present=False)
+
+    def _set_mdev(self, address: str, mdev_uuid: str, present: bool) -> None:
+        state = self._load_state()
+        device = state.setdefault(address, {})
+        made = set(device.get(MDEVS, []))
+        made = made | {mdev_uuid} if present else made - {mdev_uuid}
+        device[MDEVS] = sorted(made)
+        self._save_state(state)
+
     # -- state file ---------------------------------------------------------------
 
     def _load_state(self) -> dict[str, Any]:
@@ -244,6 +260,9 @@ class FakeDriver:
             "bitstream_sha256": _sha256(bitstream),
             "bitstream_name": bitstream.name,
         }
+        self._save_state(state)
+
+    def _save_state(self, state: Mapping[str, Any]) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(
             "w", dir=self.state_file.parent, prefix=".fake-state-", delete=False
@@ -340,6 +359,7 @@ def _vgpu(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable
                 "asked_type": name,
                 "vgpu_mark": f"{name}_{slot}",
             },
+            in_use=ctx.uuid("vgpu", name, slot) in ctx.programmed.get(MDEVS, ()),
         )
         for slot in range(int(item.get("instances", 1)))
     )

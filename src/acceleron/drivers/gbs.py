@@ -48,6 +48,19 @@ def read_header(path: Path) -> GbsHeader:
         raise BitstreamError(f"cannot read bitstream {path}: {error.strerror}") from error
 
 
+def has_header(path: Path) -> bool:
+    """Whether the file starts (at 0, or after a signature block) with the GBS GUID."""
+    try:
+        with path.open("rb") as stream:
+            for offset in (0, SIGNATURE_BLOCK):
+                stream.seek(offset)
+                if stream.read(len(GBS_GUID)) == GBS_GUID:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
 def parse(data: bytes, name: str = "bitstream") -> GbsHeader:
     """Parse a GBS header from bytes (the whole image or at least its header)."""
     return _read(io.BytesIO(data), name)

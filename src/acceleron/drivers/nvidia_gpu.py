@@ -28,7 +28,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from acceleron.drivers import nvml
+from acceleron.drivers import mdev, nvml
 from acceleron.drivers.base import AttachHandle, Deployable, Device, Health
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
@@ -201,6 +201,12 @@ class NvidiaGpuDriver:
 
     def health(self, device: Device) -> Health:
         return pci_health(self.sysfs, device)
+
+    def create_mdev(self, device: Device, handle: AttachHandle) -> None:
+        mdev.create(self.sysfs, handle)
+
+    def remove_mdev(self, device: Device, handle: AttachHandle) -> None:
+        mdev.remove(self.sysfs, handle)
 
 
 class _VgpuType:

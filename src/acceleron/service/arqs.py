@@ -55,8 +55,16 @@ from acceleron.db.models import (
     utcnow,
 )
 from acceleron.db.session import Database, retry_on_deadlock
-from acceleron.exceptions import Conflict, Disabled, Forbidden, InvalidInput, Locked, NotFound
-from acceleron.service import tasks
+from acceleron.exceptions import (
+    Conflict,
+    Disabled,
+    Forbidden,
+    InUse,
+    InvalidInput,
+    Locked,
+    NotFound,
+)
+from acceleron.service import programming, tasks
 from acceleron.service.device_profiles import could_exist, is_uuid_like
 
 LOG = logging.getLogger(__name__)
@@ -260,17 +268,8 @@ def _refresh_deployable(conn: Connection, deployable_id: int | None) -> None:
 
 # --- binding ------------------------------------------------------------------------
 
-_DEPLOYABLE = (
-    select(
-        DEPLOYABLES,
-        DEVICES.c.hostname.label("device_hostname"),
-        DEVICES.c.pci_address,
-        DEVICES.c.state.label("device_state"),
-        DEVICES.c.status.label("device_status"),
-    )
-    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-    .where(DEPLOYABLES.c.rp_uuid == bindparam("rp"))
-    .order_by(DEPLOYABLES.c.id)
+_DEPLOYABLE = programming.REGION.where(DEPLOYABLES.c.rp_uuid == bindparam("rp")).order_by(
+    DEPLOYABLES.c.id
 )
 _FREE_HANDLES = (
     select(HANDLES.c.id)
@@ -447,16 +446,6 @@ def _claim_instances(conn: Connection, prepared: Sequence[_Prepared]) -> None:
             )
 
 
-def _lock_deployable(conn: Connection, deployable_id: int) -> None:
-    """Binds to one deployable take its row first, then a handle: one lock order, so they
-    queue instead of deadlocking on the handles' indexes (InnoDB)."""
-    conn.execute(
-        update(DEPLOYABLES)
-        .where(DEPLOYABLES.c.id == deployable_id)
-        .values(availability=DEPLOYABLES.c.availability)
-    )
-
-
 def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Row[Any] | None:
     """Take one free attach handle: a conditional update per candidate, so of two binds
     racing for a handle one gets it and the other tries the next."""
@@ -487,7 +476,7 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
     }
     if b.project_id is not None:
         values["project_id"] = b.project_id
-    _lock_deployable(conn, dep.id)
+    programming.lock(conn, dep.id)  # binds of one region queue here, then take a handle
     _move(conn, arq, "BindStarted", **values)
     handle = _allocate(conn, arq.id, dep.id)
     if handle is None:
@@ -497,6 +486,10 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
             f"no free attach handle on {dep.name}: its inventory in "
             f"Placement and on the host disagree; the next report will fix it",
         )
+    if p.program is not None:
+        busy = programming.busy_reason(conn, dep.id, p.program.id, arq.id)
+        if busy:
+            return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
     if _queue_work(conn, arq.id, b.hostname, dep, handle, p.program):
         return []
     _move(conn, arq, "Bound", phase=None, progress=100)
@@ -516,43 +509,33 @@ def _queue_work(
     program: Bitstream | None,
 ) -> bool:
     """Tasks the host's agent must finish before the bind ends; whether there are any."""
-    work = []
     if program is not None:
-        params = {
-            "pci_address": dep.pci_address,
-            "deployable": dep.key,
-            "region_type": dep.region_type,
-            "bitstream": _bitstream_params(program),
-        }
-        work.append(("program", params))
-    if handle.type == "MDEV":
-        params = {
-            "pci_address": dep.pci_address,
-            "deployable": dep.key,
-            "mdev_uuid": handle.address,
-            "mdev_type": handle.attach_info.get("asked_type"),
-        }
-        work.append(("create_mdev", params))
-    for kind, params in work:
+        programming.queue(conn, dep, program, arq_id)
+    prepare = needs_preparing(handle)
+    if prepare:
         tasks.create(
-            conn, hostname=hostname, kind=kind, params=params, arq_id=arq_id, deployable_id=dep.id
+            conn,
+            hostname=hostname,
+            kind="create_mdev",
+            params=_vgpu_params(dep.pci_address, dep.key, handle.address),
+            arq_id=arq_id,
+            deployable_id=dep.id,
         )
-    if work:
-        conn.execute(update(ARQS).where(ARQS.c.id == arq_id).values(phase="queued"))
-        _refresh_deployable(conn, dep.id)
-    return bool(work)
+    if program is None and not prepare:
+        return False
+    conn.execute(update(ARQS).where(ARQS.c.id == arq_id).values(phase="queued"))
+    _refresh_deployable(conn, dep.id)
+    return True
 
 
-def _bitstream_params(bitstream: Bitstream) -> dict[str, Any]:
-    return {
-        "id": bitstream.id,
-        "name": bitstream.name,
-        "size": bitstream.size,
-        "hash_algo": bitstream.hash_algo,
-        "hash_value": bitstream.hash_value,
-        "function_uuid": bitstream.function_uuid,
-        "region_type_uuid": bitstream.region_type_uuid,
-    }
+def needs_preparing(handle: Row[Any]) -> bool:
+    """Whether the agent makes the handle before it can be attached: an mdev, or a VF
+    that takes a vGPU type (the vendor VFIO form)."""
+    return handle.type == "MDEV" or bool((handle.attach_info or {}).get("vgpu_type"))
+
+
+def _vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
+    return {"pci_address": pci_address, "deployable": key, "mdev_uuid": address}
 
 
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
@@ -588,17 +571,12 @@ def _release(conn: Connection, arq: Row[Any]) -> None:
         return
     tasks.cancel_for_arq(conn, arq.id)
     handle = _handle_of(conn, arq.id)
-    if handle is not None and handle.type == "MDEV" and arq.hostname:
-        params = {
-            "pci_address": handle.pci_address,
-            "deployable": handle.deployable_key,
-            "mdev_uuid": handle.address,
-        }
+    if handle is not None and needs_preparing(handle) and arq.hostname:
         tasks.create(
             conn,
             hostname=arq.hostname,
             kind="remove_mdev",
-            params=params,
+            params=_vgpu_params(handle.pci_address, handle.deployable_key, handle.address),
             deployable_id=handle.deployable_id,
         )
     _free_handle(conn, arq.id)
@@ -681,6 +659,48 @@ def _delete(conn: Connection, arqs: Iterable[Row[Any]]) -> None:
         LOG.info("Deleted accelerator request %s", arq.uuid)
 
 
+# --- run-time programming ----------------------------------------------------------
+
+
+@retry_on_deadlock
+def reprogram(
+    db: Database,
+    context: RequestContext,
+    uuid: str,
+    selector: Mapping[str, str],
+    store: BitstreamStore,
+) -> Row[Any]:
+    """Load another bitstream into the region of a Bound request, for its project
+    (spec 001: an instance may ask for bitstreams at run time). The bitstream must be
+    one that project sees, and no other request may hold the region. The request."""
+    wanted = _check_uuids([uuid])[0]
+    with db.reader() as conn:
+        arq = _visible_arqs(conn, context, [wanted])[wanted]
+        if arq.state != "Bound" or arq.deployable_id is None:
+            raise Conflict(f"Accelerator request {wanted} is {arq.state}: only a Bound one "
+                           f"can have its region reprogrammed.")  # fmt: skip
+        region = conn.execute(programming.REGION.where(DEPLOYABLES.c.id == arq.deployable_id)).one()
+    programming.check_programmable(region)
+    accel = {f"accel:{k}": v for k, v in selector.items()}
+    bitstream = store.for_request(accel, region.region_type, arq.project_id)
+    if bitstream is None:
+        raise InvalidInput(f"Name the bitstream: one of {', '.join(SELECTORS)}.")
+    with db.writer() as conn:
+        programming.lock(conn, region.id)
+        busy = programming.busy_reason(conn, region.id, "", arq.id)
+        if busy:
+            raise InUse(f"{region.name} cannot be reprogrammed now: {busy}.")
+        programming.queue(conn, region, bitstream, arq.id)
+        conn.execute(
+            update(ARQS)
+            .where(ARQS.c.id == arq.id, ARQS.c.state == "Bound")
+            .values(phase="queued", progress=0, failure_reason=None, updated_at=utcnow())
+        )
+        found: Row[Any] = conn.execute(_VIEW.where(ARQS.c.id == arq.id)).one()
+    LOG.info("Reprogramming %s for %s with %s", region.name, wanted, bitstream.describe())
+    return found
+
+
 # --- the end of a bind: agent tasks, and the reaper ------------------------------------
 
 
@@ -753,6 +773,14 @@ def _bind_end(conn: Connection, task: Row[Any]) -> list[Resolved]:
     if task.arq_id is None:
         return []
     arq = conn.execute(select(ARQS).where(ARQS.c.id == task.arq_id)).first()
+    if arq is not None and arq.state == "Bound":  # a run-time reprogram ended
+        reason = None if task.state == "done" else f"reprogramming failed: {task.error}"
+        conn.execute(
+            update(ARQS)
+            .where(ARQS.c.id == arq.id)
+            .values(phase=None, progress=100, failure_reason=reason, updated_at=utcnow())
+        )
+        return []
     if arq is None or arq.state != "BindStarted":
         return []  # unbound or deleted meanwhile
     if task.state == "failed":

@@ -1,0 +1,349 @@
+"""The agent's work: tasks the API hands this host, done one at a time.
+
+The runner long-polls ``POST /v2/hosts/{host}/tasks/claim`` and executes what it
+gets:
+
+* ``program``: **fetch** the bitstream from the API into the host's cache (named by
+  its hash; an intact cached copy is not fetched again), **verify** it (its hash,
+  and for a GBS image that its interface id is the region's type), **program** it
+  through the driver, **report** what the region now holds;
+* ``create_mdev`` / ``remove_mdev``: make or remove the vGPU behind an attach handle.
+
+Phases and progress go to the API while it works. The end of each task is written
+to a journal on disk before it is reported, so an agent restarted in the middle
+reports a finished task again instead of doing it twice (a region is never
+programmed twice for one task); a task whose end could not be reported stays
+running in the API and comes back with the next claim. A task the API no longer
+wants (its request was unbound meanwhile) is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from oslo_config import cfg
+
+from acceleron.agent.client import ApiUnavailable, ReportClient, ReportError
+from acceleron.agent.loop import backoff_delay
+from acceleron.bitstreams import transfer
+from acceleron.bitstreams.model import Bitstream
+from acceleron.drivers import gbs
+from acceleron.drivers.base import (
+    AttachHandle,
+    Device,
+    Driver,
+    Mediated,
+    Programmable,
+    walk,
+)
+from acceleron.drivers.sysfs import normalize_uuid, shared_scan
+from acceleron.exceptions import AcceleronError
+
+LOG = logging.getLogger(__name__)
+PROGRESS_EVERY = 0.5  # seconds between two progress reports of one phase
+JOURNAL_KEEP = 500  # finished tasks the journal remembers
+
+
+class TaskFailed(Exception):
+    """The task cannot be done; ``str()`` is the reason the API records."""
+
+
+class TaskCancelled(Exception):
+    """The API no longer wants the task (its request was unbound or deleted)."""
+
+
+class Journal:
+    """The ends of the tasks this host finished, in a small JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def get(self, uuid: str) -> dict[str, Any] | None:
+        entry: dict[str, Any] | None = self._load().get(uuid)
+        return entry
+
+    def put(self, uuid: str, outcome: Mapping[str, Any]) -> None:
+        with self._lock:
+            entries = self._load()
+            entries.pop(uuid, None)
+            entries[uuid] = dict(outcome)
+            kept = dict(list(entries.items())[-JOURNAL_KEEP:])
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(
+                "w", dir=self.path.parent, prefix=".tasks-", delete=False
+            ) as tmp:
+                json.dump(kept, tmp)
+                tmp.flush()
+                os.fsync(tmp.fileno())
+            os.replace(tmp.name, self.path)
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            LOG.warning("Ignoring the unreadable task journal %s: %s", self.path, error)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    hostname: str
+    cache_dir: Path
+    journal: Path
+    wait: float = 20.0  # seconds the API holds a claim while there is no work
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Settings:
+        return cls(
+            hostname=conf.host,
+            cache_dir=Path(conf.bitstreams.cache_dir),
+            journal=Path(conf.agent.task_journal),
+            wait=conf.agent.task_wait,
+            backoff_initial=conf.agent.backoff_initial,
+            backoff_max=max(conf.agent.backoff_max, conf.agent.backoff_initial),
+        )
+
+
+class TaskRunner:
+    """Claims and executes this host's tasks until ``stop()``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        drivers: Sequence[Driver],
+        client: ReportClient,
+        rescan: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.settings = settings
+        self.drivers = list(drivers)
+        self.client = client
+        self.journal = Journal(settings.journal)
+        self._rescan = rescan
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                tasks = self.client.claim_tasks(self.settings.hostname, self.settings.wait)
+            except ReportError as error:
+                delay = self._delay(failures)
+                failures += 1
+                LOG.warning("Cannot take tasks (attempt %d): %s. Retrying in %.3g s.",
+                            failures, error, delay)  # fmt: skip
+                self._stopping.wait(delay)
+                continue
+            failures = 0
+            for task in tasks:
+                if self._stopping.is_set():
+                    return
+                self.execute(task)
+
+    def _delay(self, attempt: int) -> float:
+        s = self.settings
+        return backoff_delay(attempt, s.backoff_initial, s.backoff_max, 1.0)
+
+    # --- one task -----------------------------------------------------------------
+
+    def execute(self, task: Mapping[str, Any]) -> None:
+        """Do a task (unless the journal says it is done) and report its end."""
+        uuid = task["uuid"]
+        outcome = self.journal.get(uuid)
+        if outcome is None:
+            outcome = self._outcome(task)
+            self.journal.put(uuid, outcome)
+        else:
+            LOG.info("Task %s was finished before a restart: reporting it again", uuid)
+        if outcome["state"] != "cancelled":
+            self._report_end(uuid, outcome)
+        if outcome["state"] == "done":
+            self._rescan()  # the inventory shows what changed
+
+    def _outcome(self, task: Mapping[str, Any]) -> dict[str, Any]:
+        kind = task["kind"]
+        LOG.info("Task %s: %s on %s", task["uuid"], kind, task["params"].get("pci_address"))
+        try:
+            if kind == "program":
+                return {"state": "done", "result": self._program(task)}
+            if kind in ("create_mdev", "remove_mdev"):
+                self._vgpu(task)
+                return {"state": "done", "result": {}}
+            raise TaskFailed(f"this agent does not know tasks of kind {kind!r}")
+        except TaskCancelled:
+            LOG.info("Task %s was cancelled", task["uuid"])
+            return {"state": "cancelled"}
+        except (TaskFailed, AcceleronError, OSError) as error:
+            LOG.error("Task %s (%s) failed: %s", task["uuid"], kind, error)
+            return {"state": "failed", "error": str(error)[:4000]}
+
+    def _report_end(self, uuid: str, outcome: Mapping[str, Any]) -> None:
+        """Report until the API has it (the journal keeps it across a restart)."""
+        attempt = 0
+        fields = {k: outcome.get(k) for k in ("state", "result", "error")}
+        fields["phase"] = "report" if outcome["state"] == "done" else None
+        while not self._stopping.is_set():
+            try:
+                self.client.update_task(uuid, **fields, progress=100)
+                return
+            except ApiUnavailable as error:
+                delay = self._delay(attempt)
+                attempt += 1
+                LOG.warning("Cannot report task %s: %s; retrying in %.3g s", uuid, error, delay)
+                self._stopping.wait(delay)
+            except ReportError as error:
+                LOG.error("The API refused the end of task %s: %s", uuid, error)
+                return
+
+    def _progress(self, task: Mapping[str, Any], phase: str, progress: int) -> None:
+        """Best effort: a progress report that does not arrive is only logged."""
+        try:
+            if self.client.update_task(task["uuid"], state="running", phase=phase,
+                                       progress=progress) is None:  # fmt: skip
+                raise TaskCancelled()
+        except ApiUnavailable as error:
+            LOG.warning("Progress of task %s not reported: %s", task["uuid"], error)
+
+    # --- programming ------------------------------------------------------------------
+
+    def _program(self, task: Mapping[str, Any]) -> dict[str, Any]:
+        params = task["params"]
+        bitstream = _bitstream(params["bitstream"])
+        driver, device = self._find(params["pci_address"])
+        if not isinstance(driver, Programmable):
+            raise TaskFailed(f"driver {driver.name} cannot program {device.pci_address}")
+        self._progress(task, "fetch", 0)
+        path = self._fetch(task, bitstream)
+        self._progress(task, "verify", 0)
+        functions = _verify(path, bitstream, params.get("region_type"))
+        function = functions[0] if functions else normalize_uuid(bitstream.function_uuid)
+        self._progress(task, "program", 0)
+        if function is not None and function in _functions(device, params["deployable"]):
+            LOG.info("%s %s already holds function %s: not programmed again",
+                     device.pci_address, params["deployable"], function)  # fmt: skip
+        else:
+            started = time.monotonic()
+            driver.program(device, params["deployable"], path)
+            LOG.info("Programmed %s into %s %s in %.1f s", bitstream.describe(),
+                     device.pci_address, params["deployable"],
+                     time.monotonic() - started)  # fmt: skip
+        return {"bitstream_id": bitstream.id, "function_uuid": function}
+
+    def _fetch(self, task: Mapping[str, Any], bitstream: Bitstream) -> Path:
+        def progress(percent: int) -> None:
+            self._progress(task, "fetch", percent)
+
+        def chunks() -> contextlib.AbstractContextManager[Iterator[bytes]]:
+            return _counted(self.client.bitstream_chunks(bitstream.id), bitstream.size, progress)
+
+        return transfer.fetch_to_cache(chunks, bitstream, self.settings.cache_dir)
+
+    # --- vGPUs ------------------------------------------------------------------------
+
+    def _vgpu(self, task: Mapping[str, Any]) -> None:
+        params = task["params"]
+        driver, device = self._find(params["pci_address"])
+        if not isinstance(driver, Mediated):
+            raise TaskFailed(f"driver {driver.name} makes no vGPUs on {device.pci_address}")
+        handle = _handle(device, params["deployable"], params["mdev_uuid"])
+        if task["kind"] == "create_mdev":
+            driver.create_mdev(device, handle)
+        else:
+            driver.remove_mdev(device, handle)
+
+    # --- looking things up ------------------------------------------------------------
+
+    def _find(self, pci_address: str) -> tuple[Driver, Device]:
+        """The driver that reports the device at ``pci_address``, and the device now."""
+        with shared_scan():
+            for driver in self.drivers:
+                for device in driver.discover():
+                    if device.pci_address == pci_address:
+                        return driver, device
+        raise TaskFailed(f"no driver of this agent reports a device at {pci_address}")
+
+
+def _functions(device: Device, key: str) -> tuple[str, ...]:
+    """The functions the region reports now."""
+    for dep in walk(device.deployables):
+        if dep.key == key:
+            return dep.function_uuids
+    raise TaskFailed(f"{device.pci_address} has no region {key!r} any more")
+
+
+def _handle(device: Device, key: str, address: str) -> AttachHandle:
+    for dep in walk(device.deployables):
+        if dep.key == key:
+            for handle in dep.attach_handles:
+                if handle.address == address:
+                    return handle
+    raise TaskFailed(f"{device.pci_address} has no attach handle {address} under {key!r}")
+
+
+def _bitstream(params: Mapping[str, Any]) -> Bitstream:
+    return Bitstream(
+        id=params["id"],
+        name=params.get("name") or params["id"],
+        size=params.get("size"),
+        hash_algo=params.get("hash_algo"),
+        hash_value=params.get("hash_value"),
+        function_uuid=params.get("function_uuid"),
+        region_type_uuid=params.get("region_type_uuid"),
+    )
+
+
+def _verify(path: Path, bitstream: Bitstream, region_type: str | None) -> tuple[str, ...]:
+    """Check the cached copy once more, and a GBS image's interface against the region
+    type; the functions its header names (none for other formats)."""
+    if not transfer.file_is_intact(path, bitstream):
+        raise TaskFailed(f"the cached copy of {bitstream.describe()} does not match its hash")
+    if not gbs.has_header(path):
+        return ()
+    header = gbs.read_header(path)
+    wanted = normalize_uuid(region_type)
+    if wanted is not None and header.interface_uuid != wanted:
+        raise TaskFailed(
+            f"bitstream {bitstream.describe()} is built for interface {header.interface_uuid}, "
+            f"but the region's type is {wanted}"
+        )
+    return header.accelerator_type_uuids
+
+
+@contextlib.contextmanager
+def _counted(
+    source: contextlib.AbstractContextManager[Iterator[bytes]],
+    size: int | None,
+    report: Callable[[int], None],
+) -> Iterator[Iterator[bytes]]:
+    """The API's chunks, with the share of ``size`` received reported as they pass."""
+    with source as chunks:
+        yield _count(chunks, size or 0, report)
+
+
+def _count(chunks: Iterable[bytes], size: int, report: Callable[[int], None]) -> Iterator[bytes]:
+    done, last = 0, time.monotonic()
+    for chunk in chunks:
+        done += len(chunk)
+        now = time.monotonic()
+        if size and now - last >= PROGRESS_EVERY:
+            report(min(99, done * 100 // size))
+            last = now
+        yield chunk
