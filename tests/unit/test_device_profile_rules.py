@@ -101,6 +101,13 @@ def _error(groups: Any, limits: dp.Limits = LIMITS) -> str:
         ([{"resources": "1"}], "must be 'resources:<class>'"),
         ([{"resources:FP GA": "1"}], "letters, digits"),
         ([{"resources:FP=GA": "1"}], "letters, digits"),
+        # "$" would match before a final newline: every rule matches the whole string.
+        ([{"resources:CUSTOM_X\n": "1"}], "letters, digits"),
+        ([{"resources:FPGA": "1", "trait:CUSTOM_X\n": "required"}], "letters, digits"),
+        ([{"resources:FPGA": "1", "accel:function_id": FID + "\n"}], "not a UUID"),
+        ([{"resources:FPGA": "1", "accel:bitstream_id": FID + "\n"}], "not a UUID"),
+        ([{"resources:FPGA": "1", "accel:function_name": "gzip\n"}], "may only hold"),
+        ([{"resources:FPGA": "1", "accel:bitstream_name": "nlb.gbs\n"}], "may only hold"),
         ([{"resources:FPGA": "1", "resources:fpga": "1"}], "repeats 'resources:FPGA'"),
         (
             [{"resources:FPGA": "1", "accel:function_id": FID, "accel:bitstream_id": FID}],
@@ -120,7 +127,7 @@ def test_error_names_the_group_and_key() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "a b", "a.b", "x" * 256, "dp:1", FID, FID.replace("-", ""), None, 3]
+    "name", ["", "a b", "a.b", "x" * 256, "dp:1", "dp1\n", FID, FID.replace("-", ""), None, 3]
 )
 def test_bad_names(name: Any) -> None:
     with pytest.raises(InvalidInput) as info:
@@ -148,6 +155,13 @@ def test_uuid_like() -> None:
     assert not dp.is_uuid_like("my-profile")
     assert not dp.is_uuid_like(FID[:-1])
     assert not dp.is_uuid_like("{" + FID + "}")
+    assert not dp.is_uuid_like(FID + "\n")
+
+
+def test_a_trailing_newline_cannot_name_a_profile() -> None:
+    assert dp.could_exist("dp1")
+    assert not dp.could_exist("dp1\n")
+    assert not dp.could_exist(FID + "\n")
 
 
 MAPPING = dp.NameMapping.from_dict(

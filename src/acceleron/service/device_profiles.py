@@ -31,11 +31,11 @@ from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 LOG = logging.getLogger(__name__)
 
 NAME_MAX = 255
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 # bitstream_name carries the file suffix the spec asks for ("nlb.gbs"), hence the dot.
-_BITSTREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_CUSTOM_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_BITSTREAM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_CUSTOM_RE = re.compile(r"CUSTOM_[A-Z0-9_]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 TRAIT_VALUES = ("required", "forbidden")
 ATTACH_TARGETS = ("VM", "host", "none")
@@ -54,17 +54,17 @@ def normalize_placement_name(raw: str) -> str:
 
 
 _UUID_RE = re.compile(
-    r"^[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}$", re.IGNORECASE
+    r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.IGNORECASE
 )
 
 
 def _is_uuid(value: str) -> bool:
-    return _UUID_RE.match(value) is not None
+    return _UUID_RE.fullmatch(value) is not None
 
 
 def _check_resource_class(name: str, where: str) -> str:
     rc = normalize_placement_name(name)
-    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.match(rc) and len(rc) <= NAME_MAX):
+    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.fullmatch(rc) and len(rc) <= NAME_MAX):
         return rc
     raise InvalidInput(
         f"{where}: {rc!r} is not a resource class Placement knows: use a standard class "
@@ -74,7 +74,7 @@ def _check_resource_class(name: str, where: str) -> str:
 
 def _check_trait(name: str, where: str) -> str:
     trait = normalize_placement_name(name)
-    if (_CUSTOM_RE.match(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
+    if (_CUSTOM_RE.fullmatch(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
         return trait
     raise InvalidInput(
         f"{where}: {trait!r} is neither a standard trait nor a custom trait named "
@@ -106,7 +106,7 @@ def _check_uuid_value(value: str, where: str) -> str:
 
 def _check_token(pattern: re.Pattern[str]) -> Callable[[str, str], str]:
     def check(value: str, where: str) -> str:
-        if not pattern.match(value) or len(value) > NAME_MAX:
+        if not pattern.fullmatch(value) or len(value) > NAME_MAX:
             raise InvalidInput(
                 f"{where}: {value!r} may only hold letters, digits, '-' and '_'"
                 + (" and '.'" if pattern is _BITSTREAM_NAME_RE else "")
@@ -135,7 +135,7 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
 
 def _normalize_entry(key: str, value: str, where: str) -> tuple[str, str]:
     prefix, sep, rest = key.partition(":")
-    if not sep or not _TOKEN_RE.match(rest):
+    if not sep or not _TOKEN_RE.fullmatch(rest):
         raise InvalidInput(
             f"{where}: key {key!r} must be 'resources:<class>', 'trait:<trait>' or "
             f"'accel:<key>', with letters, digits, '-' and '_' after the colon."
@@ -214,7 +214,7 @@ def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidInput("name: a device profile needs a name.")
-    if len(name) > NAME_MAX or not NAME_RE.match(name):
+    if len(name) > NAME_MAX or not NAME_RE.fullmatch(name):
         raise InvalidInput(
             f"name: {name[:64]!r} may only hold letters, digits, '-' and '_' "
             f"(1 to {NAME_MAX} characters)."
@@ -245,7 +245,7 @@ def is_uuid_like(value: str) -> bool:
 
 def could_exist(ident: str) -> bool:
     """Whether a profile could have this uuid or name; others are not looked up at all."""
-    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.match(ident) is not None)
+    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.fullmatch(ident) is not None)
 
 
 # --- storage -----------------------------------------------------------------

@@ -112,6 +112,16 @@ def test_show_by_name_needs_2_2(api: TestClient) -> None:
         ([{"groups": GROUPS}], "0.name: Field required"),
         ([{"name": "", "groups": GROUPS}], "name: a device profile needs a name"),
         ([{"name": "a b", "groups": GROUPS}], "name: 'a b' may only hold"),
+        ([{"name": "a\n", "groups": GROUPS}], "name: 'a\\n' may only hold"),
+        ([{"name": "a", "groups": [{"resources:CUSTOM_X\n": "1"}]}], "['resources:CUSTOM_X\\n']"),
+        (
+            [{"name": "a", "groups": [{"resources:FPGA": "1", "accel:function_id": FID + "\n"}]}],
+            "not a UUID",
+        ),
+        (
+            [{"name": "a", "groups": [{"resources:FPGA": "1", "accel:function_name": "f\n"}]}],
+            "'f\\n' may only hold",
+        ),
         ([{"name": "x" * 256, "groups": GROUPS}], "0.name"),
         ([{"name": "a", "groups": []}], "non-empty list of request groups"),
         ([{"name": "a", "groups": [{"resources:FPGA": 1}]}], "valid string"),
