@@ -180,17 +180,72 @@ def test_rewrite_keeps_key_positions() -> None:
         "accel:function_name": "gzip",
         "accel:attach_target": "VM",
     }
-    assert list(dp.rewrite_group(group, MAPPING).items()) == [
+    rewritten, used = dp.rewrite_group(group, MAPPING)
+    assert list(rewritten.items()) == [
         ("resources:FPGA", "1"),
         ("trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10", "required"),
         ("trait:CUSTOM_GZIP", "required"),
         ("accel:attach_target", "VM"),
     ]
+    assert used == set(MAPPING.entries())
 
 
 def test_rewrite_property_rule_matches_value_only() -> None:
     group = {"resources:FPGA": "1", "accel:function_name": "zstd"}
-    assert dp.rewrite_group(group, MAPPING) == group
+    assert dp.rewrite_group(group, MAPPING) == (group, set())
+
+
+def test_mapping_entries_describe_each_rule() -> None:
+    assert MAPPING.entries() == [
+        "resource_classes: CUSTOM_ACCELERATOR_FPGA -> FPGA",
+        "traits: CUSTOM_FPGA_INTEL_ARRIA10 -> CUSTOM_FPGA_INTEL_PAC_ARRIA10",
+        "properties[0]: accel:function_name=gzip -> trait:CUSTOM_GZIP",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("group", "first", "second", "merged"),
+    [
+        (  # a renamed key lands on one the group already has
+            {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "resources:FPGA": "2"},
+            "resources:CUSTOM_ACCELERATOR_FPGA",
+            "resources:FPGA",
+            "resources:FPGA",
+        ),
+        (  # ... in either order
+            {"resources:FPGA": "2", "resources:CUSTOM_ACCELERATOR_FPGA": "1"},
+            "resources:FPGA",
+            "resources:CUSTOM_ACCELERATOR_FPGA",
+            "resources:FPGA",
+        ),
+        (  # a property becomes a trait the group already forbids
+            {
+                "resources:FPGA": "1",
+                "trait:CUSTOM_GZIP": "forbidden",
+                "accel:function_name": "gzip",
+            },
+            "trait:CUSTOM_GZIP",
+            "accel:function_name",
+            "trait:CUSTOM_GZIP",
+        ),
+    ],
+)
+def test_rewrite_refuses_keys_that_would_collide(
+    group: dict[str, str], first: str, second: str, merged: str
+) -> None:
+    with pytest.raises(InvalidInput) as info:
+        dp.rewrite_group(group, MAPPING, 3)
+    assert info.value.message == (
+        f"groups[3]: {first!r} and {second!r} would both become {merged!r}."
+    )
+
+
+def test_rewrite_can_swap_two_names() -> None:
+    swap = dp.NameMapping.from_dict({"traits": {"CUSTOM_A": "CUSTOM_B", "CUSTOM_B": "CUSTOM_A"}})
+    group = {"resources:FPGA": "1", "trait:CUSTOM_A": "required", "trait:CUSTOM_B": "forbidden"}
+    assert dp.rewrite_group(group, swap)[0] == {
+        "resources:FPGA": "1", "trait:CUSTOM_B": "required", "trait:CUSTOM_A": "forbidden"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -200,6 +255,16 @@ def test_rewrite_property_rule_matches_value_only() -> None:
         ({"nope": {}}, "Unknown mapping section"),
         ({"traits": ["a"]}, "traits: must map"),
         ({"properties": [{"key": "accel:x"}]}, "properties[0]: needs"),
+        ({"properties": {"key": "accel:function_name"}}, "properties: must be a list"),
+        (
+            {"properties": [{"key": "accel:video_ram", "trait": "CUSTOM_X"}]},
+            "properties[0]: key 'accel:video_ram' is not an accel key",
+        ),
+        (
+            {"properties": [{"key": "function_name", "vaule": "gzip", "trait": "CUSTOM_X"}]},
+            "properties[0]: unknown field(s) vaule",
+        ),
+        ({"traits": {"custom-a": "CUSTOM_B", "CUSTOM_A": "CUSTOM_C"}}, "given twice"),
     ],
 )
 def test_bad_mappings(data: Any, fragment: str) -> None:
