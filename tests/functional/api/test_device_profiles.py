@@ -163,6 +163,18 @@ def test_delete_forms(api: TestClient) -> None:
     assert api.get(PATH).json() == {"device_profiles": []}
 
 
+def test_delete_by_name_as_spec_002_writes_it(api: TestClient) -> None:
+    for name in ("a", "b", "c"):
+        create(api, name)
+    assert api.delete(PATH, params={"name": "a,b"}).status_code == 204
+    assert [p["name"] for p in api.get(PATH).json()["device_profiles"]] == ["c"]
+    status, code, message = error(api.delete(PATH, params={"name": "c", "value": "c"}))
+    assert (status, code) == (400, "acceleron.invalid_input")
+    assert "?value= or ?name=, not both" in message
+    assert error(api.delete(PATH, params={"name": "c,nope"}))[0] == 404
+    assert [p["name"] for p in api.get(PATH).json()["device_profiles"]] == ["c"]
+
+
 def test_delete_is_all_or_nothing(api: TestClient) -> None:
     create(api, "a")
     create(api, "b")
