@@ -102,11 +102,13 @@ def test_db_rewrite_profiles(
     mapping = tmp_path / "mapping.yaml"
     mapping.write_text(
         "resource_classes: {CUSTOM_ACCELERATOR_FPGA: FPGA}\n"
-        "traits: {CUSTOM_FPGA_INTEL_ARRIA10: CUSTOM_FPGA_INTEL_PAC_ARRIA10}\n"
+        "traits: {CUSTOM_FPGA_INTEL_ARRIA10: CUSTOM_FPGA_INTEL_PAC_ARRIA10, custom_gone: x}\n"
     )
     base = ("--config-file", str(config_file), "db", "rewrite-profiles", "--mapping", str(mapping))
     code, out, err = run(capsys, *base, "-f", "json")
     assert code == 0 and "would change (dry run: add --apply)" in err
+    assert "Mapping entry matched no stored profile: traits: CUSTOM_GONE -> X\n" in err
+    assert err.count("Mapping entry matched") == 1
     assert json.loads(out)[0]["profile"] == "old"
     assert device_profiles.get(db, "old").groups[0] == {
         "resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"

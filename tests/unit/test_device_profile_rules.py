@@ -101,6 +101,13 @@ def _error(groups: Any, limits: dp.Limits = LIMITS) -> str:
         ([{"resources": "1"}], "must be 'resources:<class>'"),
         ([{"resources:FP GA": "1"}], "letters, digits"),
         ([{"resources:FP=GA": "1"}], "letters, digits"),
+        # "$" would match before a final newline: every rule matches the whole string.
+        ([{"resources:CUSTOM_X\n": "1"}], "letters, digits"),
+        ([{"resources:FPGA": "1", "trait:CUSTOM_X\n": "required"}], "letters, digits"),
+        ([{"resources:FPGA": "1", "accel:function_id": FID + "\n"}], "not a UUID"),
+        ([{"resources:FPGA": "1", "accel:bitstream_id": FID + "\n"}], "not a UUID"),
+        ([{"resources:FPGA": "1", "accel:function_name": "gzip\n"}], "may only hold"),
+        ([{"resources:FPGA": "1", "accel:bitstream_name": "nlb.gbs\n"}], "may only hold"),
         ([{"resources:FPGA": "1", "resources:fpga": "1"}], "repeats 'resources:FPGA'"),
         (
             [{"resources:FPGA": "1", "accel:function_id": FID, "accel:bitstream_id": FID}],
@@ -120,7 +127,7 @@ def test_error_names_the_group_and_key() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "a b", "a.b", "x" * 256, "dp:1", FID, FID.replace("-", ""), None, 3]
+    "name", ["", "a b", "a.b", "x" * 256, "dp:1", "dp1\n", FID, FID.replace("-", ""), None, 3]
 )
 def test_bad_names(name: Any) -> None:
     with pytest.raises(InvalidInput) as info:
@@ -148,6 +155,13 @@ def test_uuid_like() -> None:
     assert not dp.is_uuid_like("my-profile")
     assert not dp.is_uuid_like(FID[:-1])
     assert not dp.is_uuid_like("{" + FID + "}")
+    assert not dp.is_uuid_like(FID + "\n")
+
+
+def test_a_trailing_newline_cannot_name_a_profile() -> None:
+    assert dp.could_exist("dp1")
+    assert not dp.could_exist("dp1\n")
+    assert not dp.could_exist(FID + "\n")
 
 
 MAPPING = dp.NameMapping.from_dict(
@@ -166,17 +180,72 @@ def test_rewrite_keeps_key_positions() -> None:
         "accel:function_name": "gzip",
         "accel:attach_target": "VM",
     }
-    assert list(dp.rewrite_group(group, MAPPING).items()) == [
+    rewritten, used = dp.rewrite_group(group, MAPPING)
+    assert list(rewritten.items()) == [
         ("resources:FPGA", "1"),
         ("trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10", "required"),
         ("trait:CUSTOM_GZIP", "required"),
         ("accel:attach_target", "VM"),
     ]
+    assert used == set(MAPPING.entries())
 
 
 def test_rewrite_property_rule_matches_value_only() -> None:
     group = {"resources:FPGA": "1", "accel:function_name": "zstd"}
-    assert dp.rewrite_group(group, MAPPING) == group
+    assert dp.rewrite_group(group, MAPPING) == (group, set())
+
+
+def test_mapping_entries_describe_each_rule() -> None:
+    assert MAPPING.entries() == [
+        "resource_classes: CUSTOM_ACCELERATOR_FPGA -> FPGA",
+        "traits: CUSTOM_FPGA_INTEL_ARRIA10 -> CUSTOM_FPGA_INTEL_PAC_ARRIA10",
+        "properties[0]: accel:function_name=gzip -> trait:CUSTOM_GZIP",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("group", "first", "second", "merged"),
+    [
+        (  # a renamed key lands on one the group already has
+            {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "resources:FPGA": "2"},
+            "resources:CUSTOM_ACCELERATOR_FPGA",
+            "resources:FPGA",
+            "resources:FPGA",
+        ),
+        (  # ... in either order
+            {"resources:FPGA": "2", "resources:CUSTOM_ACCELERATOR_FPGA": "1"},
+            "resources:FPGA",
+            "resources:CUSTOM_ACCELERATOR_FPGA",
+            "resources:FPGA",
+        ),
+        (  # a property becomes a trait the group already forbids
+            {
+                "resources:FPGA": "1",
+                "trait:CUSTOM_GZIP": "forbidden",
+                "accel:function_name": "gzip",
+            },
+            "trait:CUSTOM_GZIP",
+            "accel:function_name",
+            "trait:CUSTOM_GZIP",
+        ),
+    ],
+)
+def test_rewrite_refuses_keys_that_would_collide(
+    group: dict[str, str], first: str, second: str, merged: str
+) -> None:
+    with pytest.raises(InvalidInput) as info:
+        dp.rewrite_group(group, MAPPING, 3)
+    assert info.value.message == (
+        f"groups[3]: {first!r} and {second!r} would both become {merged!r}."
+    )
+
+
+def test_rewrite_can_swap_two_names() -> None:
+    swap = dp.NameMapping.from_dict({"traits": {"CUSTOM_A": "CUSTOM_B", "CUSTOM_B": "CUSTOM_A"}})
+    group = {"resources:FPGA": "1", "trait:CUSTOM_A": "required", "trait:CUSTOM_B": "forbidden"}
+    assert dp.rewrite_group(group, swap)[0] == {
+        "resources:FPGA": "1", "trait:CUSTOM_B": "required", "trait:CUSTOM_A": "forbidden"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -186,6 +255,16 @@ def test_rewrite_property_rule_matches_value_only() -> None:
         ({"nope": {}}, "Unknown mapping section"),
         ({"traits": ["a"]}, "traits: must map"),
         ({"properties": [{"key": "accel:x"}]}, "properties[0]: needs"),
+        ({"properties": {"key": "accel:function_name"}}, "properties: must be a list"),
+        (
+            {"properties": [{"key": "accel:video_ram", "trait": "CUSTOM_X"}]},
+            "properties[0]: key 'accel:video_ram' is not an accel key",
+        ),
+        (
+            {"properties": [{"key": "function_name", "vaule": "gzip", "trait": "CUSTOM_X"}]},
+            "properties[0]: unknown field(s) vaule",
+        ),
+        ({"traits": {"custom-a": "CUSTOM_B", "CUSTOM_A": "CUSTOM_C"}}, "given twice"),
     ],
 )
 def test_bad_mappings(data: Any, fragment: str) -> None:

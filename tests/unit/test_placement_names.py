@@ -72,7 +72,16 @@ class TestChecks:
         assert names.check_custom(name) == name
 
     @pytest.mark.parametrize(
-        "name", ["CUSTOM_", "custom_a", "CUSTOM_a", "CUSTOM-A", "FOO_A", "CUSTOM_" + "A" * 249]
+        "name",
+        [
+            "CUSTOM_",
+            "custom_a",
+            "CUSTOM_a",
+            "CUSTOM-A",
+            "FOO_A",
+            "CUSTOM_" + "A" * 249,
+            "CUSTOM_A\n",
+        ],
     )
     def test_invalid_custom(self, name: str) -> None:
         with pytest.raises(InvalidPlacementName):
@@ -223,6 +232,11 @@ class TestProviders:
             names.provider_name("compute-1", "0000:5e:00.0", "region0")
             == "compute-1_0000:5e:00.0_region0"
         )
+
+    @pytest.mark.parametrize(("host", "key"), [("compute-1\n", ""), ("compute-1", "region0\n")])
+    def test_a_trailing_newline_is_refused(self, host: str, key: str) -> None:
+        with pytest.raises(InvalidPlacementName, match="it is empty or holds spaces"):
+            names.provider_name(host, "5e:00.0", key, origin=ORIGIN)
 
     def test_uuid_is_deterministic_and_documented(self) -> None:
         first = names.provider_uuid("compute-1", "0000:5e:00.0", "region0")

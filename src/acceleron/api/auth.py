@@ -81,6 +81,10 @@ class KeystoneAuth:
                 503, f"Cannot validate the token with Keystone right now: {error}"
             ) from error
         if not wsgi_request.environ.get("acceleron.authenticated"):
+            if response.status_int >= 500:  # keystonemiddleware could not reach Keystone
+                raise HTTPException(
+                    503, f"Cannot validate the token with Keystone right now ({response.status})."
+                )
             raise HTTPException(
                 401,
                 "Authentication required: send a valid Keystone token in X-Auth-Token.",

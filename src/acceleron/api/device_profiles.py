@@ -2,7 +2,8 @@
 
 * POST takes a list holding exactly one profile and returns it unwrapped (201);
 * GET one returns ``{"device_profile": ...}``; the list ``{"device_profiles": [...]}``;
-* DELETE takes a uuid, a name, a comma-separated list of names, or ``?value=``;
+* DELETE takes a uuid, a name, a comma-separated list of names, or ``?value=`` (or
+  ``?name=``, as spec 002 writes it);
 * from 2.4, profiles show ``enabled`` and PATCH changes description/enabled.
 """
 
@@ -189,11 +190,18 @@ async def delete_device_profile(ident: str, call: CallDep) -> Response:
     return Response(status_code=204)
 
 
-@router.delete("", status_code=204, summary="Delete the device profiles named in ?value=")
+@router.delete(
+    "", status_code=204, summary="Delete the device profiles named in ?value= (or ?name=)"
+)
 async def delete_device_profiles(
     call: CallDep,
     value: Annotated[str | None, Query(description="Comma-separated names or uuids.")] = None,
+    name: Annotated[
+        str | None, Query(description="The same as value (spec 002's spelling); not both.")
+    ] = None,
 ) -> Response:
     call.authorize("device_profile:delete")
-    await call.run(service.delete_profiles, split_list(value) or [])
+    if value is not None and name is not None:
+        raise InvalidInput("Name the device profiles to delete in ?value= or ?name=, not both.")
+    await call.run(service.delete_profiles, split_list(name if value is None else value) or [])
     return Response(status_code=204)

@@ -59,6 +59,7 @@ HTTP_CODES = {
     413: "acceleron.too_large",
     415: "acceleron.unsupported_media_type",
     500: "acceleron.internal_error",
+    503: "acceleron.service_unavailable",
 }
 
 

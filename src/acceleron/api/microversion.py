@@ -59,7 +59,7 @@ V2_8 = Version(2, 8)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
-_NUMBER = re.compile(r"^(\d+)\.(\d+)$")
+_NUMBER = re.compile(r"(\d+)\.(\d+)")
 
 
 class NotAcceptable(Exception):
@@ -80,7 +80,7 @@ def negotiate(header: str | None) -> Version:
         )
     if value.lower() == "latest":
         return MAX_VERSION
-    match = _NUMBER.match(value)
+    match = _NUMBER.fullmatch(value)
     if match is None:
         raise NotAcceptable(f"Invalid microversion {value!r}: expected '<major>.<minor>'.")
     version = Version(int(match.group(1)), int(match.group(2)))

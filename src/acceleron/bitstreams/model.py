@@ -19,7 +19,7 @@ from acceleron.exceptions import InvalidInput
 
 NAME_MAX = 255
 VALUE_MAX = 255
-_HEX32_RE = re.compile(r"^[0-9a-f]{32}$")
+_HEX32_RE = re.compile(r"[0-9a-f]{32}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 # The metadata every store understands, by the Glance image property it maps to.
@@ -53,7 +53,7 @@ def fold_uuid(value: str) -> str:
 
 
 def is_uuid(value: str) -> bool:
-    return _HEX32_RE.match(fold_uuid(value)) is not None
+    return _HEX32_RE.fullmatch(fold_uuid(value)) is not None
 
 
 def canonical_uuid(value: str, field: str) -> str:

@@ -26,7 +26,7 @@ LOG = logging.getLogger(__name__)
 CHUNK_SIZE = 1 << 20
 # Digests too weak to vouch for what is programmed into hardware.
 WEAK_ALGOS = frozenset({"md5", "sha1"})
-_HEX_RE = re.compile(r"^[0-9a-f]{32,128}$")
+_HEX_RE = re.compile(r"[0-9a-f]{32,128}")
 
 
 class Hasher(Protocol):
@@ -49,7 +49,8 @@ def hasher_for(bitstream: Bitstream) -> Hasher:
         )
     algo = (bitstream.hash_algo or "").lower()
     value = (bitstream.hash_value or "").lower()
-    if algo in WEAK_ALGOS or algo not in hashlib.algorithms_available or not _HEX_RE.match(value):
+    usable = algo in hashlib.algorithms_available and algo not in WEAK_ALGOS
+    if not usable or not _HEX_RE.fullmatch(value):
         raise BitstreamCorrupt(
             f"Bitstream {bitstream.describe()} has no usable hash (algorithm {algo or 'none'!r}, "
             f"value {value or 'none'!r}), so its bytes cannot be verified."

@@ -216,16 +216,18 @@ class DbRewriteProfiles(Lister):
         db = db_session.from_conf(load_conf(self))
         try:
             mapping = device_profiles.NameMapping.from_dict(data)
-            changes = device_profiles.rewrite_profiles(db, mapping, apply=parsed_args.apply)
+            report = device_profiles.rewrite_profiles(db, mapping, apply=parsed_args.apply)
         except AcceleronError as error:
             raise CommandError(error.message) from error
         finally:
             db.dispose()
         verb = "rewritten" if parsed_args.apply else "would change (dry run: add --apply)"
-        self.app.stderr.write(f"{len(changes)} device profile(s) {verb}.\n")
+        self.app.stderr.write(f"{len(report.changes)} device profile(s) {verb}.\n")
+        for entry in report.unmatched:
+            self.app.stderr.write(f"Mapping entry matched no stored profile: {entry}\n")
         rows = [
             (c.name, index, json.dumps(before), json.dumps(after))
-            for c in changes
+            for c in report.changes
             for index, (before, after) in enumerate(zip(c.before, c.after, strict=True))
             if before != after
         ]

@@ -55,8 +55,8 @@ class Bdf:
 
 # Domain of 4 to 8 hex digits (Intel VMD uses 5: "10000:"); lspci without -D omits it.
 _BDF_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<slot>[0-9a-f]{1,2})"
-    r"\.(?P<function>[0-7])$"
+    r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<slot>[0-9a-f]{1,2})"
+    r"\.(?P<function>[0-7])"
 )
 
 
@@ -66,7 +66,7 @@ def parse_bdf(text: str | bytes) -> Bdf:
     NVML's ``00000000:3B:00.0`` parses too. Raises ValueError for anything else.
     """
     value = (text.decode() if isinstance(text, bytes) else text).strip().lower()
-    match = _BDF_RE.match(value)
+    match = _BDF_RE.fullmatch(value)
     if not match:
         raise ValueError(f"not a PCI address: {value!r}")
     bdf = Bdf(
@@ -229,7 +229,7 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
 
 def suffix_index(name: str) -> int | None:
     """The trailing number of a name (``region3`` -> 3, ``dfl-port.1`` -> 1)."""
-    match = re.search(r"(\d+)$", name)
+    match = re.search(r"(\d+)\Z", name)
     return int(match.group(1)) if match else None
 
 

@@ -56,8 +56,8 @@ from acceleron.exceptions import InvalidPlacementName
 
 NAME_MAX = 255
 PROVIDER_NAME_MAX = 200
-CUSTOM_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
-_TOKEN_RE = re.compile(r"^[A-Z0-9_]+$")
+CUSTOM_RE = re.compile(r"CUSTOM_[A-Z0-9_]+")
+_TOKEN_RE = re.compile(r"[A-Z0-9_]+")
 
 PROGRAMMABLE = "CUSTOM_PROGRAMMABLE"
 OWNER = "OWNER_CYBORG"
@@ -68,10 +68,10 @@ STANDARD_CLASSES = {"FPGA": "FPGA", "GPU": "PGPU", "PGPU": "PGPU", "VGPU": "VGPU
 PROVIDER_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:acceleron:placement:resource-provider")
 
 _PCI_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-1][0-9a-f])\.(?P<fn>[0-7])$",
+    r"(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-1][0-9a-f])\.(?P<fn>[0-7])",
     re.IGNORECASE,
 )
-_ADDRESS_RE = re.compile(r"^[\x21-\x7e]+$")
+_ADDRESS_RE = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _fail(origin: Origin, what: str, value: str, why: str) -> InvalidPlacementNa
 def normalize(value: str, *, what: str = "a name", origin: Origin = UNKNOWN) -> str:
     """Spec 004: upper case, spaces and hyphens to underscores; only A-Z, 0-9 and _ remain."""
     token = value.strip().upper().replace(" ", "_").replace("-", "_")
-    if not token or not _TOKEN_RE.match(token):
+    if not token or not _TOKEN_RE.fullmatch(token):
         raise _fail(origin, what, value, "only letters, digits, spaces, '-' and '_' may be used.")
     return token
 
@@ -130,7 +130,7 @@ def normalize_id(value: str, *, what: str = "an id", origin: Origin = UNKNOWN) -
 
 def check_custom(name: str, *, what: str = "name", origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a valid custom trait or resource class name, else an error."""
-    if not CUSTOM_RE.match(name):
+    if not CUSTOM_RE.fullmatch(name):
         raise _fail(origin, what, name, "a custom name must match ^CUSTOM_[A-Z0-9_]+$.")
     if len(name) > NAME_MAX:
         raise _fail(origin, what, name, f"it is longer than {NAME_MAX} characters.")
@@ -280,17 +280,17 @@ def canonical_address(address: str, *, origin: Origin = UNKNOWN) -> str:
     not on PCI.
     """
     value = address.strip()
-    match = _PCI_RE.match(value)
+    match = _PCI_RE.fullmatch(value)
     if match:
         domain = (match["domain"] or "0000").lower().rjust(4, "0")
         return f"{domain}:{match['bus'].lower()}:{match['dev'].lower()}.{match['fn']}"
-    if not _ADDRESS_RE.match(value):
+    if not _ADDRESS_RE.fullmatch(value):
         raise _fail(origin, "device address", address, "it is empty or holds spaces.")
     return value
 
 
 def _check_word(value: str, what: str, origin: Origin) -> str:
-    if not _ADDRESS_RE.match(value):
+    if not _ADDRESS_RE.fullmatch(value):
         raise _fail(origin, what, value, "it is empty or holds spaces.")
     return value
 

@@ -32,7 +32,7 @@ GROUP_PREFIX = "device_profile_"
 TRAIT_VALUES = ("required", "forbidden")
 GROUP_POLICIES = ("none", "isolate")
 # Nova's ResourceRequest.XS_KEYPAT: the suffix in a profile key is ignored.
-_PROFILE_KEY = re.compile(r"^(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.*)$")
+_PROFILE_KEY = re.compile(r"(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.*)")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def request_group(group: Mapping[str, str], suffix: str) -> RequestGroup:
     required: set[str] = set()
     forbidden: set[str] = set()
     for key, value in group.items():
-        match = _PROFILE_KEY.match(key)
+        match = _PROFILE_KEY.fullmatch(key)
         if match is None:
             continue  # accel: and anything else: not Placement's business
         prefix, _suffix, name = match.groups()
@@ -162,12 +162,12 @@ def profile_query(
 # Spec 001's inline flavor extra specs
 
 _FLAVOR_KEY = re.compile(
-    r"^(?P<kind>resources|traits?|function_name|function|bitstream|others)"
-    r"(?P<suffix>[a-zA-Z0-9_-]{1,64})?(?::(?P<arg>.*))?$"
+    r"(?P<kind>resources|traits?|function_name|function|bitstream|others)"
+    r"(?P<suffix>[a-zA-Z0-9_-]{1,64})?(?::(?P<arg>.*))?"
 )
-_OTHER_VALUE = re.compile(r"^(?P<key>[a-z_]+[0-9]*:.+?)=(?P<value>\w+)$")
+_OTHER_VALUE = re.compile(r"(?P<key>[a-z_]+[0-9]*:.+?)=(?P<value>\w+)")
 _UUID_TAIL = re.compile(
-    r"([0-9A-F]{8})_([0-9A-F]{4})_([0-9A-F]{4})_([0-9A-F]{4})_([0-9A-F]{12})$", re.IGNORECASE
+    r"([0-9A-F]{8})_([0-9A-F]{4})_([0-9A-F]{4})_([0-9A-F]{4})_([0-9A-F]{12})\Z", re.IGNORECASE
 )
 # Standard classes that are not accelerators stay with the flavor's unsuffixed group.
 _ACCELERATOR_STANDARD = frozenset({"FPGA", "PGPU", "VGPU", "VGPU_DISPLAY_HEAD"})
@@ -222,7 +222,7 @@ def _inline_entries(kind: str, arg: str, value: str, key: str) -> dict[str, str]
 
 def _parse_inline(key: str, value: str) -> tuple[str, dict[str, str]] | None:
     """(suffix, entries) for an inline accelerator extra spec; None for other keys."""
-    match = _FLAVOR_KEY.match(key)
+    match = _FLAVOR_KEY.fullmatch(key)
     if match is None:
         return None
     kind, suffix, arg = match["kind"], match["suffix"] or "", (match["arg"] or "").strip()
@@ -238,7 +238,7 @@ def _parse_other(key: str, arg: str, value: str) -> tuple[str, dict[str, str]] |
     """Spec 001's ``othersN: function:<trait>=required``, as one key or as key and value."""
     if arg:
         return _parse_inline(arg, value)
-    other = _OTHER_VALUE.match(value.strip())
+    other = _OTHER_VALUE.fullmatch(value.strip())
     if other is None:
         raise InvalidInput(f"flavor extra spec {key!r}: expected '<key>:<name>=required'.")
     return _parse_inline(other["key"], other["value"])

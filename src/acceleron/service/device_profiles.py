@@ -31,11 +31,11 @@ from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 LOG = logging.getLogger(__name__)
 
 NAME_MAX = 255
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 # bitstream_name carries the file suffix the spec asks for ("nlb.gbs"), hence the dot.
-_BITSTREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_CUSTOM_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_BITSTREAM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_CUSTOM_RE = re.compile(r"CUSTOM_[A-Z0-9_]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 TRAIT_VALUES = ("required", "forbidden")
 ATTACH_TARGETS = ("VM", "host", "none")
@@ -54,17 +54,17 @@ def normalize_placement_name(raw: str) -> str:
 
 
 _UUID_RE = re.compile(
-    r"^[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}$", re.IGNORECASE
+    r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.IGNORECASE
 )
 
 
 def _is_uuid(value: str) -> bool:
-    return _UUID_RE.match(value) is not None
+    return _UUID_RE.fullmatch(value) is not None
 
 
 def _check_resource_class(name: str, where: str) -> str:
     rc = normalize_placement_name(name)
-    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.match(rc) and len(rc) <= NAME_MAX):
+    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.fullmatch(rc) and len(rc) <= NAME_MAX):
         return rc
     raise InvalidInput(
         f"{where}: {rc!r} is not a resource class Placement knows: use a standard class "
@@ -74,7 +74,7 @@ def _check_resource_class(name: str, where: str) -> str:
 
 def _check_trait(name: str, where: str) -> str:
     trait = normalize_placement_name(name)
-    if (_CUSTOM_RE.match(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
+    if (_CUSTOM_RE.fullmatch(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
         return trait
     raise InvalidInput(
         f"{where}: {trait!r} is neither a standard trait nor a custom trait named "
@@ -106,7 +106,7 @@ def _check_uuid_value(value: str, where: str) -> str:
 
 def _check_token(pattern: re.Pattern[str]) -> Callable[[str, str], str]:
     def check(value: str, where: str) -> str:
-        if not pattern.match(value) or len(value) > NAME_MAX:
+        if not pattern.fullmatch(value) or len(value) > NAME_MAX:
             raise InvalidInput(
                 f"{where}: {value!r} may only hold letters, digits, '-' and '_'"
                 + (" and '.'" if pattern is _BITSTREAM_NAME_RE else "")
@@ -135,7 +135,7 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
 
 def _normalize_entry(key: str, value: str, where: str) -> tuple[str, str]:
     prefix, sep, rest = key.partition(":")
-    if not sep or not _TOKEN_RE.match(rest):
+    if not sep or not _TOKEN_RE.fullmatch(rest):
         raise InvalidInput(
             f"{where}: key {key!r} must be 'resources:<class>', 'trait:<trait>' or "
             f"'accel:<key>', with letters, digits, '-' and '_' after the colon."
@@ -214,7 +214,7 @@ def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidInput("name: a device profile needs a name.")
-    if len(name) > NAME_MAX or not NAME_RE.match(name):
+    if len(name) > NAME_MAX or not NAME_RE.fullmatch(name):
         raise InvalidInput(
             f"name: {name[:64]!r} may only hold letters, digits, '-' and '_' "
             f"(1 to {NAME_MAX} characters)."
@@ -245,7 +245,7 @@ def is_uuid_like(value: str) -> bool:
 
 def could_exist(ident: str) -> bool:
     """Whether a profile could have this uuid or name; others are not looked up at all."""
-    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.match(ident) is not None)
+    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.fullmatch(ident) is not None)
 
 
 # --- storage -----------------------------------------------------------------
@@ -394,6 +394,47 @@ class PropertyRule:
     trait: str
     value: str | None = None
 
+    def describe(self) -> str:
+        value = "" if self.value is None else f"={self.value}"
+        return f"accel:{self.key}{value} -> trait:{self.trait}"
+
+
+_RULE_FIELDS = frozenset({"key", "value", "trait"})
+
+
+def _read_renames(data: Mapping[str, Any], section: str) -> dict[str, str]:
+    renames = data.get(section) or {}
+    if not isinstance(renames, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in renames.items()
+    ):
+        raise InvalidInput(f"{section}: must map old names to new names (strings).")
+    result = {normalize_placement_name(k): normalize_placement_name(v) for k, v in renames.items()}
+    if len(result) < len(renames):
+        raise InvalidInput(
+            f"{section}: an old name is given twice once lower case and hyphens are translated."
+        )
+    return result
+
+
+def _read_rule(rule: Any, index: int) -> PropertyRule:
+    where = f"properties[{index}]"
+    if not isinstance(rule, dict) or not {"key", "trait"} <= set(rule):
+        raise InvalidInput(f"{where}: needs 'key' and 'trait'.")
+    unknown = set(rule) - _RULE_FIELDS
+    if unknown:
+        raise InvalidInput(
+            f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"a rule has only key, value and trait."
+        )
+    key = str(rule["key"]).removeprefix("accel:")
+    if key not in ACCEL_KEYS:
+        raise InvalidInput(
+            f"{where}: key {rule['key']!r} is not an accel key; the accel keys are "
+            f"{', '.join('accel:' + k for k in ACCEL_KEYS)}."
+        )
+    value = None if rule.get("value") is None else str(rule["value"])
+    return PropertyRule(key, normalize_placement_name(str(rule["trait"])), value)
+
 
 @dataclasses.dataclass(frozen=True)
 class NameMapping:
@@ -413,47 +454,63 @@ class NameMapping:
         unknown = set(data) - {"resource_classes", "traits", "properties"}
         if unknown:
             raise InvalidInput(f"Unknown mapping section(s): {', '.join(sorted(unknown))}.")
-        renames = {}
-        for section in ("resource_classes", "traits"):
-            table = data.get(section) or {}
-            if not isinstance(table, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in table.items()
-            ):
-                raise InvalidInput(f"{section}: must map old names to new names (strings).")
-            renames[section] = {
-                normalize_placement_name(k): normalize_placement_name(v) for k, v in table.items()
-            }
-        rules = []
-        for index, rule in enumerate(data.get("properties") or []):
-            if not isinstance(rule, dict) or not {"key", "trait"} <= set(rule):
-                raise InvalidInput(f"properties[{index}]: needs 'key' and 'trait'.")
-            key = str(rule["key"]).removeprefix("accel:")
-            value = None if rule.get("value") is None else str(rule["value"])
-            rules.append(PropertyRule(key, normalize_placement_name(str(rule["trait"])), value))
-        return cls(renames["resource_classes"], renames["traits"], tuple(rules))
+        rules = data.get("properties") or []
+        if not isinstance(rules, list):
+            raise InvalidInput("properties: must be a list of {key, value, trait} rules.")
+        return cls(
+            _read_renames(data, "resource_classes"),
+            _read_renames(data, "traits"),
+            tuple(_read_rule(rule, index) for index, rule in enumerate(rules)),
+        )
+
+    def entries(self) -> list[str]:
+        """Every entry of the mapping, described as rewrites report the ones they used."""
+        return [
+            *(_entry("resource_classes", old, new) for old, new in self.resource_classes.items()),
+            *(_entry("traits", old, new) for old, new in self.traits.items()),
+            *(f"properties[{i}]: {rule.describe()}" for i, rule in enumerate(self.properties)),
+        ]
 
 
-def rewrite_group(group: Mapping[str, str], mapping: NameMapping) -> dict[str, str]:
-    """A group with names rewritten by ``mapping``, keys staying where they were."""
+def _entry(section: str, old: str, new: str) -> str:
+    return f"{section}: {old} -> {new}"
+
+
+def _rewrite_entry(key: str, value: str, mapping: NameMapping) -> tuple[str, str, str | None]:
+    """What one group entry becomes, and the mapping entry that matched it (if one did)."""
+    prefix, _, name = key.partition(":")
+    if prefix == "resources" and name in mapping.resource_classes:
+        new = mapping.resource_classes[name]
+        return f"resources:{new}", value, _entry("resource_classes", name, new)
+    if prefix == "trait" and name in mapping.traits:
+        new = mapping.traits[name]
+        return f"trait:{new}", value, _entry("traits", name, new)
+    if prefix == "accel":
+        for index, rule in enumerate(mapping.properties):
+            if rule.key == name and rule.value in (None, value):
+                return f"trait:{rule.trait}", "required", f"properties[{index}]: {rule.describe()}"
+    return key, value, None
+
+
+def rewrite_group(
+    group: Mapping[str, str], mapping: NameMapping, index: int = 0
+) -> tuple[dict[str, str], set[str]]:
+    """A group with names rewritten by ``mapping``, keys staying where they were, and the
+    mapping entries that matched. Two keys that would become one are an error: merging
+    them would lose one of the two values."""
     out: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    used: set[str] = set()
     for key, value in group.items():
-        prefix, _, name = key.partition(":")
-        if prefix == "resources" and name in mapping.resource_classes:
-            out[f"resources:{mapping.resource_classes[name]}"] = value
-        elif prefix == "trait" and name in mapping.traits:
-            out[f"trait:{mapping.traits[name]}"] = value
-        elif prefix == "accel" and (rule := _property_rule(name, value, mapping)) is not None:
-            out[f"trait:{rule.trait}"] = "required"
-        else:
-            out[key] = value
-    return out
-
-
-def _property_rule(key: str, value: str, mapping: NameMapping) -> PropertyRule | None:
-    for rule in mapping.properties:
-        if rule.key == key and rule.value in (None, value):
-            return rule
-    return None
+        new_key, new_value, entry = _rewrite_entry(key, value, mapping)
+        if new_key in out:
+            raise InvalidInput(
+                f"groups[{index}]: {sources[new_key]!r} and {key!r} would both become {new_key!r}."
+            )
+        out[new_key], sources[new_key] = new_value, key
+        if entry is not None:
+            used.add(entry)
+    return out, used
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,24 +520,48 @@ class Rewrite:
     after: list[dict[str, str]]
 
 
+@dataclasses.dataclass(frozen=True)
+class RewriteReport:
+    """The profiles a mapping changes, and its entries that matched no stored profile."""
+
+    changes: list[Rewrite]
+    unmatched: list[str]
+
+
+def _rewrite_profile(
+    profile: Profile, mapping: NameMapping, limits: Limits
+) -> tuple[list[dict[str, str]], set[str]]:
+    """A stored profile's groups rewritten and validated again, and the entries used."""
+    used: set[str] = set()
+    after: list[dict[str, str]] = []
+    try:
+        for index, group in enumerate(profile.groups):
+            rewritten, matched = rewrite_group(group, mapping, index)
+            after.append(rewritten)
+            used |= matched
+        if after != profile.groups:
+            after = normalize_groups(after, limits)
+    except InvalidInput as error:
+        raise InvalidInput(
+            f"Device profile {profile.name!r} would be invalid after the rewrite: {error.message}"
+        ) from error
+    return after, used
+
+
 def rewrite_profiles(
     db: Database, mapping: NameMapping, *, apply: bool, limits: Limits = Limits()
-) -> list[Rewrite]:
+) -> RewriteReport:
     """Rewrite names in every stored profile. Each result is validated again; with
-    ``apply`` all changes are stored in one transaction, otherwise nothing is."""
+    ``apply`` all changes are stored in one transaction, otherwise nothing is. If any
+    profile would become invalid, nothing is stored."""
     changes: list[Rewrite] = []
+    used: set[str] = set()
     with db.writer() as conn:
-        for profile in conn.execute(select(_TABLE).order_by(_TABLE.c.id)).all():
-            after = [rewrite_group(group, mapping) for group in profile.groups]
+        for profile in conn.execute(_ALL).all():
+            after, matched = _rewrite_profile(profile, mapping, limits)
+            used |= matched
             if after == profile.groups:
                 continue
-            try:
-                after = normalize_groups(after, limits)
-            except InvalidInput as error:
-                raise InvalidInput(
-                    f"Device profile {profile.name!r} would be invalid after the rewrite: "
-                    f"{error.message}"
-                ) from error
             changes.append(Rewrite(profile.name, list(profile.groups), after))
             if apply:
                 conn.execute(
@@ -488,4 +569,4 @@ def rewrite_profiles(
                     .where(_TABLE.c.id == profile.id)
                     .values(groups=after, updated_at=utcnow())
                 )
-    return changes
+    return RewriteReport(changes, [e for e in mapping.entries() if e not in used])

@@ -1,7 +1,10 @@
-"""Keystone mode: tokens validated by keystonemiddleware (with its own test fixture)."""
+"""Keystone mode: tokens validated by keystonemiddleware (with its own test fixture),
+and policy rules overridden by a policy file."""
 
 from __future__ import annotations
 
+import json
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,17 +30,23 @@ def tokens() -> Iterator[AuthTokenFixture]:
     fixture.cleanUp()
 
 
+def keystone_client(
+    tmp_path: Path, db: Database, keystone: str = "http://keystone.test/identity", extra: str = ""
+) -> TestClient:
+    config = tmp_path / "acceleron.conf"
+    config.write_text(
+        f"[DEFAULT]\nstate_path = {tmp_path}\nauth_strategy = keystone\n"
+        f"[keystone_authtoken]\nwww_authenticate_uri = {keystone}\n{extra}"
+    )
+    conf = confmod.load([], config_files=[str(config)])
+    return TestClient(create_app(conf, db), raise_server_exceptions=False)
+
+
 @pytest.fixture
 def keystone_api(
     tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture
 ) -> Iterator[TestClient]:
-    config = tmp_path / "acceleron.conf"
-    config.write_text(
-        f"[DEFAULT]\nstate_path = {tmp_path}\nauth_strategy = keystone\n"
-        "[keystone_authtoken]\nwww_authenticate_uri = http://keystone.test/identity\n"
-    )
-    conf = confmod.load([], config_files=[str(config)])
-    with TestClient(create_app(conf, sqlite_db), raise_server_exceptions=False) as client:
+    with keystone_client(tmp_path, sqlite_db) as client:
         yield client
 
 
@@ -80,3 +89,47 @@ def test_keystone_mode_needs_www_authenticate_uri(tmp_path: Path, sqlite_db: Dat
     conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"auth_strategy": "keystone"}})
     with pytest.raises(AuthMisconfigured, match="www_authenticate_uri"):
         create_app(conf, sqlite_db)
+
+
+def test_a_policy_file_overrides_the_rules_it_names(
+    tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text('"acceleron:device_profile:create": "role:member"\n')
+    extra = f"[oslo_policy]\npolicy_file = {policy_file}\n"
+    member = token(tokens, "member")
+    with keystone_client(tmp_path, sqlite_db, extra=extra) as client:
+        created = client.post(PATH, json=[{"name": "x", "groups": GROUPS}], headers=member)
+        assert created.status_code == 201, created.text
+        # Rules the file does not name keep their defaults: deleting is still for admins.
+        refused = client.delete(f"{PATH}/x", headers=member)
+        assert refused.status_code == 403
+        assert "acceleron:device_profile:delete" in refused.json()["errors"][0]["detail"]
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (it was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_keystone_unreachable_is_a_503_not_a_401_or_500(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    keystone = f"http://127.0.0.1:{closed_port()}/identity"
+    extra = (
+        f"auth_type = password\nauth_url = {keystone}\nusername = acceleron\n"
+        "password = secret\nproject_name = service\nuser_domain_id = default\n"
+        "project_domain_id = default\n"
+    )
+    with keystone_client(tmp_path, sqlite_db, keystone, extra) as client:
+        response = client.get(PATH, headers={"X-Auth-Token": uuid.uuid4().hex})
+    assert response.status_code == 503
+    body = response.json()
+    error = body["errors"][0]
+    assert error["code"] == "acceleron.service_unavailable"
+    assert error["detail"].startswith("Cannot validate the token with Keystone right now")
+    assert json.loads(body["error_message"])["faultstring"] == error["detail"]
+    assert error["request_id"] == response.headers["x-openstack-request-id"]

@@ -112,6 +112,16 @@ def test_show_by_name_needs_2_2(api: TestClient) -> None:
         ([{"groups": GROUPS}], "0.name: Field required"),
         ([{"name": "", "groups": GROUPS}], "name: a device profile needs a name"),
         ([{"name": "a b", "groups": GROUPS}], "name: 'a b' may only hold"),
+        ([{"name": "a\n", "groups": GROUPS}], "name: 'a\\n' may only hold"),
+        ([{"name": "a", "groups": [{"resources:CUSTOM_X\n": "1"}]}], "['resources:CUSTOM_X\\n']"),
+        (
+            [{"name": "a", "groups": [{"resources:FPGA": "1", "accel:function_id": FID + "\n"}]}],
+            "not a UUID",
+        ),
+        (
+            [{"name": "a", "groups": [{"resources:FPGA": "1", "accel:function_name": "f\n"}]}],
+            "'f\\n' may only hold",
+        ),
         ([{"name": "x" * 256, "groups": GROUPS}], "0.name"),
         ([{"name": "a", "groups": []}], "non-empty list of request groups"),
         ([{"name": "a", "groups": [{"resources:FPGA": 1}]}], "valid string"),
@@ -151,6 +161,18 @@ def test_delete_forms(api: TestClient) -> None:
     assert api.delete(f"{PATH}/b").status_code == 204
     assert api.delete(PATH, params={"value": f"c,{d['uuid']}"}).status_code == 204
     assert api.get(PATH).json() == {"device_profiles": []}
+
+
+def test_delete_by_name_as_spec_002_writes_it(api: TestClient) -> None:
+    for name in ("a", "b", "c"):
+        create(api, name)
+    assert api.delete(PATH, params={"name": "a,b"}).status_code == 204
+    assert [p["name"] for p in api.get(PATH).json()["device_profiles"]] == ["c"]
+    status, code, message = error(api.delete(PATH, params={"name": "c", "value": "c"}))
+    assert (status, code) == (400, "acceleron.invalid_input")
+    assert "?value= or ?name=, not both" in message
+    assert error(api.delete(PATH, params={"name": "c,nope"}))[0] == 404
+    assert [p["name"] for p in api.get(PATH).json()["device_profiles"]] == ["c"]
 
 
 def test_delete_is_all_or_nothing(api: TestClient) -> None:
