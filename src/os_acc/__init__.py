@@ -1,0 +1,89 @@
+"""os-acc: what a compute node calls to attach accelerators to instances (spec 000).
+
+Module-level calls use one ``Connector`` built from Acceleron's configuration
+(``acceleron.conf``: ``[DEFAULT] host`` and the ``[agent]`` connection options),
+or the one given to ``configure()``::
+
+    import os_acc
+    from concurrent.futures import ThreadPoolExecutor
+
+    os_acc.initialize()  # once, at start of day
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        future = executor.submit(os_acc.plug, instance_info, selected_rp, extra_specs)
+        attachments = future.result()  # [{"pci_id": "0000:5e:00.1", ...}, ...]
+    os_acc.unplug(instance_info)  # -> how many were released
+
+``operations.rule_for(name)`` says whether an instance operation plugs, unplugs,
+leaves accelerators alone, or is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from os_acc import operations
+from os_acc.connector import (
+    AgentUnavailable,
+    Connector,
+    CyborgAgentUnavailable,
+    OsAccError,
+    PlugFailed,
+)
+from os_acc.operations import UnsupportedOperation
+
+__all__ = [
+    "AgentUnavailable",
+    "Connector",
+    "CyborgAgentUnavailable",
+    "OsAccError",
+    "PlugFailed",
+    "UnsupportedOperation",
+    "configure",
+    "initialize",
+    "operations",
+    "plug",
+    "unplug",
+]
+
+_lock = threading.Lock()
+_connector: Connector | None = None
+
+
+def configure(connector: Connector | None = None, config_files: list[str] | None = None) -> None:
+    """Use ``connector``, or build one from the configuration files (None: the usual
+    search path for acceleron.conf)."""
+    global _connector
+    if connector is None:
+        from acceleron import conf as confmod
+
+        connector = Connector.from_conf(confmod.load([], config_files=config_files))
+    with _lock:
+        _connector = connector
+
+
+def _default() -> Connector:
+    if _connector is None:
+        configure()
+    assert _connector is not None
+    return _connector
+
+
+def initialize() -> None:
+    """Wait for this host's agent to be ready; AgentUnavailable when it is not."""
+    _default().initialize()
+
+
+def plug(
+    instance_info: Mapping[str, Any],
+    selected_rp: Mapping[str, Any],
+    flavor_extra_specs: Mapping[str, str],
+) -> list[dict[str, Any]]:
+    """Attach the flavor's accelerators; one ``{"pci_id": <bdf>, ...}`` per accelerator."""
+    return _default().plug(instance_info, selected_rp, flavor_extra_specs)
+
+
+def unplug(instance_info: Mapping[str, Any]) -> int:
+    """Release the instance's accelerators; how many were released."""
+    return _default().unplug(instance_info)

@@ -9,162 +9,21 @@ request's project, and vGPUs made and removed for a bind.
 
 from __future__ import annotations
 
-import threading
-import time
+import json
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 from oslo_config import cfg
 
 from acceleron import conf as confmod
 from acceleron.agent import tasks
-from acceleron.agent.client import connect
-from acceleron.agent.loop import Agent, Settings
-from acceleron.drivers import gbs, load_drivers
-from acceleron.drivers.fake import FakeDriver
+from acceleron.cli.main import main
+from tests.fixtures.host import Host, arq_of, bind, call, profile, upload
 
-LATEST = {"OpenStack-API-Version": "accelerator latest"}
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
 PRELOADED = "d8424dc4a4a3c413f89e433683f9040b"  # what region0 holds at start
-
-
-class Host:
-    """One compute host: its agent's configuration, drivers, client and task runner."""
-
-    def __init__(self, url: str, tmp_path: Path) -> None:
-        self.name = f"compute-{uuid.uuid4().hex[:8]}"
-        self.url = url
-        self.conf = confmod.load([], config_files=[], overrides={
-            "DEFAULT": {"state_path": str(tmp_path), "host": self.name},
-            "agent": {"api_endpoint": url, "enabled_drivers": ["fake"], "task_wait": 0.5},
-        })  # fmt: skip
-        self.agent = Agent(
-            Settings.from_conf(self.conf), load_drivers(self.conf, Path("/")), connect(self.conf)
-        )
-        self.phases: list[tuple[str, str | None]] = []
-        self.programmed = 0
-
-    def runner(self) -> tasks.TaskRunner:
-        runner = tasks.TaskRunner(  # a client of its own, as a restarted agent has
-            tasks.Settings.from_conf(self.conf), self.agent.drivers, connect(self.conf)
-        )
-        update, program = runner.client.update_task, FakeDriver.program
-
-        def recording_update(uuid: str, **fields: Any) -> Any:
-            self.phases.append((fields["state"], fields.get("phase")))
-            return update(uuid, **fields)
-
-        def counting_program(driver: FakeDriver, *args: Any) -> None:
-            self.programmed += 1
-            program(driver, *args)
-
-        runner.client.update_task = recording_update  # type: ignore[method-assign]
-        for driver in runner.drivers:
-            if isinstance(driver, FakeDriver):
-                driver.program = counting_program.__get__(driver)  # type: ignore[method-assign]
-        return runner
-
-    def report(self) -> None:
-        assert self.agent.report_once()
-
-    def run_tasks(self, until: Callable[[], bool], seconds: float = 20) -> None:
-        """Run a task runner until ``until()`` holds (then stop it)."""
-        runner = self.runner()
-        thread = threading.Thread(target=runner.run, daemon=True)
-        thread.start()
-        try:
-            wait_for(until, seconds)
-        finally:
-            runner.stop()
-            thread.join(timeout=10)
-
-    def region(self, key: str = "region0") -> dict[str, Any]:
-        found = [
-            d
-            for d in get(self.url, "/v2/deployables", hostname=self.name)["deployables"]
-            if d["key"] == key and d["kind"] == "region"
-        ]
-        return found[0]  # the first FPGA's
-
-    def vgpu(self) -> dict[str, Any]:
-        deployables = get(self.url, "/v2/deployables", hostname=self.name)["deployables"]
-        return next(d for d in deployables if d["key"] == "vgpu/nvidia-223")
-
-
-def get(url: str, path: str, **params: str) -> Any:
-    response = requests.get(url + path, params=params, headers=LATEST, timeout=10)
-    response.raise_for_status()
-    return response.json()
-
-
-def call(url: str, method: str, path: str, **kwargs: Any) -> requests.Response:
-    headers = {**LATEST, **kwargs.pop("headers", {})}
-    return requests.request(method, url + path, headers=headers, timeout=10, **kwargs)
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def upload(
-    url: str,
-    interface: str,
-    function: str,
-    declared_type: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> str:
-    """A GBS bitstream in the local store (the caller project's); its uuid."""
-    meta: dict[str, Any] = {"name": f"{function[:8]}.gbs", "function_uuid": function}
-    if declared_type:
-        meta["region_type_uuid"] = declared_type
-    created = call(url, "POST", "/v2/bitstreams", json=meta, headers=headers or {})
-    assert created.status_code == 201, created.text
-    data = gbs.build(interface, (function,), payload=b"\x5a" * 300_000)
-    put = call(
-        url,
-        "PUT",
-        f"/v2/bitstreams/{created.json()['uuid']}/data",
-        data=data,
-        headers={"Content-Type": "application/octet-stream", **(headers or {})},
-    )
-    assert put.status_code == 200, put.text
-    bitstream_id: str = created.json()["uuid"]
-    return bitstream_id
-
-
-def profile(url: str, groups: list[dict[str, str]]) -> str:
-    name = f"dp-{uuid.uuid4().hex[:8]}"
-    response = call(url, "POST", "/v2/device_profiles", json=[{"name": name, "groups": groups}])
-    assert response.status_code == 201, response.text
-    return name
-
-
-def bind(host: Host, profile_name: str, rp: str, headers: dict[str, str] | None = None) -> str:
-    """One ARQ of the profile, bound to ``rp`` for a new instance; its uuid."""
-    created = call(host.url, "POST", "/v2/accelerator_requests",
-                   json={"device_profile_name": profile_name}, headers=headers or {})  # fmt: skip
-    assert created.status_code == 201, created.text
-    arq: str = created.json()["arqs"][0]["uuid"]
-    ops = [
-        {"path": "/hostname", "op": "add", "value": host.name},
-        {"path": "/device_rp_uuid", "op": "add", "value": rp},
-        {"path": "/instance_uuid", "op": "add", "value": str(uuid.uuid4())},
-    ]
-    patched = call(host.url, "PATCH", "/v2/accelerator_requests", json={arq: ops})
-    assert patched.status_code == 202, patched.text
-    return arq
-
-
-def arq_of(url: str, arq: str) -> dict[str, Any]:
-    found: dict[str, Any] = get(url, f"/v2/accelerator_requests/{arq}")
-    return found
 
 
 def fpga_group(**accel: str) -> list[dict[str, str]]:
@@ -333,7 +192,7 @@ def test_a_vgpu_is_made_for_the_bind_and_removed_after(host: Host) -> None:
     host.run_tasks(lambda: arq_of(host.url, arq)["state"] == "Bound")
     handle = arq_of(host.url, arq)["attach_handle_uuid"]
     host.report()
-    made = [h for h in host.vgpu()["attach_handles"] if h["uuid"] == handle]
+    made = [h for h in host.vgpu()["attach_handles"] if h["address"] == handle]  # the mdev
     assert made[0]["host_in_use"] is True
     assert call(host.url, "DELETE", "/v2/accelerator_requests", params={"arqs": arq}).ok
 
@@ -352,3 +211,38 @@ def test_the_all_in_one_configuration_runs_tasks(tmp_path: Path) -> None:
     settings = tasks.Settings.from_conf(conf)
     assert settings.cache_dir == tmp_path / "bitstream-cache"
     assert settings.journal == tmp_path / "agent-tasks.json" and settings.wait == 3
+
+
+def test_the_cli_programs_a_region_and_follows_its_phases(
+    host: Host, capsys: pytest.CaptureFixture[str]
+) -> None:
+    GZIP = new_function()
+    bitstream = upload(host.url, REGION0_TYPE, GZIP, REGION0_TYPE)
+    region = host.region()
+    argv = ["--os-url", host.url, "deployable", "program", region["uuid"], bitstream]
+    with host.working():
+        code = main([*argv, "-f", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["function_uuid"] == GZIP
+    lines = err.splitlines()
+    assert lines[0].startswith(f"{region['name']}: queued") or "fetch" in lines[0]
+    assert lines[-1] == f"{region['name']}: done"
+    # A region in use: the API's refusal, in one line.
+    arq = bind(host, profile(host.url, fpga_group()), region["rp_uuid"])
+    assert arq_of(host.url, arq)["state"] == "Bound"
+    assert main([*argv, "--no-wait"]) == 1
+    assert "409" in capsys.readouterr().err
+
+
+def test_the_cli_reprograms_a_bound_request(host: Host, capsys: pytest.CaptureFixture[str]) -> None:
+    ZSTD = new_function()
+    upload(host.url, REGION0_TYPE, ZSTD, REGION0_TYPE)
+    arq = bind(host, profile(host.url, fpga_group()), host.region()["rp_uuid"])
+    argv = ["--os-url", host.url, "arq", "program", arq, "--function-id", ZSTD, "-f", "json"]
+    with host.working():
+        code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["state"] == "Bound" and err.splitlines()[-1] == f"{arq}: done"
+    assert host.region()["function_uuid"] == ZSTD

@@ -152,7 +152,7 @@ class ReportClient:
 
     def report(self, report: HostReport) -> dict[str, Any]:
         """PUT the report; the API's answer (the host) on 200."""
-        response = self._send(
+        response = self.send(
             "PUT",
             f"/v2/hosts/{quote(report.hostname, safe='')}/report",
             data=to_bytes(report),
@@ -164,14 +164,14 @@ class ReportClient:
 
     def claim_tasks(self, hostname: str, wait: float) -> list[dict[str, Any]]:
         """The host's unfinished tasks, waiting up to ``wait`` seconds for one to appear."""
-        response = self._send(
+        response = self.send(
             "POST",
             f"/v2/hosts/{quote(hostname, safe='')}/tasks/claim",
             params={"wait": wait},
             microversion=TASKS_MICROVERSION,
             timeout=wait + 30,  # the API holds the request up to wait seconds
         )
-        self._check(response, "taking tasks")
+        self.check(response, "taking tasks")
         tasks: list[dict[str, Any]] = _json(response).get("tasks", [])
         return tasks
 
@@ -179,31 +179,31 @@ class ReportClient:
         """Report a task's progress or end; None when the API no longer wants it (it was
         cancelled or deleted meanwhile: 404 or 409)."""
         body = {k: v for k, v in fields.items() if v is not None}
-        response = self._send(
+        response = self.send(
             "PUT", f"/v2/tasks/{quote(uuid, safe='')}", json=body, microversion=TASKS_MICROVERSION
         )
         if response.status_code in (404, 409):
             LOG.info("Task %s is not wanted any more: %s", uuid, parse_error(response.text).detail)
             return None
-        self._check(response, f"reporting on task {uuid}")
+        self.check(response, f"reporting on task {uuid}")
         return _json(response)
 
     @contextlib.contextmanager
     def bitstream_chunks(self, bitstream_id: str) -> Iterator[Iterator[bytes]]:
         """The bytes of a bitstream, streamed from the API in chunks (unverified here)."""
-        response = self._send(
+        response = self.send(
             "GET",
             f"/v2/bitstreams/{quote(bitstream_id, safe='')}/data",
             stream=True,
             microversion=TASKS_MICROVERSION,
         )
         try:
-            self._check(response, f"fetching bitstream {bitstream_id}")
+            self.check(response, f"fetching bitstream {bitstream_id}")
             yield response.iter_content(CHUNK_SIZE)
         finally:
             response.close()
 
-    def _check(self, response: Any, doing: str) -> None:
+    def check(self, response: Any, doing: str) -> None:
         if response.status_code < 300:
             return
         body = parse_error(response.text, response.reason)
@@ -212,7 +212,7 @@ class ReportClient:
             raise ApiUnavailable(message)
         raise ReportRefused(message, response.status_code, body.code)
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+    def send(self, method: str, path: str, **kwargs: Any) -> Any:
         """One request to the API; connection and Keystone failures become ReportErrors."""
         try:
             return self._adapter.request(self._root() + path, method, **kwargs)

@@ -92,7 +92,7 @@ def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, A
         "instance_uuid": arq.instance_uuid,
         "project_id": arq.project_id,
         "attach_handle_type": arq.attach_handle_type if bound else None,
-        "attach_handle_uuid": arq.attach_handle_uuid if bound else None,
+        "attach_handle_uuid": _handle_uuid(arq) if bound else None,
         "attach_handle_info": _info(arq) if bound else None,
         "created_at": timestamp(arq.created_at),
         "updated_at": timestamp(arq.updated_at),
@@ -101,6 +101,14 @@ def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, A
     if version >= microversion.V2_8:
         data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
     return data
+
+
+def _handle_uuid(arq: Row[Any]) -> str:
+    """For an mdev, the mdev's own uuid: Nova's libvirt driver attaches the mdev by it."""
+    uuid: str = (
+        arq.attach_handle_address if arq.attach_handle_type == "MDEV" else arq.attach_handle_uuid
+    )
+    return uuid
 
 
 def _info(arq: Row[Any]) -> dict[str, str]:

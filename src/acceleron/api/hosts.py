@@ -34,6 +34,11 @@ class HostOut(BaseModel):
     agent_version: str | None
     last_report_at: str | None = Field(description="When its agent last reported.")
     generation: int = Field(description="Bumped whenever the host's inventory changes.")
+    placement_synced: bool | None = Field(
+        None,
+        description="From 2.8: whether Placement shows the host's latest inventory (null: "
+        "this API publishes to no Placement).",
+    )
     created_at: str | None
     updated_at: str | None
 
@@ -54,8 +59,8 @@ class ReportOutcome(BaseModel):
     counts: dict[str, int] = Field(description="Rows added, changed, removed and lost.")
 
 
-def view(host: Row[Any]) -> dict[str, Any]:
-    return {
+def view(host: Row[Any], call: Call) -> dict[str, Any]:
+    data = {
         "hostname": host.hostname,
         "devices": host.devices,
         "agent_version": host.agent_version,
@@ -64,6 +69,11 @@ def view(host: Row[Any]) -> dict[str, Any]:
         "created_at": timestamp(host.created_at),
         "updated_at": timestamp(host.updated_at),
     }
+    if call.version >= microversion.V2_8:
+        placement = call.request.app.state.placement
+        publishing = placement is not None and placement.mode != "disabled"
+        data["placement_synced"] = host.synced_generation >= host.generation if publishing else None
+    return data
 
 
 def _needs_2_5(call: Call) -> None:
@@ -75,14 +85,14 @@ def _needs_2_5(call: Call) -> None:
 async def list_hosts(call: CallDep) -> Response:
     _needs_2_5(call)
     call.authorize("host:get")
-    return json_response({"hosts": [view(h) for h in await call.run(service.list_hosts)]})
+    return json_response({"hosts": [view(h, call) for h in await call.run(service.list_hosts)]})
 
 
 @router.get("/{hostname}", responses={200: {"model": HostWrapped}}, summary="Show a host (2.5)")
 async def show_host(hostname: str, call: CallDep) -> Response:
     _needs_2_5(call)
     call.authorize("host:get")
-    return json_response({"host": view(await call.run(service.get, hostname))})
+    return json_response({"host": view(await call.run(service.get, hostname), call)})
 
 
 @router.put(

@@ -12,7 +12,17 @@ from cliff.command import Command
 from cliff.commandmanager import CommandManager
 
 import acceleron
-from acceleron.cli import agent, bitstreams, client, inventory, placement, profiles, server
+from acceleron.cli import (
+    agent,
+    arqs,
+    bitstreams,
+    client,
+    inventory,
+    placement,
+    profiles,
+    programming,
+    server,
+)
 
 
 class AcceleronApp(App):
@@ -25,6 +35,8 @@ class AcceleronApp(App):
             **inventory.COMMANDS,
             **placement.COMMANDS,
             **bitstreams.COMMANDS,
+            **programming.COMMANDS,
+            **arqs.COMMANDS,
         }
         for name, command in commands.items():
             manager.add_command(name, command)

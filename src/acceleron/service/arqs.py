@@ -391,8 +391,8 @@ def _check(bindings: Sequence[Binding], context: RequestContext) -> None:
         _check_uuids([b.instance_uuid], "instance_uuid")
         if not b.hostname or len(b.hostname) > 255:
             raise InvalidInput(f"hostname: {b.hostname[:64]!r} is not a host name.")
-        if b.project_id is not None and not context.is_admin:
-            raise InvalidInput("project_id: only an admin may set it.")
+        if b.project_id is not None and not _privileged(context):
+            raise InvalidInput("project_id: only an admin or a service may set it.")
     if len({b.arq_uuid for b in bindings}) != len(bindings):
         raise InvalidInput("The same accelerator request appears twice in one bind.")
 

@@ -266,6 +266,7 @@ def test_a_vgpu_bind_waits_for_its_mdev_then_binds(
     bound = api.get(PATH, params={"instance": instance, "bind_state": "resolved"}).json()["arqs"]
     assert bound[0]["state"] == "Bound" and bound[0]["attach_handle_type"] == "MDEV"
     assert bound[0]["attach_handle_info"]["asked_type"] == "nvidia-222"
+    assert bound[0]["attach_handle_uuid"] == mdev  # Nova's libvirt driver attaches it by this
     with db.reader() as conn:
         address = conn.execute(select(HANDLES.c.address).where(HANDLES.c.arq_id.is_not(None)))
         assert address.scalar() == mdev

@@ -1,0 +1,286 @@
+"""The compute side of attaching accelerators (spec 000's os-acc), over the REST API.
+
+``Connector`` talks to the Acceleron API as the compute host's service does: with
+the keystoneauth options of ``[agent]`` (the same credentials the host's agent
+uses) or a client given to it. Its three calls:
+
+* ``initialize()`` waits until the host's agent has reported and, where Acceleron
+  publishes to Placement, its inventory is there; ``AgentUnavailable`` otherwise;
+* ``plug(instance_info, selected_rp, flavor_extra_specs)`` creates the accelerator
+  requests of the flavor (``accel:device_profile=<name>``, or spec 001's inline
+  extra specs), binds them to the providers chosen, waits while a region is
+  programmed or a vGPU made, and returns one entry per accelerator: ``pci_id``
+  (the BDF, as the spec says) with the attach handle's type, uuid and info;
+* ``unplug(instance_info)`` releases the instance's accelerators; how many.
+
+A Connector holds no state between calls but its HTTP session, so one may be
+shared by threads (a ThreadPoolExecutor, as the spec shows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from acceleron.agent.client import ReportClient, ReportError, parse_error
+from acceleron.exceptions import InvalidInput
+from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+LOG = logging.getLogger(__name__)
+MICROVERSION = "2.8"
+PROFILE_KEY = "accel:device_profile"
+# accel: keys a device profile takes (spec 002); the inline specs may give others.
+PROFILE_ACCEL_KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
+
+
+class OsAccError(Exception):
+    """Base class of what os_acc raises; ``str()`` says why in one sentence."""
+
+
+class AgentUnavailable(OsAccError):
+    """The API cannot be reached, or this host's agent has not reported (in time)."""
+
+
+CyborgAgentUnavailable = AgentUnavailable  # the name spec 000 gives it
+
+
+class PlugFailed(OsAccError):
+    """The accelerators could not be attached; nothing is left held."""
+
+
+class Connector:
+    def __init__(
+        self, client: ReportClient, hostname: str, timeout: float = 300.0, poll: float = 0.2
+    ) -> None:
+        self.client = client
+        self.hostname = hostname
+        self.timeout = timeout
+        self.poll = poll
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Connector:
+        """Reach the API as ``[agent]`` says, for the host ``[DEFAULT] host``."""
+        from acceleron.agent.client import connect
+
+        return cls(connect(conf), conf.host, timeout=float(conf.binding.bind_timeout))
+
+    # --- the three calls of spec 000 ---------------------------------------------
+
+    def initialize(self, timeout: float | None = None) -> None:
+        """Return once the host's agent has reported and its inventory is published."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        path = f"/v2/hosts/{quote(self.hostname, safe='')}"
+        while True:
+            try:
+                response = self._call("GET", path)
+            except ReportError as error:
+                raise AgentUnavailable(f"The accelerator API cannot be reached: {error}") from error
+            host = response.json()["host"] if response.status_code == 200 else None
+            if host is not None and host.get("placement_synced") is not False:
+                return
+            if time.monotonic() >= deadline:
+                state = "has not reported" if host is None else "is not in Placement yet"
+                raise AgentUnavailable(
+                    f"The accelerator agent of {self.hostname} {state}: is it running, and "
+                    f"is [DEFAULT] host the compute node's name?"
+                )
+            time.sleep(self.poll)
+
+    def plug(
+        self,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any],
+        flavor_extra_specs: Mapping[str, str],
+    ) -> list[dict[str, Any]]:
+        """Attach the flavor's accelerators to the instance; one entry per accelerator."""
+        instance = _instance_uuid(instance_info)
+        profile = self._profile(flavor_extra_specs)
+        arqs = self._create(profile)
+        try:
+            providers = providers_by_group(
+                selected_rp, {a["device_profile_group_id"] for a in arqs}
+            )
+            self._bind(arqs, providers, instance, instance_info.get("project_id"))
+            bound = self._wait(instance)
+        except BaseException:
+            self._delete(f"arqs={','.join(a['uuid'] for a in arqs)}")
+            raise
+        failed = [a for a in bound if a["state"] != "Bound"]
+        if failed:
+            self._delete(f"instance={instance}")
+            reasons = "; ".join(f"{a['uuid']}: {a.get('failure_reason') or a['state']}"
+                                for a in failed)  # fmt: skip
+            raise PlugFailed(f"Accelerators of instance {instance} could not be bound: {reasons}")
+        LOG.info("Plugged %d accelerator(s) into %s (%s)", len(bound), instance,
+                 instance_info.get("name") or "unnamed")  # fmt: skip
+        return [attachment(a) for a in sorted(bound, key=lambda a: a["device_profile_group_id"])]
+
+    def unplug(self, instance_info: Mapping[str, Any]) -> int:
+        """Release every accelerator of the instance; how many were released."""
+        instance = _instance_uuid(instance_info)
+        held = self._json("GET", "/v2/accelerator_requests", params={"instance": instance})
+        self._delete(f"instance={instance}")
+        count = len(held["arqs"])
+        LOG.info("Unplugged %d accelerator(s) from %s", count, instance)
+        return count
+
+    # --- steps ------------------------------------------------------------------------
+
+    def _profile(self, extra_specs: Mapping[str, str]) -> str:
+        """The device profile the flavor names, or one made for its inline specs."""
+        named = extra_specs.get(PROFILE_KEY)
+        if named:
+            return named
+        try:
+            groups = [_profile_group(g) for g in groups_from_flavor(extra_specs).groups]
+        except InvalidInput as error:
+            raise PlugFailed(
+                f"The flavor's accelerator extra specs are invalid: {error}"
+            ) from error
+        if not groups:
+            raise PlugFailed("The flavor asks for no accelerator: nothing to plug.")
+        return self._ensure_profile(groups)
+
+    def _ensure_profile(self, groups: list[dict[str, str]]) -> str:
+        """A profile named after its content: the same inline specs share one."""
+        digest = hashlib.sha256(json.dumps(groups, sort_keys=True).encode()).hexdigest()
+        name = f"os-acc-{digest[:16]}"
+        found = self._json("GET", "/v2/device_profiles", params={"name": name})
+        if found["device_profiles"]:
+            return name
+        body = [{"name": name, "groups": groups, "description": "flavor extra specs (os-acc)"}]
+        response = self._call("POST", "/v2/device_profiles", json=body)
+        if response.status_code not in (201, 409):  # 409: another host made it meanwhile
+            raise PlugFailed(f"Cannot record the flavor's request: {_detail(response)}")
+        return name
+
+    def _create(self, profile: str) -> list[dict[str, Any]]:
+        response = self._call(
+            "POST", "/v2/accelerator_requests", json={"device_profile_name": profile}
+        )
+        if response.status_code != 201:
+            raise PlugFailed(f"Cannot request profile {profile!r}: {_detail(response)}")
+        arqs: list[dict[str, Any]] = response.json()["arqs"]
+        return arqs
+
+    def _bind(
+        self,
+        arqs: Sequence[Mapping[str, Any]],
+        providers: Mapping[int, str],
+        instance: str,
+        project: str | None,
+    ) -> None:
+        body = {}
+        for arq in arqs:
+            ops = [
+                {"op": "add", "path": "/hostname", "value": self.hostname},
+                {"op": "add", "path": "/device_rp_uuid",
+                 "value": providers[arq["device_profile_group_id"]]},
+                {"op": "add", "path": "/instance_uuid", "value": instance},
+            ]  # fmt: skip
+            if project:
+                ops.append({"op": "add", "path": "/project_id", "value": project})
+            body[arq["uuid"]] = ops
+        response = self._call("PATCH", "/v2/accelerator_requests", json=body)
+        if response.status_code != 202:
+            raise PlugFailed(f"Cannot bind the accelerators: {_detail(response)}")
+
+    def _wait(self, instance: str) -> list[dict[str, Any]]:
+        """The instance's requests once every bind has ended (423 until then)."""
+        deadline = time.monotonic() + self.timeout
+        params = {"instance": instance, "bind_state": "resolved"}
+        while True:
+            response = self._call("GET", "/v2/accelerator_requests", params=params)
+            if response.status_code == 200:
+                arqs: list[dict[str, Any]] = response.json()["arqs"]
+                return arqs
+            if response.status_code != 423:
+                raise PlugFailed(f"Cannot follow the binds: {_detail(response)}")
+            if time.monotonic() >= deadline:
+                raise PlugFailed(f"The binds of {instance} did not end within {self.timeout:g} s")
+            time.sleep(self.poll)
+
+    def _delete(self, selector: str) -> None:
+        response = self._call("DELETE", f"/v2/accelerator_requests?{selector}")
+        if response.status_code not in (204, 404):
+            LOG.error("Releasing accelerators (%s) failed: %s", selector, _detail(response))
+
+    # --- HTTP --------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            return self.client.send(method, path, microversion=MICROVERSION, **kwargs)
+        except ReportError as error:
+            raise AgentUnavailable(f"The accelerator API cannot be reached: {error}") from error
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(method, path, **kwargs)
+        if response.status_code != 200:
+            raise PlugFailed(f"{method} {path}: {_detail(response)}")
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def providers_by_group(selected_rp: Mapping[str, Any], groups: set[int]) -> dict[int, str]:
+    """The provider chosen for each group, from what the compute service passes:
+
+    * ``{"uuid": <rp>}``: one provider for every group;
+    * ``{"device_profile_<i>": [<rp>], ...}``: Nova's request-group mapping;
+    * ``{"<i>": <rp>, ...}``: by group index.
+    """
+    if isinstance(selected_rp.get("uuid"), str):
+        return dict.fromkeys(groups, selected_rp["uuid"])
+    found: dict[int, str] = {}
+    for key, value in selected_rp.items():
+        index = key.removeprefix(GROUP_PREFIX)
+        rp = value[0] if isinstance(value, list) and value else value
+        if index.isdigit() and isinstance(rp, str):
+            found[int(index)] = rp
+    missing = sorted(groups - set(found))
+    if missing:
+        raise PlugFailed(f"selected_rp names no provider for group(s) {missing}: {selected_rp}")
+    return found
+
+
+def attachment(arq: Mapping[str, Any]) -> dict[str, Any]:
+    """What plug() returns for one bound request."""
+    info = arq.get("attach_handle_info") or {}
+    pci_id = None
+    if all(k in info for k in ("domain", "bus", "device", "function")):
+        pci_id = f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
+    return {
+        "pci_id": pci_id,
+        "arq_uuid": arq["uuid"],
+        "device_profile_group_id": arq["device_profile_group_id"],
+        "attach_handle_type": arq["attach_handle_type"],
+        "attach_handle_uuid": arq["attach_handle_uuid"],
+        "attach_handle_info": info,
+    }
+
+
+def _profile_group(group: Mapping[str, str]) -> dict[str, str]:
+    """A group read from inline specs, keeping only what a device profile takes."""
+    kept = {k: v for k, v in group.items() if not k.startswith("accel:")}
+    kept.update({k: v for k, v in group.items() if k[6:] in PROFILE_ACCEL_KEYS})
+    return kept
+
+
+def _instance_uuid(instance_info: Mapping[str, Any]) -> str:
+    value = instance_info.get("uuid")
+    try:
+        return str(uuidlib.UUID(str(value)))
+    except ValueError:
+        raise PlugFailed(f"instance_info needs the instance's uuid, got {value!r}") from None
+
+
+def _detail(response: Any) -> str:
+    return f"{response.status_code} {parse_error(response.text, response.reason).detail}"

@@ -1,0 +1,149 @@
+"""os_acc (spec 000) against a live API and a host whose agent does the work."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import os_acc
+from acceleron import conf as confmod
+from os_acc import AgentUnavailable, Connector, PlugFailed
+from tests.fixtures.host import Host, call, get, profile, upload
+
+REGION0_TYPE = "ce48969398f05f33946d560708be108a"
+PRELOADED = "d8424dc4a4a3c413f89e433683f9040b"
+
+
+@pytest.fixture
+def host(live_api: str, tmp_path: Path) -> Host:
+    found = Host(live_api, tmp_path)
+    found.report()
+    return found
+
+
+def connector(host: Host, timeout: float = 20) -> Connector:
+    return Connector(host.runner().client, host.name, timeout=timeout, poll=0.05)
+
+
+def instance(**extra: Any) -> dict[str, Any]:
+    return {"uuid": str(uuid.uuid4()), "name": "vm", **extra}
+
+
+def rp_of(host: Host, key: str, kind: str) -> str:
+    deployables = get(host.url, "/v2/deployables", hostname=host.name)["deployables"]
+    rp: str = next(d["rp_uuid"] for d in deployables if d["key"] == key and d["kind"] == kind)
+    return rp
+
+
+def test_initialize_waits_for_the_agent(live_api: str, tmp_path: Path) -> None:
+    host = Host(live_api, tmp_path)  # its agent has not reported yet
+    with pytest.raises(AgentUnavailable, match="has not reported"):
+        connector(host).initialize(timeout=0.2)
+    host.report()
+    connector(host).initialize(timeout=5)
+
+
+def test_initialize_without_the_api_is_agent_unavailable(tmp_path: Path) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    conf = confmod.load([], config_files=[], overrides={
+        "DEFAULT": {"host": "h", "state_path": str(tmp_path)},
+        "agent": {"api_endpoint": f"http://127.0.0.1:{port}"},
+    })  # fmt: skip
+    with pytest.raises(os_acc.CyborgAgentUnavailable, match="cannot be reached"):
+        Connector.from_conf(conf).initialize(timeout=0)
+
+
+def test_plug_a_device_profile_with_two_groups_then_unplug(host: Host) -> None:
+    function = uuid.uuid4().hex
+    upload(host.url, REGION0_TYPE, function, REGION0_TYPE)
+    fpga = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
+            "accel:function_id": function}  # fmt: skip
+    name = profile(host.url, [fpga, {"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    selected = {
+        "device_profile_0": [rp_of(host, "region0", "region")],
+        "device_profile_1": [rp_of(host, "vf_pool", "vf_pool")],
+    }
+    vm = instance(project_id="tenant-a")
+    with host.working(), ThreadPoolExecutor(max_workers=1) as executor:  # as spec 000 shows
+        future = executor.submit(connector(host).plug, vm, selected, {"accel:device_profile": name})
+        plugged = future.result()
+    assert [p["device_profile_group_id"] for p in plugged] == [0, 1]
+    assert all(p["pci_id"] and p["attach_handle_type"] == "TEST_PCI" for p in plugged)
+    arqs = get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"]
+    assert {a["project_id"] for a in arqs} == {"tenant-a"}
+    assert host.programmed == 1
+    assert connector(host).unplug(vm) == 2
+    assert connector(host).unplug(vm) == 0  # nothing left: still fine
+    assert get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"] == []
+
+
+def test_plug_inline_extra_specs_shares_one_profile(host: Host) -> None:
+    specs = {
+        "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait1:CUSTOM_PROGRAMMABLE": "required",
+        f"function1:CUSTOM_FPGA_INTEL_FUNCTION_{PRELOADED.upper()}": "required",
+        "hw:cpu_policy": "dedicated",
+    }
+    selected = {"uuid": rp_of(host, "region0", "region")}
+    first, second = instance(), instance()
+    plugged = connector(host).plug(first, selected, specs)
+    assert len(plugged) == 1 and host.programmed == 0  # pre-programmed: nothing to load
+    connector(host).plug(second, selected, specs)
+    names = {
+        arq["device_profile_name"]
+        for vm in (first, second)
+        for arq in get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"]
+    }
+    assert len(names) == 1 and names.pop().startswith("os-acc-")  # one profile for both
+    assert connector(host).unplug(first) == 1 and connector(host).unplug(second) == 1
+
+
+def test_concurrent_plugs_share_the_handles_and_the_last_one_fails_cleanly(host: Host) -> None:
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    selected = {"uuid": rp_of(host, "vf_pool", "vf_pool")}
+    vms = [instance() for _ in range(5)]  # the QAT card has four VFs
+    shared = connector(host)
+
+    def plug(vm: dict[str, Any]) -> list[dict[str, Any]] | str:
+        try:
+            return shared.plug(vm, selected, {"accel:device_profile": name})
+        except PlugFailed as error:
+            return str(error)
+
+    with ThreadPoolExecutor(max_workers=5) as executor:
+        results = list(executor.map(plug, vms))
+    plugged = [r for r in results if isinstance(r, list)]
+    failed = [r for r in results if isinstance(r, str)]
+    assert len(plugged) == 4 and len({p[0]["pci_id"] for p in plugged}) == 4
+    assert len(failed) == 1 and "no free attach handle" in failed[0]
+    loser = vms[results.index(failed[0])]
+    assert get(host.url, "/v2/accelerator_requests", instance=loser["uuid"])["arqs"] == []
+
+
+def test_bad_input_is_a_clear_plug_failure(host: Host) -> None:
+    plug = connector(host).plug
+    with pytest.raises(PlugFailed, match="uuid"):
+        plug({"name": "no uuid"}, {}, {"accel:device_profile": "x"})
+    with pytest.raises(PlugFailed, match="no accelerator"):
+        plug(instance(), {}, {"hw:cpu_policy": "dedicated"})
+    with pytest.raises(PlugFailed, match="not found"):
+        plug(instance(), {}, {"accel:device_profile": "no-such-profile"})
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    vm = instance()
+    with pytest.raises(PlugFailed, match=r"no provider for group\(s\) \[0\]"):
+        plug(vm, {"device_profile_7": ["x"]}, {"accel:device_profile": name})
+    assert get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"] == []
+    nowhere = {"uuid": str(uuid.uuid4())}
+    with pytest.raises(PlugFailed, match="not the resource provider"):
+        plug(vm, nowhere, {"accel:device_profile": name})
+    leftovers = [a for a in get(host.url, "/v2/accelerator_requests")["arqs"]
+                 if a["device_profile_name"] == name]  # fmt: skip
+    assert leftovers == []
+    assert call(host.url, "GET", "/v2/device_profiles").ok

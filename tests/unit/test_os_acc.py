@@ -1,0 +1,77 @@
+"""os_acc's pure parts: the instance-operation table, provider mapping, attachments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from os_acc import PlugFailed, UnsupportedOperation, operations
+from os_acc.connector import _profile_group, attachment, providers_by_group
+from os_acc.operations import Action
+
+DOC = Path(__file__).parents[2] / "docs" / "instance-operations.md"
+
+
+@pytest.mark.parametrize(
+    ("operation", "before", "after"),
+    [
+        ("boot", Action.PLUG, Action.NOTHING),
+        ("delete", Action.UNPLUG, Action.NOTHING),
+        ("shelve", Action.UNPLUG, Action.NOTHING),
+        ("unshelve", Action.PLUG, Action.NOTHING),
+        ("pause", Action.NOTHING, Action.NOTHING),
+        ("reboot", Action.NOTHING, Action.NOTHING),
+        ("rebuild", Action.NOTHING, Action.NOTHING),
+        ("resize", Action.UNPLUG, Action.PLUG),
+        ("cold_migrate", Action.UNPLUG, Action.PLUG),
+    ],
+)
+def test_spec_000_operations(operation: str, before: Action, after: Action) -> None:
+    rule = operations.rule_for(operation)
+    assert (rule.before, rule.after) == (before, after)
+
+
+@pytest.mark.parametrize("operation", ["live_migrate", "boot_from_snapshot"])
+def test_unsupported_operations_are_refused_with_the_reason(operation: str) -> None:
+    with pytest.raises(UnsupportedOperation, match=r"not supported .* with accelerators: "):
+        operations.rule_for(operation)
+
+
+def test_unknown_operations_are_refused() -> None:
+    with pytest.raises(UnsupportedOperation, match="Unknown instance operation 'teleport'"):
+        operations.rule_for("teleport")
+
+
+def test_the_docs_show_the_table_of_the_code() -> None:
+    assert operations.markdown() in DOC.read_text()
+
+
+def test_providers_by_group_reads_the_three_forms() -> None:
+    assert providers_by_group({"uuid": "rp"}, {0, 1}) == {0: "rp", 1: "rp"}
+    nova = {"device_profile_0": ["a"], "device_profile_1": ["b"], "other": ["x"]}
+    assert providers_by_group(nova, {0, 1}) == {0: "a", 1: "b"}
+    assert providers_by_group({"0": "a", "1": "b"}, {1}) == {0: "a", 1: "b"}
+    with pytest.raises(PlugFailed, match=r"group\(s\) \[1\]"):
+        providers_by_group({"device_profile_0": ["a"]}, {0, 1})
+
+
+def test_an_attachment_carries_the_pci_id() -> None:
+    arq = {
+        "uuid": "u",
+        "device_profile_group_id": 0,
+        "attach_handle_type": "PCI",
+        "attach_handle_uuid": "h",
+        "attach_handle_info": {"domain": "0000", "bus": "5e", "device": "00", "function": "1"},
+    }
+    assert attachment(arq)["pci_id"] == "0000:5e:00.1"
+    assert attachment({**arq, "attach_handle_info": {"mig_uuid": "MIG-1"}})["pci_id"] is None
+
+
+def test_inline_groups_keep_what_a_profile_takes() -> None:
+    group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_trait": "CUSTOM_X",
+             "accel:function_id": "abc"}  # fmt: skip
+    assert _profile_group(group) == {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "accel:function_id": "abc",
+    }
