@@ -51,7 +51,7 @@ class Result:
         )
 
 
-async def _exchange(
+async def exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, request: Request
 ) -> tuple[int, bytes]:
     method, path, body = request
@@ -79,7 +79,7 @@ async def _worker(
             if time.perf_counter() >= deadline:
                 break
             started = time.perf_counter()
-            status, _ = await _exchange(reader, writer, url[0], request)
+            status, _ = await exchange(reader, writer, url[0], request)
             result.latencies.append(time.perf_counter() - started)
             result.statuses[status] += 1
             result.requests += 1

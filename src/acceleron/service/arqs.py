@@ -31,7 +31,9 @@ from sqlalchemy import (
     Connection,
     Row,
     bindparam,
+    case,
     delete,
+    distinct,
     func,
     insert,
     select,
@@ -216,9 +218,13 @@ def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row
 # --- state transitions ----------------------------------------------------------------
 
 
-def _move(conn: Connection, arq: Row[Any], target: str, **values: Any) -> None:
-    """The conditional update of the state machine; Conflict when another request won."""
-    allowed = TRANSITIONS[target]
+def _move(
+    conn: Connection, arq: Row[Any], target: str, via: str | None = None, **values: Any
+) -> None:
+    """The conditional update of the state machine; Conflict when another request won.
+    ``via``: reach ``target`` through that state in the same statement (both moves
+    allowed, nobody can see the one between)."""
+    allowed = TRANSITIONS[via or target]
     done = conn.execute(
         update(ARQS)
         .where(ARQS.c.id == arq.id, ARQS.c.state.in_(allowed))
@@ -240,30 +246,36 @@ def _free_handle(conn: Connection, arq_id: int) -> None:
     )
 
 
+_HANDLES_OF = HANDLES.c.deployable_id == DEPLOYABLES.c.id
+_FREE_COUNT = select(func.count()).where(_HANDLES_OF, HANDLES.c.arq_id.is_(None))
+_HOLDERS = (
+    select(ARQS.c.instance_uuid).join(HANDLES, HANDLES.c.arq_id == ARQS.c.id).where(_HANDLES_OF)
+)
+_REFRESH = (
+    update(DEPLOYABLES)
+    .where(DEPLOYABLES.c.id == bindparam("dep"))
+    .values(
+        availability=case((_FREE_COUNT.scalar_subquery() == 0, "allocated"), else_="available"),
+        instance_uuid=case(
+            (
+                select(func.count(distinct(ARQS.c.instance_uuid)))
+                .join(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
+                .where(_HANDLES_OF)
+                .scalar_subquery()
+                == 1,
+                _HOLDERS.with_only_columns(func.min(ARQS.c.instance_uuid)).scalar_subquery(),
+            ),
+            else_=None,
+        ),
+    )
+)
+
+
 def _refresh_deployable(conn: Connection, deployable_id: int | None) -> None:
-    """Spec 003's availability and instance of a deployable, from its handles."""
-    if deployable_id is None:
-        return
-    counts = conn.execute(
-        select(func.count(), func.count(HANDLES.c.arq_id)).where(
-            HANDLES.c.deployable_id == deployable_id
-        )
-    ).one()
-    instances = list(
-        conn.execute(
-            select(ARQS.c.instance_uuid)
-            .join(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
-            .where(HANDLES.c.deployable_id == deployable_id)
-        ).scalars()
-    )
-    conn.execute(
-        update(DEPLOYABLES)
-        .where(DEPLOYABLES.c.id == deployable_id)
-        .values(
-            availability="allocated" if counts[0] and counts[0] == counts[1] else "available",
-            instance_uuid=instances[0] if len(set(instances)) == 1 else None,
-        )
-    )
+    """Spec 003's availability and instance of a deployable, from its handles (one
+    statement): allocated when every handle is held, the instance when one holds all."""
+    if deployable_id is not None:
+        conn.execute(_REFRESH, {"dep": deployable_id})
 
 
 # --- binding ------------------------------------------------------------------------
@@ -272,7 +284,7 @@ _DEPLOYABLE = programming.REGION.where(DEPLOYABLES.c.rp_uuid == bindparam("rp"))
     DEPLOYABLES.c.id
 )
 _FREE_HANDLES = (
-    select(HANDLES.c.id)
+    select(HANDLES)
     .where(
         HANDLES.c.deployable_id == bindparam("deployable"),
         HANDLES.c.arq_id.is_(None),
@@ -446,17 +458,20 @@ def _claim_instances(conn: Connection, prepared: Sequence[_Prepared]) -> None:
             )
 
 
+_TAKE = (
+    update(HANDLES)
+    .where(HANDLES.c.id == bindparam("handle"), HANDLES.c.arq_id.is_(None))
+    .values(arq_id=bindparam("arq"), in_use=True, updated_at=bindparam("now"))
+)
+
+
 def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Row[Any] | None:
     """Take one free attach handle: a conditional update per candidate, so of two binds
     racing for a handle one gets it and the other tries the next."""
-    for handle_id in list(conn.execute(_FREE_HANDLES, {"deployable": deployable_id}).scalars()):
-        taken = conn.execute(
-            update(HANDLES)
-            .where(HANDLES.c.id == handle_id, HANDLES.c.arq_id.is_(None))
-            .values(arq_id=arq_id, in_use=True, updated_at=utcnow())
-        )
+    for handle in list(conn.execute(_FREE_HANDLES, {"deployable": deployable_id})):
+        taken = conn.execute(_TAKE, {"handle": handle.id, "arq": arq_id, "now": utcnow()})
         if taken.rowcount == 1:
-            return conn.execute(select(HANDLES).where(HANDLES.c.id == handle_id)).one()
+            return handle
     return None
 
 
@@ -477,22 +492,25 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
     if b.project_id is not None:
         values["project_id"] = b.project_id
     programming.lock(conn, dep.id)  # binds of one region queue here, then take a handle
-    _move(conn, arq, "BindStarted", **values)
     handle = _allocate(conn, arq.id, dep.id)
     if handle is None:
+        _move(conn, arq, "BindStarted", **values)
         return _fail(
             conn,
             arq.id,
             f"no free attach handle on {dep.name}: its inventory in "
             f"Placement and on the host disagree; the next report will fix it",
         )
-    if p.program is not None:
-        busy = programming.busy_reason(conn, dep.id, p.program.id, arq.id)
-        if busy:
-            return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
+    busy = p.program and programming.busy_reason(conn, dep.id, p.program.id, arq.id)
+    if busy:
+        _move(conn, arq, "BindStarted", **values)
+        return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
     if _queue_work(conn, arq.id, b.hostname, dep, handle, p.program):
+        _move(conn, arq, "BindStarted", **{**values, "phase": "queued"})
+        _refresh_deployable(conn, dep.id)
         return []
-    _move(conn, arq, "Bound", phase=None, progress=100)
+    # Nothing to wait for: BindStarted and Bound in one statement of one transaction.
+    _move(conn, arq, "Bound", via="BindStarted", **{**values, "phase": None, "progress": 100})
     _refresh_deployable(conn, dep.id)
     LOG.info(
         "Bound %s to %s %s for instance %s", arq.uuid, b.hostname, handle.address, b.instance_uuid
@@ -521,11 +539,7 @@ def _queue_work(
             arq_id=arq_id,
             deployable_id=dep.id,
         )
-    if program is None and not prepare:
-        return False
-    conn.execute(update(ARQS).where(ARQS.c.id == arq_id).values(phase="queued"))
-    _refresh_deployable(conn, dep.id)
-    return True
+    return program is not None or prepare
 
 
 def needs_preparing(handle: Row[Any]) -> bool:

@@ -60,6 +60,7 @@ class NovaNotifier:
     ) -> None:
         self._make_adapter = make_adapter
         self._adapter: ks_adapter.Adapter | None = None
+        self._configured: bool | None = None  # None: not looked at yet
         self._attempts = attempts
         self._first_delay = first_delay
         self._queue: queue.Queue[list[Resolved] | None] = queue.Queue()
@@ -120,8 +121,9 @@ class NovaNotifier:
 
     def _send(self, batch: list[Resolved]) -> bool:
         """True when Nova took the events (or told us they are not for it)."""
-        if self._adapter is None:
+        if self._configured is None:
             self._adapter = self._make_adapter()
+            self._configured = self._adapter is not None
         if self._adapter is None:
             return True  # no Nova configured (the all-in-one): nobody to tell
         body = {"events": events(batch)}

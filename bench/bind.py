@@ -1,0 +1,216 @@
+"""Accelerator request throughput, and where the time of a programming bind goes.
+
+Starts Acceleron the way ``make run`` does (all-in-one: SQLite, noauth, the real
+Placement embedded, the fake driver's agent) and measures:
+
+1. **create + bind, no programming**: 16 clients each loop on Nova's two calls,
+   ``POST /v2/accelerator_requests`` then ``PATCH`` binding the new request to a VF
+   pool of a host that reported 128 QAT cards of 32 VFs (4,096 attach handles);
+   every bind ends Bound at once. Then the same requests are deleted
+   (``DELETE ?instance=``), 16 clients.
+2. **a bind that programs a region**, with the all-in-one's own agent doing the
+   work: upload a GBS bitstream to the local store, bind a request whose profile
+   names its function to a fake FPGA region, and time each phase the request
+   shows (queued, fetch, verify, program, report) until it is Bound; then again on
+   the card's other region, where the host's cache spares the fetch.
+
+    .venv/bin/python bench/bind.py [--seconds 10] [--clients 16] [--size-mb 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from acceleron import conf as confmod
+from acceleron.drivers import gbs
+from acceleron.drivers.fake import FakeDriver
+from acceleron.report import HostReport, to_bytes
+from load import Result, all_in_one, body, exchange
+
+HOST = "bench-host"
+QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
+REGION_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
+INVENTORY = "devices:\n  - {type: QAT, count: 128, product_id: '37c8', model: C62X, vfs: 32}\n"
+
+
+def call(url: str, method: str, path: str, data: Any = None, raw: bytes | None = None) -> Any:
+    content = raw if raw is not None else (json.dumps(data).encode() if data is not None else None)
+    request = urllib.request.Request(url + path, data=content, method=method)
+    request.add_header("OpenStack-API-Version", "accelerator latest")
+    ctype = "application/octet-stream" if raw is not None else "application/json"
+    request.add_header("Content-Type", ctype)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        text = response.read()
+        return json.loads(text) if text else None
+
+
+def report_big_host(url: str) -> list[str]:
+    """Report a host with 4,096 VF handles; the resource providers of its VF pools."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inventory = Path(tmp) / "inventory.yaml"
+        inventory.write_text(INVENTORY)
+        conf = confmod.load([], config_files=[], overrides={
+            "DEFAULT": {"host": HOST, "state_path": tmp},
+            "fake": {"inventory_file": str(inventory)},
+        })  # fmt: skip
+        devices = FakeDriver(conf, Path("/")).discover()
+    call(url, "PUT", f"/v2/hosts/{HOST}/report", raw=None,
+         data=json.loads(to_bytes(HostReport(HOST, "bench", tuple(devices)))))  # fmt: skip
+    deadline = time.monotonic() + 120  # the embedded Placement gets the new host first
+    while not call(url, "GET", f"/v2/hosts/{HOST}")["host"]["placement_synced"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the host did not reach Placement in 120 s")
+        time.sleep(0.2)
+    deployables = call(url, "GET", f"/v2/deployables?hostname={HOST}&kind=vf_pool&limit=1000")
+    return [d["rp_uuid"] for d in deployables["deployables"]]
+
+
+async def _binder(url: str, name: str, rps: list[str], worker: int, deadline: float,
+                  result: Result, instances: list[str]) -> None:  # fmt: skip
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    n = worker
+    try:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            status, created = await exchange(reader, writer, host, (
+                "POST", "/v2/accelerator_requests", body({"device_profile_name": name})))  # fmt: skip
+            arq = json.loads(created)["arqs"][0]["uuid"]
+            instance = str(uuid.uuid4())
+            ops = [{"op": "add", "path": "/hostname", "value": HOST},
+                   {"op": "add", "path": "/device_rp_uuid", "value": rps[n % len(rps)]},
+                   {"op": "add", "path": "/instance_uuid", "value": instance}]  # fmt: skip
+            status, _ = await exchange(reader, writer, host, (
+                "PATCH", "/v2/accelerator_requests", body({arq: ops})))  # fmt: skip
+            result.latencies.append(time.perf_counter() - started)
+            result.statuses[status] += 1
+            result.requests += 1
+            instances.append(instance)
+            n += 16
+    finally:
+        writer.close()
+
+
+def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, list[str]]:
+    rps = report_big_host(url)
+    name = f"qat-{uuid.uuid4().hex[:6]}"
+    call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": [QAT]}])
+    result = Result("create + bind (no programming)", 0, 0.0, [], collections.Counter())
+    instances: list[str] = []
+
+    async def main() -> None:
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*(_binder(url, name, rps, i, deadline, result, instances)
+                               for i in range(clients)))  # fmt: skip
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    result.seconds = time.perf_counter() - started
+    return result, instances
+
+
+def delete_all(url: str, instances: list[str], clients: int) -> Result:
+    from load import run
+
+    queue = iter(instances)
+
+    def make(worker: int) -> Any:
+        del worker
+        for instance in queue:
+            yield "DELETE", f"/v2/accelerator_requests?instance={instance}", b""
+
+    return run("delete ?instance= (unbind + delete)", url, make, clients, 600)
+
+
+def bound_states(url: str) -> collections.Counter[str]:
+    arqs = call(url, "GET", "/v2/accelerator_requests")["arqs"]
+    return collections.Counter(a["state"] for a in arqs)
+
+
+# --- programming ---------------------------------------------------------------------
+
+
+def upload(url: str, function: str, size_mb: int) -> str:
+    made = call(url, "POST", "/v2/bitstreams", {"name": "bench.gbs", "function_uuid": function,
+                                                 "region_type_uuid": REGION_TYPE})  # fmt: skip
+    data = gbs.build(REGION_TYPE, (function,), payload=b"\x5a" * (size_mb << 20))
+    call(url, "PUT", f"/v2/bitstreams/{made['uuid']}/data", raw=data)
+    bitstream: str = made["uuid"]
+    return bitstream
+
+
+def timed_bind(url: str, profile: str, rp: str, host: str) -> list[tuple[str, float]]:
+    """Bind and poll the request every 2 ms; (phase, seconds spent in it) in order."""
+    arq = call(url, "POST", "/v2/accelerator_requests", {"device_profile_name": profile})
+    arq_uuid = arq["arqs"][0]["uuid"]
+    ops = [{"op": "add", "path": "/hostname", "value": host},
+           {"op": "add", "path": "/device_rp_uuid", "value": rp},
+           {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())}]  # fmt: skip
+    started = last = time.perf_counter()
+    call(url, "PATCH", "/v2/accelerator_requests", {arq_uuid: ops})
+    phases: list[tuple[str, float]] = []
+    current = "bind request"
+    while True:
+        seen = call(url, "GET", f"/v2/accelerator_requests/{arq_uuid}")
+        phase = seen["state"] if seen["state"] != "BindStarted" else (seen["phase"] or "allocate")
+        now = time.perf_counter()
+        if phase != current:
+            phases.append((current, now - last))
+            current, last = phase, now
+        if seen["state"] in ("Bound", "BindFailed"):
+            phases.append(("total", now - started))
+            if seen["state"] != "Bound":
+                raise RuntimeError(seen["failure_reason"])
+            return phases
+        time.sleep(0.002)
+
+
+def programming(url: str, size_mb: int) -> list[tuple[str, list[tuple[str, float]]]]:
+    function = uuid.uuid4().hex
+    upload(url, function, size_mb)
+    name = f"fn-{function[:6]}"
+    group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": function}
+    call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": [group]}])
+    regions = [d for d in call(url, "GET", "/v2/deployables?kind=region")["deployables"]
+               if d["region_type"] == REGION_TYPE and d["hostname"] != HOST]  # fmt: skip
+    first, second = regions[0], regions[1]
+    return [
+        (f"first bind, {size_mb} MiB bitstream fetched", timed_bind(url, name, first["rp_uuid"],
+                                                                    first["hostname"])),
+        ("second bind, same bitstream from the host's cache",
+         timed_bind(url, name, second["rp_uuid"], second["hostname"])),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--size-mb", type=int, default=16, help="bitstream size")
+    args = parser.parse_args()
+    with all_in_one() as url:
+        bound, instances = create_and_bind(url, args.clients, args.seconds)
+        states = bound_states(url)
+        deleted = delete_all(url, instances, args.clients)
+        timings = programming(url, args.size_mb)
+    print(f"\n{args.clients} concurrent clients, {args.seconds:.0f} s")
+    print(bound.line().replace("req/s", "binds/s"))
+    print(f"    requests after the run: {dict(states)}")
+    print(deleted.line())
+    for title, phases in timings:
+        print(f"\n{title}:")
+        for phase, seconds in phases:
+            print(f"    {phase:<14} {seconds * 1000:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
