@@ -159,6 +159,40 @@ def test_a_device_in_use_that_vanishes_is_lost_then_comes_back(
     )
 
 
+def nested_card() -> Dev:
+    """A card whose region sits under a VF pool: a two-level tree."""
+    region = Dep("region0", "region", 1, programmable=True,
+                 attach_handles=(Handle("PCI", "0000:5e:00.1"),))  # fmt: skip
+    pool = Dep("vf_pool", "vf_pool", 1, attach_handles=(Handle("PCI", "0000:5e:00.2"),),
+               children=(region,))  # fmt: skip
+    return Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
+               deployables=(pool,))  # fmt: skip
+
+
+def test_a_held_child_keeps_its_parent_when_the_card_vanishes(db: Database) -> None:
+    card = nested_card()
+    qat = Dev("0000:3d:00.0", "QAT", "8086", "INTEL", "37c8", "C62X", "intel_qat")
+    inventory.reconcile(db, HostReport("h", "1", (card,)))
+    pool, region = rows(db, DEPLOYABLES)
+    held = rows(db, HANDLES, deployable_id=region.id)[0]
+    hold(db, held.id)
+    inventory.reconcile(db, HostReport("h", "1", ()))
+    # The region is held, so the pool it points at stays too; the pool's free handle goes.
+    assert [d.id for d in rows(db, DEPLOYABLES)] == [pool.id, region.id]
+    assert [(d.pci_address, d.state) for d in rows(db, DEVICES)] == [("0000:5e:00.0", "lost")]
+    assert [(h.id, h.state) for h in rows(db, HANDLES)] == [(held.id, "lost")]
+    # Later reports of the host still apply...
+    assert inventory.reconcile(db, HostReport("h", "1", (qat,))).changed
+    assert sorted(d.pci_address for d in rows(db, DEVICES)) == ["0000:3d:00.0", "0000:5e:00.0"]
+    # ...and the card comes back in place, its tree whole again.
+    inventory.reconcile(db, HostReport("h", "1", (card, qat)))
+    back = {d.key: d for d in rows(db, DEPLOYABLES) if d.key in ("vf_pool", "region0")}
+    assert (back["vf_pool"].id, back["region0"].id) == (pool.id, region.id)
+    assert (back["region0"].parent_id, back["region0"].root_id) == (pool.id, pool.id)
+    assert rows(db, DEVICES, pci_address="0000:5e:00.0")[0].state == "present"
+    assert rows(db, HANDLES, id=held.id)[0].state == "present"
+
+
 def test_trees_and_nested_attributes(db: Database) -> None:
     region = Dep(
         "region0", "region", 1, programmable=True, region_type="aa" * 16,

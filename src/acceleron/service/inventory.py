@@ -11,8 +11,8 @@ Each level is diffed against what the database has (``diff``) and applied in
 one transaction, parents before children (``_apply``). Only the columns the
 report manages are compared, so an unchanged report makes no write at all; its
 digest even spares the diff. Something that vanished while a request still
-holds it is marked ``lost``, not deleted, and is ``present`` again when it
-comes back.
+holds it is marked ``lost``, not deleted (with the deployables above it), and is
+``present`` again when it comes back.
 """
 
 from __future__ import annotations
@@ -435,11 +435,15 @@ def _remove(
     counts["removed"] = _delete(
         conn, HANDLES, (row.id for row in handles.removed.values() if row.arq_id is None)
     )
-    holding = {row.deployable_id for row in held} | {
-        row.deployable_id
-        for key, row in old.handles.items()
-        if key[:2] in deployables.removed and row.arq_id is not None
-    }
+    holding = _with_ancestors(
+        old,
+        {row.deployable_id for row in held}
+        | {
+            row.deployable_id
+            for key, row in old.handles.items()
+            if key[:2] in deployables.removed and row.arq_id is not None
+        },
+    )
     by_depth = sorted(
         (row for row in deployables.removed.values() if row.id not in holding),
         key=lambda row: -_stored_depth(row, old),
@@ -451,6 +455,20 @@ def _remove(
     counts["lost"] += _mark_lost(conn, DEVICES, (d for d in gone if d.id in kept_devices))
     counts["removed"] += _delete(conn, DEVICES, (d.id for d in gone if d.id not in kept_devices))
     return counts
+
+
+def _with_ancestors(old: Existing, ids: set[int]) -> set[int]:
+    """``ids`` and every deployable above them: a kept child still points at its parent
+    and root, so they are kept too (they go once nothing below them is held)."""
+    by_id = {d.id: d for d in old.deployables.values()}
+    kept: set[int] = set()
+    for dep_id in ids:
+        current: int | None = dep_id
+        while current is not None and current not in kept:
+            kept.add(current)
+            row = by_id.get(current)
+            current = row.parent_id if row is not None else None
+    return kept
 
 
 def _stored_depth(row: Row[Any], old: Existing) -> int:
