@@ -193,6 +193,36 @@ def test_a_held_child_keeps_its_parent_when_the_card_vanishes(db: Database) -> N
     assert rows(db, HANDLES, id=held.id)[0].state == "present"
 
 
+def test_a_lost_device_goes_once_released_and_forgotten(db: Database, conf: cfg.ConfigOpts) -> None:
+    report = fake_report(conf)
+    inventory.reconcile(db, report)
+    address = report.devices[0].pci_address
+    device = rows(db, DEVICES, pci_address=address)[0]
+    region = rows(db, DEPLOYABLES, device_id=device.id)[0]
+    held = rows(db, HANDLES, deployable_id=region.id)[0]
+    hold(db, held.id)
+    without = dataclasses.replace(report, devices=report.devices[1:])
+    inventory.reconcile(db, without)
+    assert rows(db, DEVICES, pci_address=address)[0].state == "lost"
+    # The request lets go of the lost handle, as releasing an ARQ does.
+    with db.writer() as conn:
+        conn.execute(
+            update(HANDLES).where(HANDLES.c.id == held.id).values(arq_id=None, in_use=False)
+        )
+    # The same report again is taken as unchanged: the lost card stays...
+    assert not inventory.reconcile(db, without).changed
+    assert len(rows(db, DEVICES, pci_address=address)) == 1
+    # ...until the host's last report is forgotten: the next one is diffed in full.
+    with db.writer() as conn:
+        inventory.forget_report(conn, "host-1")
+    outcome = inventory.reconcile(db, without)
+    assert outcome.changed and outcome.counts["removed"] == 3  # handle, region, device
+    assert rows(db, DEVICES, pci_address=address) == []
+    assert rows(db, DEPLOYABLES, device_id=device.id) == []
+    assert rows(db, HANDLES, id=held.id) == []
+    assert not inventory.reconcile(db, without).changed  # the digest is back
+
+
 def test_trees_and_nested_attributes(db: Database) -> None:
     region = Dep(
         "region0", "region", 1, programmable=True, region_type="aa" * 16,

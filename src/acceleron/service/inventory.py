@@ -12,7 +12,8 @@ one transaction, parents before children (``_apply``). Only the columns the
 report manages are compared, so an unchanged report makes no write at all; its
 digest even spares the diff. Something that vanished while a request still
 holds it is marked ``lost``, not deleted (with the deployables above it), and is
-``present`` again when it comes back.
+``present`` again when it comes back; once freed, ``forget_report`` makes the
+next report delete it.
 """
 
 from __future__ import annotations
@@ -536,6 +537,14 @@ def reconcile(db: Database, report: HostReport, now: dt.datetime | None = None) 
             ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v),
         )
     return Outcome(report.hostname, changed, len(report.devices), counts, generation)
+
+
+def forget_report(conn: Connection, hostname: str) -> None:
+    """Forget the digest of the host's last report, in the caller's transaction: its
+    next report is diffed in full even if unchanged. For when the database changed
+    under the report, e.g. a lost handle was freed: the full diff then deletes what
+    is lost and no longer held."""
+    conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname).values(report_digest=None))
 
 
 def _heartbeat_due(host: Row[Any], now: dt.datetime) -> bool:
