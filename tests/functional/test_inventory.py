@@ -59,6 +59,10 @@ def test_first_report_stores_the_whole_inventory(db: Database, conf: cfg.ConfigO
         "ce48969398f05f33946d560708be108a", "9926ab6d6c925a68aabca7d84c545738"
     }  # fmt: skip
     assert sum(1 for r in regions if r.function_uuid == "d8424dc4a4a3c413f89e433683f9040b") == 2
+    # Every function of a region is kept, in order; the first is also function_uuid.
+    assert [r.function_uuids for r in regions] == [
+        ["d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"], []
+    ] * 2  # fmt: skip
     assert all(r.programmable for r in regions)
     expected_handles = sum(dep.num_accelerators for d in report.devices for dep in d.deployables)
     assert len(rows(db, HANDLES)) == expected_handles

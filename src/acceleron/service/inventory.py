@@ -109,13 +109,7 @@ def _device_values(host: str, device: base.Device) -> dict[str, Any]:
 
 
 def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> dict[str, Any]:
-    if len(set(dep.function_uuids)) > 1:
-        LOG.warning(
-            "Region %s of %s implements several functions %s; only the first is tracked",
-            dep.key,
-            device.pci_address,
-            dep.function_uuids,
-        )
+    functions = list(dict.fromkeys(dep.function_uuids))
     uuid = names.provider_uuid(host, device.pci_address, dep.key)
     values = {
         "uuid": uuid,
@@ -131,7 +125,8 @@ def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> 
         "traits": sorted(dep.traits),
         "driver_name": device.driver,
         "region_type": dep.region_type,
-        "function_uuid": dep.function_uuids[0] if dep.function_uuids else None,
+        "function_uuid": functions[0] if functions else None,
+        "function_uuids": functions,
     }
     # The hardware rarely knows which image it holds: None means "keep what we recorded".
     if dep.bitstream_id is not None:
@@ -228,6 +223,7 @@ _DEPLOYABLE_COLUMNS = (
     "driver_name",
     "region_type",
     "function_uuid",
+    "function_uuids",
     "bitstream_id",
 )
 _HANDLE_COLUMNS = ("type", "attach_info", "host_in_use", "state")

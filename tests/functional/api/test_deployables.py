@@ -137,6 +137,7 @@ def test_rich_view_from_2_5(seeded: TestClient, db: Database) -> None:
         "instance_uuid": INSTANCE,
         "region_type": RT0,
         "function_uuid": FUNCTION,
+        "function_uuids": [FUNCTION],
         "accelerator_type": None,
         "programmable": True,
         "memory_mb": None,
@@ -427,6 +428,10 @@ def test_the_fake_drivers_report_reads_back(
     )
     regions = api.get(PATH, params={"type": "FPGA", "kind": "region"}, headers=LATEST).json()
     assert [d["key"] for d in regions["deployables"]] == ["region0", "region1"] * 2
+    assert regions["deployables"][0]["function_uuids"] == [
+        "d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"
+    ]  # fmt: skip
+    assert regions["deployables"][1]["function_uuids"] == []
     unloaded = listed(api, PATH, bitstream_id="None", type="FPGA")
     assert unloaded == ["region0", "region1"] * 2
     with_function = listed(api, PATH, function_uuid="d8424dc4-a4a3-c413-f89e-433683f9040b")
