@@ -35,6 +35,7 @@ from acceleron.drivers.sysfs import (
     pci_health,
     read_function,
     scan,
+    still_present,
     virtual_functions,
 )
 
@@ -88,11 +89,8 @@ class IntelFpgaDriver:
     def discover(self) -> list[Device]:
         functions = scan(self.sysfs)
         wanted = self._fpga_addresses(functions)
-        devices = []
-        for fn in functions:
-            if fn.address in wanted:
-                devices.append(self._device(fn))
-        return devices
+        devices = (self._device(fn) for fn in functions if fn.address in wanted)
+        return [device for device in devices if device is not None]
 
     def _fpga_addresses(self, functions: Sequence[PciFunction]) -> set[str]:
         """PFs with an Intel FPGA id, plus any PF an fpga class device sits under."""
@@ -105,7 +103,9 @@ class IntelFpgaDriver:
         top_level = {fn.address for fn in functions if not fn.is_vf}
         return found & top_level
 
-    def _device(self, fn: PciFunction) -> Device:
+    def _device(self, fn: PciFunction) -> Device | None:
+        """The card's tree; None when it vanished while being read (its FPGA stack
+        gone, it would otherwise look like a card without one)."""
         fme = read_fme(self.sysfs, fn.path)
         vfs = virtual_functions(self.sysfs, fn)
         if fme is None:
@@ -113,6 +113,8 @@ class IntelFpgaDriver:
         else:
             ports = read_ports(self.sysfs, fn, vfs)
             deployables = tuple(_regions(fme, ports))
+        if not still_present(self.sysfs, fn):
+            return None
         return make_device(
             fn,
             type="FPGA",
@@ -154,9 +156,10 @@ class IntelFpgaDriver:
 
     def _current_region(self, device: Device, key: str) -> Deployable:
         fn = read_function(self.sysfs, device.pci_address)
-        if fn is None:
+        current = self._device(fn) if fn is not None else None
+        if current is None:
             raise TargetNotFound(f"FPGA {device.pci_address} is not on this host any more")
-        for dep in self._device(fn).deployables:
+        for dep in current.deployables:
             if dep.key == key and dep.kind == "region":
                 return dep
         raise TargetNotFound(f"FPGA {device.pci_address} has no programmable region {key!r}")

@@ -41,6 +41,7 @@ from acceleron.drivers.sysfs import (
     pci_handle_info,
     pci_health,
     scan,
+    still_present,
     trait_part,
     virtual_functions,
 )
@@ -91,7 +92,8 @@ class NvidiaGpuDriver:
         from_nvml = snap.by_address() if snap else {}
         self._cross_check(gpus, from_nvml, snap is not None)
         version = snap.driver_version if snap else None
-        devices = [self._device(fn, from_nvml.get(a), version) for a, fn in gpus.items()]
+        found = (self._device(fn, from_nvml.get(a), version) for a, fn in gpus.items())
+        devices = [device for device in found if device is not None]
         devices += [self._nvml_only(gpu, version) for a, gpu in from_nvml.items() if a not in gpus]
         return sorted(devices, key=lambda d: d.pci_address)
 
@@ -104,8 +106,14 @@ class NvidiaGpuDriver:
             if loaded and fn.driver == "nvidia" and address not in from_nvml:
                 LOG.warning("GPU %s is bound to nvidia but NVML does not report it", address)
 
-    def _device(self, fn: PciFunction, gpu: nvml.NvmlGpu | None, version: str | None) -> Device:
+    def _device(
+        self, fn: PciFunction, gpu: nvml.NvmlGpu | None, version: str | None
+    ) -> Device | None:
+        """The GPU's tree; None when it vanished while being read (its vGPU types gone,
+        it would otherwise look like a whole GPU)."""
         deployables = self._deployables(fn, gpu)
+        if not still_present(self.sysfs, fn):
+            return None
         numa = gpu.numa_node if gpu and gpu.numa_node is not None else fn.numa_node
         return make_device(
             fn,

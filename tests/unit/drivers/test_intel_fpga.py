@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
 from collections.abc import Callable
@@ -11,12 +12,12 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron.drivers import gbs
+from acceleron.drivers import gbs, intel_fpga
 from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, ProgrammingError, TargetNotFound
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1
+from tests.fixtures.sysfs import SCENARIO_6_1, scan_then_remove
 
 MakeTree = Callable[..., Path]
 TYPE_A10 = "ce48969398f05f33946d560708be108a"
@@ -200,6 +201,22 @@ def test_vf_gone_mid_scan(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> 
     )  # fmt: skip
     (device,) = discover(driver_conf, sysfs_tree({"devices": [spec]}))
     assert device.deployables == (region(["0000:5e:00.1"], (NLB,)),)
+
+
+def test_card_gone_after_the_scan_listed_it(
+    sysfs_tree: MakeTree,
+    driver_conf: cfg.ConfigOpts,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Listed, then gone before its FPGA stack is read: left out, not a card without one."""
+    root = sysfs_tree({"devices": [pac("0000:5e:00.0"), pac("0000:be:00.0")]})
+    scan_then_remove(monkeypatch, intel_fpga, "0000:5e:00.0")
+    with caplog.at_level(logging.INFO):
+        devices = discover(driver_conf, root)
+    assert [d.pci_address for d in devices] == ["0000:be:00.0"]
+    assert devices[0].deployables == (region(["0000:be:00.1", "0000:be:00.2"], (NLB,)),)
+    assert "PCI device 0000:5e:00.0 vanished during the scan; leaving it out" in caplog.text
 
 
 def test_vf_without_a_readable_port_is_still_a_handle(

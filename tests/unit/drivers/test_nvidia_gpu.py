@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron.drivers import nvml
+from acceleron.drivers import nvidia_gpu, nvml
 from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver, vgpu_trait
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1
+from tests.fixtures.sysfs import SCENARIO_6_1, scan_then_remove
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 
 MakeTree = Callable[..., Path]
@@ -196,6 +196,31 @@ def test_vendor_specific_vfio_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.Config
         pci_handle("0000:3b:00.6", vgpu_type="1414"),
     )
     assert device.deployables[0].attributes == {"type_name": "NVIDIA H100-1-10C", "form": "vfio"}
+
+
+def test_gpu_gone_after_the_scan_listed_it(
+    sysfs_tree: MakeTree,
+    driver_conf: cfg.ConfigOpts,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Listed, then gone before its vGPU types are read: left out, not a whole GPU."""
+    types = {"nvidia-223": {"name": "GRID T4-2B", "available_instances": 2}}
+    root = sysfs_tree(
+        {
+            "devices": [
+                gpu_spec("0000:3b:00.0", "0x1eb8", mdev_types=types),
+                gpu_spec("0000:86:00.0", "0x1eb8", mdev_types=types),
+            ]
+        }
+    )
+    scan_then_remove(monkeypatch, nvidia_gpu, "0000:3b:00.0")
+    with caplog.at_level(logging.INFO):
+        devices = discover(driver_conf, root)
+    assert [(d.pci_address, [p.key for p in d.deployables]) for d in devices] == [
+        ("0000:86:00.0", ["vgpu/nvidia-223"])
+    ]
+    assert "PCI device 0000:3b:00.0 vanished during the scan; leaving it out" in caplog.text
 
 
 def test_vgpu_trait_rule() -> None:
