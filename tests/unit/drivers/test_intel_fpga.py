@@ -17,7 +17,7 @@ from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, ProgrammingError, TargetNotFound
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1, scan_then_remove
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, scan_then_remove
 
 MakeTree = Callable[..., Path]
 TYPE_A10 = "ce48969398f05f33946d560708be108a"
@@ -180,14 +180,7 @@ def test_permission_denied_reads_as_unknown(
 ) -> None:
     """What a non-root agent meets on a 0600 file: PermissionError, region type unknown."""
     root = sysfs_tree({"devices": [pac("0000:5e:00.0")]})
-    real_read_text = Path.read_text
-
-    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
-        if self.name == "compat_id":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    deny_reads(monkeypatch, "compat_id")
     (device,) = discover(driver_conf, root)
     assert device.deployables[0].region_type is None
     assert device.deployables[0].function_uuids == (NLB,)

@@ -15,7 +15,7 @@ from acceleron.drivers import nvidia_gpu, nvml
 from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver, vgpu_trait
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1, scan_then_remove
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, scan_then_remove
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 
 MakeTree = Callable[..., Path]
@@ -196,6 +196,21 @@ def test_vendor_specific_vfio_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.Config
         pci_handle("0000:3b:00.6", vgpu_type="1414"),
     )
     assert device.deployables[0].attributes == {"type_name": "NVIDIA H100-1-10C", "form": "vfio"}
+
+
+def test_permission_denied_reads_as_unknown(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a non-root agent meets on 0600 files: the GPU is still reported, what it
+    cannot read is unknown, and no free vGPU slot is invented."""
+    types = {"nvidia-223": {"name": "GRID T4-2B", "available_instances": 7, "created": [CREATED]}}
+    root = sysfs_tree({"devices": [gpu_spec(device="0x1eb8", mdev_types=types)]})
+    deny_reads(monkeypatch, "numa_node", "available_instances")
+    (device,) = discover(driver_conf, root)
+    assert (device.pci_address, device.model, device.numa_node) == ("0000:3b:00.0", "T4", None)
+    (dep,) = device.deployables
+    assert (dep.key, dep.traits) == ("vgpu/nvidia-223", ("CUSTOM_NVIDIA_1EB8_T4_2B",))
+    assert [(h.address, h.in_use) for h in dep.attach_handles] == [(CREATED, True)]
 
 
 def test_gpu_gone_after_the_scan_listed_it(
