@@ -112,6 +112,28 @@ def test_changes_are_applied_and_counted(db: Database, conf: cfg.ConfigOpts) -> 
     ]
 
 
+def test_vfs_appearing_later_add_handles_and_keep_ids(db: Database, conf: cfg.ConfigOpts) -> None:
+    report = fake_report(conf)
+    inventory.reconcile(db, report)
+    deployables = {d.uuid: d.id for d in rows(db, DEPLOYABLES)}
+    handles = {h.address: h.id for h in rows(db, HANDLES)}
+    qat = report.devices[-1]
+    pool = qat.deployables[0]
+    more = tuple(Handle("TEST_PCI", f"{pool.attach_handles[0].address[:-1]}{i}") for i in (5, 6))
+    grown = dataclasses.replace(pool, num_accelerators=6,
+                                attach_handles=pool.attach_handles + more)  # fmt: skip
+    later = dataclasses.replace(
+        report, devices=(*report.devices[:-1], dataclasses.replace(qat, deployables=(grown,)))
+    )
+    outcome = inventory.reconcile(db, later)
+    assert {k: v for k, v in outcome.counts.items() if v} == {
+        "deployables_changed": 1, "attach_handles_added": 2
+    }  # fmt: skip
+    assert {d.uuid: d.id for d in rows(db, DEPLOYABLES)} == deployables
+    now = {h.address: h.id for h in rows(db, HANDLES)}
+    assert {a: now[a] for a in handles} == handles and len(now) == len(handles) + 2
+
+
 def hold(db: Database, handle_id: int) -> None:
     """Give a handle to an accelerator request, as a bind would."""
     with db.writer() as conn:

@@ -17,7 +17,7 @@ from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, ProgrammingError, TargetNotFound
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, scan_then_remove
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 
 MakeTree = Callable[..., Path]
 TYPE_A10 = "ce48969398f05f33946d560708be108a"
@@ -210,6 +210,21 @@ def test_card_gone_after_the_scan_listed_it(
     assert [d.pci_address for d in devices] == ["0000:be:00.0"]
     assert devices[0].deployables == (region(["0000:be:00.1", "0000:be:00.2"], (NLB,)),)
     assert "PCI device 0000:5e:00.0 vanished during the scan; leaving it out" in caplog.text
+
+
+def test_vfs_appearing_later_take_over_the_ports(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """The same driver scanning again after the ports were released and VFs enabled:
+    the same region, its handles now the VFs instead of the PF."""
+    before = pac("0000:5e:00.0", sriov={"totalvfs": 2, "vf_device": "09c5", "vfs": []})
+    before["fpga"] = {**before["fpga"], "ports": [NLB], "vf_ports": []}
+    root = sysfs_tree({"devices": [before]})
+    driver = IntelFpgaDriver(driver_conf, root)
+    assert driver.discover()[0].deployables == (region(["0000:5e:00.0"], (NLB,)),)
+    rebuild_sysfs(root, {"devices": [pac("0000:5e:00.0")]})
+    (device,) = driver.discover()
+    assert device.deployables == (region(["0000:5e:00.1", "0000:5e:00.2"], (NLB,)),)
 
 
 def test_vf_without_a_readable_port_is_still_a_handle(

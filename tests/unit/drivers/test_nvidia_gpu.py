@@ -15,7 +15,7 @@ from acceleron.drivers import nvidia_gpu, nvml
 from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver, vgpu_trait
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, scan_then_remove
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 
 MakeTree = Callable[..., Path]
@@ -236,6 +236,32 @@ def test_gpu_gone_after_the_scan_listed_it(
         ("0000:86:00.0", ["vgpu/nvidia-223"])
     ]
     assert "PCI device 0000:3b:00.0 vanished during the scan; leaving it out" in caplog.text
+
+
+def test_vfs_appearing_later_add_vgpu_handles(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """The same driver scanning again after more VFs were enabled: the same vGPU type,
+    the VF it had keeps its handle, the new VFs add theirs."""
+    offers = ["1414 : NVIDIA H100-1-10C"]
+
+    def gpu(count: int) -> dict[str, Any]:
+        vfs = [{"bdf": f"0000:3b:00.{4 + i}", "nvidia": {"creatable_vgpu_types": offers}}
+               for i in range(count)]  # fmt: skip
+        sriov = {"totalvfs": 16, "vf_device": "2331", "vf_driver": "nvidia", "vfs": vfs}
+        return {"devices": [gpu_spec(device="0x2331", sriov=sriov)]}
+
+    root = sysfs_tree(gpu(1))
+    driver = NvidiaGpuDriver(driver_conf, root)
+    (before,) = driver.discover()
+    rebuild_sysfs(root, gpu(3))
+    (after,) = driver.discover()
+    assert [d.key for d in before.deployables] == [d.key for d in after.deployables]
+    assert [d.key for d in after.deployables] == ["vgpu/nvidia-1414"]
+    assert before.deployables[0].attach_handles == (pci_handle("0000:3b:00.4", vgpu_type="1414"),)
+    assert after.deployables[0].attach_handles == tuple(
+        pci_handle(f"0000:3b:00.{f}", vgpu_type="1414") for f in (4, 5, 6)
+    )
 
 
 def test_vgpu_trait_rule() -> None:
