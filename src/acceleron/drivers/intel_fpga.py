@@ -5,7 +5,10 @@ Both driver stacks are read (hardware.md §3): the kernel's DFL layout
 OPAE ``intel-fpga`` layout (``fpga/intel-fpga-dev.*/intel-fpga-fme.*/pr/interface_id``).
 Each PF becomes one device with one ``region<i>`` deployable per PR region. The
 region type is the interface uuid; the functions are the ``afu_id`` of the ports;
-the attach handles are the VFs holding a port, or the PF for a port it kept.
+the attach handles are the VFs holding a port, or the PF for a port it kept. The
+FME's ``bitstream_id`` is the static FPGA interface manager's (FIM), not what a
+region holds: it is the attribute ``fim_bitstream_id``, and the deployable's
+``bitstream_id`` stays what Acceleron loaded.
 A card whose FPGA stack shows nothing (bound to vfio-pci, say) is still reported,
 as one ``device`` deployable with the PF as its handle.
 """
@@ -274,7 +277,7 @@ def _region(index: int, region_type: str | None, fme: Fme, ports: list[Port]) ->
         function_uuids=tuple(functions),
         attributes={
             "layout": fme.layout,
-            "bitstream_id": fme.bitstream_id,
+            "fim_bitstream_id": fme.bitstream_id,
             "bitstream_metadata": fme.bitstream_metadata,
             "ports_num": fme.ports_num,
         },
@@ -287,7 +290,7 @@ def _board(fme: Fme | None) -> dict[str, str | int | None]:
         return {}
     return {
         "layout": fme.layout,
-        "bitstream_id": fme.bitstream_id,
+        "fim_bitstream_id": fme.bitstream_id,
         "bitstream_metadata": fme.bitstream_metadata,
         "ports_num": fme.ports_num,
     }

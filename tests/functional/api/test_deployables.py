@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
 from sqlalchemy import select
+from tests.fixtures.sysfs import SCENARIO_6_1, build_sysfs
 from tests.functional.api.test_devices import (
     BITSTREAM,
     FPGA,
@@ -39,6 +40,7 @@ from tests.functional.conftest import LATEST
 from acceleron.db.models import Attribute, Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
+from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.report import HostReport
 from acceleron.service import inventory
 
@@ -445,3 +447,17 @@ def test_the_fake_drivers_report_reads_back(
     assert json.loads(api.get("/v2/devices").json()["devices"][0]["std_board_info"]) == {
         "simulated": True
     }
+
+
+def test_an_intel_fpgas_fim_version_is_an_attribute_filter(
+    api: TestClient, db: Database, conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    """The FME's bitstream_id (the FIM's version) is the attribute fim_bitstream_id: it
+    can be filtered on, and the column bitstream_id stays what Acceleron loaded."""
+    conf.set_override("host", "fakehost")
+    root = build_sysfs(tmp_path, SCENARIO_6_1)
+    devices = IntelFpgaDriver(conf, root).discover()
+    inventory.reconcile(db, HostReport("fakehost", "1.0", tuple(devices)))
+    assert listed(api, PATH, fim_bitstream_id="0x23000410010309") == ["region0", "region0"]
+    assert listed(api, PATH, fim_bitstream_id="0x24") == []
+    assert listed(api, PATH, bitstream_id="None", type="FPGA") == ["region0", "region0"]

@@ -66,7 +66,7 @@ def region(
         function_uuids=functions,
         attributes={
             "layout": layout,
-            "bitstream_id": "0x23000410010309",
+            "fim_bitstream_id": "0x23000410010309",
             "bitstream_metadata": metadata,
             "ports_num": 2,
         },
@@ -97,7 +97,7 @@ def test_the_6_1_scenario_exactly(sysfs_tree: MakeTree, driver_conf: cfg.ConfigO
             std_board_info={**board, "iommu_group": 40},
             vendor_board_info={
                 "layout": "dfl",
-                "bitstream_id": "0x23000410010309",
+                "fim_bitstream_id": "0x23000410010309",
                 "bitstream_metadata": "0x1081009",
                 "ports_num": 2,
             },
@@ -115,7 +115,7 @@ def test_the_6_1_scenario_exactly(sysfs_tree: MakeTree, driver_conf: cfg.ConfigO
             std_board_info={**board, "iommu_group": 80},
             vendor_board_info={
                 "layout": "dfl",
-                "bitstream_id": "0x23000410010309",
+                "fim_bitstream_id": "0x23000410010309",
                 "bitstream_metadata": "0x0",
                 "ports_num": 2,
             },
