@@ -10,7 +10,8 @@ FME's ``bitstream_id`` is the static FPGA interface manager's (FIM), not what a
 region holds: it is the attribute ``fim_bitstream_id``, and the deployable's
 ``bitstream_id`` stays what Acceleron loaded.
 A card whose FPGA stack shows nothing (bound to vfio-pci, say) is still reported,
-as one ``device`` deployable with the PF as its handle.
+as one ``device`` deployable with the PF as its handle, in use on the host when the
+card is bound to vfio-pci (a VM most likely has it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from acceleron.drivers.sysfs import (
     model_name,
     normalize_uuid,
     owning_function,
+    passed_through,
     pci_handle,
     pci_health,
     read_function,
@@ -128,13 +130,14 @@ class IntelFpgaDriver:
         )
 
     def _whole_device(self, fn: PciFunction) -> Deployable:
+        """The PF alone; in use on the host when bound to vfio-pci (a VM has it)."""
         LOG.info("FPGA %s shows no FME (kernel driver %s); reporting the PF", fn.address, fn.driver)
         return Deployable(
             key="device",
             kind="device",
             num_accelerators=1,
             attributes={"kernel_driver": fn.driver},
-            attach_handles=(pci_handle(fn.address),),
+            attach_handles=(pci_handle(fn.address, in_use=passed_through(fn)),),
         )
 
     def health(self, device: Device) -> Health:

@@ -533,6 +533,12 @@ def pci_handle_info(address: str) -> dict[str, str]:
     }
 
 
+def passed_through(fn: PciFunction) -> bool:
+    """Bound to ``vfio-pci``: a VM most likely has it (hardware.md §7). A card reported
+    whole for that reason has its handle marked in use on the host."""
+    return fn.driver == "vfio-pci"
+
+
 def pci_handle(
     address: str, *, in_use: bool = False, type: str = "PCI", **extra: str
 ) -> AttachHandle:

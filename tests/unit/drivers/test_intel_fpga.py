@@ -236,10 +236,13 @@ def test_vf_without_a_readable_port_is_still_a_handle(
     assert device.deployables == (region(["0000:5e:00.1", "0000:5e:00.2"], (NLB,)),)
 
 
+@pytest.mark.parametrize(("kernel_driver", "in_use"), [("vfio-pci", True), (None, False)])
 def test_no_fpga_stack_falls_back_to_the_pci_identity(
-    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, kernel_driver: str | None, in_use: bool
 ) -> None:
-    spec = pac("0000:5e:00.0", driver="vfio-pci", sriov={"totalvfs": 2, "vfs": []})
+    """Passed through (bound to vfio-pci, a VM most likely has it): in use on the host.
+    No driver loaded: free."""
+    spec = pac("0000:5e:00.0", driver=kernel_driver, sriov={"totalvfs": 2, "vfs": []})
     del spec["fpga"]
     (device,) = discover(driver_conf, sysfs_tree({"devices": [spec]}))
     assert device.vendor_board_info == {}
@@ -248,8 +251,8 @@ def test_no_fpga_stack_falls_back_to_the_pci_identity(
             key="device",
             kind="device",
             num_accelerators=1,
-            attributes={"kernel_driver": "vfio-pci"},
-            attach_handles=(pci_handle("0000:5e:00.0"),),
+            attributes={"kernel_driver": kernel_driver},
+            attach_handles=(pci_handle("0000:5e:00.0", in_use=in_use),),
         ),
     )
 

@@ -147,6 +147,46 @@ def test_whole_gpu_without_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpt
     )
 
 
+def test_gpu_bound_to_vfio_is_in_use_on_the_host(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """Passed through to a VM already: reported, but not offered."""
+    root = sysfs_tree({"devices": [gpu_spec(driver="vfio-pci"), gpu_spec("0000:86:00.0")]})
+    passed, free = discover(driver_conf, root)
+    assert passed.deployables[0].attach_handles == (pci_handle("0000:3b:00.0", in_use=True),)
+    assert free.deployables[0].attach_handles == (pci_handle("0000:86:00.0"),)
+
+
+def proc_gpu(root: Path, address: str, minor: int, gpu_instances: list[int]) -> None:
+    """What the NVIDIA driver shows in /proc for a GPU and its MIG GPU instances."""
+    info = root / "proc/driver/nvidia/gpus" / address / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nBus Location: \t {address}\n"
+                    f"Device Minor: \t {minor}\nGPU Excluded:\t No\n")  # fmt: skip
+    mig = root / "proc/driver/nvidia/capabilities" / f"gpu{minor}" / "mig"
+    mig.mkdir(parents=True)
+    for gi in gpu_instances:
+        (mig / f"gi{gi}" / "ci0").mkdir(parents=True)
+        (mig / f"gi{gi}" / "access").write_text("DeviceFileMinor: 65\n")
+
+
+def test_mig_without_nvml_is_a_whole_gpu_with_a_warning(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = sysfs_tree({"devices": [gpu_spec(), gpu_spec("0000:86:00.0")]})
+    proc_gpu(root, "0000:3b:00.0", 1, [1, 2])  # in MIG mode, two GPU instances
+    proc_gpu(root, "0000:86:00.0", 0, [])  # MIG off
+    driver = NvidiaGpuDriver(driver_conf, root)
+    with caplog.at_level(logging.WARNING):
+        devices = driver.discover()
+        driver.discover()
+    assert [[d.key for d in device.deployables] for device in devices] == [["device"]] * 2
+    warnings = [r.getMessage() for r in caplog.records if "MIG" in r.getMessage()]
+    assert len(warnings) == 1  # once, for the GPU in MIG mode only
+    assert warnings[0].startswith("GPU 0000:3b:00.0 is in MIG mode, but MIG instances can only "
+                                  "be read through NVML")  # fmt: skip
+
+
 def test_mdev_types_on_sriov_vfs(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     """Ampere before vGPU 17: each VF carries the types, one instance each."""
     free = {"nvidia-500": {"name": "NVIDIA A100-4C", "available_instances": 1}}
