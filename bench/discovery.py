@@ -5,7 +5,8 @@
   4 VFs, 16 Xilinx cards), built by tests/fixtures/sysfs.py;
 * reconcile: a 128-device host report (the fake driver) applied to an empty
   SQLite database, then the same report again (which must write nothing), then
-  a report with one device changed. Statements are counted per verb.
+  a report with one device changed. Statements are counted per verb; the exit
+  status is 1 if the unchanged report (digest or full diff) wrote anything.
 
     .venv/bin/python bench/discovery.py [--database URL]
 """
@@ -35,6 +36,8 @@ from acceleron.drivers.base import walk  # noqa: E402
 from acceleron.drivers.sysfs import shared_scan  # noqa: E402
 from acceleron.report import HostReport  # noqa: E402
 from acceleron.service import inventory  # noqa: E402
+
+WRITES = ("INSERT", "UPDATE", "DELETE")
 
 
 def sysfs_spec(per_kind: int = 16) -> dict[str, Any]:
@@ -139,7 +142,14 @@ def counted(db: Database, fn: Callable[[], Any]) -> tuple[float, dict[str, int]]
     return seconds, counter.by_verb
 
 
-def bench_reconcile(work: Path, url: str | None) -> None:
+def wrote(what: str, by_verb: dict[str, int]) -> list[str]:
+    """``what`` named with its writes, if it made any: an unchanged report must not."""
+    writes = {verb: n for verb, n in by_verb.items() if verb in WRITES and n}
+    return [f"{what} wrote to the database: {writes}"] if writes else []
+
+
+def bench_reconcile(work: Path, url: str | None) -> list[str]:
+    """Print the figures; return what went wrong (writes where there must be none)."""
     report = fake_report(work, 128)
     db = Database(url or f"sqlite:///{work / 'bench.sqlite'}")
     migrate.upgrade(db)
@@ -152,15 +162,18 @@ def bench_reconcile(work: Path, url: str | None) -> None:
     _, times = timed(lambda: inventory.reconcile(db, report), 50)
     _, writes = counted(db, lambda: inventory.reconcile(db, report))
     print(f"    unchanged report  {ms(times)}   statements {writes}")
+    problems = wrote("the unchanged report", writes)
     no_digest, writes = counted(db, lambda: _apply_without_digest(db, report))
     print(f"    unchanged, full diff (digest ignored) {no_digest * 1000:.1f} ms   "
           f"statements {writes}")  # fmt: skip
+    problems += wrote("the unchanged report's full diff", writes)
     one = report.devices[0]
     changed = dataclasses.replace(report, devices=(dataclasses.replace(one, numa_node=1),
                                                    *report.devices[1:]))  # fmt: skip
     seconds, writes = counted(db, lambda: inventory.reconcile(db, changed))
     print(f"    one device changed {seconds * 1000:7.1f} ms   statements {writes}")
     db.dispose()
+    return problems
 
 
 def _apply_without_digest(db: Database, report: HostReport) -> None:
@@ -176,7 +189,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         bench_discovery(work)
-        bench_reconcile(work, args.database)
+        problems = bench_reconcile(work, args.database)
+    for problem in problems:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.api.app import create_app
+from acceleron.cli.inventory import deployable_line
 from acceleron.cli.main import main
 from acceleron.db.session import Database
 from tests.fixtures.server import serve
@@ -118,6 +119,17 @@ def test_trees(live: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert pools.splitlines() == [FPGA_TREE[0], f"└── {FPGA_TREE[4][8:]}",
                                   "    ├── PCI 0000:0c:01.0  free",
                                   "    └── PCI 0000:0c:01.1  free"]  # fmt: skip
+
+
+def test_a_region_line_lists_every_function() -> None:
+    region = {"key": "region0", "kind": "region", "num_accelerators": 1, "uuid": R0,
+              "function_uuid": FUNCTION, "function_uuids": [FUNCTION, RT1]}  # fmt: skip
+    assert deployable_line(region) == (
+        f"region0  [region]  capacity 1  functions {FUNCTION}, {RT1}  ({R0})"
+    )
+    # A view without the list (before 2.5) shows the one function it has.
+    del region["function_uuids"]
+    assert f"functions {FUNCTION}  (" in deployable_line(region)
 
 
 def test_json_is_the_apis_data(live: str, capsys: pytest.CaptureFixture[str]) -> None:

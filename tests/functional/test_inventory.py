@@ -59,6 +59,10 @@ def test_first_report_stores_the_whole_inventory(db: Database, conf: cfg.ConfigO
         "ce48969398f05f33946d560708be108a", "9926ab6d6c925a68aabca7d84c545738"
     }  # fmt: skip
     assert sum(1 for r in regions if r.function_uuid == "d8424dc4a4a3c413f89e433683f9040b") == 2
+    # Every function of a region is kept, in order; the first is also function_uuid.
+    assert [r.function_uuids for r in regions] == [
+        ["d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"], []
+    ] * 2  # fmt: skip
     assert all(r.programmable for r in regions)
     expected_handles = sum(dep.num_accelerators for d in report.devices for dep in d.deployables)
     assert len(rows(db, HANDLES)) == expected_handles
@@ -106,6 +110,28 @@ def test_changes_are_applied_and_counted(db: Database, conf: cfg.ConfigOpts) -> 
     assert sorted(h.address for h in rows(db, HANDLES, deployable_id=dep.id)) == [
         f"0000:99:01.{i}" for i in range(6)
     ]
+
+
+def test_vfs_appearing_later_add_handles_and_keep_ids(db: Database, conf: cfg.ConfigOpts) -> None:
+    report = fake_report(conf)
+    inventory.reconcile(db, report)
+    deployables = {d.uuid: d.id for d in rows(db, DEPLOYABLES)}
+    handles = {h.address: h.id for h in rows(db, HANDLES)}
+    qat = report.devices[-1]
+    pool = qat.deployables[0]
+    more = tuple(Handle("TEST_PCI", f"{pool.attach_handles[0].address[:-1]}{i}") for i in (5, 6))
+    grown = dataclasses.replace(pool, num_accelerators=6,
+                                attach_handles=pool.attach_handles + more)  # fmt: skip
+    later = dataclasses.replace(
+        report, devices=(*report.devices[:-1], dataclasses.replace(qat, deployables=(grown,)))
+    )
+    outcome = inventory.reconcile(db, later)
+    assert {k: v for k, v in outcome.counts.items() if v} == {
+        "deployables_changed": 1, "attach_handles_added": 2
+    }  # fmt: skip
+    assert {d.uuid: d.id for d in rows(db, DEPLOYABLES)} == deployables
+    now = {h.address: h.id for h in rows(db, HANDLES)}
+    assert {a: now[a] for a in handles} == handles and len(now) == len(handles) + 2
 
 
 def hold(db: Database, handle_id: int) -> None:
@@ -157,6 +183,70 @@ def test_a_device_in_use_that_vanishes_is_lost_then_comes_back(
     assert rows(db, DEVICES, pci_address=second.pci_address)[0].uuid == names.provider_uuid(
         "host-1", second.pci_address
     )
+
+
+def nested_card() -> Dev:
+    """A card whose region sits under a VF pool: a two-level tree."""
+    region = Dep("region0", "region", 1, programmable=True,
+                 attach_handles=(Handle("PCI", "0000:5e:00.1"),))  # fmt: skip
+    pool = Dep("vf_pool", "vf_pool", 1, attach_handles=(Handle("PCI", "0000:5e:00.2"),),
+               children=(region,))  # fmt: skip
+    return Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
+               deployables=(pool,))  # fmt: skip
+
+
+def test_a_held_child_keeps_its_parent_when_the_card_vanishes(db: Database) -> None:
+    card = nested_card()
+    qat = Dev("0000:3d:00.0", "QAT", "8086", "INTEL", "37c8", "C62X", "intel_qat")
+    inventory.reconcile(db, HostReport("h", "1", (card,)))
+    pool, region = rows(db, DEPLOYABLES)
+    held = rows(db, HANDLES, deployable_id=region.id)[0]
+    hold(db, held.id)
+    inventory.reconcile(db, HostReport("h", "1", ()))
+    # The region is held, so the pool it points at stays too; the pool's free handle goes.
+    assert [d.id for d in rows(db, DEPLOYABLES)] == [pool.id, region.id]
+    assert [(d.pci_address, d.state) for d in rows(db, DEVICES)] == [("0000:5e:00.0", "lost")]
+    assert [(h.id, h.state) for h in rows(db, HANDLES)] == [(held.id, "lost")]
+    # Later reports of the host still apply...
+    assert inventory.reconcile(db, HostReport("h", "1", (qat,))).changed
+    assert sorted(d.pci_address for d in rows(db, DEVICES)) == ["0000:3d:00.0", "0000:5e:00.0"]
+    # ...and the card comes back in place, its tree whole again.
+    inventory.reconcile(db, HostReport("h", "1", (card, qat)))
+    back = {d.key: d for d in rows(db, DEPLOYABLES) if d.key in ("vf_pool", "region0")}
+    assert (back["vf_pool"].id, back["region0"].id) == (pool.id, region.id)
+    assert (back["region0"].parent_id, back["region0"].root_id) == (pool.id, pool.id)
+    assert rows(db, DEVICES, pci_address="0000:5e:00.0")[0].state == "present"
+    assert rows(db, HANDLES, id=held.id)[0].state == "present"
+
+
+def test_a_lost_device_goes_once_released_and_forgotten(db: Database, conf: cfg.ConfigOpts) -> None:
+    report = fake_report(conf)
+    inventory.reconcile(db, report)
+    address = report.devices[0].pci_address
+    device = rows(db, DEVICES, pci_address=address)[0]
+    region = rows(db, DEPLOYABLES, device_id=device.id)[0]
+    held = rows(db, HANDLES, deployable_id=region.id)[0]
+    hold(db, held.id)
+    without = dataclasses.replace(report, devices=report.devices[1:])
+    inventory.reconcile(db, without)
+    assert rows(db, DEVICES, pci_address=address)[0].state == "lost"
+    # The request lets go of the lost handle, as releasing an ARQ does.
+    with db.writer() as conn:
+        conn.execute(
+            update(HANDLES).where(HANDLES.c.id == held.id).values(arq_id=None, in_use=False)
+        )
+    # The same report again is taken as unchanged: the lost card stays...
+    assert not inventory.reconcile(db, without).changed
+    assert len(rows(db, DEVICES, pci_address=address)) == 1
+    # ...until the host's last report is forgotten: the next one is diffed in full.
+    with db.writer() as conn:
+        inventory.forget_report(conn, "host-1")
+    outcome = inventory.reconcile(db, without)
+    assert outcome.changed and outcome.counts["removed"] == 3  # handle, region, device
+    assert rows(db, DEVICES, pci_address=address) == []
+    assert rows(db, DEPLOYABLES, device_id=device.id) == []
+    assert rows(db, HANDLES, id=held.id) == []
+    assert not inventory.reconcile(db, without).changed  # the digest is back
 
 
 def test_trees_and_nested_attributes(db: Database) -> None:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import Connection, inspect, select, text
+from sqlalchemy.engine import make_url
 
 from acceleron.db import migrate
-from acceleron.db.models import Base
+from acceleron.db.models import Base, Deployable, Host, table
 from acceleron.db.session import Database
+from tests import conftest
+
+DEPLOYABLES = table(Deployable)
 
 
 def test_upgrade_from_empty_matches_the_models(migrated_db: Database) -> None:
@@ -28,3 +37,83 @@ def test_every_table_is_created(migrated_db: Database) -> None:
 def test_upgrade_again_is_a_no_op(migrated_db: Database) -> None:
     migrate.upgrade(migrated_db)
     migrate.check(migrated_db)
+
+
+@pytest.fixture
+def fresh_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
+    """An empty database of its own on the backend of ``database_url``."""
+    backend = make_url(database_url).get_backend_name()
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
+    else:
+        url = conftest._create_server_database(backend)
+    database = Database(url)
+    try:
+        yield database
+    finally:
+        database.dispose()
+        if backend != "sqlite":
+            conftest._drop_server_database(backend, url)
+
+
+def _insert(conn: Connection, name: str, values: dict[str, object]) -> None:
+    """A row written with SQL of the revision at hand, not with today's models."""
+    quote = conn.dialect.identifier_preparer.quote
+    columns = ", ".join(quote(column) for column in values)
+    params = ", ".join(f":{column}" for column in values)
+    conn.execute(text(f"INSERT INTO {name} ({columns}) VALUES ({params})"), values)
+
+
+def test_0005_fills_function_uuids_and_forgets_digests(fresh_db: Database) -> None:
+    migrate.upgrade(fresh_db, "0004")
+    created = dt.datetime(2026, 1, 1)
+    with fresh_db.engine.begin() as conn:
+        _insert(
+            conn,
+            "hosts",
+            {
+                "id": 1,
+                "hostname": "h",
+                "report_digest": "abc",
+                "generation": 1,
+                "synced_generation": 1,
+                "created_at": created,
+            },
+        )
+        _insert(
+            conn,
+            "devices",
+            {
+                "id": 1,
+                "uuid": "d",
+                "hostname": "h",
+                "pci_address": "0000:5e:00.0",
+                "type": "FPGA",
+                "vendor": "8086",
+                "vendor_name": "INTEL",
+                "product_id": "09c4",
+                "model": "A10",
+                "driver_name": "fake",
+                "std_board_info": "{}",
+                "vendor_board_info": "{}",
+                "status": "enabled",
+                "state": "present",
+                "health": "ok",
+                "created_at": created,
+            },
+        )
+        for row_id, function in ((1, "d8424dc4a4a3c413f89e433683f9040b"), (2, None)):
+            _insert(conn, "deployables", {
+                "id": row_id, "uuid": f"u{row_id}", "device_id": 1, "key": f"r{row_id}",
+                "name": f"n{row_id}", "kind": "region", "num_accelerators": 1, "traits": "[]",
+                "driver_name": "fake", "function_uuid": function, "assignable": True,
+                "availability": "available", "programmable": True, "created_at": created,
+            })  # fmt: skip
+    migrate.upgrade(fresh_db)
+    with fresh_db.reader() as conn:
+        found = conn.execute(
+            select(DEPLOYABLES.c.id, DEPLOYABLES.c.function_uuids).order_by(DEPLOYABLES.c.id)
+        ).all()
+        digests = conn.execute(select(table(Host).c.report_digest)).scalars().all()
+    assert [tuple(row) for row in found] == [(1, ["d8424dc4a4a3c413f89e433683f9040b"]), (2, [])]
+    assert digests == [None]

@@ -64,7 +64,9 @@ def tree_report() -> HostReport:
         num_accelerators=1,
         programmable=True,
         region_type="ce48969398f05f33946d560708be108a",
-        function_uuids=("d8424dc4a4a3c413f89e433683f9040b",),
+        # The same function twice (two ports holding it) and a second one.
+        function_uuids=("d8424dc4a4a3c413f89e433683f9040b",) * 2
+        + ("f7df405cbd7acf7222f144b0b93acd18",),
         attributes={"fme": {"bitstream_id": "0x23"}},
         attach_handles=(vf,),
     )
@@ -87,6 +89,9 @@ def test_desired_state_keys_and_links() -> None:
     ]
     region = want.deployables[("0000:5e:00.0", "region0")]
     assert region["function_uuid"] == "d8424dc4a4a3c413f89e433683f9040b"
+    assert region["function_uuids"] == [
+        "d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"
+    ]  # fmt: skip
     assert region["name"] == "host-1_0000:5e:00.0_region0"
     assert "bitstream_id" not in region
     # uuids are derived from host, address and key: the same on every report.

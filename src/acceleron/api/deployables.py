@@ -117,7 +117,10 @@ class DeployableOut(BaseModel):
     assignable: bool | None = Field(None, description="From 2.5.")
     instance_uuid: str | None = Field(None, description="From 2.5.")
     region_type: str | None = Field(None, description="From 2.5.")
-    function_uuid: str | None = Field(None, description="From 2.5.")
+    function_uuid: str | None = Field(None, description="From 2.5. The first of function_uuids.")
+    function_uuids: list[str] | None = Field(
+        None, description="From 2.5. Every function (AFU id) it implements."
+    )
     accelerator_type: str | None = Field(None, description="From 2.5.")
     programmable: bool | None = Field(None, description="From 2.5.")
     memory_mb: int | None = Field(None, description="From 2.5.")
@@ -151,8 +154,9 @@ class DeployableAttribute(BaseModel):
 
 _RICH_FIELDS = ("id", "kind", "key", "device_uuid", "hostname", "parent_uuid", "root_uuid",
                 "availability", "assignable", "instance_uuid", "region_type", "function_uuid",
-                "accelerator_type", "programmable", "memory_mb", "traits", "resource_class",
-                "program_phase", "program_progress", "program_error")  # fmt: skip
+                "function_uuids", "accelerator_type", "programmable", "memory_mb", "traits",
+                "resource_class", "program_phase", "program_progress",
+                "program_error")  # fmt: skip
 _HANDLE_FIELDS = ("uuid", "type", "address", "in_use", "host_in_use", "state", "attach_info")
 
 

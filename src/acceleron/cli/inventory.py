@@ -130,10 +130,12 @@ def device_line(device: Mapping[str, Any]) -> str:
 
 def deployable_line(dep: Mapping[str, Any]) -> str:
     words = [dep["key"], f"[{dep['kind']}]", f"capacity {dep['num_accelerators']}"]
-    for field, label in (("region_type", "region type"), ("function_uuid", "functions"),
+    functions = ", ".join(dep.get("function_uuids") or []) or dep.get("function_uuid")
+    shown = {**dep, "functions": functions}
+    for field, label in (("region_type", "region type"), ("functions", "functions"),
                          ("bitstream_id", "bitstream"), ("instance_uuid", "instance")):  # fmt: skip
-        if dep.get(field):
-            words.append(f"{label} {dep[field]}")
+        if shown.get(field):
+            words.append(f"{label} {shown[field]}")
     return "  ".join([*words, f"({dep['uuid']})"])
 
 

@@ -145,7 +145,9 @@ class Deployable(TimestampMixin, Base):
     driver_name: Mapped[str] = mapped_column(String(64))
     bitstream_id: Mapped[str | None] = mapped_column(String(UUID_LEN))
     region_type: Mapped[str | None] = mapped_column(String(64))
-    function_uuid: Mapped[str | None] = mapped_column(String(64))
+    function_uuid: Mapped[str | None] = mapped_column(String(64))  # the first of function_uuids
+    # Every function it implements (AFU ids, in the driver's order); spec 004 wants a trait each.
+    function_uuids: Mapped[list[Any]] = mapped_column(default=list)
     # Spec 003: whether it can be handed to users, its availability and its instance.
     assignable: Mapped[bool] = mapped_column(Boolean, default=True)
     availability: Mapped[str] = mapped_column(String(16), default="available")

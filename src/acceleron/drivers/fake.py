@@ -49,7 +49,8 @@ _DEFAULT_VENDORS = {"FPGA": "8086", "GPU": "10de", "QAT": "8086", "NIC": "8086"}
 
 DEFAULT_INVENTORY = """
 devices:
-  - type: FPGA                # two Intel PAC Arria10 cards, two PR regions each
+  - type: FPGA                # two Intel PAC Arria10 cards, two PR regions each,
+                              # the first with two functions
     count: 2
     product_id: "09c4"
     model: PAC_ARRIA10
@@ -57,7 +58,7 @@ devices:
     regions:
       - region_type: ce48969398f05f33946d560708be108a
         accelerators: 2
-        functions: [d8424dc4a4a3c413f89e433683f9040b]
+        functions: [d8424dc4a4a3c413f89e433683f9040b, f7df405cbd7acf7222f144b0b93acd18]
       - region_type: 9926ab6d6c925a68aabca7d84c545738
         accelerators: 1
   - type: GPU                 # a T4 with two vGPU types

@@ -5,9 +5,13 @@ Both driver stacks are read (hardware.md §3): the kernel's DFL layout
 OPAE ``intel-fpga`` layout (``fpga/intel-fpga-dev.*/intel-fpga-fme.*/pr/interface_id``).
 Each PF becomes one device with one ``region<i>`` deployable per PR region. The
 region type is the interface uuid; the functions are the ``afu_id`` of the ports;
-the attach handles are the VFs holding a port, or the PF for a port it kept.
+the attach handles are the VFs holding a port, or the PF for a port it kept. The
+FME's ``bitstream_id`` is the static FPGA interface manager's (FIM), not what a
+region holds: it is the attribute ``fim_bitstream_id``, and the deployable's
+``bitstream_id`` stays what Acceleron loaded.
 A card whose FPGA stack shows nothing (bound to vfio-pci, say) is still reported,
-as one ``device`` deployable with the PF as its handle.
+as one ``device`` deployable with the PF as its handle, in use on the host when the
+card is bound to vfio-pci (a VM most likely has it).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from acceleron.drivers.sysfs import (
     model_name,
     normalize_uuid,
     owning_function,
+    passed_through,
     pci_handle,
     pci_health,
     read_function,
     scan,
+    still_present,
     virtual_functions,
 )
 
@@ -88,11 +94,8 @@ class IntelFpgaDriver:
     def discover(self) -> list[Device]:
         functions = scan(self.sysfs)
         wanted = self._fpga_addresses(functions)
-        devices = []
-        for fn in functions:
-            if fn.address in wanted:
-                devices.append(self._device(fn))
-        return devices
+        devices = (self._device(fn) for fn in functions if fn.address in wanted)
+        return [device for device in devices if device is not None]
 
     def _fpga_addresses(self, functions: Sequence[PciFunction]) -> set[str]:
         """PFs with an Intel FPGA id, plus any PF an fpga class device sits under."""
@@ -105,7 +108,9 @@ class IntelFpgaDriver:
         top_level = {fn.address for fn in functions if not fn.is_vf}
         return found & top_level
 
-    def _device(self, fn: PciFunction) -> Device:
+    def _device(self, fn: PciFunction) -> Device | None:
+        """The card's tree; None when it vanished while being read (its FPGA stack
+        gone, it would otherwise look like a card without one)."""
         fme = read_fme(self.sysfs, fn.path)
         vfs = virtual_functions(self.sysfs, fn)
         if fme is None:
@@ -113,6 +118,8 @@ class IntelFpgaDriver:
         else:
             ports = read_ports(self.sysfs, fn, vfs)
             deployables = tuple(_regions(fme, ports))
+        if not still_present(self.sysfs, fn):
+            return None
         return make_device(
             fn,
             type="FPGA",
@@ -123,13 +130,14 @@ class IntelFpgaDriver:
         )
 
     def _whole_device(self, fn: PciFunction) -> Deployable:
+        """The PF alone; in use on the host when bound to vfio-pci (a VM has it)."""
         LOG.info("FPGA %s shows no FME (kernel driver %s); reporting the PF", fn.address, fn.driver)
         return Deployable(
             key="device",
             kind="device",
             num_accelerators=1,
             attributes={"kernel_driver": fn.driver},
-            attach_handles=(pci_handle(fn.address),),
+            attach_handles=(pci_handle(fn.address, in_use=passed_through(fn)),),
         )
 
     def health(self, device: Device) -> Health:
@@ -154,9 +162,10 @@ class IntelFpgaDriver:
 
     def _current_region(self, device: Device, key: str) -> Deployable:
         fn = read_function(self.sysfs, device.pci_address)
-        if fn is None:
+        current = self._device(fn) if fn is not None else None
+        if current is None:
             raise TargetNotFound(f"FPGA {device.pci_address} is not on this host any more")
-        for dep in self._device(fn).deployables:
+        for dep in current.deployables:
             if dep.key == key and dep.kind == "region":
                 return dep
         raise TargetNotFound(f"FPGA {device.pci_address} has no programmable region {key!r}")
@@ -271,7 +280,7 @@ def _region(index: int, region_type: str | None, fme: Fme, ports: list[Port]) ->
         function_uuids=tuple(functions),
         attributes={
             "layout": fme.layout,
-            "bitstream_id": fme.bitstream_id,
+            "fim_bitstream_id": fme.bitstream_id,
             "bitstream_metadata": fme.bitstream_metadata,
             "ports_num": fme.ports_num,
         },
@@ -284,7 +293,7 @@ def _board(fme: Fme | None) -> dict[str, str | int | None]:
         return {}
     return {
         "layout": fme.layout,
-        "bitstream_id": fme.bitstream_id,
+        "fim_bitstream_id": fme.bitstream_id,
         "bitstream_metadata": fme.bitstream_metadata,
         "ports_num": fme.ports_num,
     }

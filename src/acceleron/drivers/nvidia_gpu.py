@@ -15,12 +15,15 @@ What a GPU offers, first match wins:
   existing ones are handles ``in_use`` with their uuid, free ones get a uuid
   derived from host, parent address, type and slot, so it is the same every scan
   and the agent can create the mdev with it.
-* Otherwise the whole GPU: one ``device`` deployable with the PF as PCI handle.
+* Otherwise the whole GPU: one ``device`` deployable with the PF as PCI handle, in
+  use on the host when the GPU is bound to vfio-pci (a VM most likely has it). A GPU
+  whose MIG instances only NVML could describe is reported whole, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,10 +40,12 @@ from acceleron.drivers.sysfs import (
     classify,
     make_device,
     model_name,
+    passed_through,
     pci_handle,
     pci_handle_info,
     pci_health,
     scan,
+    still_present,
     trait_part,
     virtual_functions,
 )
@@ -78,6 +83,7 @@ class NvidiaGpuDriver:
         self.sysfs = Sysfs(root)
         self._nvml_lib = nvml_lib
         self.vgpu_types = set(conf.nvidia_gpu.enabled_vgpu_types)
+        self._mig_warned: set[str] = set()
 
     def _snapshot(self) -> nvml.NvmlSnapshot | None:
         if not self.conf.nvidia_gpu.use_nvml:
@@ -91,7 +97,8 @@ class NvidiaGpuDriver:
         from_nvml = snap.by_address() if snap else {}
         self._cross_check(gpus, from_nvml, snap is not None)
         version = snap.driver_version if snap else None
-        devices = [self._device(fn, from_nvml.get(a), version) for a, fn in gpus.items()]
+        found = (self._device(fn, from_nvml.get(a), version) for a, fn in gpus.items())
+        devices = [device for device in found if device is not None]
         devices += [self._nvml_only(gpu, version) for a, gpu in from_nvml.items() if a not in gpus]
         return sorted(devices, key=lambda d: d.pci_address)
 
@@ -104,8 +111,14 @@ class NvidiaGpuDriver:
             if loaded and fn.driver == "nvidia" and address not in from_nvml:
                 LOG.warning("GPU %s is bound to nvidia but NVML does not report it", address)
 
-    def _device(self, fn: PciFunction, gpu: nvml.NvmlGpu | None, version: str | None) -> Device:
+    def _device(
+        self, fn: PciFunction, gpu: nvml.NvmlGpu | None, version: str | None
+    ) -> Device | None:
+        """The GPU's tree; None when it vanished while being read (its vGPU types gone,
+        it would otherwise look like a whole GPU)."""
         deployables = self._deployables(fn, gpu)
+        if not still_present(self.sysfs, fn):
+            return None
         numa = gpu.numa_node if gpu and gpu.numa_node is not None else fn.numa_node
         return make_device(
             fn,
@@ -136,7 +149,24 @@ class NvidiaGpuDriver:
             return _mig(gpu)
         vfs = virtual_functions(self.sysfs, fn)
         vgpus = self._mdev_types(fn, [fn, *vfs]) + self._vfio_types(fn, vfs)
-        return vgpus or [_whole(fn.address, gpu)]
+        if vgpus:
+            return vgpus
+        if gpu is None:
+            self._warn_mig_without_nvml(fn)
+        return [_whole(fn.address, gpu, in_use=passed_through(fn))]
+
+    def _warn_mig_without_nvml(self, fn: PciFunction) -> None:
+        """Once per GPU: MIG instances exist (the driver's /proc says so) but only NVML
+        describes them, so the GPU is reported whole."""
+        if fn.address in self._mig_warned or not mig_instances_in_proc(self.sysfs, fn.address):
+            return
+        self._mig_warned.add(fn.address)
+        LOG.warning(
+            "GPU %s is in MIG mode, but MIG instances can only be read through NVML "
+            "(nvidia-ml-py and the driver's libnvidia-ml; [nvidia_gpu] use_nvml): "
+            "reporting it as a whole GPU",
+            fn.address,
+        )
 
     # -- vGPU, mdev forms ------------------------------------------------------
 
@@ -258,14 +288,29 @@ def _mdev_handle(parent: str, mdev_type: str, mdev: str, slot: int, in_use: bool
 # -- whole GPUs and MIG ------------------------------------------------------------
 
 
-def _whole(address: str, gpu: nvml.NvmlGpu | None) -> Deployable:
+def _whole(address: str, gpu: nvml.NvmlGpu | None, in_use: bool = False) -> Deployable:
     return Deployable(
         key="device",
         kind="device",
         num_accelerators=1,
         memory_mb=gpu.memory_mb if gpu else None,
-        attach_handles=(pci_handle(address),),
+        attach_handles=(pci_handle(address, in_use=in_use),),
     )
+
+
+_MINOR = re.compile(r"^Device Minor:\s*(\d+)", re.MULTILINE)
+
+
+def mig_instances_in_proc(sysfs: Sysfs, address: str) -> bool:
+    """Whether the NVIDIA driver shows GPU instances of the GPU at ``address``:
+    ``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<N>``, the minor number read from
+    ``/proc/driver/nvidia/gpus/<address>/information``."""
+    info = sysfs.read(sysfs.path("proc/driver/nvidia/gpus", address, "information"))
+    minor = _MINOR.search(info or "")
+    if minor is None:
+        return False
+    mig = sysfs.path("proc/driver/nvidia/capabilities", f"gpu{minor.group(1)}", "mig")
+    return any(True for _ in sysfs.children(mig, "gi"))
 
 
 def _mig(gpu: nvml.NvmlGpu) -> list[Deployable]:

@@ -371,6 +371,16 @@ def scan(sysfs: Sysfs) -> list[PciFunction]:
     return functions
 
 
+def still_present(sysfs: Sysfs, fn: PciFunction) -> bool:
+    """Whether a function the scan listed is still there. Drivers ask after reading a
+    card: one that vanished meanwhile is left out (and logged) rather than reported
+    from whatever its half-gone directory still showed."""
+    if sysfs.read(fn.path / "vendor") is not None:
+        return True
+    LOG.info("PCI device %s vanished during the scan; leaving it out", fn.address)
+    return False
+
+
 def virtual_functions(sysfs: Sysfs, pf: PciFunction) -> list[PciFunction]:
     """The PF's VFs that are there and readable, in ``virtfn`` order (read afresh)."""
     vfs = (read_function(sysfs, address) for address in pf.vf_addresses)
@@ -521,6 +531,12 @@ def pci_handle_info(address: str) -> dict[str, str]:
         "device": f"{bdf.slot:02x}",
         "function": f"{bdf.function:x}",
     }
+
+
+def passed_through(fn: PciFunction) -> bool:
+    """Bound to ``vfio-pci``: a VM most likely has it (hardware.md §7). A card reported
+    whole for that reason has its handle marked in use on the host."""
+    return fn.driver == "vfio-pci"
 
 
 def pci_handle(

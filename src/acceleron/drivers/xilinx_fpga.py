@@ -4,7 +4,8 @@ An Alveo card shows two PFs in one slot: the management PF (``.0``, kernel drive
 ``xclmgmt``) and the user PF (``.1``, ``xocl``). They are merged into one device
 keyed by the management PF with one ``region0`` deployable. Its attach handle is
 the user PF only: the management PF stays on the host, where ``xbmgmt`` programs
-the card through it (XRT's split for clouds). XRT's optional sysfs attributes
+the card through it (XRT's split for clouds). While the user PF is gone (a reset,
+a removal) the region has no handle. XRT's optional sysfs attributes
 give the region type (``interface_uuids``) and what is loaded (``xclbinuuid``).
 """
 
@@ -31,6 +32,7 @@ from acceleron.drivers.sysfs import (
     pci_handle,
     pci_health,
     scan,
+    still_present,
 )
 
 LOG = logging.getLogger(__name__)
@@ -64,43 +66,57 @@ class XilinxFpgaDriver:
         for fn in scan(self.sysfs):
             if classify(fn) == XILINX_FPGA:
                 slots.setdefault(fn.bdf.slot_address, []).append(fn)
-        return [self._device(functions) for _, functions in sorted(slots.items())]
+        devices = (self._device(functions) for _, functions in sorted(slots.items()))
+        return [device for device in devices if device is not None]
 
-    def _device(self, functions: Sequence[PciFunction]) -> Device:
+    def _device(self, functions: Sequence[PciFunction]) -> Device | None:
+        """The card, keyed by its management PF (else its user PF); None when that PF
+        vanished while being read. A user PF that is gone leaves no handle."""
         mgmt = next((fn for fn in functions if is_management(fn)), None)
         user = next((fn for fn in functions if not is_management(fn)), None)
         main = mgmt or user
         assert main is not None  # a slot has at least one function
+        region = self._region(mgmt, user)
+        if not still_present(self.sysfs, main):
+            return None
+        if user is not None and user is not main and not still_present(self.sysfs, user):
+            user, region = None, self._region(mgmt, None)
+        if user is None:
+            LOG.warning("Xilinx FPGA %s shows no user PF: no accelerator to offer", main.address)
         return make_device(
             main,
             type="FPGA",
             driver=self.name,
             model=model_name(MODELS, USER_IDS.get(main.device, main.device)),
             vendor_board_info=self._board(mgmt, user),
-            deployables=(self._region(mgmt, user or main),),
+            deployables=(region,),
         )
 
-    def _region(self, mgmt: PciFunction | None, user: PciFunction) -> Deployable:
-        xclbin = normalize_uuid(self.sysfs.read(user.path / "xclbinuuid"))
+    def _region(self, mgmt: PciFunction | None, user: PciFunction | None) -> Deployable:
+        """region0: the user PF is its handle (none without it); the management PF stays."""
+        xclbin = normalize_uuid(self.sysfs.read(user.path / "xclbinuuid")) if user else None
         if xclbin == "0" * 32:  # XRT writes zeros when nothing is loaded
             xclbin = None
+        handles = (pci_handle(user.address),) if user else ()
         return Deployable(
             key="region0",
             kind="region",
-            num_accelerators=1,
+            num_accelerators=len(handles),
             programmable=True,
             region_type=self._first_uuid(mgmt, user, "interface_uuids"),
             bitstream_id=xclbin,
             function_uuids=(xclbin,) if xclbin else (),
             attributes={
                 "management_address": mgmt.address if mgmt else None,
-                "user_address": user.address,
+                "user_address": user.address if user else None,
                 "logic_uuid": self._first_uuid(mgmt, user, "logic_uuids"),
             },
-            attach_handles=(pci_handle(user.address),),
+            attach_handles=handles,
         )
 
-    def _first_uuid(self, mgmt: PciFunction | None, user: PciFunction, name: str) -> str | None:
+    def _first_uuid(
+        self, mgmt: PciFunction | None, user: PciFunction | None, name: str
+    ) -> str | None:
         """First uuid of an XRT attribute (one per line), management PF first."""
         for fn in (mgmt, user):
             text = self.sysfs.read(fn.path / name) if fn else None
@@ -126,7 +142,7 @@ class XilinxFpgaDriver:
             raise TargetNotFound(
                 f"Xilinx FPGA {device.pci_address} has no region {deployable_key!r} on this host"
             )
-        user = current.deployables[0].attributes["user_address"]
+        user = current.deployables[0].attributes["user_address"] or ""
         opts = self.conf.xilinx_fpga
         values = {**command.pci_values(device.pci_address, bitstream), "user_address": user}
         command.run(opts.program_command, values, opts.program_timeout)

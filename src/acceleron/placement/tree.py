@@ -10,8 +10,9 @@ Nested mode (spec 001, the default)::
 A deployable of kind ``device`` (a whole GPU, say) puts its inventory on the
 device RP itself. Every provider that has inventory carries the device type and
 product traits, so that a request group naming a resource class and those traits
-lands on one provider, as Nova asks; regions add their region type and function
-traits (spec 004's and spec 001's spellings both) and ``CUSTOM_PROGRAMMABLE``.
+lands on one provider, as Nova asks; regions add their region type trait, a
+function trait per function they implement (spec 004's and spec 001's spellings
+both) and ``CUSTOM_PROGRAMMABLE``.
 
 Flat mode (spec 001's fallback) puts every inventory and trait on the compute
 node RP instead.
@@ -84,14 +85,24 @@ def device_traits(device: Any) -> set[str]:
     }
 
 
+def functions(dep: Any) -> list[str]:
+    """Every function of a deployable: ``function_uuids`` as reported, the first of which
+    is ``function_uuid``. A ``function_uuid`` changed since (the region was programmed
+    and the agent has not reported yet) is alone current."""
+    if not dep.function_uuid:
+        return []
+    listed = list(dep.function_uuids or [])
+    return listed if listed[:1] == [dep.function_uuid] else [dep.function_uuid]
+
+
 def deployable_traits(device: Any, dep: Any, options: Options) -> set[str]:
     origin = _origin(device)
     traits = device_traits(device) | {names.check_trait(t, origin=origin) for t in dep.traits}
     if dep.region_type:
         traits |= set(names.region_type_traits(device.type, device.vendor_name, dep.region_type,
                                                origin=origin))  # fmt: skip
-    if dep.function_uuid:
-        traits |= set(names.function_traits(device.type, device.vendor_name, dep.function_uuid,
+    for function in functions(dep):
+        traits |= set(names.function_traits(device.type, device.vendor_name, function,
                                             origin=origin))  # fmt: skip
     if dep.programmable:
         traits.add(names.PROGRAMMABLE)

@@ -11,8 +11,9 @@ Each level is diffed against what the database has (``diff``) and applied in
 one transaction, parents before children (``_apply``). Only the columns the
 report manages are compared, so an unchanged report makes no write at all; its
 digest even spares the diff. Something that vanished while a request still
-holds it is marked ``lost``, not deleted, and is ``present`` again when it
-comes back.
+holds it is marked ``lost``, not deleted (with the deployables above it), and is
+``present`` again when it comes back; once freed, ``forget_report`` makes the
+next report delete it.
 """
 
 from __future__ import annotations
@@ -108,13 +109,7 @@ def _device_values(host: str, device: base.Device) -> dict[str, Any]:
 
 
 def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> dict[str, Any]:
-    if len(set(dep.function_uuids)) > 1:
-        LOG.warning(
-            "Region %s of %s implements several functions %s; only the first is tracked",
-            dep.key,
-            device.pci_address,
-            dep.function_uuids,
-        )
+    functions = list(dict.fromkeys(dep.function_uuids))
     uuid = names.provider_uuid(host, device.pci_address, dep.key)
     values = {
         "uuid": uuid,
@@ -130,7 +125,8 @@ def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> 
         "traits": sorted(dep.traits),
         "driver_name": device.driver,
         "region_type": dep.region_type,
-        "function_uuid": dep.function_uuids[0] if dep.function_uuids else None,
+        "function_uuid": functions[0] if functions else None,
+        "function_uuids": functions,
     }
     # The hardware rarely knows which image it holds: None means "keep what we recorded".
     if dep.bitstream_id is not None:
@@ -227,6 +223,7 @@ _DEPLOYABLE_COLUMNS = (
     "driver_name",
     "region_type",
     "function_uuid",
+    "function_uuids",
     "bitstream_id",
 )
 _HANDLE_COLUMNS = ("type", "attach_info", "host_in_use", "state")
@@ -435,11 +432,15 @@ def _remove(
     counts["removed"] = _delete(
         conn, HANDLES, (row.id for row in handles.removed.values() if row.arq_id is None)
     )
-    holding = {row.deployable_id for row in held} | {
-        row.deployable_id
-        for key, row in old.handles.items()
-        if key[:2] in deployables.removed and row.arq_id is not None
-    }
+    holding = _with_ancestors(
+        old,
+        {row.deployable_id for row in held}
+        | {
+            row.deployable_id
+            for key, row in old.handles.items()
+            if key[:2] in deployables.removed and row.arq_id is not None
+        },
+    )
     by_depth = sorted(
         (row for row in deployables.removed.values() if row.id not in holding),
         key=lambda row: -_stored_depth(row, old),
@@ -451,6 +452,20 @@ def _remove(
     counts["lost"] += _mark_lost(conn, DEVICES, (d for d in gone if d.id in kept_devices))
     counts["removed"] += _delete(conn, DEVICES, (d.id for d in gone if d.id not in kept_devices))
     return counts
+
+
+def _with_ancestors(old: Existing, ids: set[int]) -> set[int]:
+    """``ids`` and every deployable above them: a kept child still points at its parent
+    and root, so they are kept too (they go once nothing below them is held)."""
+    by_id = {d.id: d for d in old.deployables.values()}
+    kept: set[int] = set()
+    for dep_id in ids:
+        current: int | None = dep_id
+        while current is not None and current not in kept:
+            kept.add(current)
+            row = by_id.get(current)
+            current = row.parent_id if row is not None else None
+    return kept
 
 
 def _stored_depth(row: Row[Any], old: Existing) -> int:
@@ -518,6 +533,14 @@ def reconcile(db: Database, report: HostReport, now: dt.datetime | None = None) 
             ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v),
         )
     return Outcome(report.hostname, changed, len(report.devices), counts, generation)
+
+
+def forget_report(conn: Connection, hostname: str) -> None:
+    """Forget the digest of the host's last report, in the caller's transaction: its
+    next report is diffed in full even if unchanged. For when the database changed
+    under the report, e.g. a lost handle was freed: the full diff then deletes what
+    is lost and no longer held."""
+    conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname).values(report_digest=None))
 
 
 def _heartbeat_due(host: Row[Any], now: dt.datetime) -> bool:

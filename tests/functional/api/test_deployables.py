@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
 from sqlalchemy import select
+from tests.fixtures.sysfs import SCENARIO_6_1, build_sysfs
 from tests.functional.api.test_devices import (
     BITSTREAM,
     FPGA,
@@ -39,6 +40,7 @@ from tests.functional.conftest import LATEST
 from acceleron.db.models import Attribute, Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
+from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.report import HostReport
 from acceleron.service import inventory
 
@@ -137,6 +139,7 @@ def test_rich_view_from_2_5(seeded: TestClient, db: Database) -> None:
         "instance_uuid": INSTANCE,
         "region_type": RT0,
         "function_uuid": FUNCTION,
+        "function_uuids": [FUNCTION],
         "accelerator_type": None,
         "programmable": True,
         "memory_mb": None,
@@ -427,6 +430,10 @@ def test_the_fake_drivers_report_reads_back(
     )
     regions = api.get(PATH, params={"type": "FPGA", "kind": "region"}, headers=LATEST).json()
     assert [d["key"] for d in regions["deployables"]] == ["region0", "region1"] * 2
+    assert regions["deployables"][0]["function_uuids"] == [
+        "d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"
+    ]  # fmt: skip
+    assert regions["deployables"][1]["function_uuids"] == []
     unloaded = listed(api, PATH, bitstream_id="None", type="FPGA")
     assert unloaded == ["region0", "region1"] * 2
     with_function = listed(api, PATH, function_uuid="d8424dc4-a4a3-c413-f89e-433683f9040b")
@@ -440,3 +447,17 @@ def test_the_fake_drivers_report_reads_back(
     assert json.loads(api.get("/v2/devices").json()["devices"][0]["std_board_info"]) == {
         "simulated": True
     }
+
+
+def test_an_intel_fpgas_fim_version_is_an_attribute_filter(
+    api: TestClient, db: Database, conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    """The FME's bitstream_id (the FIM's version) is the attribute fim_bitstream_id: it
+    can be filtered on, and the column bitstream_id stays what Acceleron loaded."""
+    conf.set_override("host", "fakehost")
+    root = build_sysfs(tmp_path, SCENARIO_6_1)
+    devices = IntelFpgaDriver(conf, root).discover()
+    inventory.reconcile(db, HostReport("fakehost", "1.0", tuple(devices)))
+    assert listed(api, PATH, fim_bitstream_id="0x23000410010309") == ["region0", "region0"]
+    assert listed(api, PATH, fim_bitstream_id="0x24") == []
+    assert listed(api, PATH, bitstream_id="None", type="FPGA") == ["region0", "region0"]

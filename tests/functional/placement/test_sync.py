@@ -31,6 +31,7 @@ FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
 # In traits a UUID is upper case with underscores for hyphens (spec 004).
 REGION_ID = "CE489693_98F0_5F33_946D_560708BE108A"
 FUNCTION_ID = "D8424DC4_A4A3_C413_F89E_433683F9040B"
+SECOND_ID = "F7DF405C_BD7A_CF72_22F1_44B0B93ACD18"  # region0's other function
 
 
 def report(conf: cfg.ConfigOpts, host: str = HOST) -> HostReport:
@@ -90,6 +91,10 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
         f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}",
         f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_ID}",
         f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION_ID}",
+        # The region implements a second function: a trait for it too, in every spelling.
+        f"CUSTOM_FPGA_INTEL_FUNCTION_{SECOND_ID}",
+        f"CUSTOM_FPGA_FUNCTION_INTEL_{SECOND_ID}",
+        f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{SECOND_ID}",
     }  # fmt: skip
     provider = client.get_provider(region)
     assert provider is not None and provider.name.startswith(f"{HOST}_0000:")
@@ -132,8 +137,8 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     sync = syncer(db, counted)
     sync.sync_host(HOST)
     region = region_uuid(db)
-    new_function = "f7df405cbd7acf7222f144b0b93acd18"
-    new_id = "F7DF405C_BD7A_CF72_22F1_44B0B93ACD18"
+    new_function = "0123456789abcdef0123456789abcdef"
+    new_id = "01234567_89AB_CDEF_0123_456789ABCDEF"
     with db.writer() as conn:
         conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == region)
                      .values(function_uuid=new_function))  # fmt: skip
@@ -144,7 +149,9 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     assert counted.count("PUT", "/resource_providers") == 1
     _, traits = PlacementClient(placement).get_traits(region)
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{new_id}" in traits
+    # Both functions the region was reported with are gone until the agent reports again.
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}" not in traits
+    assert f"CUSTOM_FPGA_INTEL_FUNCTION_{SECOND_ID}" not in traits
 
 
 def allocate(placement: adapter.Adapter, rp: str, consumer: str) -> None:

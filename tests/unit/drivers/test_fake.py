@@ -55,7 +55,7 @@ def test_built_in_inventory(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None
     region0, region1 = devices[0].deployables
     assert (region0.region_type, region0.function_uuids, region0.programmable) == (
         TYPE_A,
-        (NLB,),
+        (NLB, DMA),
         True,
     )
     assert (region1.region_type, region1.function_uuids) == (TYPE_B, ())
@@ -176,7 +176,8 @@ def test_program_refusals(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
 
 def test_corrupt_state_file_is_ignored(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
     (tmp_path / "fake-driver-state.json").write_text("{broken")
-    assert FakeDriver(driver_conf, tmp_path).discover()[0].deployables[0].function_uuids == (NLB,)
+    region = FakeDriver(driver_conf, tmp_path).discover()[0].deployables[0]
+    assert region.function_uuids == (NLB, DMA)
 
 
 # -- inventory errors and health ---------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
 from collections.abc import Callable
@@ -11,12 +12,12 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron.drivers import gbs
+from acceleron.drivers import gbs, intel_fpga
 from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, ProgrammingError, TargetNotFound
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 
 MakeTree = Callable[..., Path]
 TYPE_A10 = "ce48969398f05f33946d560708be108a"
@@ -65,7 +66,7 @@ def region(
         function_uuids=functions,
         attributes={
             "layout": layout,
-            "bitstream_id": "0x23000410010309",
+            "fim_bitstream_id": "0x23000410010309",
             "bitstream_metadata": metadata,
             "ports_num": 2,
         },
@@ -96,7 +97,7 @@ def test_the_6_1_scenario_exactly(sysfs_tree: MakeTree, driver_conf: cfg.ConfigO
             std_board_info={**board, "iommu_group": 40},
             vendor_board_info={
                 "layout": "dfl",
-                "bitstream_id": "0x23000410010309",
+                "fim_bitstream_id": "0x23000410010309",
                 "bitstream_metadata": "0x1081009",
                 "ports_num": 2,
             },
@@ -114,7 +115,7 @@ def test_the_6_1_scenario_exactly(sysfs_tree: MakeTree, driver_conf: cfg.ConfigO
             std_board_info={**board, "iommu_group": 80},
             vendor_board_info={
                 "layout": "dfl",
-                "bitstream_id": "0x23000410010309",
+                "fim_bitstream_id": "0x23000410010309",
                 "bitstream_metadata": "0x0",
                 "ports_num": 2,
             },
@@ -179,14 +180,7 @@ def test_permission_denied_reads_as_unknown(
 ) -> None:
     """What a non-root agent meets on a 0600 file: PermissionError, region type unknown."""
     root = sysfs_tree({"devices": [pac("0000:5e:00.0")]})
-    real_read_text = Path.read_text
-
-    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
-        if self.name == "compat_id":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    deny_reads(monkeypatch, "compat_id")
     (device,) = discover(driver_conf, root)
     assert device.deployables[0].region_type is None
     assert device.deployables[0].function_uuids == (NLB,)
@@ -202,6 +196,37 @@ def test_vf_gone_mid_scan(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> 
     assert device.deployables == (region(["0000:5e:00.1"], (NLB,)),)
 
 
+def test_card_gone_after_the_scan_listed_it(
+    sysfs_tree: MakeTree,
+    driver_conf: cfg.ConfigOpts,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Listed, then gone before its FPGA stack is read: left out, not a card without one."""
+    root = sysfs_tree({"devices": [pac("0000:5e:00.0"), pac("0000:be:00.0")]})
+    scan_then_remove(monkeypatch, intel_fpga, "0000:5e:00.0")
+    with caplog.at_level(logging.INFO):
+        devices = discover(driver_conf, root)
+    assert [d.pci_address for d in devices] == ["0000:be:00.0"]
+    assert devices[0].deployables == (region(["0000:be:00.1", "0000:be:00.2"], (NLB,)),)
+    assert "PCI device 0000:5e:00.0 vanished during the scan; leaving it out" in caplog.text
+
+
+def test_vfs_appearing_later_take_over_the_ports(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """The same driver scanning again after the ports were released and VFs enabled:
+    the same region, its handles now the VFs instead of the PF."""
+    before = pac("0000:5e:00.0", sriov={"totalvfs": 2, "vf_device": "09c5", "vfs": []})
+    before["fpga"] = {**before["fpga"], "ports": [NLB], "vf_ports": []}
+    root = sysfs_tree({"devices": [before]})
+    driver = IntelFpgaDriver(driver_conf, root)
+    assert driver.discover()[0].deployables == (region(["0000:5e:00.0"], (NLB,)),)
+    rebuild_sysfs(root, {"devices": [pac("0000:5e:00.0")]})
+    (device,) = driver.discover()
+    assert device.deployables == (region(["0000:5e:00.1", "0000:5e:00.2"], (NLB,)),)
+
+
 def test_vf_without_a_readable_port_is_still_a_handle(
     sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
 ) -> None:
@@ -211,10 +236,13 @@ def test_vf_without_a_readable_port_is_still_a_handle(
     assert device.deployables == (region(["0000:5e:00.1", "0000:5e:00.2"], (NLB,)),)
 
 
+@pytest.mark.parametrize(("kernel_driver", "in_use"), [("vfio-pci", True), (None, False)])
 def test_no_fpga_stack_falls_back_to_the_pci_identity(
-    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, kernel_driver: str | None, in_use: bool
 ) -> None:
-    spec = pac("0000:5e:00.0", driver="vfio-pci", sriov={"totalvfs": 2, "vfs": []})
+    """Passed through (bound to vfio-pci, a VM most likely has it): in use on the host.
+    No driver loaded: free."""
+    spec = pac("0000:5e:00.0", driver=kernel_driver, sriov={"totalvfs": 2, "vfs": []})
     del spec["fpga"]
     (device,) = discover(driver_conf, sysfs_tree({"devices": [spec]}))
     assert device.vendor_board_info == {}
@@ -223,8 +251,8 @@ def test_no_fpga_stack_falls_back_to_the_pci_identity(
             key="device",
             kind="device",
             num_accelerators=1,
-            attributes={"kernel_driver": "vfio-pci"},
-            attach_handles=(pci_handle("0000:5e:00.0"),),
+            attributes={"kernel_driver": kernel_driver},
+            attach_handles=(pci_handle("0000:5e:00.0", in_use=in_use),),
         ),
     )
 

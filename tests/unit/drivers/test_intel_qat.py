@@ -12,7 +12,7 @@ from oslo_config import cfg
 from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.intel_qat import IntelQatDriver
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads
 
 MakeTree = Callable[..., Path]
 VFS = ["0000:3d:01.0", "0000:3d:01.1", "0000:3d:01.2", "0000:3d:01.3"]
@@ -98,6 +98,29 @@ def test_gen4_services_become_a_trait(sysfs_tree: MakeTree, driver_conf: cfg.Con
         "cfg_services": "asym;dc",
         "state": "up",
     }
+
+
+def test_permission_denied_reads_as_unknown(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-root agent that cannot read qat/: the pool and its VFs are still reported,
+    without a services trait."""
+    spec = qat(VFS[:2], device="0x4940", qat={"state": "up", "cfg_services": "asym;dc"})
+    spec["sriov"]["vf_device"] = "4941"
+    root = sysfs_tree({"devices": [spec]})
+    deny_reads(monkeypatch, "cfg_services", "state")
+    driver = IntelQatDriver(driver_conf, root)
+    (device,) = driver.discover()
+    assert device.deployables == (
+        Deployable(
+            key="vf_pool",
+            kind="vf_pool",
+            num_accelerators=2,
+            attributes={"sriov_totalvfs": 16, "cfg_services": None, "state": None},
+            attach_handles=tuple(pci_handle(a) for a in VFS[:2]),
+        ),
+    )
+    assert driver.health(device) == Health("ok")
 
 
 @pytest.mark.parametrize(

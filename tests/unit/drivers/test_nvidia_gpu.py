@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron.drivers import nvml
+from acceleron.drivers import nvidia_gpu, nvml
 from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver, vgpu_trait
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1
+from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 
 MakeTree = Callable[..., Path]
@@ -147,6 +147,46 @@ def test_whole_gpu_without_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpt
     )
 
 
+def test_gpu_bound_to_vfio_is_in_use_on_the_host(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """Passed through to a VM already: reported, but not offered."""
+    root = sysfs_tree({"devices": [gpu_spec(driver="vfio-pci"), gpu_spec("0000:86:00.0")]})
+    passed, free = discover(driver_conf, root)
+    assert passed.deployables[0].attach_handles == (pci_handle("0000:3b:00.0", in_use=True),)
+    assert free.deployables[0].attach_handles == (pci_handle("0000:86:00.0"),)
+
+
+def proc_gpu(root: Path, address: str, minor: int, gpu_instances: list[int]) -> None:
+    """What the NVIDIA driver shows in /proc for a GPU and its MIG GPU instances."""
+    info = root / "proc/driver/nvidia/gpus" / address / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nBus Location: \t {address}\n"
+                    f"Device Minor: \t {minor}\nGPU Excluded:\t No\n")  # fmt: skip
+    mig = root / "proc/driver/nvidia/capabilities" / f"gpu{minor}" / "mig"
+    mig.mkdir(parents=True)
+    for gi in gpu_instances:
+        (mig / f"gi{gi}" / "ci0").mkdir(parents=True)
+        (mig / f"gi{gi}" / "access").write_text("DeviceFileMinor: 65\n")
+
+
+def test_mig_without_nvml_is_a_whole_gpu_with_a_warning(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = sysfs_tree({"devices": [gpu_spec(), gpu_spec("0000:86:00.0")]})
+    proc_gpu(root, "0000:3b:00.0", 1, [1, 2])  # in MIG mode, two GPU instances
+    proc_gpu(root, "0000:86:00.0", 0, [])  # MIG off
+    driver = NvidiaGpuDriver(driver_conf, root)
+    with caplog.at_level(logging.WARNING):
+        devices = driver.discover()
+        driver.discover()
+    assert [[d.key for d in device.deployables] for device in devices] == [["device"]] * 2
+    warnings = [r.getMessage() for r in caplog.records if "MIG" in r.getMessage()]
+    assert len(warnings) == 1  # once, for the GPU in MIG mode only
+    assert warnings[0].startswith("GPU 0000:3b:00.0 is in MIG mode, but MIG instances can only "
+                                  "be read through NVML")  # fmt: skip
+
+
 def test_mdev_types_on_sriov_vfs(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     """Ampere before vGPU 17: each VF carries the types, one instance each."""
     free = {"nvidia-500": {"name": "NVIDIA A100-4C", "available_instances": 1}}
@@ -196,6 +236,72 @@ def test_vendor_specific_vfio_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.Config
         pci_handle("0000:3b:00.6", vgpu_type="1414"),
     )
     assert device.deployables[0].attributes == {"type_name": "NVIDIA H100-1-10C", "form": "vfio"}
+
+
+def test_permission_denied_reads_as_unknown(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a non-root agent meets on 0600 files: the GPU is still reported, what it
+    cannot read is unknown, and no free vGPU slot is invented."""
+    types = {"nvidia-223": {"name": "GRID T4-2B", "available_instances": 7, "created": [CREATED]}}
+    root = sysfs_tree({"devices": [gpu_spec(device="0x1eb8", mdev_types=types)]})
+    deny_reads(monkeypatch, "numa_node", "available_instances")
+    (device,) = discover(driver_conf, root)
+    assert (device.pci_address, device.model, device.numa_node) == ("0000:3b:00.0", "T4", None)
+    (dep,) = device.deployables
+    assert (dep.key, dep.traits) == ("vgpu/nvidia-223", ("CUSTOM_NVIDIA_1EB8_T4_2B",))
+    assert [(h.address, h.in_use) for h in dep.attach_handles] == [(CREATED, True)]
+
+
+def test_gpu_gone_after_the_scan_listed_it(
+    sysfs_tree: MakeTree,
+    driver_conf: cfg.ConfigOpts,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Listed, then gone before its vGPU types are read: left out, not a whole GPU."""
+    types = {"nvidia-223": {"name": "GRID T4-2B", "available_instances": 2}}
+    root = sysfs_tree(
+        {
+            "devices": [
+                gpu_spec("0000:3b:00.0", "0x1eb8", mdev_types=types),
+                gpu_spec("0000:86:00.0", "0x1eb8", mdev_types=types),
+            ]
+        }
+    )
+    scan_then_remove(monkeypatch, nvidia_gpu, "0000:3b:00.0")
+    with caplog.at_level(logging.INFO):
+        devices = discover(driver_conf, root)
+    assert [(d.pci_address, [p.key for p in d.deployables]) for d in devices] == [
+        ("0000:86:00.0", ["vgpu/nvidia-223"])
+    ]
+    assert "PCI device 0000:3b:00.0 vanished during the scan; leaving it out" in caplog.text
+
+
+def test_vfs_appearing_later_add_vgpu_handles(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """The same driver scanning again after more VFs were enabled: the same vGPU type,
+    the VF it had keeps its handle, the new VFs add theirs."""
+    offers = ["1414 : NVIDIA H100-1-10C"]
+
+    def gpu(count: int) -> dict[str, Any]:
+        vfs = [{"bdf": f"0000:3b:00.{4 + i}", "nvidia": {"creatable_vgpu_types": offers}}
+               for i in range(count)]  # fmt: skip
+        sriov = {"totalvfs": 16, "vf_device": "2331", "vf_driver": "nvidia", "vfs": vfs}
+        return {"devices": [gpu_spec(device="0x2331", sriov=sriov)]}
+
+    root = sysfs_tree(gpu(1))
+    driver = NvidiaGpuDriver(driver_conf, root)
+    (before,) = driver.discover()
+    rebuild_sysfs(root, gpu(3))
+    (after,) = driver.discover()
+    assert [d.key for d in before.deployables] == [d.key for d in after.deployables]
+    assert [d.key for d in after.deployables] == ["vgpu/nvidia-1414"]
+    assert before.deployables[0].attach_handles == (pci_handle("0000:3b:00.4", vgpu_type="1414"),)
+    assert after.deployables[0].attach_handles == tuple(
+        pci_handle(f"0000:3b:00.{f}", vgpu_type="1414") for f in (4, 5, 6)
+    )
 
 
 def test_vgpu_trait_rule() -> None:

@@ -15,7 +15,7 @@ from acceleron.drivers.base import Deployable, Device
 from acceleron.drivers.errors import DriverConfigError
 from acceleron.drivers.pci import PciDriver, parse_device_specs
 from acceleron.drivers.sysfs import pci_handle
-from tests.fixtures.sysfs import SCENARIO_6_1, load_spec
+from tests.fixtures.sysfs import SCENARIO_6_1, load_spec, rebuild_sysfs
 
 MakeTree = Callable[..., Path]
 QAT_VFS = ["0000:3d:01.0", "0000:3d:01.1", "0000:3d:01.2", "0000:3d:01.3"]
@@ -95,6 +95,20 @@ def test_a_pf_address_stands_for_its_vfs(sysfs_tree: MakeTree, driver_conf: cfg.
     assert shape(discover(driver_conf, root, {"address": "0000:18:00.0"})) == [
         ("0000:18:00.0", "NIC", "INTEL", [("vf_pool", 0, [])])
     ]
+
+
+def test_vfs_appearing_later_join_the_pool(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """The same driver scanning again after VFs were enabled: same pool, now with them."""
+    root = sysfs_tree(host_6_1())
+    driver_conf.set_override("device_spec", [json.dumps({"address": "0000:18:00.0"})], group="pci")
+    driver = PciDriver(driver_conf, root)
+    assert shape(driver.discover()) == [("0000:18:00.0", "NIC", "INTEL", [("vf_pool", 0, [])])]
+    vfs = ["0000:18:02.0", "0000:18:02.1"]
+    rebuild_sysfs(root, host_6_1(sriov={"totalvfs": 64, "vf_device": "154c", "vf_driver": "iavf",
+                                        "vfs": vfs}))  # fmt: skip
+    assert shape(driver.discover()) == [("0000:18:00.0", "NIC", "INTEL", [("vf_pool", 2, vfs)])]
 
 
 def test_glob_addresses(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:

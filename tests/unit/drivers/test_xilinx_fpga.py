@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import sys
 from collections.abc import Callable
@@ -12,10 +13,12 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron.drivers.base import Deployable
+from acceleron.drivers import xilinx_fpga
+from acceleron.drivers.base import Deployable, Device
 from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.sysfs import pci_handle
 from acceleron.drivers.xilinx_fpga import XilinxFpgaDriver
+from tests.fixtures.sysfs import deny_reads, scan_then_remove
 
 MakeTree = Callable[..., Path]
 XCLBIN = "5b5c5d5e-1111-4222-8333-944455556666"
@@ -89,6 +92,79 @@ def test_unbound_pfs_without_xrt_files(sysfs_tree: MakeTree, driver_conf: cfg.Co
     # Only the user PF is visible (the management PF is elsewhere): it is the key.
     assert (u50.pci_address, u50.product_id, u50.model) == ("10000:3c:00.1", "5021", "U50")
     assert u50.deployables[0].bitstream_id is None  # all zeros: nothing loaded
+
+
+def test_permission_denied_reads_as_unknown(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-root agent that cannot read XRT's files: the card and its user PF handle
+    are still reported; the shell, the xclbin and the board name are unknown."""
+    root = sysfs_tree({"devices": u250()})
+    deny_reads(monkeypatch, "interface_uuids", "logic_uuids", "xclbinuuid", "VBNV")
+    (device,) = XilinxFpgaDriver(driver_conf, root).discover()
+    assert device.vendor_board_info["vbnv"] is None
+    (region,) = device.deployables
+    assert (region.region_type, region.bitstream_id, region.function_uuids) == (None, None, ())
+    assert region.attributes["logic_uuid"] is None
+    assert (region.num_accelerators, region.attach_handles) == (1, (pci_handle("0000:d8:00.1"),))
+
+
+def test_unreadable_xclbinuuid(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
+    mgmt, user = u250()
+    user = {**user, "unreadable": ["xclbinuuid"]}  # a directory where the file should be
+    (device,) = XilinxFpgaDriver(driver_conf, sysfs_tree({"devices": [mgmt, user]})).discover()
+    (region,) = device.deployables
+    assert (region.bitstream_id, region.function_uuids) == (None, ())
+    assert region.region_type == SHELL.replace("-", "")
+    assert region.attach_handles == (pci_handle("0000:d8:00.1"),)
+
+
+def user_gone(device: Device) -> None:
+    """What a card whose user PF is gone looks like: the management PF is never a handle."""
+    assert (device.pci_address, device.model) == ("0000:d8:00.0", "U250")
+    assert device.vendor_board_info == {
+        "management_address": "0000:d8:00.0", "user_address": None, "vbnv": "xilinx_u250"
+    }  # fmt: skip
+    assert device.deployables == (
+        Deployable(
+            key="region0",
+            kind="region",
+            num_accelerators=0,
+            programmable=True,
+            region_type=SHELL.replace("-", ""),
+            attributes={"management_address": "0000:d8:00.0", "user_address": None,
+                        "logic_uuid": "aa" * 16},
+        ),
+    )  # fmt: skip
+
+
+def test_user_pf_missing(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        (device,) = XilinxFpgaDriver(driver_conf, sysfs_tree({"devices": u250()[:1]})).discover()
+    user_gone(device)
+    assert "Xilinx FPGA 0000:d8:00.0 shows no user PF" in caplog.text
+
+
+def test_user_pf_gone_mid_scan(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = sysfs_tree({"devices": u250()})
+    scan_then_remove(monkeypatch, xilinx_fpga, "0000:d8:00.1")
+    (device,) = XilinxFpgaDriver(driver_conf, root).discover()
+    user_gone(device)
+
+
+def test_card_gone_mid_scan(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = sysfs_tree({"devices": [*u250(), *u250("0000:d9:00")]})
+    scan_then_remove(monkeypatch, xilinx_fpga, "0000:d8:00.0")
+    scan_then_remove(monkeypatch, xilinx_fpga, "0000:d8:00.1")
+    assert [d.pci_address for d in XilinxFpgaDriver(driver_conf, root).discover()] == [
+        "0000:d9:00.0"
+    ]
 
 
 def test_program_runs_xbmgmt_on_the_management_pf(
