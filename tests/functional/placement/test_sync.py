@@ -28,9 +28,9 @@ HOST = "host-1"
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
 REGION_TYPE = "ce48969398f05f33946d560708be108a"
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
-# In traits a UUID is upper case with underscores for hyphens (spec 004).
-REGION_ID = "CE489693_98F0_5F33_946D_560708BE108A"
-FUNCTION_ID = "D8424DC4_A4A3_C413_F89E_433683F9040B"
+# In traits an id is upper-cased as reported, no separator added (as upstream does).
+REGION_ID = "CE48969398F05F33946D560708BE108A"
+FUNCTION_ID = "D8424DC4A4A3C413F89E433683F9040B"
 
 
 def report(conf: cfg.ConfigOpts, host: str = HOST) -> HostReport:
@@ -133,7 +133,7 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     sync.sync_host(HOST)
     region = region_uuid(db)
     new_function = "f7df405cbd7acf7222f144b0b93acd18"
-    new_id = "F7DF405C_BD7A_CF72_22F1_44B0B93ACD18"
+    new_id = new_function.upper()
     with db.writer() as conn:
         conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == region)
                      .values(function_uuid=new_function))  # fmt: skip
