@@ -10,7 +10,8 @@ each provider it owns):
   that changed (ours or someone else's doing) is read, and only what differs is
   written (a function trait swap is one ``PUT .../traits``);
 * a provider Acceleron no longer wants is deleted, or, while allocations still
-  use it, kept with everything reserved.
+  use it, kept with everything reserved (retired); a retired provider that is
+  wanted again (its device came back) is read and converged like a changed one.
 
 Providers Acceleron did not create (Nova's own children of the compute node)
 are never touched. No database here: the caller keeps the record.
@@ -93,13 +94,24 @@ def _sync_provider(
                 client.set_traits(want.uuid, want.traits)
             else:  # created meanwhile (another API replica): make it right
                 _converge(client, want, result, dry_run)
-    elif known is None or known.generation != actual.generation or known.digest != digest:
+    elif _changed(known, actual, digest):
         _converge(client, want, result, dry_run)
     generation = client.generation(want.uuid)
     if not dry_run and generation is not None:
         result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation, digest)
     elif known is not None:
         result.known[want.uuid] = known
+
+
+def _changed(known: Known | None, actual: Provider, digest: str) -> bool:
+    """Whether a provider must be read and converged: unknown, changed in Placement or
+    in what we want, or retired (kept reserved) and now wanted again."""
+    return (
+        known is None
+        or known.retired
+        or known.generation != actual.generation
+        or known.digest != digest
+    )
 
 
 def _create(client: PlacementClient, want: DesiredProvider) -> bool:

@@ -182,6 +182,31 @@ def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
     assert client.get_provider(region) is None
 
 
+def test_a_retired_provider_that_comes_back_is_usable_again(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    full = report(conf)
+    inventory.reconcile(db, full)
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    region = region_uuid(db)
+    consumer = str(uuid.uuid4())
+    allocate(placement, region, consumer)
+    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[1:]))  # first card gone
+    sync.sync_pending()
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    inventory.reconcile(db, full)  # and back
+    [result] = sync.sync_pending()
+    assert ("inventories", region) in {(a.op, a.uuid) for a in result.actions}
+    _, invs = PlacementClient(placement).get_inventories(region)
+    assert invs["CUSTOM_ACCELERATOR_FPGA"].reserved == 0
+    with db.reader() as conn:
+        retired = conn.execute(select(table(PlacementProvider).c.retired).where(
+            table(PlacementProvider).c.uuid == region)).scalar_one()  # fmt: skip
+    assert retired is False
+    assert sync.sync_host(HOST, force=True).actions == []
+
+
 def test_providers_acceleron_did_not_create_are_left_alone(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
