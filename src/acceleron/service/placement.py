@@ -328,7 +328,10 @@ class PlacementService:
                       create_compute_nodes=self.mode == "embedded", lock=self._lock)  # fmt: skip
 
     def check_host(self, hostname: str) -> None:
-        """Refuse a host that the compute service does not know (remote mode only)."""
+        """Refuse a host that the compute service does not know (remote mode only).
+
+        While Placement cannot be reached the report is accepted: the host stays
+        pending, and its sync checks it once Placement answers."""
         if self.mode != "remote":
             return
         with self.db.reader() as conn:
@@ -336,7 +339,12 @@ class PlacementService:
         if host is not None and host.rp_uuid:
             return
         client = self._new_client()
-        if client.find_provider(hostname) is None:
+        try:
+            found = client.find_provider(hostname)
+        except PlacementUnavailable as error:
+            LOG.warning("Accepting the report of %s unchecked: %s", hostname, error.message)
+            return
+        if found is None:
             raise UnknownHost(unknown_host_message(client, hostname))
 
 

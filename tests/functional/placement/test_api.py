@@ -13,13 +13,16 @@ import pytest
 from fastapi.testclient import TestClient
 from keystoneauth1 import adapter
 from oslo_config import cfg
+from sqlalchemy import select
 
 from acceleron.api.app import create_app
+from acceleron.db.models import Host, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement.client import PlacementClient
 from acceleron.report import HostReport, to_json
 from acceleron.service.placement import PlacementService
+from tests.fixtures.placement import Unreachable
 
 HOST = "host-1"
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
@@ -30,18 +33,21 @@ def report(conf: cfg.ConfigOpts, host: str = HOST) -> dict[str, Any]:
     return to_json(HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover())))
 
 
+MakeApi = Callable[..., TestClient]
+
+
 @pytest.fixture
-def make_api(
-    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
-) -> Iterator[Callable[[str], TestClient]]:
-    """An API whose Placement is the real one in this process, in ``mode``."""
+def make_api(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> Iterator[MakeApi]:
+    """An API whose Placement is the real one in this process (or ``through`` an adapter
+    wrapping it), in ``mode``."""
     clients: list[TestClient] = []
 
-    def make(mode: str) -> TestClient:
+    def make(mode: str, through: adapter.Adapter | None = None) -> TestClient:
         conf.set_override("mode", mode, "placement")
         conf.set_override("embedded_connection", "sqlite://", "placement")  # the fixture's
         app = create_app(conf, db)
-        app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+        used = through or placement
+        app.state.placement = PlacementService(conf, db, lambda: PlacementClient(used))
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
@@ -60,7 +66,7 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def test_a_changed_report_is_published_by_the_worker(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("embedded")
     body = report(conf)
@@ -73,7 +79,7 @@ def test_a_changed_report_is_published_by_the_worker(
 
 
 def test_sync_endpoint_plans_then_applies(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, db: Database
+    make_api: MakeApi, conf: cfg.ConfigOpts, db: Database
 ) -> None:
     api = make_api("embedded")
     api.app.state.placement.worker.stop()  # type: ignore[attr-defined]
@@ -92,7 +98,7 @@ def test_sync_endpoint_plans_then_applies(
 
 
 def test_remote_mode_refuses_a_host_the_compute_service_does_not_know(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("remote")
     PlacementClient(placement).create_provider(str(uuid.uuid4()), f"{HOST}.example.org")
@@ -106,8 +112,25 @@ def test_remote_mode_refuses_a_host_the_compute_service_does_not_know(
     assert ok.status_code == 200, ok.text
 
 
+def test_remote_mode_accepts_a_new_host_while_placement_is_down(
+    make_api: MakeApi, conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> None:
+    down = Unreachable(placement)
+    api = make_api("remote", down)
+    response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=V2_6)
+    assert response.status_code == 200, response.text
+    with db.reader() as conn:
+        host = conn.execute(select(table(Host)).where(table(Host).c.hostname == HOST)).one()
+    assert host.rp_uuid is None and host.synced_generation != host.generation  # pending
+    client = PlacementClient(placement)
+    compute = client.create_provider(str(uuid.uuid4()), HOST)  # Nova's, while we were away
+    down.up = True
+    api.app.state.placement.worker.wake()  # type: ignore[attr-defined]
+    eventually(lambda: len(client.get_tree(compute.uuid)) == 15)
+
+
 def test_operator_endpoints_need_2_6_an_admin_and_placement(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, db: Database
+    make_api: MakeApi, conf: cfg.ConfigOpts, db: Database
 ) -> None:
     api = make_api("embedded")
     assert api.post("/v2/placement/sync", json={}).status_code == 404
@@ -122,7 +145,7 @@ def test_operator_endpoints_need_2_6_an_admin_and_placement(
 
 
 def test_disabling_a_device_reserves_it_in_placement(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("embedded")
     body = report(conf)

@@ -22,7 +22,7 @@ from acceleron.report import HostReport
 from acceleron.scheduler.query import profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import Syncer
-from tests.fixtures.placement import CountingAdapter
+from tests.fixtures.placement import CountingAdapter, Unreachable
 
 HOST = "host-1"
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
@@ -275,21 +275,6 @@ def test_flat_mode_and_the_move_to_nested_providers(
     assert set(invs) == {"VCPU"} and traits == {"HW_CPU_X86_AVX2"}
     syncer(db, counted).sync_pending()
     assert len(client.get_tree(compute.uuid)) == 15
-
-
-class Unreachable(adapter.Adapter):
-    """A Placement that is down until ``up`` is set."""
-
-    def __init__(self, inner: adapter.Adapter) -> None:
-        super().__init__(inner.session, endpoint_override=inner.endpoint_override)
-        self.inner, self.up = inner, False
-
-    def request(self, url: str, method: str, **kwargs: Any) -> Any:
-        if not self.up:
-            from keystoneauth1 import exceptions
-
-            raise exceptions.ConnectFailure("connection refused")
-        return self.inner.request(url, method, **kwargs)
 
 
 def test_placement_down_leaves_hosts_pending_until_it_answers(
