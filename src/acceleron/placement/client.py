@@ -5,7 +5,9 @@ It does what a sync needs with as few calls as it can:
 * every request carries one pinned microversion (:data:`MICROVERSION`);
 * the generation of every provider it has seen is remembered, so a write needs no read
   first; a generation conflict (409 ``placement.concurrent_update``) re-reads the
-  generation and tries again, up to ``max_attempts`` times;
+  generation and tries again, up to ``max_attempts`` times; ``update_traits`` and
+  ``update_inventories``, for providers shared with Nova, re-read the content too and
+  merge again, so a concurrent change is kept;
 * custom traits and resource classes are created on demand before they are used and
   remembered, so each is ensured once per client (one ``GET /traits?name=in:`` finds
   which of several already exist). If one vanished meanwhile (400 on use), it is
@@ -407,9 +409,55 @@ class PlacementClient:
     ) -> int:
         """Replace all of the provider's inventories (one call); the new generation.
 
-        Custom resource classes are ensured first. Removing or shrinking a class below
-        what is allocated raises PlacementProviderInUse.
+        Custom resource classes are ensured first. Removing a class that is allocated
+        raises PlacementProviderInUse. A generation conflict is retried with the same
+        inventories: for a provider others write too, use :meth:`update_inventories`.
         """
+        return self._put_inventories(uuid, inventories, generation, None)
+
+    def update_inventories(
+        self,
+        uuid: str,
+        change: Callable[[Mapping[str, Inventory]], Mapping[str, Inventory]],
+        *,
+        read: tuple[int, Mapping[str, Inventory]] | None = None,
+    ) -> int:
+        """Write ``change(current inventories)``, keeping what others write meanwhile.
+
+        After a generation conflict the inventories are read again and ``change`` applied
+        to them anew, so a concurrent change (Nova's, on a compute node) is not lost.
+        ``read`` (generation, inventories) is a read just made, to save the first GET.
+        """
+
+        def attempt(first: bool) -> int:
+            generation, current = read if first and read is not None else self.get_inventories(uuid)
+            wanted = dict(change(current))
+            if wanted == current:
+                return generation
+            return self._put_inventories(uuid, wanted, generation, 1)
+
+        return self._retrying(uuid, "updating its inventory", attempt)
+
+    def _retrying(self, uuid: str, doing: str, attempt: Callable[[bool], int]) -> int:
+        """Run read-change-write ``attempt`` until no generation conflict stops it."""
+        for number in range(self._max_attempts):
+            try:
+                return attempt(number == 0)
+            except PlacementGenerationConflict:
+                continue
+        raise PlacementGenerationConflict(
+            f"Resource provider {uuid} kept changing while {doing}.",
+            status=409,
+            code=CONCURRENT_UPDATE,
+        )
+
+    def _put_inventories(
+        self,
+        uuid: str,
+        inventories: Mapping[str, Inventory],
+        generation: int | None,
+        attempts: int | None,
+    ) -> int:
         self.ensure_resource_classes(inventories)
 
         def make_body(gen: int) -> JSON:
@@ -421,9 +469,8 @@ class PlacementClient:
             self.ensure_resource_classes(inventories)
 
         path = f"/resource_providers/{uuid}/inventories"
-        body = self._put_guarded(
-            uuid, path, make_body, generation, f"setting inventory of {uuid}", repair
-        )
+        doing = f"setting inventory of {uuid}"
+        body = self._put_guarded(uuid, path, make_body, generation, doing, repair, attempts)
         return int(body["resource_provider_generation"])
 
     # Traits
@@ -468,20 +515,15 @@ class PlacementClient:
         Reads the current traits and writes the merge; after a conflict, reads again.
         """
         add_set, remove_set = set(add), set(remove)
-        for _ in range(self._max_attempts):
+
+        def attempt(_first: bool) -> int:
             generation, current = self.get_traits(uuid)
             wanted = (current | add_set) - remove_set
             if wanted == current:
                 return generation
-            try:
-                return self._put_traits(uuid, sorted(wanted), generation, attempts=1)
-            except PlacementGenerationConflict:
-                continue
-        raise PlacementGenerationConflict(
-            f"Resource provider {uuid} kept changing while updating its traits.",
-            status=409,
-            code=CONCURRENT_UPDATE,
-        )
+            return self._put_traits(uuid, sorted(wanted), generation, attempts=1)
+
+        return self._retrying(uuid, "updating its traits", attempt)
 
     # Traits and resource classes (global; created, never deleted)
 

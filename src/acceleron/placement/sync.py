@@ -20,11 +20,15 @@ are never touched. No database here: the caller keeps the record.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from acceleron.exceptions import PlacementError, PlacementProviderInUse
 from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.placement.tree import DesiredProvider
+
+# The digest recorded for a provider left short of what we want (a class we dropped is
+# kept while allocated): it matches no desired digest, so the next check converges it.
+UNSETTLED = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +88,7 @@ def _sync_provider(
     result: Result,
     dry_run: bool,
 ) -> None:
-    digest = want.digest()
+    digest, settled = want.digest(), True
     if actual is None:
         result.actions.append(Action("create", want.uuid, want.name, f"under {want.parent_uuid}"))
         if not dry_run:
@@ -93,12 +97,13 @@ def _sync_provider(
                     client.set_inventories(want.uuid, want.inventories)
                 client.set_traits(want.uuid, want.traits)
             else:  # created meanwhile (another API replica): make it right
-                _converge(client, want, result, dry_run)
+                settled = _converge(client, want, result, dry_run)
     elif _changed(known, actual, digest):
-        _converge(client, want, result, dry_run)
+        settled = _converge(client, want, result, dry_run)
     generation = client.generation(want.uuid)
     if not dry_run and generation is not None:
-        result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation, digest)
+        result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation,
+                                        digest if settled else UNSETTLED)  # fmt: skip
     elif known is not None:
         result.known[want.uuid] = known
 
@@ -127,15 +132,18 @@ def _create(client: PlacementClient, want: DesiredProvider) -> bool:
 
 def _converge(
     client: PlacementClient, want: DesiredProvider, result: Result, dry_run: bool
-) -> None:
-    """Read an existing provider and write only what differs from ``want``."""
-    _, inventories = client.get_inventories(want.uuid)
-    if inventories != dict(want.inventories):
+) -> bool:
+    """Read an existing provider and write only what differs from ``want``; False when
+    a class it should lose is kept because allocations still use it."""
+    read = client.get_inventories(want.uuid)
+    kept: list[str] = []
+    if read[1] != dict(want.inventories):
         result.actions.append(
-            Action("inventories", want.uuid, want.name, _describe(inventories, want.inventories))
+            Action("inventories", want.uuid, want.name, _describe(read[1], want.inventories))
         )
         if not dry_run:
-            client.set_inventories(want.uuid, want.inventories)
+            kept = _write_inventories(client, want.uuid, lambda _: want.inventories, read)
+            _report_kept(result, want.uuid, want.name, kept)
     _, traits = client.get_traits(want.uuid)
     if traits != want.traits:
         added, removed = sorted(want.traits - traits), sorted(traits - want.traits)
@@ -144,6 +152,42 @@ def _converge(
         )
         if not dry_run:
             client.set_traits(want.uuid, want.traits)
+    return not kept
+
+
+def _write_inventories(
+    client: PlacementClient,
+    uuid: str,
+    build: Callable[[Mapping[str, Inventory]], Mapping[str, Inventory]],
+    read: tuple[int, Mapping[str, Inventory]],
+) -> list[str]:
+    """Write ``build(current inventories)`` (rebuilt from a fresh read after a conflict).
+
+    Placement refuses to remove a class that is still allocated: such a class is kept,
+    fully reserved, until its allocations go. Returns the classes kept that way.
+    """
+    used: set[str] = set()
+    kept: list[str] = []
+
+    def change(current: Mapping[str, Inventory]) -> dict[str, Inventory]:
+        wanted = dict(build(current))
+        kept[:] = sorted(rc for rc in current if rc in used and rc not in wanted)
+        wanted.update((rc, dataclasses.replace(current[rc], reserved=current[rc].total))
+                      for rc in kept)  # fmt: skip
+        return wanted
+
+    try:
+        client.update_inventories(uuid, change, read=read)
+    except PlacementProviderInUse:
+        used.update(rc for rc, n in client.get_usages(uuid).items() if n)
+        client.update_inventories(uuid, change)
+    return kept
+
+
+def _report_kept(result: Result, uuid: str, name: str, kept: Sequence[str]) -> None:
+    if kept:
+        detail = f"kept {', '.join(kept)} fully reserved: still allocated"
+        result.actions.append(Action("inventories", uuid, name, detail))
 
 
 def _describe(old: Mapping[str, Inventory], new: Mapping[str, Inventory]) -> str:
@@ -218,15 +262,20 @@ def sync_flat(
     digest = flat_digest(inventories, traits)
     owned_classes = set(known.owned.get("classes", ())) if known else set()
     owned_traits = set(known.owned.get("traits", ())) if known else set()
-    if known is None or known.generation != compute.generation or known.digest != digest:
-        _, current = client.get_inventories(compute.uuid)
-        merged = {rc: inv for rc, inv in current.items() if rc not in owned_classes}
-        merged.update(inventories)
-        if merged != current:
+    kept: list[str] = []
+
+    def merge(current: Mapping[str, Inventory]) -> dict[str, Inventory]:
+        return {**{rc: i for rc, i in current.items() if rc not in owned_classes}, **inventories}
+
+    if _changed(known, compute, digest):
+        read = client.get_inventories(compute.uuid)
+        merged = merge(read[1])
+        if merged != read[1]:
             result.actions.append(Action("inventories", compute.uuid, compute.name,
-                                         _describe(current, merged)))  # fmt: skip
+                                         _describe(read[1], merged)))  # fmt: skip
             if not dry_run:
-                _set_keeping_used(client, compute.uuid, merged, current)
+                kept = _write_inventories(client, compute.uuid, merge, read)
+                _report_kept(result, compute.uuid, compute.name, kept)
         _, present = client.get_traits(compute.uuid)
         add, remove = traits - present, (owned_traits - traits) & present
         if add or remove:
@@ -235,26 +284,11 @@ def sync_flat(
             if not dry_run:
                 client.update_traits(compute.uuid, add=add, remove=remove)
     generation = client.generation(compute.uuid) or compute.generation
-    owned = {"classes": sorted(inventories), "traits": sorted(traits)}
-    result.known[compute.uuid] = Known(compute.uuid, compute.name, None, generation, digest,
-                                       owned=owned)  # fmt: skip
+    # A class kept while allocated is still ours: the next check removes it.
+    owned = {"classes": sorted({*inventories, *kept}), "traits": sorted(traits)}
+    result.known[compute.uuid] = Known(compute.uuid, compute.name, None, generation,
+                                       UNSETTLED if kept else digest, owned=owned)  # fmt: skip
     return result
-
-
-def _set_keeping_used(
-    client: PlacementClient,
-    uuid: str,
-    merged: Mapping[str, Inventory],
-    current: Mapping[str, Inventory],
-) -> None:
-    """Set inventories; a class still allocated is kept, fully reserved, not removed."""
-    try:
-        client.set_inventories(uuid, merged)
-    except PlacementProviderInUse:
-        used = {rc for rc, n in client.get_usages(uuid).items() if n}
-        kept = {rc: dataclasses.replace(current[rc], reserved=current[rc].total)
-                for rc in used if rc in current and rc not in merged}  # fmt: skip
-        client.set_inventories(uuid, {**merged, **kept})
 
 
 def remove_flat(
@@ -273,9 +307,8 @@ def remove_flat(
     actions = [Action("remove_flat", compute.uuid, compute.name,
                       f"classes {sorted(classes)} traits {traits}")]  # fmt: skip
     if not dry_run:
-        _, current = client.get_inventories(compute.uuid)
-        client.set_inventories(
-            compute.uuid, {rc: i for rc, i in current.items() if rc not in classes}
+        client.update_inventories(
+            compute.uuid, lambda current: {rc: i for rc, i in current.items() if rc not in classes}
         )
         client.update_traits(compute.uuid, remove=set(known.owned.get("traits", ())))
     return actions

@@ -16,13 +16,13 @@ from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import PlacementUnavailable, UnknownHost
 from acceleron.placement import names
-from acceleron.placement.client import PlacementClient
+from acceleron.placement.client import Inventory, PlacementClient
 from acceleron.placement.tree import Options
 from acceleron.report import HostReport
 from acceleron.scheduler.query import profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import Syncer
-from tests.fixtures.placement import CountingAdapter, Unreachable
+from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable
 
 HOST = "host-1"
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
@@ -147,9 +147,11 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}" not in traits
 
 
-def allocate(placement: adapter.Adapter, rp: str, consumer: str) -> None:
+def allocate(
+    placement: adapter.Adapter, rp: str, consumer: str, rc: str = "CUSTOM_ACCELERATOR_FPGA"
+) -> None:
     body = {
-        "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_FPGA": 1}}},
+        "allocations": {rp: {"resources": {rc: 1}}},
         "project_id": str(uuid.uuid4()),
         "user_id": str(uuid.uuid4()),
         "consumer_generation": None,
@@ -252,8 +254,6 @@ def test_flat_mode_and_the_move_to_nested_providers(
 ) -> None:
     client = PlacementClient(placement)
     compute = client.create_provider(str(uuid.uuid4()), HOST)
-    from acceleron.placement.client import Inventory
-
     client.set_inventories(compute.uuid, {"VCPU": Inventory(total=16)})
     client.set_traits(compute.uuid, ["HW_CPU_X86_AVX2"])
     inventory.reconcile(db, report(conf))
@@ -275,6 +275,87 @@ def test_flat_mode_and_the_move_to_nested_providers(
     assert set(invs) == {"VCPU"} and traits == {"HW_CPU_X86_AVX2"}
     syncer(db, counted).sync_pending()
     assert len(client.get_tree(compute.uuid)) == 15
+
+
+def test_a_class_still_allocated_is_kept_reserved_until_it_is_free(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Switching to the standard classes while an instance holds a custom one."""
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted).sync_host(HOST)
+    region, consumer = region_uuid(db), str(uuid.uuid4())
+    allocate(placement, region, consumer)
+    standard = syncer(db, counted, standard_classes=True)
+    result = standard.sync_host(HOST, force=True)
+    assert result.errors == []
+    assert ("inventories", region, "kept CUSTOM_ACCELERATOR_FPGA fully reserved: still "
+            "allocated") in {(a.op, a.uuid, a.detail) for a in result.actions}  # fmt: skip
+    client = PlacementClient(placement)
+
+    def inventories() -> dict[str, tuple[int, int]]:
+        return {rc: (i.total, i.reserved) for rc, i in client.get_inventories(region)[1].items()}
+
+    assert inventories() == {"FPGA": (2, 0), "CUSTOM_ACCELERATOR_FPGA": (2, 2)}
+    assert standard.sync_host(HOST, force=True).errors == []  # still in use: still kept
+    assert inventories() == {"FPGA": (2, 0), "CUSTOM_ACCELERATOR_FPGA": (2, 2)}
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    standard.sync_host(HOST, force=True)
+    assert inventories() == {"FPGA": (2, 0)}
+    assert standard.sync_host(HOST, force=True).actions == []
+
+
+def compute_node(placement: adapter.Adapter) -> str:
+    """A compute node as Nova makes it, with Nova's own inventory and a trait."""
+    client = PlacementClient(placement)
+    compute = client.create_provider(str(uuid.uuid4()), HOST)
+    client.set_inventories(compute.uuid, {"VCPU": Inventory(total=16),
+                                          "MEMORY_MB": Inventory(total=65536)})  # fmt: skip
+    client.set_traits(compute.uuid, ["HW_CPU_X86_AVX2"])
+    return compute.uuid
+
+
+def nova_grows_vcpu(raw: adapter.Adapter, rp: str) -> None:
+    """Nova's concurrent update of the compute node's own inventory."""
+    nova = PlacementClient(raw)
+    generation, current = nova.get_inventories(rp)
+    nova.set_inventories(rp, {**current, "VCPU": Inventory(total=32)}, generation=generation)
+
+
+def test_flat_mode_keeps_a_concurrent_change_by_nova(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    compute = compute_node(placement)
+    nova = Meddler(placement, f"{compute}/inventories", nova_grows_vcpu)
+    inventory.reconcile(db, report(conf))
+    Syncer(db, lambda: PlacementClient(nova), Options(nested=False)).sync_host(HOST)
+    assert nova.times == 0  # Nova did write between our read and our write
+    _, invs = PlacementClient(placement).get_inventories(compute)
+    assert invs["VCPU"].total == 32 and invs["MEMORY_MB"].total == 65536
+    assert invs["CUSTOM_ACCELERATOR_FPGA"].total == 6
+
+
+def test_flat_mode_removes_a_class_once_its_allocations_are_gone(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    compute = compute_node(placement)
+    full = report(conf)
+    inventory.reconcile(db, full)
+    flat = syncer(db, counted, nested=False, create_compute_nodes=False)
+    flat.sync_host(HOST)
+    consumer = str(uuid.uuid4())
+    allocate(placement, compute, consumer, "CUSTOM_ACCELERATOR_QAT")
+    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[:-1]))  # the QAT card goes
+    [result] = flat.sync_pending()
+    assert result.errors == []
+    client = PlacementClient(placement)
+    qat = client.get_inventories(compute)[1]["CUSTOM_ACCELERATOR_QAT"]
+    assert qat.reserved == qat.total == 4
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    flat.sync_host(HOST, force=True)
+    assert set(client.get_inventories(compute)[1]) == {
+        "VCPU", "MEMORY_MB", "CUSTOM_ACCELERATOR_FPGA", "CUSTOM_ACCELERATOR_VGPU",
+        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_MIG",
+    }  # fmt: skip
 
 
 def test_placement_down_leaves_hosts_pending_until_it_answers(
