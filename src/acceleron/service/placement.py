@@ -89,7 +89,7 @@ class Syncer:
         """Sync the hosts whose inventory changed since their last sync."""
         with self.db.reader() as conn:
             hosts = list(conn.execute(_PENDING).scalars())
-        return [self._sync_one(host) for host in hosts]
+        return [self._guarded(host, self.sync_host) for host in hosts]
 
     def hostnames(self) -> list[str]:
         with self.db.reader() as conn:
@@ -97,13 +97,29 @@ class Syncer:
 
     def sync_all(self, *, dry_run: bool = False) -> list[HostSync]:
         """Check every host's providers against Placement (and repair them)."""
-        return [self._sync_one(h, force=True, dry_run=dry_run) for h in self.hostnames()]
+        return [
+            self._guarded(host, lambda h: self.sync_host(h, force=True, dry_run=dry_run))
+            for host in self.hostnames()
+        ]
 
-    def _sync_one(self, hostname: str, *, force: bool = False, dry_run: bool = False) -> HostSync:
+    def migrate_to_nested(self, *, dry_run: bool = False) -> list[HostSync]:
+        """Spec 001's upgrade from flat to nested providers, host by host: a host still
+        in use keeps its flat inventory and gets its error, the others move."""
+        return [
+            self._guarded(host, lambda h: self._migrate(h, dry_run)) for host in self.hostnames()
+        ]
+
+    def _migrate(self, hostname: str, dry_run: bool) -> HostSync:
+        removed = self.remove_flat(hostname, dry_run=dry_run)
+        synced = self.sync_host(hostname, force=True, dry_run=dry_run)
+        return HostSync(hostname, removed.actions + synced.actions,
+                        errors=removed.errors + synced.errors)  # fmt: skip
+
+    def _guarded(self, hostname: str, work: Callable[[str], HostSync]) -> HostSync:
         """One host of a pass: its error is its own; Placement being away ends the pass."""
         try:
             with self.lock:
-                return self.sync_host(hostname, force=force, dry_run=dry_run)
+                return work(hostname)
         except PlacementUnavailable:
             raise
         except AcceleronError as error:

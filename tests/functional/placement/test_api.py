@@ -22,7 +22,7 @@ from acceleron.drivers.fake import FakeDriver
 from acceleron.placement.client import PlacementClient
 from acceleron.report import HostReport, to_json
 from acceleron.service.placement import PlacementService
-from tests.fixtures.placement import Unreachable
+from tests.fixtures.placement import Unreachable, allocate
 
 HOST = "host-1"
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
@@ -142,6 +142,47 @@ def test_operator_endpoints_need_2_6_an_admin_and_placement(
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as plain:
         response = plain.post("/v2/placement/sync", json={}, headers=V2_6)
         assert response.status_code == 409 and "disabled" in response.json()["errors"][0]["detail"]
+
+
+def test_migrate_to_nested_moves_every_host_it_can(
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    hosts = (HOST, "host-2")
+    conf.set_override("nested", False, "placement")
+    flat = make_api("embedded")
+    for host in hosts:
+        response = flat.put(f"/v2/hosts/{host}/report", json=report(conf, host), headers=V2_6)
+        assert response.status_code == 200
+    client = PlacementClient(placement)
+
+    def flat_inventory(host: str) -> set[str]:
+        compute = client.find_provider(host)
+        return set() if compute is None else set(client.get_inventories(compute.uuid)[1])
+
+    eventually(lambda: all("CUSTOM_ACCELERATOR_FPGA" in flat_inventory(h) for h in hosts))
+    flat.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+    computes = {h: p.uuid for h in hosts if (p := client.find_provider(h)) is not None}
+    consumer = str(uuid.uuid4())
+    allocate(placement, computes[HOST], consumer)  # an instance still on host-1
+    conf.set_override("nested", True, "placement")
+    nested = make_api("embedded")
+
+    def migrate() -> dict[str, dict[str, Any]]:
+        response = nested.post("/v2/placement/migrate-to-nested", json={}, headers=V2_6)
+        assert response.status_code == 200, response.text
+        return {h["hostname"]: h for h in response.json()["hosts"]}
+
+    first = migrate()
+    assert first[HOST]["actions"] == []
+    assert "still has allocations" in first[HOST]["errors"][0]
+    assert "CUSTOM_ACCELERATOR_FPGA" in flat_inventory(HOST)
+    assert first["host-2"]["errors"] == [] and first["host-2"]["actions"][0]["op"] == "remove_flat"
+    assert flat_inventory("host-2") == set() and len(client.get_tree(computes["host-2"])) == 15
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    second = migrate()
+    assert second[HOST]["errors"] == [] and second[HOST]["actions"][0]["op"] == "remove_flat"
+    assert len(client.get_tree(computes[HOST])) == 15
+    assert second["host-2"] == {"hostname": "host-2", "skipped": False, "actions": [], "errors": []}
 
 
 def test_disabling_a_device_reserves_it_in_placement(

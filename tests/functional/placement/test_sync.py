@@ -22,7 +22,7 @@ from acceleron.report import HostReport
 from acceleron.scheduler.query import profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import Syncer
-from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable
+from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
 HOST = "host-1"
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
@@ -145,21 +145,6 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     _, traits = PlacementClient(placement).get_traits(region)
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{new_id}" in traits
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}" not in traits
-
-
-def allocate(
-    placement: adapter.Adapter, rp: str, consumer: str, rc: str = "CUSTOM_ACCELERATOR_FPGA"
-) -> None:
-    body = {
-        "allocations": {rp: {"resources": {rc: 1}}},
-        "project_id": str(uuid.uuid4()),
-        "user_id": str(uuid.uuid4()),
-        "consumer_generation": None,
-        "consumer_type": "INSTANCE",
-    }
-    response = placement.put(f"/allocations/{consumer}", json=body, microversion="1.39",
-                             raise_exc=False)  # fmt: skip
-    assert response.status_code == 204, response.text
 
 
 def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
