@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keystoneauth1 import loading as ks_loading
@@ -28,6 +28,7 @@ from acceleron.db.models import Deployable, Device, Host, PlacementProvider, tab
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     AcceleronError,
+    ConfigError,
     InvalidPlacementName,
     NotFound,
     PlacementUnavailable,
@@ -285,12 +286,35 @@ def errors_of(results: Sequence[HostSync]) -> list[str]:
 
 
 def options_from_conf(conf: cfg.ConfigOpts) -> tree.Options:
+    """``[placement]`` as sync options; ConfigError, naming the option, for a bad value."""
     section = conf.placement
     return tree.Options(
         nested=section.nested,
         standard_classes=section.standard_resource_classes,
-        functionality={k: v.upper() for k, v in (section.functionality or {}).items()},
+        functionality=functionality_from_conf(section.functionality or {}),
     )
+
+
+def functionality_from_conf(raw: Mapping[str, str]) -> dict[str, str]:
+    """``[placement] functionality``: keys folded as the sync compares them
+    (:func:`names.fold_key`), values upper-cased and checked."""
+    result: dict[str, str] = {}
+    for key, value in raw.items():
+        where = f"[placement] functionality: in {key}:{value},"
+        kind = value.strip().upper()
+        if kind not in names.FUNCTIONALITIES:
+            choices = ", ".join(names.FUNCTIONALITIES)
+            raise ConfigError(f"{where} the functionality must be one of {choices}.")
+        try:
+            folded = names.fold_key(key)
+        except InvalidPlacementName:
+            raise ConfigError(
+                f"{where} the key must be a device model or a region type: letters, digits, "
+                f"spaces, '-' and '_'."
+            ) from None
+        if result.setdefault(folded, kind) != kind:
+            raise ConfigError(f"{where} {folded} already has functionality {result[folded]}.")
+    return result
 
 
 def _client_factory(conf: cfg.ConfigOpts) -> Callable[[], PlacementClient]:

@@ -21,7 +21,7 @@ from acceleron.placement.tree import Options
 from acceleron.report import HostReport
 from acceleron.scheduler.query import profile_query
 from acceleron.service import inventory
-from acceleron.service.placement import Syncer
+from acceleron.service.placement import Syncer, options_from_conf
 from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
 HOST = "host-1"
@@ -357,6 +357,29 @@ def test_placement_down_leaves_hosts_pending_until_it_answers(
     [result] = sync.sync_pending()
     assert len(result.actions) == 15
     assert sync.sync_pending() == []
+
+
+def test_configured_functionality_traits_are_published(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    conf.set_override("functionality", {"pac arria10": "compute",
+                      "9926AB6D-6C92-5A68-AABC-A7D84C545738": "network"}, "placement")  # fmt: skip
+    inventory.reconcile(db, report(conf))
+    Syncer(db, lambda: PlacementClient(counted), options_from_conf(conf),
+           create_compute_nodes=True).sync_host(HOST)  # fmt: skip
+    client = PlacementClient(placement)
+    traits = [client.get_traits(region_uuid(db, i))[1] for i in range(4)]  # 2 cards x 2 regions
+    functionality = {"CUSTOM_FPGA_COMPUTE", "CUSTOM_FPGA_NETWORK"}
+    assert [t & functionality for t in traits] == [
+        {"CUSTOM_FPGA_COMPUTE"}, functionality, {"CUSTOM_FPGA_COMPUTE"}, functionality
+    ]  # fmt: skip
+    not_network = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_COMPUTE":
+                    "required", "trait:CUSTOM_FPGA_NETWORK": "forbidden"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(not_network).params())
+    assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
+        region_uuid(db, 0),
+        region_uuid(db, 2),
+    }
 
 
 def test_spec_001_flavors_find_the_providers_acceleron_published(
