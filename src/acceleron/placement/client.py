@@ -55,6 +55,8 @@ _IN_USE_CODES = (
     "placement.resource_provider.cannot_delete_parent",
     "placement.inventory.inuse",
 )
+# Placement's own words (a 400 with no error code) when a new provider's parent is missing.
+_UNKNOWN_PARENT = "parent provider UUID does not exist"
 _UNREACHABLE = (ks_exc.ConnectionError, ks_exc.EndpointNotFound, ks_exc.DiscoveryFailure)
 _NAMES_PER_QUERY = 40
 JSON = dict[str, Any]
@@ -293,11 +295,21 @@ class PlacementClient:
         return [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
 
     def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
-        """Create a provider (one call: at 1.20+ the answer is the provider itself)."""
+        """Create a provider (one call: at 1.20+ the answer is the provider itself).
+
+        PlacementProviderNotFound (status 400) when ``parent_uuid`` does not exist."""
         body: JSON = {"uuid": uuid, "name": name}
         if parent_uuid is not None:
             body["parent_provider_uuid"] = parent_uuid
-        response = self._call("POST", "/resource_providers", f"creating provider {name!r}", body)
+        doing = f"creating provider {name!r}"
+        response = self._send("POST", "/resource_providers", body, doing)
+        if response.status_code == 400 and _UNKNOWN_PARENT in response.text:
+            raise PlacementProviderNotFound(
+                f"Placement refused {doing}: its parent provider {parent_uuid} does not exist.",
+                status=400,
+            )
+        if response.status_code >= 400:
+            raise self._failure(response, doing)
         return self._seen(Provider.from_json(response.json()))
 
     def delete_provider(self, uuid: str) -> bool:

@@ -22,7 +22,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from acceleron.exceptions import PlacementError, PlacementProviderInUse
+from acceleron.exceptions import (
+    PlacementError,
+    PlacementProviderInUse,
+    PlacementProviderNotFound,
+)
 from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.placement.tree import DesiredProvider
 
@@ -67,8 +71,15 @@ def sync_tree(
     *,
     dry_run: bool = False,
 ) -> Result:
-    """Make the providers under ``compute_uuid`` match ``desired``."""
+    """Make the providers under ``compute_uuid`` match ``desired``.
+
+    PlacementProviderNotFound when the compute node provider is not in Placement (in a
+    dry run it may be one the embedded mode has yet to create)."""
     actual = {p.uuid: p for p in client.get_tree(compute_uuid)}
+    if not actual and not dry_run:
+        raise PlacementProviderNotFound(
+            f"Compute node provider {compute_uuid} is not in Placement."
+        )
     result = Result()
     for provider in desired:
         _sync_provider(client, provider, actual.get(provider.uuid), known.get(provider.uuid),

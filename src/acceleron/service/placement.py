@@ -31,6 +31,8 @@ from acceleron.exceptions import (
     ConfigError,
     InvalidPlacementName,
     NotFound,
+    PlacementError,
+    PlacementProviderNotFound,
     PlacementUnavailable,
     UnknownHost,
 )
@@ -141,17 +143,35 @@ class Syncer:
             known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
         compute, created = self.compute_node(host, dry_run=dry_run)
         errors: list[str] = []
-        if self.options.nested:
-            desired, errors = _desired(hostname, compute, devices, deployables, self.options)
-            result = sync_tree(self.client, compute, desired, known, dry_run=dry_run)
-        else:
-            result = self._sync_flat(compute, devices, deployables, known.get(compute), dry_run)
+        try:
+            if self.options.nested:
+                desired, errors = _desired(hostname, compute, devices, deployables, self.options)
+                result = sync_tree(self.client, compute, desired, known, dry_run=dry_run)
+            else:
+                result = self._sync_flat(compute, devices, deployables, known.get(compute),
+                                         dry_run)  # fmt: skip
+        except PlacementProviderNotFound as error:
+            self._recheck_compute_node(hostname, compute, error, dry_run)
+            raise
         result.actions[:0] = created
         if not dry_run:
             self._record(hostname, host.generation, compute, result.known)
         for action in result.actions:
             LOG.info("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
         return HostSync(hostname, result.actions, errors=errors)
+
+    def _recheck_compute_node(
+        self, hostname: str, compute: str, error: PlacementError, dry_run: bool
+    ) -> None:
+        """After a provider was not found: if it is the compute node (Nova recreated it),
+        forget its uuid and leave the host pending, to look it up by name next pass."""
+        if dry_run or self.client.get_provider(compute) is not None:
+            return
+        LOG.warning("Compute node provider %s of %s is gone from Placement (%s); looking it "
+                    "up again by name next pass", compute, hostname, error.message)  # fmt: skip
+        with self.db.writer() as conn:
+            conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
+                         .values(rp_uuid=None, synced_generation=-1))  # fmt: skip
 
     def _sync_flat(
         self,
@@ -163,7 +183,9 @@ class Syncer:
     ) -> SyncResult:
         provider = self.client.get_provider(compute)
         if provider is None:
-            raise NotFound(f"Compute node provider {compute} vanished from Placement.")
+            raise PlacementProviderNotFound(
+                f"Compute node provider {compute} vanished from Placement."
+            )
         inventories, traits = tree.flat_contribution(devices, deployables, self.options)
         return sync_flat(self.client, provider, inventories, traits, known, dry_run=dry_run)
 

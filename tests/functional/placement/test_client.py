@@ -307,8 +307,9 @@ class TestProviders:
             client.create_provider(rp, "other")
 
     def test_unknown_parent(self, client: PlacementClient) -> None:
-        with pytest.raises(PlacementError) as caught:
-            client.create_provider(new_uuid(), "orphan", parent_uuid=new_uuid())
+        parent = new_uuid()
+        with pytest.raises(PlacementProviderNotFound, match=parent) as caught:
+            client.create_provider(new_uuid(), "orphan", parent_uuid=parent)
         assert caught.value.status == 400
 
     def test_writes_to_a_missing_provider(self, client: PlacementClient) -> None:

@@ -222,6 +222,36 @@ def test_an_unknown_host_is_refused_naming_the_likely_compute_node(
     assert f"Did you mean '{HOST}.cloud.example.org'?" in info.value.message
 
 
+@pytest.mark.parametrize("nested", [True, False])
+def test_a_compute_node_nova_recreated_is_looked_up_again(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    counted: CountingAdapter,
+    placement: adapter.Adapter,
+    nested: bool,
+) -> None:
+    client = PlacementClient(placement)
+    old = compute_node(placement)
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted, nested=nested, create_compute_nodes=False)
+    sync.sync_host(HOST)
+    client.delete_subtree(old)  # the compute node is deleted, then Nova makes a new one
+    new = compute_node(placement)
+    [failed] = sync.sync_all()
+    assert failed.errors and old in failed.errors[0]
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS)).one()
+    assert host.rp_uuid is None and host.synced_generation == -1  # looked up next pass
+    [result] = sync.sync_pending()
+    assert result.errors == []
+    with db.reader() as conn:
+        assert conn.execute(select(HOSTS.c.rp_uuid)).scalar_one() == new
+    if nested:
+        assert len(client.get_tree(new)) == 15
+    else:
+        assert "CUSTOM_ACCELERATOR_FPGA" in client.get_inventories(new)[1]
+
+
 def test_dry_run_plans_without_writing(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
 ) -> None:
