@@ -109,13 +109,21 @@ def test_an_unchanged_host_costs_no_call_and_a_verification_no_write(
     assert counted.count("GET") == 1  # the tree, with its generations
 
 
-def test_disabling_a_device_reserves_its_inventory(
-    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+@pytest.mark.parametrize(
+    "unusable", [{"status": "maintaining"}, {"health": "failed"}, {"state": "lost"}], ids=str
+)
+def test_an_unusable_device_reserves_its_inventory(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    counted: CountingAdapter,
+    placement: adapter.Adapter,
+    unusable: dict[str, str],
 ) -> None:
+    """Disabled by an operator, reported failed, or gone while in use."""
     inventory.reconcile(db, report(conf))
     sync = syncer(db, counted)
     sync.sync_host(HOST)
-    bump(db, status="maintaining")
+    bump(db, **unusable)
     counted.reset()
     [result] = sync.sync_pending()
     ops = sorted((a.op, a.name.rsplit("_", 1)[-1]) for a in result.actions)
@@ -410,6 +418,85 @@ def test_configured_functionality_traits_are_published(
         region_uuid(db, 0),
         region_uuid(db, 2),
     }
+
+
+def inventories_by_key(client: PlacementClient, compute: str) -> dict[str, dict[str, Any]]:
+    """Each published provider's inventory, (total, reserved, max_unit) by class, keyed by
+    the provider's key (``region0``, ``mig/1g.10gb``, ...); the cards' own are empty."""
+    return {
+        rp.name.split("_", 2)[-1]: {
+            rc: (i.total, i.reserved, i.max_unit)
+            for rc, i in client.get_inventories(rp.uuid)[1].items()
+        }
+        for rp in client.get_tree(compute)
+        if rp.parent_uuid is not None and rp.parent_uuid != compute
+    }
+
+
+def test_standard_resource_classes_are_published_where_upstream_has_them(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted, standard_classes=True).sync_host(HOST)
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    published = inventories_by_key(client, compute.uuid)
+    assert published["region0"] == {"FPGA": (2, 0, 2)}
+    assert published["vgpu/nvidia-223"] == {"VGPU": (8, 0, 8)}
+    assert set(published["mig/1g.10gb"]) == {  # no standard class: custom ones stay
+        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_MIG"
+    }  # fmt: skip
+    assert published["vf_pool"] == {"CUSTOM_ACCELERATOR_QAT": (4, 0, 4)}
+    upstream_flavor = [{"resources:FPGA": "1", f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}":
+                        "required"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(upstream_flavor).params())
+    assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
+        region_uuid(db, 0),
+        region_uuid(db, 2),
+    }
+
+
+def test_memory_classes_in_nested_mode(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted).sync_host(HOST)
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    published = inventories_by_key(client, compute.uuid)
+    assert published["mig/1g.10gb"] == {
+        "CUSTOM_ACCELERATOR_MIG": (4, 0, 4),
+        "CUSTOM_ACCELERATOR_MEMORY_MIG": (4 * 9856, 0, 9856),  # per unit: max_unit
+    }
+    assert published["mig/3g.40gb"]["CUSTOM_ACCELERATOR_MEMORY_MIG"] == (40192, 0, 40192)
+    big = [{"resources:CUSTOM_ACCELERATOR_MIG": "1",
+            "resources:CUSTOM_ACCELERATOR_MEMORY_MIG": "20000"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(big).params())
+    h100 = report(conf).devices[3].pci_address
+    assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
+        names.provider_uuid(HOST, h100, "mig/3g.40gb")
+    }
+
+
+def test_a_device_whose_names_are_invalid_is_left_out_and_named(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    bump(db, vendor_name="Intel/Altera")  # no trait can be made of it
+    result = syncer(db, counted).sync_host(HOST)
+    [error] = result.errors
+    assert "'Intel/Altera'" in error and "fake" in error
+    with db.reader() as conn:
+        bad = conn.execute(select(DEVICES.c.pci_address).where(
+            DEVICES.c.vendor_name == "Intel/Altera")).scalar_one()  # fmt: skip
+    assert f"{HOST} {bad}" in error
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    published = {rp.name for rp in client.get_tree(compute.uuid)}
+    assert len(published) == 15 - 3 and not any(bad in name for name in published)
 
 
 def test_spec_001_flavors_find_the_providers_acceleron_published(
