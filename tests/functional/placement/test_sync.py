@@ -19,7 +19,7 @@ from acceleron.placement import names
 from acceleron.placement.client import Inventory, PlacementClient
 from acceleron.placement.tree import Options
 from acceleron.report import HostReport
-from acceleron.scheduler.query import profile_query
+from acceleron.scheduler.query import groups_from_flavor, profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import Syncer, options_from_conf
 from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
@@ -526,3 +526,43 @@ def test_spec_001_flavors_find_the_providers_acceleron_published(
     assert names.provider_uuid(HOST, report(conf).devices[2].pci_address, "vgpu/nvidia-223") in {
         rp for r in found.requests for rp in r.mappings["device_profile_1"]
     }
+
+
+def test_spec_001_afaas_flavors_in_spec_001_spelling_on_the_published_tree(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Spec 001's AFaaS flavors, traits spelt as spec 001 (and upstream) write them,
+    against the tree the sync publishes from the fake driver's inventory."""
+    inventory.reconcile(db, report(conf))
+    programmed, blank = region_uuid(db, 0), region_uuid(db, 2)  # region0 of each card
+    with db.writer() as conn:  # the second card's region0 holds no function yet
+        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == blank)
+                     .values(function_uuid=None))  # fmt: skip
+    syncer(db, counted).sync_host(HOST)
+    client = PlacementClient(placement)
+    function = f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_ID}"
+
+    def candidates(specs: dict[str, str]) -> tuple[set[str], Any]:
+        found = client.get_allocation_candidates(groups_from_flavor(specs).query().params())
+        return {rp for r in found.requests for rp in r.mappings["device_profile_0"]}, found
+
+    orchestrated = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}": "required",
+        "trait:CUSTOM_PROGRAMMABLE": "required",
+        f"function:{function}": "required",
+    }
+    assert groups_from_flavor(orchestrated).groups[0]["accel:function_id"] == str(
+        uuid.UUID(FUNCTION)
+    )
+    regions, found = candidates(orchestrated)
+    assert regions == {programmed, blank}  # the function is not asked of Placement
+    assert {rp for rp, s in found.summaries.items() if function in s.traits} == {programmed}
+    pre_programmed = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", f"trait:{function}": "required"}
+    assert candidates(pre_programmed)[0] == {programmed}
+    granular = {
+        "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
+        "traits1:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
+        "others1": f"function:{function}=required",
+    }
+    assert candidates(granular)[0] == {programmed, blank, region_uuid(db, 1), region_uuid(db, 3)}
