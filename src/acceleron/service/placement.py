@@ -142,14 +142,9 @@ class Syncer:
             deployables = list(conn.execute(_DEPLOYABLES, {"host": hostname}))
             known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
         compute, created = self.compute_node(host, dry_run=dry_run)
-        errors: list[str] = []
         try:
-            if self.options.nested:
-                desired, errors = _desired(hostname, compute, devices, deployables, self.options)
-                result = sync_tree(self.client, compute, desired, known, dry_run=dry_run)
-            else:
-                result = self._sync_flat(compute, devices, deployables, known.get(compute),
-                                         dry_run)  # fmt: skip
+            result, errors = self._publish(hostname, compute, devices, deployables, known,
+                                           dry_run)  # fmt: skip
         except PlacementProviderNotFound as error:
             self._recheck_compute_node(hostname, compute, error, dry_run)
             raise
@@ -159,6 +154,22 @@ class Syncer:
         for action in result.actions:
             LOG.info("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
         return HostSync(hostname, result.actions, errors=errors)
+
+    def _publish(
+        self,
+        hostname: str,
+        compute: str,
+        devices: Sequence[Row[Any]],
+        deployables: Sequence[Row[Any]],
+        known: dict[str, Known],
+        dry_run: bool,
+    ) -> tuple[SyncResult, list[str]]:
+        """The nested tree or the flat contribution, synced; and the devices left out."""
+        if not self.options.nested:
+            flat = self._sync_flat(compute, devices, deployables, known.get(compute), dry_run)
+            return flat, []
+        desired, errors = _desired(hostname, compute, devices, deployables, self.options)
+        return sync_tree(self.client, compute, desired, known, dry_run=dry_run), errors
 
     def _recheck_compute_node(
         self, hostname: str, compute: str, error: PlacementError, dry_run: bool
