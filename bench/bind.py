@@ -82,8 +82,8 @@ async def _binder(url: str, name: str, rps: list[str], worker: int, deadline: fl
     try:
         while time.perf_counter() < deadline:
             started = time.perf_counter()
-            status, created = await exchange(reader, writer, host, (
-                "POST", "/v2/accelerator_requests", body({"device_profile_name": name})))  # fmt: skip
+            create = ("POST", "/v2/accelerator_requests", body({"device_profile_name": name}))
+            status, created = await exchange(reader, writer, host, create)
             arq = json.loads(created)["arqs"][0]["uuid"]
             instance = str(uuid.uuid4())
             ops = [{"op": "add", "path": "/hostname", "value": HOST},

@@ -293,7 +293,9 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         default={},
         help="Functionality traits (CUSTOM_<TYPE>_COMPUTE, _NETWORK or _STORAGE) by device "
         "model or region type, e.g. PAC_ARRIA10:COMPUTE,9926ab6d6c925a68aabca7d84c545738:"
-        "NETWORK.",
+        "NETWORK. Keys match in any case, with spaces or hyphens for underscores; a region "
+        "type UUID matches with or without hyphens. With Placement enabled, the API refuses to "
+        "start on any other value than COMPUTE, NETWORK or STORAGE.",
     ),
     cfg.IntOpt(
         "sync_interval",

@@ -52,6 +52,10 @@ class DatabaseBusy(AcceleronError):
     """The database could not be written in time; the request may be retried."""
 
 
+class ConfigError(AcceleronError):
+    """A configuration option holds a value Acceleron cannot use; the message names it."""
+
+
 class SchemaOutOfDate(AcceleronError):
     """The database schema is older than this code; ``acceleron db upgrade`` is needed."""
 

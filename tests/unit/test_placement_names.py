@@ -49,21 +49,35 @@ class TestNormalize:
             names.normalize("!")
 
     @pytest.mark.parametrize(
-        "raw",
-        [REGION, REGION.upper(), REGION.replace("-", ""), f"{{{REGION}}}", f"  {REGION} "],
+        ("raw", "expected"),
+        [
+            (REGION, REGION_TOKEN),
+            ("ce48969398f05f33946d560708be108a", "CE48969398F05F33946D560708BE108A"),
+            ("  9E0A1B6C8B8A4B0F9F376C2E1D0B7A11 ", "9E0A1B6C8B8A4B0F9F376C2E1D0B7A11"),
+            ("gzip-v2", "GZIP_V2"),
+        ],
     )
-    def test_uuid_canonical_upper_with_underscores(self, raw: str) -> None:
-        assert names.normalize_uuid(raw) == REGION_TOKEN
+    def test_ids_are_upper_cased_as_reported(self, raw: str, expected: str) -> None:
+        trait = names.region_type_trait("fpga", "intel", raw, form=TraitForm.SPEC_001)
+        assert trait == f"CUSTOM_FPGA_REGION_INTEL_{expected}"
 
-    def test_not_a_uuid(self) -> None:
-        with pytest.raises(InvalidPlacementName, match="not a UUID"):
-            names.normalize_uuid("9e0a1b6c-zzzz", origin=ORIGIN)
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [
+            ("PAC Arria10", "PAC_ARRIA10"),
+            ("pac-arria10", "PAC_ARRIA10"),
+            (REGION, "9E0A1B6C8B8A4B0F9F376C2E1D0B7A11"),
+            ("9e0a1b6c8b8a4b0f9f376c2e1d0b7a11", "9E0A1B6C8B8A4B0F9F376C2E1D0B7A11"),
+            (REGION_TOKEN, "9E0A1B6C8B8A4B0F9F376C2E1D0B7A11"),
+            ("dead-beef", "DEAD_BEEF"),
+        ],
+    )
+    def test_fold_key(self, raw: str, expected: str) -> None:
+        assert names.fold_key(raw) == expected
 
-    def test_id_falls_back_to_a_token(self) -> None:
-        assert names.normalize_id(REGION) == REGION_TOKEN
-        assert names.normalize_id("gzip-v2") == "GZIP_V2"
-        with pytest.raises(InvalidPlacementName):
-            names.normalize_id("gzip v2.1")
+    def test_fold_key_refuses_what_cannot_be_a_name(self) -> None:
+        with pytest.raises(InvalidPlacementName, match="model"):
+            names.fold_key("a/b", what="model")
 
 
 class TestChecks:
@@ -171,9 +185,15 @@ class TestTraits:
         upstream = names.function_trait("fpga", "intel", FUNCTION, form=TraitForm.UPSTREAM)
         assert upstream == f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION_TOKEN}"
 
-    def test_region_and_function_ids_are_canonical(self) -> None:
-        compact = names.region_type_trait("fpga", "intel", REGION.replace("-", "").upper())
-        assert compact == names.region_type_trait("fpga", "intel", REGION)
+    def test_ids_get_no_separator_inserted(self) -> None:
+        """As upstream publishes them: a flavor written for upstream Cyborg matches."""
+        compact = "ce48969398f05f33946d560708be108a"
+        assert names.function_traits("fpga", "intel", compact)[-1] == (
+            "CUSTOM_FPGA_FUNCTION_ID_INTEL_CE48969398F05F33946D560708BE108A"
+        )
+        assert names.region_type_trait("fpga", "intel", compact) != names.region_type_trait(
+            "fpga", "intel", str(uuid.UUID(compact))
+        )
 
     def test_bad_region_id_names_driver_and_device(self) -> None:
         with pytest.raises(InvalidPlacementName) as caught:

@@ -177,6 +177,32 @@ class TestFlavor:
             "CUSTOM_FPGA_INTEL_REGION_ABC,CUSTOM_PROGRAMMABLE"
         )
 
+    @pytest.mark.parametrize(
+        "trait",
+        [
+            "CUSTOM_FPGA_FUNCTION_INTEL_F7DF405CBD7B4A1B9A412D0A8E3B7C5E",
+            "CUSTOM_FPGA_FUNCTION_ID_INTEL_f7df405cbd7b4a1b9a412d0a8e3b7c5e",
+        ],
+    )
+    def test_function_id_from_a_trait_with_the_id_as_published(self, trait: str) -> None:
+        request = query.groups_from_flavor(
+            {"resources:CUSTOM_ACCELERATOR_FPGA": "1", f"function:{trait}": "required"}
+        )
+        assert request.groups[0]["accel:function_id"] == "f7df405c-bd7b-4a1b-9a41-2d0a8e3b7c5e"
+
+    @pytest.mark.parametrize(
+        "trait",
+        [
+            "CUSTOM_FN_F7DF405CBD7B4A1B9A412D0A8E3B7C5E00",  # 34 hex digits
+            "CUSTOM_FN_F7DF405C_BD7B4A1B_9A41_2D0A8E3B7C5E",  # groups mixed
+        ],
+    )
+    def test_no_function_id_from_a_tail_that_is_no_uuid(self, trait: str) -> None:
+        request = query.groups_from_flavor(
+            {"resources:CUSTOM_ACCELERATOR_FPGA": "1", f"function:{trait}": "required"}
+        )
+        assert "accel:function_id" not in request.groups[0]
+
     def test_function_without_uuid_keeps_only_the_trait(self) -> None:
         request = query.groups_from_flavor(
             {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "function:CUSTOM_FN_GZIP": "required"}

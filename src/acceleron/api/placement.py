@@ -20,7 +20,7 @@ from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import Conflict
-from acceleron.service.placement import HostSync, PlacementService, Syncer
+from acceleron.service.placement import HostSync, PlacementService
 
 router = APIRouter(prefix="/v2/placement", tags=["placement"], responses=ERROR_RESPONSES)
 
@@ -113,14 +113,6 @@ async def migrate_to_nested(body: Annotated[MigrateRequest, Body()], call: CallD
         raise Conflict("Set [placement] nested = true first: this moves to nested providers.")
 
     def run() -> list[HostSync]:
-        syncer: Syncer = service.syncer()
-        results = []
-        for host in syncer.hostnames():
-            with syncer.lock:
-                removed = syncer.remove_flat(host, dry_run=body.dry_run)
-                synced = syncer.sync_host(host, force=True, dry_run=body.dry_run)
-            results.append(HostSync(host, removed.actions + synced.actions,
-                                    errors=removed.errors + synced.errors))  # fmt: skip
-        return results
+        return service.syncer().migrate_to_nested(dry_run=body.dry_run)
 
     return json_response(_view(await run_in_threadpool(run)))

@@ -5,7 +5,9 @@ It does what a sync needs with as few calls as it can:
 * every request carries one pinned microversion (:data:`MICROVERSION`);
 * the generation of every provider it has seen is remembered, so a write needs no read
   first; a generation conflict (409 ``placement.concurrent_update``) re-reads the
-  generation and tries again, up to ``max_attempts`` times;
+  generation and tries again, up to ``max_attempts`` times; ``update_traits`` and
+  ``update_inventories``, for providers shared with Nova, re-read the content too and
+  merge again, so a concurrent change is kept;
 * custom traits and resource classes are created on demand before they are used and
   remembered, so each is ensured once per client (one ``GET /traits?name=in:`` finds
   which of several already exist). If one vanished meanwhile (400 on use), it is
@@ -53,6 +55,8 @@ _IN_USE_CODES = (
     "placement.resource_provider.cannot_delete_parent",
     "placement.inventory.inuse",
 )
+# Placement's own words (a 400 with no error code) when a new provider's parent is missing.
+_UNKNOWN_PARENT = "parent provider UUID does not exist"
 _UNREACHABLE = (ks_exc.ConnectionError, ks_exc.EndpointNotFound, ks_exc.DiscoveryFailure)
 _NAMES_PER_QUERY = 40
 JSON = dict[str, Any]
@@ -291,11 +295,21 @@ class PlacementClient:
         return [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
 
     def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
-        """Create a provider (one call: at 1.20+ the answer is the provider itself)."""
+        """Create a provider (one call: at 1.20+ the answer is the provider itself).
+
+        PlacementProviderNotFound (status 400) when ``parent_uuid`` does not exist."""
         body: JSON = {"uuid": uuid, "name": name}
         if parent_uuid is not None:
             body["parent_provider_uuid"] = parent_uuid
-        response = self._call("POST", "/resource_providers", f"creating provider {name!r}", body)
+        doing = f"creating provider {name!r}"
+        response = self._send("POST", "/resource_providers", body, doing)
+        if response.status_code == 400 and _UNKNOWN_PARENT in response.text:
+            raise PlacementProviderNotFound(
+                f"Placement refused {doing}: its parent provider {parent_uuid} does not exist.",
+                status=400,
+            )
+        if response.status_code >= 400:
+            raise self._failure(response, doing)
         return self._seen(Provider.from_json(response.json()))
 
     def delete_provider(self, uuid: str) -> bool:
@@ -407,9 +421,55 @@ class PlacementClient:
     ) -> int:
         """Replace all of the provider's inventories (one call); the new generation.
 
-        Custom resource classes are ensured first. Removing or shrinking a class below
-        what is allocated raises PlacementProviderInUse.
+        Custom resource classes are ensured first. Removing a class that is allocated
+        raises PlacementProviderInUse. A generation conflict is retried with the same
+        inventories: for a provider others write too, use :meth:`update_inventories`.
         """
+        return self._put_inventories(uuid, inventories, generation, None)
+
+    def update_inventories(
+        self,
+        uuid: str,
+        change: Callable[[Mapping[str, Inventory]], Mapping[str, Inventory]],
+        *,
+        read: tuple[int, Mapping[str, Inventory]] | None = None,
+    ) -> int:
+        """Write ``change(current inventories)``, keeping what others write meanwhile.
+
+        After a generation conflict the inventories are read again and ``change`` applied
+        to them anew, so a concurrent change (Nova's, on a compute node) is not lost.
+        ``read`` (generation, inventories) is a read just made, to save the first GET.
+        """
+
+        def attempt(first: bool) -> int:
+            generation, current = read if first and read is not None else self.get_inventories(uuid)
+            wanted = dict(change(current))
+            if wanted == current:
+                return generation
+            return self._put_inventories(uuid, wanted, generation, 1)
+
+        return self._retrying(uuid, "updating its inventory", attempt)
+
+    def _retrying(self, uuid: str, doing: str, attempt: Callable[[bool], int]) -> int:
+        """Run read-change-write ``attempt`` until no generation conflict stops it."""
+        for number in range(self._max_attempts):
+            try:
+                return attempt(number == 0)
+            except PlacementGenerationConflict:
+                continue
+        raise PlacementGenerationConflict(
+            f"Resource provider {uuid} kept changing while {doing}.",
+            status=409,
+            code=CONCURRENT_UPDATE,
+        )
+
+    def _put_inventories(
+        self,
+        uuid: str,
+        inventories: Mapping[str, Inventory],
+        generation: int | None,
+        attempts: int | None,
+    ) -> int:
         self.ensure_resource_classes(inventories)
 
         def make_body(gen: int) -> JSON:
@@ -421,9 +481,8 @@ class PlacementClient:
             self.ensure_resource_classes(inventories)
 
         path = f"/resource_providers/{uuid}/inventories"
-        body = self._put_guarded(
-            uuid, path, make_body, generation, f"setting inventory of {uuid}", repair
-        )
+        doing = f"setting inventory of {uuid}"
+        body = self._put_guarded(uuid, path, make_body, generation, doing, repair, attempts)
         return int(body["resource_provider_generation"])
 
     # Traits
@@ -468,20 +527,15 @@ class PlacementClient:
         Reads the current traits and writes the merge; after a conflict, reads again.
         """
         add_set, remove_set = set(add), set(remove)
-        for _ in range(self._max_attempts):
+
+        def attempt(_first: bool) -> int:
             generation, current = self.get_traits(uuid)
             wanted = (current | add_set) - remove_set
             if wanted == current:
                 return generation
-            try:
-                return self._put_traits(uuid, sorted(wanted), generation, attempts=1)
-            except PlacementGenerationConflict:
-                continue
-        raise PlacementGenerationConflict(
-            f"Resource provider {uuid} kept changing while updating its traits.",
-            status=409,
-            code=CONCURRENT_UPDATE,
-        )
+            return self._put_traits(uuid, sorted(wanted), generation, attempts=1)
+
+        return self._retrying(uuid, "updating its traits", attempt)
 
     # Traits and resource classes (global; created, never deleted)
 

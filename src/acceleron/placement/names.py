@@ -1,17 +1,21 @@
 """Names Acceleron publishes to Placement: resource classes, traits, provider names and uuids.
 
 Pure functions, no I/O. Every name is normalised the way spec 004 asks — upper case,
-spaces and hyphens become underscores, UUIDs are written in canonical form with upper
-case hex digits and underscores for hyphens — and then checked against Placement's
-rules: a custom name matches ``^CUSTOM_[A-Z0-9_]+$`` and has at most 255 characters; a
-standard trait or class must be one os-traits / os-resource-classes knows. A value that
-cannot be made valid raises :class:`~acceleron.exceptions.InvalidPlacementName` naming
-the driver and the device it came from (pass ``origin=``).
+spaces and hyphens become underscores — and then checked against Placement's rules. A
+region type or function id is published as the driver reports it, upper-cased, with no
+separator added: ``ce48969398f0...`` becomes ``CE48969398F0...`` (upstream Cyborg's
+spelling, so existing flavors match) and a hyphenated UUID keeps its groups, hyphens
+becoming underscores. Placement's rules: a custom name matches ``^CUSTOM_[A-Z0-9_]+$``
+and has at most 255 characters; a standard trait or class must be one os-traits /
+os-resource-classes knows. A value that cannot be made valid raises
+:class:`~acceleron.exceptions.InvalidPlacementName` naming the driver and the device it
+came from (pass ``origin=``).
 
 Resource classes (spec 001)::
 
     CUSTOM_ACCELERATOR_<TYPE>            CUSTOM_ACCELERATOR_FPGA
-    CUSTOM_ACCELERATOR_MEMORY_<TYPE>     CUSTOM_ACCELERATOR_MEMORY_DDR
+    CUSTOM_ACCELERATOR_MEMORY_<TYPE>     CUSTOM_ACCELERATOR_MEMORY_GPU (the accelerator
+                                         type: drivers report no memory type)
     FPGA, PGPU, VGPU                     upstream Cyborg's standard classes, with standard=True
 
 Traits::
@@ -111,21 +115,15 @@ def normalize(value: str, *, what: str = "a name", origin: Origin = UNKNOWN) -> 
     return token
 
 
-def normalize_uuid(value: str, *, what: str = "a UUID", origin: Origin = UNKNOWN) -> str:
-    """A UUID (with or without hyphens) as upper-case hex with underscores for hyphens."""
-    try:
-        parsed = uuid.UUID(value.strip())
-    except ValueError:
-        raise _fail(origin, what, value, "it is not a UUID.") from None
-    return str(parsed).upper().replace("-", "_")
+_HEX_ID_RE = re.compile(r"^[0-9A-F]{32}$")
 
 
-def normalize_id(value: str, *, what: str = "an id", origin: Origin = UNKNOWN) -> str:
-    """A region type or function id: canonical if it is a UUID, else :func:`normalize`."""
-    try:
-        return normalize_uuid(value, what=what, origin=origin)
-    except InvalidPlacementName:
-        return normalize(value, what=what, origin=origin)
+def fold_key(value: str, *, what: str = "a key", origin: Origin = UNKNOWN) -> str:
+    """A model or region type as ``[placement] functionality`` compares them:
+    :func:`normalize`, and a UUID (hyphenated or not) as its 32 hex digits."""
+    token = normalize(value, what=what, origin=origin)
+    bare = token.replace("_", "")
+    return bare if _HEX_ID_RE.match(bare) else token
 
 
 def check_custom(name: str, *, what: str = "name", origin: Origin = UNKNOWN) -> str:
@@ -180,9 +178,10 @@ def accelerator_class(device_type: str, *, standard: bool = False, origin: Origi
     return custom("ACCELERATOR", kind, origin=origin)
 
 
-def memory_class(memory_type: str, *, origin: Origin = UNKNOWN) -> str:
-    """``CUSTOM_ACCELERATOR_MEMORY_<TYPE>``, e.g. ``CUSTOM_ACCELERATOR_MEMORY_DDR``."""
-    return custom("ACCELERATOR", "MEMORY", memory_type, origin=origin)
+def memory_class(kind: str, *, origin: Origin = UNKNOWN) -> str:
+    """``CUSTOM_ACCELERATOR_MEMORY_<KIND>``: spec 001 names the memory type (``_DDR``);
+    drivers report none, so the sync passes the accelerator type (``_GPU``)."""
+    return custom("ACCELERATOR", "MEMORY", kind, origin=origin)
 
 
 # Traits
@@ -207,7 +206,7 @@ family_trait = product_trait
 def _id_trait(
     kind: str, device_type: str, vendor: str, value: str, form: TraitForm, origin: Origin
 ) -> str:
-    ident = normalize_id(value, what=f"a {kind.lower()} id", origin=origin)
+    ident = normalize(value, what=f"a {kind.lower()} id", origin=origin)
     if form is TraitForm.SPEC_004:
         return custom(device_type, vendor, kind, ident, origin=origin)
     if form is TraitForm.UPSTREAM and kind == "FUNCTION":

@@ -10,7 +10,8 @@ each provider it owns):
   that changed (ours or someone else's doing) is read, and only what differs is
   written (a function trait swap is one ``PUT .../traits``);
 * a provider Acceleron no longer wants is deleted, or, while allocations still
-  use it, kept with everything reserved.
+  use it, kept with everything reserved (retired); a retired provider that is
+  wanted again (its device came back) is read and converged like a changed one.
 
 Providers Acceleron did not create (Nova's own children of the compute node)
 are never touched. No database here: the caller keeps the record.
@@ -19,11 +20,19 @@ are never touched. No database here: the caller keeps the record.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from acceleron.exceptions import PlacementError, PlacementProviderInUse
+from acceleron.exceptions import (
+    PlacementError,
+    PlacementProviderInUse,
+    PlacementProviderNotFound,
+)
 from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.placement.tree import DesiredProvider
+
+# The digest recorded for a provider left short of what we want (a class we dropped is
+# kept while allocated): it matches no desired digest, so the next check converges it.
+UNSETTLED = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +71,15 @@ def sync_tree(
     *,
     dry_run: bool = False,
 ) -> Result:
-    """Make the providers under ``compute_uuid`` match ``desired``."""
+    """Make the providers under ``compute_uuid`` match ``desired``.
+
+    PlacementProviderNotFound when the compute node provider is not in Placement (in a
+    dry run it may be one the embedded mode has yet to create)."""
     actual = {p.uuid: p for p in client.get_tree(compute_uuid)}
+    if not actual and not dry_run:
+        raise PlacementProviderNotFound(
+            f"Compute node provider {compute_uuid} is not in Placement."
+        )
     result = Result()
     for provider in desired:
         _sync_provider(client, provider, actual.get(provider.uuid), known.get(provider.uuid),
@@ -83,7 +99,7 @@ def _sync_provider(
     result: Result,
     dry_run: bool,
 ) -> None:
-    digest = want.digest()
+    digest, settled = want.digest(), True
     if actual is None:
         result.actions.append(Action("create", want.uuid, want.name, f"under {want.parent_uuid}"))
         if not dry_run:
@@ -92,14 +108,26 @@ def _sync_provider(
                     client.set_inventories(want.uuid, want.inventories)
                 client.set_traits(want.uuid, want.traits)
             else:  # created meanwhile (another API replica): make it right
-                _converge(client, want, result, dry_run)
-    elif known is None or known.generation != actual.generation or known.digest != digest:
-        _converge(client, want, result, dry_run)
+                settled = _converge(client, want, result, dry_run)
+    elif _changed(known, actual, digest):
+        settled = _converge(client, want, result, dry_run)
     generation = client.generation(want.uuid)
     if not dry_run and generation is not None:
-        result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation, digest)
+        result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation,
+                                        digest if settled else UNSETTLED)  # fmt: skip
     elif known is not None:
         result.known[want.uuid] = known
+
+
+def _changed(known: Known | None, actual: Provider, digest: str) -> bool:
+    """Whether a provider must be read and converged: unknown, changed in Placement or
+    in what we want, or retired (kept reserved) and now wanted again."""
+    return (
+        known is None
+        or known.retired
+        or known.generation != actual.generation
+        or known.digest != digest
+    )
 
 
 def _create(client: PlacementClient, want: DesiredProvider) -> bool:
@@ -115,15 +143,18 @@ def _create(client: PlacementClient, want: DesiredProvider) -> bool:
 
 def _converge(
     client: PlacementClient, want: DesiredProvider, result: Result, dry_run: bool
-) -> None:
-    """Read an existing provider and write only what differs from ``want``."""
-    _, inventories = client.get_inventories(want.uuid)
-    if inventories != dict(want.inventories):
+) -> bool:
+    """Read an existing provider and write only what differs from ``want``; False when
+    a class it should lose is kept because allocations still use it."""
+    read = client.get_inventories(want.uuid)
+    kept: list[str] = []
+    if read[1] != dict(want.inventories):
         result.actions.append(
-            Action("inventories", want.uuid, want.name, _describe(inventories, want.inventories))
+            Action("inventories", want.uuid, want.name, _describe(read[1], want.inventories))
         )
         if not dry_run:
-            client.set_inventories(want.uuid, want.inventories)
+            kept = _write_inventories(client, want.uuid, lambda _: want.inventories, read)
+            _report_kept(result, want.uuid, want.name, kept)
     _, traits = client.get_traits(want.uuid)
     if traits != want.traits:
         added, removed = sorted(want.traits - traits), sorted(traits - want.traits)
@@ -132,6 +163,42 @@ def _converge(
         )
         if not dry_run:
             client.set_traits(want.uuid, want.traits)
+    return not kept
+
+
+def _write_inventories(
+    client: PlacementClient,
+    uuid: str,
+    build: Callable[[Mapping[str, Inventory]], Mapping[str, Inventory]],
+    read: tuple[int, Mapping[str, Inventory]],
+) -> list[str]:
+    """Write ``build(current inventories)`` (rebuilt from a fresh read after a conflict).
+
+    Placement refuses to remove a class that is still allocated: such a class is kept,
+    fully reserved, until its allocations go. Returns the classes kept that way.
+    """
+    used: set[str] = set()
+    kept: list[str] = []
+
+    def change(current: Mapping[str, Inventory]) -> dict[str, Inventory]:
+        wanted = dict(build(current))
+        kept[:] = sorted(rc for rc in current if rc in used and rc not in wanted)
+        wanted.update((rc, dataclasses.replace(current[rc], reserved=current[rc].total))
+                      for rc in kept)  # fmt: skip
+        return wanted
+
+    try:
+        client.update_inventories(uuid, change, read=read)
+    except PlacementProviderInUse:
+        used.update(rc for rc, n in client.get_usages(uuid).items() if n)
+        client.update_inventories(uuid, change)
+    return kept
+
+
+def _report_kept(result: Result, uuid: str, name: str, kept: Sequence[str]) -> None:
+    if kept:
+        detail = f"kept {', '.join(kept)} fully reserved: still allocated"
+        result.actions.append(Action("inventories", uuid, name, detail))
 
 
 def _describe(old: Mapping[str, Inventory], new: Mapping[str, Inventory]) -> str:
@@ -206,15 +273,20 @@ def sync_flat(
     digest = flat_digest(inventories, traits)
     owned_classes = set(known.owned.get("classes", ())) if known else set()
     owned_traits = set(known.owned.get("traits", ())) if known else set()
-    if known is None or known.generation != compute.generation or known.digest != digest:
-        _, current = client.get_inventories(compute.uuid)
-        merged = {rc: inv for rc, inv in current.items() if rc not in owned_classes}
-        merged.update(inventories)
-        if merged != current:
+    kept: list[str] = []
+
+    def merge(current: Mapping[str, Inventory]) -> dict[str, Inventory]:
+        return {**{rc: i for rc, i in current.items() if rc not in owned_classes}, **inventories}
+
+    if _changed(known, compute, digest):
+        read = client.get_inventories(compute.uuid)
+        merged = merge(read[1])
+        if merged != read[1]:
             result.actions.append(Action("inventories", compute.uuid, compute.name,
-                                         _describe(current, merged)))  # fmt: skip
+                                         _describe(read[1], merged)))  # fmt: skip
             if not dry_run:
-                _set_keeping_used(client, compute.uuid, merged, current)
+                kept = _write_inventories(client, compute.uuid, merge, read)
+                _report_kept(result, compute.uuid, compute.name, kept)
         _, present = client.get_traits(compute.uuid)
         add, remove = traits - present, (owned_traits - traits) & present
         if add or remove:
@@ -223,26 +295,11 @@ def sync_flat(
             if not dry_run:
                 client.update_traits(compute.uuid, add=add, remove=remove)
     generation = client.generation(compute.uuid) or compute.generation
-    owned = {"classes": sorted(inventories), "traits": sorted(traits)}
-    result.known[compute.uuid] = Known(compute.uuid, compute.name, None, generation, digest,
-                                       owned=owned)  # fmt: skip
+    # A class kept while allocated is still ours: the next check removes it.
+    owned = {"classes": sorted({*inventories, *kept}), "traits": sorted(traits)}
+    result.known[compute.uuid] = Known(compute.uuid, compute.name, None, generation,
+                                       UNSETTLED if kept else digest, owned=owned)  # fmt: skip
     return result
-
-
-def _set_keeping_used(
-    client: PlacementClient,
-    uuid: str,
-    merged: Mapping[str, Inventory],
-    current: Mapping[str, Inventory],
-) -> None:
-    """Set inventories; a class still allocated is kept, fully reserved, not removed."""
-    try:
-        client.set_inventories(uuid, merged)
-    except PlacementProviderInUse:
-        used = {rc for rc, n in client.get_usages(uuid).items() if n}
-        kept = {rc: dataclasses.replace(current[rc], reserved=current[rc].total)
-                for rc in used if rc in current and rc not in merged}  # fmt: skip
-        client.set_inventories(uuid, {**merged, **kept})
 
 
 def remove_flat(
@@ -261,9 +318,8 @@ def remove_flat(
     actions = [Action("remove_flat", compute.uuid, compute.name,
                       f"classes {sorted(classes)} traits {traits}")]  # fmt: skip
     if not dry_run:
-        _, current = client.get_inventories(compute.uuid)
-        client.set_inventories(
-            compute.uuid, {rc: i for rc, i in current.items() if rc not in classes}
+        client.update_inventories(
+            compute.uuid, lambda current: {rc: i for rc, i in current.items() if rc not in classes}
         )
         client.update_traits(compute.uuid, remove=set(known.owned.get("traits", ())))
     return actions

@@ -42,7 +42,8 @@ UNUSABLE_HEALTH = ("failed",)
 class Options:
     nested: bool = True
     standard_classes: bool = False
-    # Functionality traits (COMPUTE, NETWORK, STORAGE) by device model or region type.
+    # Functionality traits (COMPUTE, NETWORK, STORAGE) by device model or region type,
+    # keyed by names.fold_key (service.placement.functionality_from_conf makes them).
     functionality: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -106,11 +107,21 @@ def deployable_traits(device: Any, dep: Any, options: Options) -> set[str]:
                                             origin=origin))  # fmt: skip
     if dep.programmable:
         traits.add(names.PROGRAMMABLE)
-    for key in (device.model, dep.region_type):
-        functionality = options.functionality.get(key or "")
-        if functionality:
-            traits.add(names.functionality_trait(device.type, functionality, origin=origin))
-    return traits
+    return traits | _functionality_traits(device, dep, options, origin)
+
+
+def _functionality_traits(
+    device: Any, dep: Any, options: Options, origin: names.Origin
+) -> set[str]:
+    """``CUSTOM_<TYPE>_COMPUTE`` and the like, configured by model or region type."""
+    if not options.functionality:
+        return set()
+    keys = [names.fold_key(k, origin=origin) for k in (device.model, dep.region_type) if k]
+    return {
+        names.functionality_trait(device.type, options.functionality[key], origin=origin)
+        for key in keys
+        if key in options.functionality
+    }
 
 
 def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]:

@@ -166,8 +166,11 @@ _FLAVOR_KEY = re.compile(
     r"(?P<suffix>[a-zA-Z0-9_-]{1,64})?(?::(?P<arg>.*))?"
 )
 _OTHER_VALUE = re.compile(r"(?P<key>[a-z_]+[0-9]*:.+?)=(?P<value>\w+)")
+# A trait ending in a UUID: 32 hex digits as published (upstream's spelling), or the
+# five groups joined by underscores (a hyphenated UUID, spec 004).
 _UUID_TAIL = re.compile(
-    r"([0-9A-F]{8})_([0-9A-F]{4})_([0-9A-F]{4})_([0-9A-F]{4})_([0-9A-F]{12})\Z", re.IGNORECASE
+    r"_([0-9A-F]{8})(_?)([0-9A-F]{4})\2([0-9A-F]{4})\2([0-9A-F]{4})\2([0-9A-F]{12})\Z",
+    re.IGNORECASE,
 )
 # Standard classes that are not accelerators stay with the flavor's unsuffixed group.
 _ACCELERATOR_STANDARD = frozenset({"FPGA", "PGPU", "VGPU", "VGPU_DISPLAY_HEAD"})
@@ -198,7 +201,7 @@ def _function_entries(trait: str) -> dict[str, str]:
     entries = {"accel:function_trait": trait}
     match = _UUID_TAIL.search(trait)
     if match:
-        entries["accel:function_id"] = "-".join(match.groups()).lower()
+        entries["accel:function_id"] = "-".join(match.group(1, 3, 4, 5, 6)).lower()
     return entries
 
 

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keystoneauth1 import loading as ks_loading
@@ -28,8 +28,11 @@ from acceleron.db.models import Deployable, Device, Host, PlacementProvider, tab
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     AcceleronError,
+    ConfigError,
     InvalidPlacementName,
     NotFound,
+    PlacementError,
+    PlacementProviderNotFound,
     PlacementUnavailable,
     UnknownHost,
 )
@@ -89,7 +92,7 @@ class Syncer:
         """Sync the hosts whose inventory changed since their last sync."""
         with self.db.reader() as conn:
             hosts = list(conn.execute(_PENDING).scalars())
-        return [self._sync_one(host) for host in hosts]
+        return [self._guarded(host, self.sync_host) for host in hosts]
 
     def hostnames(self) -> list[str]:
         with self.db.reader() as conn:
@@ -97,13 +100,29 @@ class Syncer:
 
     def sync_all(self, *, dry_run: bool = False) -> list[HostSync]:
         """Check every host's providers against Placement (and repair them)."""
-        return [self._sync_one(h, force=True, dry_run=dry_run) for h in self.hostnames()]
+        return [
+            self._guarded(host, lambda h: self.sync_host(h, force=True, dry_run=dry_run))
+            for host in self.hostnames()
+        ]
 
-    def _sync_one(self, hostname: str, *, force: bool = False, dry_run: bool = False) -> HostSync:
+    def migrate_to_nested(self, *, dry_run: bool = False) -> list[HostSync]:
+        """Spec 001's upgrade from flat to nested providers, host by host: a host still
+        in use keeps its flat inventory and gets its error, the others move."""
+        return [
+            self._guarded(host, lambda h: self._migrate(h, dry_run)) for host in self.hostnames()
+        ]
+
+    def _migrate(self, hostname: str, dry_run: bool) -> HostSync:
+        removed = self.remove_flat(hostname, dry_run=dry_run)
+        synced = self.sync_host(hostname, force=True, dry_run=dry_run)
+        return HostSync(hostname, removed.actions + synced.actions,
+                        errors=removed.errors + synced.errors)  # fmt: skip
+
+    def _guarded(self, hostname: str, work: Callable[[str], HostSync]) -> HostSync:
         """One host of a pass: its error is its own; Placement being away ends the pass."""
         try:
             with self.lock:
-                return self.sync_host(hostname, force=force, dry_run=dry_run)
+                return work(hostname)
         except PlacementUnavailable:
             raise
         except AcceleronError as error:
@@ -123,18 +142,47 @@ class Syncer:
             deployables = list(conn.execute(_DEPLOYABLES, {"host": hostname}))
             known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
         compute, created = self.compute_node(host, dry_run=dry_run)
-        errors: list[str] = []
-        if self.options.nested:
-            desired, errors = _desired(hostname, compute, devices, deployables, self.options)
-            result = sync_tree(self.client, compute, desired, known, dry_run=dry_run)
-        else:
-            result = self._sync_flat(compute, devices, deployables, known.get(compute), dry_run)
+        try:
+            result, errors = self._publish(hostname, compute, devices, deployables, known,
+                                           dry_run)  # fmt: skip
+        except PlacementProviderNotFound as error:
+            self._recheck_compute_node(hostname, compute, error, dry_run)
+            raise
         result.actions[:0] = created
         if not dry_run:
             self._record(hostname, host.generation, compute, result.known)
         for action in result.actions:
             LOG.info("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
         return HostSync(hostname, result.actions, errors=errors)
+
+    def _publish(
+        self,
+        hostname: str,
+        compute: str,
+        devices: Sequence[Row[Any]],
+        deployables: Sequence[Row[Any]],
+        known: dict[str, Known],
+        dry_run: bool,
+    ) -> tuple[SyncResult, list[str]]:
+        """The nested tree or the flat contribution, synced; and the devices left out."""
+        if not self.options.nested:
+            flat = self._sync_flat(compute, devices, deployables, known.get(compute), dry_run)
+            return flat, []
+        desired, errors = _desired(hostname, compute, devices, deployables, self.options)
+        return sync_tree(self.client, compute, desired, known, dry_run=dry_run), errors
+
+    def _recheck_compute_node(
+        self, hostname: str, compute: str, error: PlacementError, dry_run: bool
+    ) -> None:
+        """After a provider was not found: if it is the compute node (Nova recreated it),
+        forget its uuid and leave the host pending, to look it up by name next pass."""
+        if dry_run or self.client.get_provider(compute) is not None:
+            return
+        LOG.warning("Compute node provider %s of %s is gone from Placement (%s); looking it "
+                    "up again by name next pass", compute, hostname, error.message)  # fmt: skip
+        with self.db.writer() as conn:
+            conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
+                         .values(rp_uuid=None, synced_generation=-1))  # fmt: skip
 
     def _sync_flat(
         self,
@@ -146,7 +194,9 @@ class Syncer:
     ) -> SyncResult:
         provider = self.client.get_provider(compute)
         if provider is None:
-            raise NotFound(f"Compute node provider {compute} vanished from Placement.")
+            raise PlacementProviderNotFound(
+                f"Compute node provider {compute} vanished from Placement."
+            )
         inventories, traits = tree.flat_contribution(devices, deployables, self.options)
         return sync_flat(self.client, provider, inventories, traits, known, dry_run=dry_run)
 
@@ -269,12 +319,35 @@ def errors_of(results: Sequence[HostSync]) -> list[str]:
 
 
 def options_from_conf(conf: cfg.ConfigOpts) -> tree.Options:
+    """``[placement]`` as sync options; ConfigError, naming the option, for a bad value."""
     section = conf.placement
     return tree.Options(
         nested=section.nested,
         standard_classes=section.standard_resource_classes,
-        functionality={k: v.upper() for k, v in (section.functionality or {}).items()},
+        functionality=functionality_from_conf(section.functionality or {}),
     )
+
+
+def functionality_from_conf(raw: Mapping[str, str]) -> dict[str, str]:
+    """``[placement] functionality``: keys folded as the sync compares them
+    (:func:`names.fold_key`), values upper-cased and checked."""
+    result: dict[str, str] = {}
+    for key, value in raw.items():
+        where = f"[placement] functionality: in {key}:{value},"
+        kind = value.strip().upper()
+        if kind not in names.FUNCTIONALITIES:
+            choices = ", ".join(names.FUNCTIONALITIES)
+            raise ConfigError(f"{where} the functionality must be one of {choices}.")
+        try:
+            folded = names.fold_key(key)
+        except InvalidPlacementName:
+            raise ConfigError(
+                f"{where} the key must be a device model or a region type: letters, digits, "
+                f"spaces, '-' and '_'."
+            ) from None
+        if result.setdefault(folded, kind) != kind:
+            raise ConfigError(f"{where} {folded} already has functionality {result[folded]}.")
+    return result
 
 
 def _client_factory(conf: cfg.ConfigOpts) -> Callable[[], PlacementClient]:
@@ -328,7 +401,10 @@ class PlacementService:
                       create_compute_nodes=self.mode == "embedded", lock=self._lock)  # fmt: skip
 
     def check_host(self, hostname: str) -> None:
-        """Refuse a host that the compute service does not know (remote mode only)."""
+        """Refuse a host that the compute service does not know (remote mode only).
+
+        While Placement cannot be reached the report is accepted: the host stays
+        pending, and its sync checks it once Placement answers."""
         if self.mode != "remote":
             return
         with self.db.reader() as conn:
@@ -336,7 +412,12 @@ class PlacementService:
         if host is not None and host.rp_uuid:
             return
         client = self._new_client()
-        if client.find_provider(hostname) is None:
+        try:
+            found = client.find_provider(hostname)
+        except PlacementUnavailable as error:
+            LOG.warning("Accepting the report of %s unchecked: %s", hostname, error.message)
+            return
+        if found is None:
             raise UnknownHost(unknown_host_message(client, hostname))
 
 

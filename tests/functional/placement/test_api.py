@@ -13,13 +13,16 @@ import pytest
 from fastapi.testclient import TestClient
 from keystoneauth1 import adapter
 from oslo_config import cfg
+from sqlalchemy import select
 
 from acceleron.api.app import create_app
+from acceleron.db.models import Host, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement.client import PlacementClient
 from acceleron.report import HostReport, to_json
 from acceleron.service.placement import PlacementService
+from tests.fixtures.placement import Unreachable, allocate
 
 HOST = "host-1"
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
@@ -30,18 +33,21 @@ def report(conf: cfg.ConfigOpts, host: str = HOST) -> dict[str, Any]:
     return to_json(HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover())))
 
 
+MakeApi = Callable[..., TestClient]
+
+
 @pytest.fixture
-def make_api(
-    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
-) -> Iterator[Callable[[str], TestClient]]:
-    """An API whose Placement is the real one in this process, in ``mode``."""
+def make_api(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> Iterator[MakeApi]:
+    """An API whose Placement is the real one in this process (or ``through`` an adapter
+    wrapping it), in ``mode``."""
     clients: list[TestClient] = []
 
-    def make(mode: str) -> TestClient:
+    def make(mode: str, through: adapter.Adapter | None = None) -> TestClient:
         conf.set_override("mode", mode, "placement")
         conf.set_override("embedded_connection", "sqlite://", "placement")  # the fixture's
         app = create_app(conf, db)
-        app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+        used = through or placement
+        app.state.placement = PlacementService(conf, db, lambda: PlacementClient(used))
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
@@ -60,7 +66,7 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def test_a_changed_report_is_published_by_the_worker(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("embedded")
     body = report(conf)
@@ -73,7 +79,7 @@ def test_a_changed_report_is_published_by_the_worker(
 
 
 def test_sync_endpoint_plans_then_applies(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, db: Database
+    make_api: MakeApi, conf: cfg.ConfigOpts, db: Database
 ) -> None:
     api = make_api("embedded")
     api.app.state.placement.worker.stop()  # type: ignore[attr-defined]
@@ -92,7 +98,7 @@ def test_sync_endpoint_plans_then_applies(
 
 
 def test_remote_mode_refuses_a_host_the_compute_service_does_not_know(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("remote")
     PlacementClient(placement).create_provider(str(uuid.uuid4()), f"{HOST}.example.org")
@@ -106,8 +112,25 @@ def test_remote_mode_refuses_a_host_the_compute_service_does_not_know(
     assert ok.status_code == 200, ok.text
 
 
+def test_remote_mode_accepts_a_new_host_while_placement_is_down(
+    make_api: MakeApi, conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> None:
+    down = Unreachable(placement)
+    api = make_api("remote", down)
+    response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=V2_6)
+    assert response.status_code == 200, response.text
+    with db.reader() as conn:
+        host = conn.execute(select(table(Host)).where(table(Host).c.hostname == HOST)).one()
+    assert host.rp_uuid is None and host.synced_generation != host.generation  # pending
+    client = PlacementClient(placement)
+    compute = client.create_provider(str(uuid.uuid4()), HOST)  # Nova's, while we were away
+    down.up = True
+    api.app.state.placement.worker.wake()  # type: ignore[attr-defined]
+    eventually(lambda: len(client.get_tree(compute.uuid)) == 15)
+
+
 def test_operator_endpoints_need_2_6_an_admin_and_placement(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, db: Database
+    make_api: MakeApi, conf: cfg.ConfigOpts, db: Database
 ) -> None:
     api = make_api("embedded")
     assert api.post("/v2/placement/sync", json={}).status_code == 404
@@ -121,8 +144,49 @@ def test_operator_endpoints_need_2_6_an_admin_and_placement(
         assert response.status_code == 409 and "disabled" in response.json()["errors"][0]["detail"]
 
 
+def test_migrate_to_nested_moves_every_host_it_can(
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    hosts = (HOST, "host-2")
+    conf.set_override("nested", False, "placement")
+    flat = make_api("embedded")
+    for host in hosts:
+        response = flat.put(f"/v2/hosts/{host}/report", json=report(conf, host), headers=V2_6)
+        assert response.status_code == 200
+    client = PlacementClient(placement)
+
+    def flat_inventory(host: str) -> set[str]:
+        compute = client.find_provider(host)
+        return set() if compute is None else set(client.get_inventories(compute.uuid)[1])
+
+    eventually(lambda: all("CUSTOM_ACCELERATOR_FPGA" in flat_inventory(h) for h in hosts))
+    flat.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+    computes = {h: p.uuid for h in hosts if (p := client.find_provider(h)) is not None}
+    consumer = str(uuid.uuid4())
+    allocate(placement, computes[HOST], consumer)  # an instance still on host-1
+    conf.set_override("nested", True, "placement")
+    nested = make_api("embedded")
+
+    def migrate() -> dict[str, dict[str, Any]]:
+        response = nested.post("/v2/placement/migrate-to-nested", json={}, headers=V2_6)
+        assert response.status_code == 200, response.text
+        return {h["hostname"]: h for h in response.json()["hosts"]}
+
+    first = migrate()
+    assert first[HOST]["actions"] == []
+    assert "still has allocations" in first[HOST]["errors"][0]
+    assert "CUSTOM_ACCELERATOR_FPGA" in flat_inventory(HOST)
+    assert first["host-2"]["errors"] == [] and first["host-2"]["actions"][0]["op"] == "remove_flat"
+    assert flat_inventory("host-2") == set() and len(client.get_tree(computes["host-2"])) == 15
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    second = migrate()
+    assert second[HOST]["errors"] == [] and second[HOST]["actions"][0]["op"] == "remove_flat"
+    assert len(client.get_tree(computes[HOST])) == 15
+    assert second["host-2"] == {"hostname": "host-2", "skipped": False, "actions": [], "errors": []}
+
+
 def test_disabling_a_device_reserves_it_in_placement(
-    make_api: Callable[[str], TestClient], conf: cfg.ConfigOpts, placement: adapter.Adapter
+    make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("embedded")
     body = report(conf)

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-import requests
 from keystoneauth1 import adapter, session, token_endpoint
 
 from acceleron.exceptions import (
@@ -21,7 +20,7 @@ from acceleron.exceptions import (
 )
 from acceleron.placement import inprocess, names
 from acceleron.placement.client import Inventory, PlacementClient
-from tests.fixtures.placement import CountingAdapter
+from tests.fixtures.placement import CountingAdapter, Meddler
 from tests.functional.placement.tree import Region, add_compute_node, add_fpga, region_traits
 
 MV = {"microversion": "1.39", "raise_exc": False}
@@ -37,27 +36,6 @@ def new_uuid() -> str:
 
 def add_fpga_with_two_regions(client: PlacementClient, root: str, host: str) -> dict[str, str]:
     return add_fpga(client, root, host, "0000:5e:00.0", "intel", "PAC Arria10", TWO_REGIONS)
-
-
-class Meddler(adapter.Adapter):
-    """Forwards to ``inner``; before the first ``times`` PUTs to a provider's sub-resource
-    matching ``suffix``, changes that provider behind the caller's back."""
-
-    def __init__(
-        self,
-        inner: adapter.Adapter,
-        suffix: str,
-        meddle: Callable[[adapter.Adapter, str], None],
-        times: int = 1,
-    ) -> None:
-        super().__init__(inner.session, service_type="placement")
-        self.inner, self.suffix, self.meddle, self.times = inner, suffix, meddle, times
-
-    def request(self, url: str, method: str, **kwargs: Any) -> requests.Response:
-        if method == "PUT" and url.endswith(self.suffix) and self.times > 0:
-            self.times -= 1
-            self.meddle(self.inner, url.split("/")[2])
-        return self.inner.request(url, method, **kwargs)
 
 
 def add_foreign_trait(trait: str) -> Callable[[adapter.Adapter, str], None]:
@@ -195,6 +173,30 @@ class TestGenerations:
         client.update_traits(root, remove=["CUSTOM_OURS"])
         assert traits_of(placement, root) == {"CUSTOM_NOVA"}
 
+    def test_update_inventories_merges_with_a_concurrent_writer(
+        self, placement: adapter.Adapter
+    ) -> None:
+        def nova_grows_vcpu(raw: adapter.Adapter, rp: str) -> None:
+            nova = PlacementClient(raw)
+            generation, current = nova.get_inventories(rp)
+            nova.set_inventories(rp, {**current, "VCPU": Inventory(32)}, generation=generation)
+
+        nova = PlacementClient(placement)
+        root = nova.create_provider(new_uuid(), "cn1").uuid
+        nova.set_inventories(root, {"VCPU": Inventory(16)})
+        counted = CountingAdapter(Meddler(placement, "/inventories", nova_grows_vcpu))
+        client = PlacementClient(counted)
+        client.ensure_resource_classes([FPGA])
+        counted.reset()
+        client.update_inventories(root, lambda current: {**current, FPGA: Inventory(2)})
+        assert [c.route for c in counted.calls] == [
+            "GET /resource_providers/{uuid}/inventories",
+            "PUT /resource_providers/{uuid}/inventories",  # 409: Nova wrote meanwhile
+            "GET /resource_providers/{uuid}/inventories",
+            "PUT /resource_providers/{uuid}/inventories",
+        ]
+        assert client.get_inventories(root)[1] == {"VCPU": Inventory(32), FPGA: Inventory(2)}
+
     def test_update_traits_without_change_writes_nothing(
         self, client: PlacementClient, counted: CountingAdapter
     ) -> None:
@@ -305,8 +307,9 @@ class TestProviders:
             client.create_provider(rp, "other")
 
     def test_unknown_parent(self, client: PlacementClient) -> None:
-        with pytest.raises(PlacementError) as caught:
-            client.create_provider(new_uuid(), "orphan", parent_uuid=new_uuid())
+        parent = new_uuid()
+        with pytest.raises(PlacementProviderNotFound, match=parent) as caught:
+            client.create_provider(new_uuid(), "orphan", parent_uuid=parent)
         assert caught.value.status == 400
 
     def test_writes_to_a_missing_provider(self, client: PlacementClient) -> None:

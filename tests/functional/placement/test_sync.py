@@ -16,22 +16,22 @@ from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import PlacementUnavailable, UnknownHost
 from acceleron.placement import names
-from acceleron.placement.client import PlacementClient
+from acceleron.placement.client import Inventory, PlacementClient
 from acceleron.placement.tree import Options
 from acceleron.report import HostReport
-from acceleron.scheduler.query import profile_query
+from acceleron.scheduler.query import groups_from_flavor, profile_query
 from acceleron.service import inventory
-from acceleron.service.placement import Syncer
-from tests.fixtures.placement import CountingAdapter
+from acceleron.service.placement import Syncer, options_from_conf
+from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
 HOST = "host-1"
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
 REGION_TYPE = "ce48969398f05f33946d560708be108a"
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
-# In traits a UUID is upper case with underscores for hyphens (spec 004).
-REGION_ID = "CE489693_98F0_5F33_946D_560708BE108A"
-FUNCTION_ID = "D8424DC4_A4A3_C413_F89E_433683F9040B"
-SECOND_ID = "F7DF405C_BD7A_CF72_22F1_44B0B93ACD18"  # region0's other function
+# In traits an id is upper-cased as reported, no separator added (as upstream does).
+REGION_ID = "CE48969398F05F33946D560708BE108A"
+FUNCTION_ID = "D8424DC4A4A3C413F89E433683F9040B"
+SECOND_ID = "F7DF405CBD7ACF7222F144B0B93ACD18"  # region0's other function
 
 
 def report(conf: cfg.ConfigOpts, host: str = HOST) -> HostReport:
@@ -114,13 +114,21 @@ def test_an_unchanged_host_costs_no_call_and_a_verification_no_write(
     assert counted.count("GET") == 1  # the tree, with its generations
 
 
-def test_disabling_a_device_reserves_its_inventory(
-    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+@pytest.mark.parametrize(
+    "unusable", [{"status": "maintaining"}, {"health": "failed"}, {"state": "lost"}], ids=str
+)
+def test_an_unusable_device_reserves_its_inventory(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    counted: CountingAdapter,
+    placement: adapter.Adapter,
+    unusable: dict[str, str],
 ) -> None:
+    """Disabled by an operator, reported failed, or gone while in use."""
     inventory.reconcile(db, report(conf))
     sync = syncer(db, counted)
     sync.sync_host(HOST)
-    bump(db, status="maintaining")
+    bump(db, **unusable)
     counted.reset()
     [result] = sync.sync_pending()
     ops = sorted((a.op, a.name.rsplit("_", 1)[-1]) for a in result.actions)
@@ -138,7 +146,7 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     sync.sync_host(HOST)
     region = region_uuid(db)
     new_function = "0123456789abcdef0123456789abcdef"
-    new_id = "01234567_89AB_CDEF_0123_456789ABCDEF"
+    new_id = new_function.upper()
     with db.writer() as conn:
         conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == region)
                      .values(function_uuid=new_function))  # fmt: skip
@@ -152,19 +160,6 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     # Both functions the region was reported with are gone until the agent reports again.
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}" not in traits
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{SECOND_ID}" not in traits
-
-
-def allocate(placement: adapter.Adapter, rp: str, consumer: str) -> None:
-    body = {
-        "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_FPGA": 1}}},
-        "project_id": str(uuid.uuid4()),
-        "user_id": str(uuid.uuid4()),
-        "consumer_generation": None,
-        "consumer_type": "INSTANCE",
-    }
-    response = placement.put(f"/allocations/{consumer}", json=body, microversion="1.39",
-                             raise_exc=False)  # fmt: skip
-    assert response.status_code == 204, response.text
 
 
 def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
@@ -187,6 +182,31 @@ def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
     result = sync.sync_host(HOST, force=True)
     assert ("delete", region) in {(a.op, a.uuid) for a in result.actions}
     assert client.get_provider(region) is None
+
+
+def test_a_retired_provider_that_comes_back_is_usable_again(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    full = report(conf)
+    inventory.reconcile(db, full)
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    region = region_uuid(db)
+    consumer = str(uuid.uuid4())
+    allocate(placement, region, consumer)
+    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[1:]))  # first card gone
+    sync.sync_pending()
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    inventory.reconcile(db, full)  # and back
+    [result] = sync.sync_pending()
+    assert ("inventories", region) in {(a.op, a.uuid) for a in result.actions}
+    _, invs = PlacementClient(placement).get_inventories(region)
+    assert invs["CUSTOM_ACCELERATOR_FPGA"].reserved == 0
+    with db.reader() as conn:
+        retired = conn.execute(select(table(PlacementProvider).c.retired).where(
+            table(PlacementProvider).c.uuid == region)).scalar_one()  # fmt: skip
+    assert retired is False
+    assert sync.sync_host(HOST, force=True).actions == []
 
 
 def test_providers_acceleron_did_not_create_are_left_alone(
@@ -217,6 +237,36 @@ def test_an_unknown_host_is_refused_naming_the_likely_compute_node(
     assert f"Did you mean '{HOST}.cloud.example.org'?" in info.value.message
 
 
+@pytest.mark.parametrize("nested", [True, False])
+def test_a_compute_node_nova_recreated_is_looked_up_again(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    counted: CountingAdapter,
+    placement: adapter.Adapter,
+    nested: bool,
+) -> None:
+    client = PlacementClient(placement)
+    old = compute_node(placement)
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted, nested=nested, create_compute_nodes=False)
+    sync.sync_host(HOST)
+    client.delete_subtree(old)  # the compute node is deleted, then Nova makes a new one
+    new = compute_node(placement)
+    [failed] = sync.sync_all()
+    assert failed.errors and old in failed.errors[0]
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS)).one()
+    assert host.rp_uuid is None and host.synced_generation == -1  # looked up next pass
+    [result] = sync.sync_pending()
+    assert result.errors == []
+    with db.reader() as conn:
+        assert conn.execute(select(HOSTS.c.rp_uuid)).scalar_one() == new
+    if nested:
+        assert len(client.get_tree(new)) == 15
+    else:
+        assert "CUSTOM_ACCELERATOR_FPGA" in client.get_inventories(new)[1]
+
+
 def test_dry_run_plans_without_writing(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
 ) -> None:
@@ -234,8 +284,6 @@ def test_flat_mode_and_the_move_to_nested_providers(
 ) -> None:
     client = PlacementClient(placement)
     compute = client.create_provider(str(uuid.uuid4()), HOST)
-    from acceleron.placement.client import Inventory
-
     client.set_inventories(compute.uuid, {"VCPU": Inventory(total=16)})
     client.set_traits(compute.uuid, ["HW_CPU_X86_AVX2"])
     inventory.reconcile(db, report(conf))
@@ -259,19 +307,85 @@ def test_flat_mode_and_the_move_to_nested_providers(
     assert len(client.get_tree(compute.uuid)) == 15
 
 
-class Unreachable(adapter.Adapter):
-    """A Placement that is down until ``up`` is set."""
+def test_a_class_still_allocated_is_kept_reserved_until_it_is_free(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Switching to the standard classes while an instance holds a custom one."""
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted).sync_host(HOST)
+    region, consumer = region_uuid(db), str(uuid.uuid4())
+    allocate(placement, region, consumer)
+    standard = syncer(db, counted, standard_classes=True)
+    result = standard.sync_host(HOST, force=True)
+    assert result.errors == []
+    assert ("inventories", region, "kept CUSTOM_ACCELERATOR_FPGA fully reserved: still "
+            "allocated") in {(a.op, a.uuid, a.detail) for a in result.actions}  # fmt: skip
+    client = PlacementClient(placement)
 
-    def __init__(self, inner: adapter.Adapter) -> None:
-        super().__init__(inner.session, endpoint_override=inner.endpoint_override)
-        self.inner, self.up = inner, False
+    def inventories() -> dict[str, tuple[int, int]]:
+        return {rc: (i.total, i.reserved) for rc, i in client.get_inventories(region)[1].items()}
 
-    def request(self, url: str, method: str, **kwargs: Any) -> Any:
-        if not self.up:
-            from keystoneauth1 import exceptions
+    assert inventories() == {"FPGA": (2, 0), "CUSTOM_ACCELERATOR_FPGA": (2, 2)}
+    assert standard.sync_host(HOST, force=True).errors == []  # still in use: still kept
+    assert inventories() == {"FPGA": (2, 0), "CUSTOM_ACCELERATOR_FPGA": (2, 2)}
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    standard.sync_host(HOST, force=True)
+    assert inventories() == {"FPGA": (2, 0)}
+    assert standard.sync_host(HOST, force=True).actions == []
 
-            raise exceptions.ConnectFailure("connection refused")
-        return self.inner.request(url, method, **kwargs)
+
+def compute_node(placement: adapter.Adapter) -> str:
+    """A compute node as Nova makes it, with Nova's own inventory and a trait."""
+    client = PlacementClient(placement)
+    compute = client.create_provider(str(uuid.uuid4()), HOST)
+    client.set_inventories(compute.uuid, {"VCPU": Inventory(total=16),
+                                          "MEMORY_MB": Inventory(total=65536)})  # fmt: skip
+    client.set_traits(compute.uuid, ["HW_CPU_X86_AVX2"])
+    return compute.uuid
+
+
+def nova_grows_vcpu(raw: adapter.Adapter, rp: str) -> None:
+    """Nova's concurrent update of the compute node's own inventory."""
+    nova = PlacementClient(raw)
+    generation, current = nova.get_inventories(rp)
+    nova.set_inventories(rp, {**current, "VCPU": Inventory(total=32)}, generation=generation)
+
+
+def test_flat_mode_keeps_a_concurrent_change_by_nova(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    compute = compute_node(placement)
+    nova = Meddler(placement, f"{compute}/inventories", nova_grows_vcpu)
+    inventory.reconcile(db, report(conf))
+    Syncer(db, lambda: PlacementClient(nova), Options(nested=False)).sync_host(HOST)
+    assert nova.times == 0  # Nova did write between our read and our write
+    _, invs = PlacementClient(placement).get_inventories(compute)
+    assert invs["VCPU"].total == 32 and invs["MEMORY_MB"].total == 65536
+    assert invs["CUSTOM_ACCELERATOR_FPGA"].total == 6
+
+
+def test_flat_mode_removes_a_class_once_its_allocations_are_gone(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    compute = compute_node(placement)
+    full = report(conf)
+    inventory.reconcile(db, full)
+    flat = syncer(db, counted, nested=False, create_compute_nodes=False)
+    flat.sync_host(HOST)
+    consumer = str(uuid.uuid4())
+    allocate(placement, compute, consumer, "CUSTOM_ACCELERATOR_QAT")
+    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[:-1]))  # the QAT card goes
+    [result] = flat.sync_pending()
+    assert result.errors == []
+    client = PlacementClient(placement)
+    qat = client.get_inventories(compute)[1]["CUSTOM_ACCELERATOR_QAT"]
+    assert qat.reserved == qat.total == 4
+    placement.delete(f"/allocations/{consumer}", microversion="1.39")
+    flat.sync_host(HOST, force=True)
+    assert set(client.get_inventories(compute)[1]) == {
+        "VCPU", "MEMORY_MB", "CUSTOM_ACCELERATOR_FPGA", "CUSTOM_ACCELERATOR_VGPU",
+        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_MIG",
+    }  # fmt: skip
 
 
 def test_placement_down_leaves_hosts_pending_until_it_answers(
@@ -288,6 +402,108 @@ def test_placement_down_leaves_hosts_pending_until_it_answers(
     [result] = sync.sync_pending()
     assert len(result.actions) == 15
     assert sync.sync_pending() == []
+
+
+def test_configured_functionality_traits_are_published(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    conf.set_override("functionality", {"pac arria10": "compute",
+                      "9926AB6D-6C92-5A68-AABC-A7D84C545738": "network"}, "placement")  # fmt: skip
+    inventory.reconcile(db, report(conf))
+    Syncer(db, lambda: PlacementClient(counted), options_from_conf(conf),
+           create_compute_nodes=True).sync_host(HOST)  # fmt: skip
+    client = PlacementClient(placement)
+    traits = [client.get_traits(region_uuid(db, i))[1] for i in range(4)]  # 2 cards x 2 regions
+    functionality = {"CUSTOM_FPGA_COMPUTE", "CUSTOM_FPGA_NETWORK"}
+    assert [t & functionality for t in traits] == [
+        {"CUSTOM_FPGA_COMPUTE"}, functionality, {"CUSTOM_FPGA_COMPUTE"}, functionality
+    ]  # fmt: skip
+    not_network = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_COMPUTE":
+                    "required", "trait:CUSTOM_FPGA_NETWORK": "forbidden"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(not_network).params())
+    assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
+        region_uuid(db, 0),
+        region_uuid(db, 2),
+    }
+
+
+def inventories_by_key(client: PlacementClient, compute: str) -> dict[str, dict[str, Any]]:
+    """Each published provider's inventory, (total, reserved, max_unit) by class, keyed by
+    the provider's key (``region0``, ``mig/1g.10gb``, ...); the cards' own are empty."""
+    return {
+        rp.name.split("_", 2)[-1]: {
+            rc: (i.total, i.reserved, i.max_unit)
+            for rc, i in client.get_inventories(rp.uuid)[1].items()
+        }
+        for rp in client.get_tree(compute)
+        if rp.parent_uuid is not None and rp.parent_uuid != compute
+    }
+
+
+def test_standard_resource_classes_are_published_where_upstream_has_them(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted, standard_classes=True).sync_host(HOST)
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    published = inventories_by_key(client, compute.uuid)
+    assert published["region0"] == {"FPGA": (2, 0, 2)}
+    assert published["vgpu/nvidia-223"] == {"VGPU": (8, 0, 8)}
+    assert set(published["mig/1g.10gb"]) == {  # no standard class: custom ones stay
+        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_MIG"
+    }  # fmt: skip
+    assert published["vf_pool"] == {"CUSTOM_ACCELERATOR_QAT": (4, 0, 4)}
+    upstream_flavor = [{"resources:FPGA": "1", f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}":
+                        "required"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(upstream_flavor).params())
+    assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
+        region_uuid(db, 0),
+        region_uuid(db, 2),
+    }
+
+
+def test_memory_classes_in_nested_mode(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    syncer(db, counted).sync_host(HOST)
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    published = inventories_by_key(client, compute.uuid)
+    assert published["mig/1g.10gb"] == {
+        "CUSTOM_ACCELERATOR_MIG": (4, 0, 4),
+        "CUSTOM_ACCELERATOR_MEMORY_MIG": (4 * 9856, 0, 9856),  # per unit: max_unit
+    }
+    assert published["mig/3g.40gb"]["CUSTOM_ACCELERATOR_MEMORY_MIG"] == (40192, 0, 40192)
+    big = [{"resources:CUSTOM_ACCELERATOR_MIG": "1",
+            "resources:CUSTOM_ACCELERATOR_MEMORY_MIG": "20000"}]  # fmt: skip
+    found = client.get_allocation_candidates(profile_query(big).params())
+    h100 = report(conf).devices[3].pci_address
+    assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
+        names.provider_uuid(HOST, h100, "mig/3g.40gb")
+    }
+
+
+def test_a_device_whose_names_are_invalid_is_left_out_and_named(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    bump(db, vendor_name="Intel/Altera")  # no trait can be made of it
+    result = syncer(db, counted).sync_host(HOST)
+    [error] = result.errors
+    assert "'Intel/Altera'" in error and "fake" in error
+    with db.reader() as conn:
+        bad = conn.execute(select(DEVICES.c.pci_address).where(
+            DEVICES.c.vendor_name == "Intel/Altera")).scalar_one()  # fmt: skip
+    assert f"{HOST} {bad}" in error
+    client = PlacementClient(placement)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    published = {rp.name for rp in client.get_tree(compute.uuid)}
+    assert len(published) == 15 - 3 and not any(bad in name for name in published)
 
 
 def test_spec_001_flavors_find_the_providers_acceleron_published(
@@ -317,3 +533,43 @@ def test_spec_001_flavors_find_the_providers_acceleron_published(
     assert names.provider_uuid(HOST, report(conf).devices[2].pci_address, "vgpu/nvidia-223") in {
         rp for r in found.requests for rp in r.mappings["device_profile_1"]
     }
+
+
+def test_spec_001_afaas_flavors_in_spec_001_spelling_on_the_published_tree(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Spec 001's AFaaS flavors, traits spelt as spec 001 (and upstream) write them,
+    against the tree the sync publishes from the fake driver's inventory."""
+    inventory.reconcile(db, report(conf))
+    programmed, blank = region_uuid(db, 0), region_uuid(db, 2)  # region0 of each card
+    with db.writer() as conn:  # the second card's region0 holds no function yet
+        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == blank)
+                     .values(function_uuid=None))  # fmt: skip
+    syncer(db, counted).sync_host(HOST)
+    client = PlacementClient(placement)
+    function = f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_ID}"
+
+    def candidates(specs: dict[str, str]) -> tuple[set[str], Any]:
+        found = client.get_allocation_candidates(groups_from_flavor(specs).query().params())
+        return {rp for r in found.requests for rp in r.mappings["device_profile_0"]}, found
+
+    orchestrated = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}": "required",
+        "trait:CUSTOM_PROGRAMMABLE": "required",
+        f"function:{function}": "required",
+    }
+    assert groups_from_flavor(orchestrated).groups[0]["accel:function_id"] == str(
+        uuid.UUID(FUNCTION)
+    )
+    regions, found = candidates(orchestrated)
+    assert regions == {programmed, blank}  # the function is not asked of Placement
+    assert {rp for rp, s in found.summaries.items() if function in s.traits} == {programmed}
+    pre_programmed = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", f"trait:{function}": "required"}
+    assert candidates(pre_programmed)[0] == {programmed}
+    granular = {
+        "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
+        "traits1:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
+        "others1": f"function:{function}=required",
+    }
+    assert candidates(granular)[0] == {programmed, blank, region_uuid(db, 1), region_uuid(db, 3)}
