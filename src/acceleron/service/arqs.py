@@ -66,7 +66,7 @@ from acceleron.exceptions import (
     Locked,
     NotFound,
 )
-from acceleron.service import programming, tasks
+from acceleron.service import inventory, programming, tasks
 from acceleron.service.device_profiles import could_exist, is_uuid_like
 
 LOG = logging.getLogger(__name__)
@@ -239,11 +239,21 @@ def _move(
 
 
 def _free_handle(conn: Connection, arq_id: int) -> None:
+    """Give the request's handle back. A handle whose device vanished while held (lost)
+    can go now: the host's next report is diffed in full, which removes it."""
+    lost = conn.execute(
+        select(DEVICES.c.hostname)
+        .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+        .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
+        .where(HANDLES.c.arq_id == arq_id, HANDLES.c.state == "lost")
+    ).first()
     conn.execute(
         update(HANDLES)
         .where(HANDLES.c.arq_id == arq_id)
         .values(arq_id=None, in_use=False, updated_at=utcnow())
     )
+    if lost is not None:
+        inventory.forget_report(conn, lost.hostname)
 
 
 _HANDLES_OF = HANDLES.c.deployable_id == DEPLOYABLES.c.id
@@ -329,14 +339,15 @@ def program_for(
     accel = {k: v for k, v in group.items() if k.startswith("accel:") and k[6:] in SELECTORS}
     if not accel:
         return None
-    if _same(accel.get("accel:function_id"), dep.function_uuid):
+    held = dep.function_uuids or ([dep.function_uuid] if dep.function_uuid else [])
+    if any(_same(accel.get("accel:function_id"), f) for f in held):
         return None  # pre-programmed: nothing to look up
     if store is None:
         raise Conflict("The request names a bitstream but no bitstream store is configured.")
     bitstream = store.for_request(accel, dep.region_type)
     if bitstream is None or _same(bitstream.id, dep.bitstream_id):
         return None
-    if _same(bitstream.function_uuid, dep.function_uuid):
+    if any(_same(bitstream.function_uuid, f) for f in held):
         return None
     if not dep.programmable:
         raise Conflict(
@@ -771,9 +782,11 @@ def _programmed(task: Row[Any]) -> dict[str, Any]:
     """What a region holds after a program task: the agent's word, else the bitstream's."""
     result, bitstream = task.result or {}, task.params.get("bitstream") or {}
     function = result.get("function_uuid") or bitstream.get("function_uuid")
+    folded = function.replace("-", "").lower() if function else None
     return {
         "bitstream_id": result.get("bitstream_id") or bitstream.get("id"),
-        "function_uuid": function.replace("-", "").lower() if function else None,
+        "function_uuid": folded,
+        "function_uuids": [folded] if folded else [],
     }
 
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from oslo_config import cfg
 from sqlalchemy import select, update
 
+from acceleron.api.app import create_app
 from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, AttachHandle, Deployable, Task, table
 from acceleron.db.session import Database
@@ -366,3 +367,38 @@ def test_deployable_availability_follows_its_handles(
     assert (row.availability, row.instance_uuid) == ("available", None)
     with db.writer() as conn:
         conn.execute(update(DEPLOYABLES).values(availability="available"))
+
+
+def test_a_device_lost_while_bound_goes_once_its_request_is_deleted(
+    api: TestClient, db: Database, conf: cfg.ConfigOpts, inventory_of_host: dict[str, Any]
+) -> None:
+    profile(db, "qat", [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    arq = create(api, "qat")[0]["uuid"]
+    pool = inventory_of_host["pool"][0]
+    assert api.patch(PATH, json=bind_body(arq, pool.rp_uuid, str(uuid.uuid4()))).status_code == 202
+    devices = FakeDriver(conf, Path("/")).discover()
+    without_qat = HostReport(HOST, "1", tuple(d for d in devices if d.type != "QAT"))
+    inventory.reconcile(db, without_qat)
+    qat = api.get("/v2/devices", params={"type": "QAT"}).json()["devices"]
+    assert len(qat) == 1  # kept, lost, while its VF is held
+    assert api.get(f"{PATH}/{arq}").json()["state"] == "Bound"
+    assert api.delete(PATH, params={"arqs": arq}).status_code == 204
+    inventory.reconcile(db, without_qat)  # the very same report: now it goes
+    assert api.get("/v2/devices", params={"type": "QAT"}).json()["devices"] == []
+
+
+def test_a_bind_in_progress_survives_an_api_restart(
+    conf: cfg.ConfigOpts, db: Database, inventory_of_host: dict[str, Any]
+) -> None:
+    profile(db, "vgpu", [{"resources:CUSTOM_ACCELERATOR_VGPU": "1"}])
+    vgpu = inventory_of_host["vgpu"][0]
+    with TestClient(create_app(conf, db)) as first:
+        arq = create(first, "vgpu")[0]["uuid"]
+        first.patch(PATH, json=bind_body(arq, vgpu.rp_uuid, str(uuid.uuid4())))
+        (task,) = first.post(f"/v2/hosts/{HOST}/tasks/claim", headers=V2_8).json()["tasks"]
+    # That API process is gone; another one, on the same database, hears the agent.
+    with TestClient(create_app(conf, db)) as second:
+        assert second.get(f"{PATH}/{arq}").json()["state"] == "BindStarted"
+        done = second.put(f"/v2/tasks/{task['uuid']}", json={"state": "done"}, headers=V2_8)
+        assert done.status_code == 200
+        assert second.get(f"{PATH}/{arq}").json()["state"] == "Bound"
