@@ -25,12 +25,14 @@ from acceleron import logs
 from acceleron.agent import tasks
 from acceleron.agent.client import connect
 from acceleron.agent.loop import Agent, Settings
-from acceleron.api.app import create_app
+from acceleron.api.app import Server, create_app
 from acceleron.db import migrate
 from acceleron.db import session as db_session
 from acceleron.drivers import load_drivers
 
 LOG = logging.getLogger(__name__)
+# Seconds open requests get at shutdown (an agent's long poll for work is cut there).
+GRACE = 2
 
 
 def configure(conf: cfg.ConfigOpts, host: str, port: int) -> None:
@@ -51,19 +53,22 @@ def run(conf: cfg.ConfigOpts, host: str, port: int) -> None:
                   connect(conf))  # fmt: skip
     runner = tasks.TaskRunner(tasks.Settings.from_conf(conf), agent.drivers, agent.client,
                               agent.schedule.event)  # fmt: skip
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
-    )
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=GRACE)  # fmt: skip
+    server = Server(config, app, on_stop=[agent.stop, runner.stop])
     thread = threading.Thread(target=_agent_when_ready, args=(server, agent, runner, started),
                               name="agent", daemon=True)  # fmt: skip
     thread.start()
     try:
         server.run()
+    except KeyboardInterrupt:  # uvicorn hands Ctrl-C on once it has shut down
+        pass
     finally:
         agent.stop()
         runner.stop()
         thread.join(timeout=5)
         db.dispose()
+    LOG.info("Acceleron all-in-one stopped")
 
 
 def _agent_when_ready(

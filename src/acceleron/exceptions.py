@@ -123,6 +123,11 @@ class PlacementProviderExists(PlacementError):
     """A resource provider with that uuid or name already exists."""
 
 
+class AllocationConflict(PlacementError):
+    """Another consumer took the capacity (or changed this consumer) meanwhile: choose
+    again."""
+
+
 class PlacementProviderInUse(PlacementError):
     """The provider (or the inventory being removed) still has allocations or children."""
 

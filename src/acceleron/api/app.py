@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI
 from oslo_config import cfg
 from starlette.concurrency import run_in_threadpool
@@ -86,6 +89,7 @@ def create_app(
     app.state.placement = placement
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
+    app.state.stopping = threading.Event()  # set when the server begins to stop
     errors.install(app)
     app.include_router(versions.router)
     app.include_router(device_profiles.router)
@@ -115,6 +119,24 @@ async def reap_binds(app: FastAPI) -> None:
             LOG.exception("Reaping binds failed")
             continue
         app.state.nova.notify(resolved)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server that, as soon as it is asked to stop, tells the app (agents' long
+    polls for work end at once instead of holding the shutdown) and calls ``on_stop``."""
+
+    def __init__(
+        self, config: uvicorn.Config, app: FastAPI, on_stop: Sequence[Callable[[], None]] = ()
+    ) -> None:
+        super().__init__(config)
+        self._app = app
+        self._on_stop = on_stop
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._app.state.stopping.set()
+        for stop in self._on_stop:
+            stop()
+        super().handle_exit(sig, frame)
 
 
 class EmbeddedPlacement:

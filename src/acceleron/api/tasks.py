@@ -91,9 +91,10 @@ async def claim_tasks(
     _needs_2_8(call)
     call.authorize("task:claim")
     deadline = time.monotonic() + wait
+    stopping = call.request.app.state.stopping
     while True:
         found = await call.run(tasks.claim, hostname)
-        if found or time.monotonic() >= deadline:
+        if found or time.monotonic() >= deadline or stopping.is_set():
             return json_response({"tasks": [view(t) for t in found]})
         await asyncio.sleep(POLL)
 

@@ -54,6 +54,8 @@ class ApiClient:
             auth = loading.load_auth_from_argparse_arguments(options)
             url = options.os_url
         sess = session.Session(auth=auth, verify=not getattr(options, "insecure", False))
+        self.session = sess
+        self.noauth = isinstance(auth, NoAuth)
         self.url = url
         self._adapter = adapter.Adapter(
             sess,
@@ -62,6 +64,11 @@ class ApiClient:
             default_microversion=options.os_accelerator_api_version,
             raise_exc=False,
         )
+
+    @property
+    def adapter(self) -> adapter.Adapter:
+        """The keystoneauth adapter for the accelerator API (for library calls)."""
+        return self._adapter
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:

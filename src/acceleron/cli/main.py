@@ -16,6 +16,7 @@ from acceleron.cli import (
     agent,
     arqs,
     bitstreams,
+    claim,
     client,
     inventory,
     placement,
@@ -37,6 +38,7 @@ class AcceleronApp(App):
             **bitstreams.COMMANDS,
             **programming.COMMANDS,
             **arqs.COMMANDS,
+            **claim.COMMANDS,
         }
         for name, command in commands.items():
             manager.add_command(name, command)

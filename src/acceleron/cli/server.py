@@ -7,6 +7,7 @@ talks to the REST API.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -38,12 +39,17 @@ def load_conf(
         raise CommandError(f"Configuration error: {error}") from error
 
 
+# Seconds open requests get to finish at shutdown: agents' long polls for work are cut
+# there (they ask again, elsewhere or after the restart).
+GRACE = 2
+
+
 def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     """Run the API until interrupted; refuse to start on an out-of-date schema."""
     import uvicorn
 
     from acceleron import logs
-    from acceleron.api.app import create_app
+    from acceleron.api.app import Server, create_app
     from acceleron.db import migrate
     from acceleron.db import session as db_session
     from acceleron.exceptions import SchemaOutOfDate
@@ -66,9 +72,14 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
             workers=workers,
             log_config=None,
             access_log=False,
+            timeout_graceful_shutdown=GRACE,
         )
     else:
-        uvicorn.run(create_app(conf), host=host, port=port, log_config=None, access_log=False)
+        app = create_app(conf)
+        config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
+                                timeout_graceful_shutdown=GRACE)  # fmt: skip
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end
+            Server(config, app).run()
 
 
 def _upgrade(conf: cfg.ConfigOpts, revision: str = "head") -> tuple[str | None, str | None]:

@@ -35,6 +35,7 @@ from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
 
 from acceleron.exceptions import (
+    AllocationConflict,
     PlacementError,
     PlacementGenerationConflict,
     PlacementProviderExists,
@@ -598,6 +599,45 @@ class PlacementClient:
             f"/allocation_candidates?{urlencode(list(params))}", "listing allocation candidates"
         )
         return Candidates.from_json(body)
+
+    # Consumers
+
+    def put_allocations(
+        self,
+        consumer: str,
+        allocations: Mapping[str, Mapping[str, int]],
+        *,
+        project_id: str,
+        user_id: str,
+        consumer_type: str = "INSTANCE",
+    ) -> None:
+        """Allocate for a new consumer; AllocationConflict when Placement says no (409)."""
+        body = {
+            "allocations": {
+                rp: {"resources": dict(resources)} for rp, resources in allocations.items()
+            },
+            "project_id": project_id,
+            "user_id": user_id,
+            "consumer_generation": None,
+            "consumer_type": consumer_type,
+        }
+        doing = f"allocating for {consumer}"
+        response = self._send("PUT", f"/allocations/{quote(consumer)}", body, doing)
+        if response.status_code == 409:
+            detail, code = _error_detail(response)
+            raise AllocationConflict(f"Placement refused {doing}: {detail}", status=409, code=code)
+        if response.status_code >= 400:
+            raise self._failure(response, doing)
+
+    def delete_allocations(self, consumer: str) -> bool:
+        """Drop a consumer's allocations; False when it had none."""
+        doing = f"deleting the allocations of {consumer}"
+        response = self._send("DELETE", f"/allocations/{quote(consumer)}", None, doing)
+        if response.status_code == 404:
+            return False
+        if response.status_code >= 400:
+            raise self._failure(response, doing)
+        return True
 
 
 def _descendants_deepest_first(providers: Sequence[Provider], uuid: str) -> list[str]:

@@ -1,0 +1,282 @@
+"""Claiming accelerators without Nova: what ``acceleron claim`` and ``release`` do.
+
+A claim, for a consumer (a uuid: an instance, a job, a container):
+
+1. reads the device profile from the Acceleron API and asks Placement for allocation
+   candidates with the query Nova would build (:mod:`acceleron.scheduler.query`);
+2. ranks them with spec 001's weigher (regions that already hold a wanted function
+   first, then free capacity) and allocates the best for the consumer; when another
+   consumer took that capacity meanwhile (409), it asks again, a few times;
+3. creates the accelerator requests and binds each to the provider Placement mapped its
+   group to, on that provider's compute node;
+4. waits while regions are programmed or vGPUs made, telling ``progress`` the phases;
+5. returns the attach handles. Anything failing on the way undoes what was done: the
+   requests are deleted and the allocation dropped.
+
+``release`` deletes the consumer's requests and its allocation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from keystoneauth1 import adapter as ks_adapter
+
+from acceleron.exceptions import AllocationConflict, PlacementError
+from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
+from acceleron.scheduler import query, weigher
+
+LOG = logging.getLogger(__name__)
+MICROVERSION = "2.8"
+ATTEMPTS = 5  # choices made again after an allocation conflict
+Progress = Callable[[Sequence[Mapping[str, Any]]], None]
+
+
+class ClaimFailed(Exception):
+    """The claim could not be made; nothing of it is left behind."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    consumer: str
+    hostname: str
+    allocations: Mapping[str, Mapping[str, int]]  # provider -> class -> amount
+    arqs: tuple[Mapping[str, Any], ...]  # the bound accelerator requests
+
+    @property
+    def attach_handles(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "arq": a["uuid"],
+                "group": a["device_profile_group_id"],
+                "type": a["attach_handle_type"],
+                "uuid": a["attach_handle_uuid"],
+                "info": a["attach_handle_info"],
+            }
+            for a in self.arqs
+        ]
+
+
+class Claimer:
+    """Claims over the Acceleron API (``api``: a keystoneauth Adapter for the
+    accelerator service) and Placement."""
+
+    def __init__(
+        self,
+        api: ks_adapter.Adapter,
+        placement: PlacementClient,
+        *,
+        timeout: float = 600.0,
+        poll: float = 0.2,
+    ) -> None:
+        self.api = api
+        self.placement = placement
+        self.timeout = timeout
+        self.poll = poll
+
+    # --- claim ------------------------------------------------------------------------
+
+    def claim(
+        self,
+        profile: str,
+        consumer: str,
+        *,
+        project_id: str = "acceleron",
+        user_id: str = "acceleron",
+        progress: Progress | None = None,
+    ) -> Claim:
+        consumer = _check_consumer(consumer)
+        groups = self._groups(profile)
+        request, hostname = self._allocate(groups, consumer, project_id, user_id)
+        try:
+            arqs = self._create(profile)
+            self._bind(arqs, request, hostname, consumer)
+            bound = self._wait(consumer, progress)
+        except BaseException:
+            self._undo(consumer)
+            raise
+        failed = [a for a in bound if a["state"] != "Bound"]
+        if failed:
+            self._undo(consumer)
+            reasons = "; ".join(f"{a['uuid']}: {a.get('failure_reason') or a['state']}"
+                                for a in failed)  # fmt: skip
+            raise ClaimFailed(f"The accelerators could not be bound: {reasons}")
+        LOG.info("Claimed %s for %s on %s", profile, consumer, hostname)
+        ordered = sorted(bound, key=lambda a: a["device_profile_group_id"])
+        return Claim(consumer, hostname, request.allocations, tuple(ordered))
+
+    def _groups(self, profile: str) -> list[dict[str, str]]:
+        body = self._json("GET", "/v2/device_profiles", params={"name": profile})
+        if len(body["device_profiles"]) != 1:
+            raise ClaimFailed(f"Device profile {profile!r} not found.")
+        groups: list[dict[str, str]] = body["device_profiles"][0]["groups"]
+        return groups
+
+    def _allocate(
+        self, groups: Sequence[Mapping[str, str]], consumer: str, project: str, user: str
+    ) -> tuple[AllocationRequest, str]:
+        """Allocate the best candidate; choose again while others win the race."""
+        params = query.profile_query(groups).params()
+        wanted = self._functions(groups)
+        for attempt in range(1, ATTEMPTS + 1):
+            candidates = self.placement.get_allocation_candidates(params)
+            ranked = weigher.rank(candidates, wanted)
+            if not ranked:
+                raise ClaimFailed("No host has the accelerators the profile asks for free.")
+            best = ranked[0]
+            try:
+                self.placement.put_allocations(
+                    consumer, best.allocations, project_id=project, user_id=user
+                )
+            except AllocationConflict as error:
+                LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
+                time.sleep(0.05 * attempt)
+                continue
+            return best, self._hostname(best, candidates)
+        raise ClaimFailed(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
+
+    def _functions(self, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset[str]]:
+        """The functions each group wants, for the weigher; a function named by name or
+        a bitstream is looked up in the bitstream catalogue."""
+        wanted = dict(weigher.wanted_functions(groups))
+        for index, group in enumerate(groups):
+            suffix = f"{query.GROUP_PREFIX}{index}"
+            if suffix in wanted:
+                continue
+            found = self._bitstream_functions(group)
+            if found:
+                wanted[suffix] = found
+        return wanted
+
+    def _bitstream_functions(self, group: Mapping[str, str]) -> frozenset[str]:
+        if "accel:function_name" in group:
+            params = {"function_name": group["accel:function_name"]}
+            response = self._call("GET", "/v2/bitstreams", params=params)
+            items = response.json().get("bitstreams", []) if response.status_code == 200 else []
+        elif "accel:bitstream_id" in group:
+            path = f"/v2/bitstreams/{quote(group['accel:bitstream_id'], safe='')}"
+            response = self._call("GET", path)
+            items = [response.json()] if response.status_code == 200 else []
+        else:
+            return frozenset()
+        return frozenset(b["function_uuid"] for b in items if b.get("function_uuid"))
+
+    def _hostname(self, request: AllocationRequest, candidates: Candidates) -> str:
+        """The compute node the allocation lands on: its root provider's name."""
+        roots = {
+            summary.root_uuid
+            for rp in request.allocations
+            if (summary := candidates.summaries.get(rp)) is not None and summary.root_uuid
+        }
+        if len(roots) != 1:
+            raise ClaimFailed(f"The allocation spans {len(roots)} hosts; expected one.")
+        root = self.placement.get_provider(roots.pop())
+        if root is None:
+            raise ClaimFailed("The chosen host vanished from Placement.")
+        return root.name
+
+    def _create(self, profile: str) -> list[dict[str, Any]]:
+        response = self._call(
+            "POST", "/v2/accelerator_requests", json={"device_profile_name": profile}
+        )
+        if response.status_code != 201:
+            raise ClaimFailed(f"Cannot create the requests: {_detail(response)}")
+        arqs: list[dict[str, Any]] = response.json()["arqs"]
+        return arqs
+
+    def _bind(
+        self,
+        arqs: Sequence[Mapping[str, Any]],
+        request: AllocationRequest,
+        hostname: str,
+        consumer: str,
+    ) -> None:
+        body = {}
+        for arq in arqs:
+            suffix = f"{query.GROUP_PREFIX}{arq['device_profile_group_id']}"
+            providers = request.mappings.get(suffix)
+            if not providers:
+                raise ClaimFailed(f"Placement mapped no provider to group {suffix}.")
+            body[arq["uuid"]] = [
+                {"op": "add", "path": "/hostname", "value": hostname},
+                {"op": "add", "path": "/device_rp_uuid", "value": providers[0]},
+                {"op": "add", "path": "/instance_uuid", "value": consumer},
+            ]
+        response = self._call("PATCH", "/v2/accelerator_requests", json=body)
+        if response.status_code != 202:
+            raise ClaimFailed(f"Cannot bind the requests: {_detail(response)}")
+
+    def _wait(self, consumer: str, progress: Progress | None) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + self.timeout
+        resolved = {"instance": consumer, "bind_state": "resolved"}
+        while True:
+            response = self._call("GET", "/v2/accelerator_requests", params=resolved)
+            if response.status_code == 200:
+                arqs: list[dict[str, Any]] = response.json()["arqs"]
+                return arqs
+            if response.status_code != 423:
+                raise ClaimFailed(f"Cannot follow the binds: {_detail(response)}")
+            if progress is not None:
+                progress(self._json("GET", "/v2/accelerator_requests",
+                                    params={"instance": consumer})["arqs"])  # fmt: skip
+            if time.monotonic() >= deadline:
+                raise ClaimFailed(f"The binds did not end within {self.timeout:g} s.")
+            time.sleep(self.poll)
+
+    # --- release ----------------------------------------------------------------------
+
+    def release(self, consumer: str) -> tuple[int, bool]:
+        """Delete the consumer's requests and its allocation: (requests, whether an
+        allocation was dropped)."""
+        consumer = _check_consumer(consumer)
+        held = self._json("GET", "/v2/accelerator_requests", params={"instance": consumer})
+        response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
+        if response.status_code != 204:
+            raise ClaimFailed(f"Cannot delete the requests: {_detail(response)}")
+        dropped = self.placement.delete_allocations(consumer)
+        return len(held["arqs"]), dropped
+
+    def _undo(self, consumer: str) -> None:
+        try:
+            self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
+            self.placement.delete_allocations(consumer)
+        except (ClaimFailed, PlacementError) as error:
+            LOG.error("Undoing the claim of %s failed: %s", consumer, error)
+
+    # --- HTTP ---------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        from keystoneauth1 import exceptions as ks_exc
+
+        try:
+            return self.api.request(path, method, microversion=MICROVERSION,
+                                    raise_exc=False, **kwargs)  # fmt: skip
+        except ks_exc.ClientException as error:
+            raise ClaimFailed(f"The accelerator API cannot be reached: {error}") from error
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(method, path, **kwargs)
+        if response.status_code != 200:
+            raise ClaimFailed(f"{method} {path}: {_detail(response)}")
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def _check_consumer(consumer: str) -> str:
+    try:
+        return str(uuidlib.UUID(consumer))
+    except ValueError:
+        raise ClaimFailed(f"The consumer must be a uuid, not {consumer!r}.") from None
+
+
+def _detail(response: Any) -> str:
+    try:
+        return f"{response.status_code} {response.json()['errors'][0]['detail']}"
+    except (ValueError, KeyError, IndexError, TypeError):
+        return f"{response.status_code} {response.text[:300]}"

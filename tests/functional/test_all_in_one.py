@@ -1,0 +1,299 @@
+"""Spec 001's use cases end to end, on a real ``acceleron all-in-one`` process: the API,
+the real Placement and the fake driver's agent in one process, driven by the CLI
+(``acceleron claim`` / ``release``) and the HTTP API as a user would.
+
+The fake host has two Intel PAC Arria10 cards (region0: two accelerators, holding a
+function and region type ``ce48...``; region1: one, another region type), a T4 with vGPU
+types, an H100 in MIG mode and a QAT card with four VFs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from acceleron.cli.main import main
+from acceleron.drivers import gbs
+from tests.fixtures.allinone import LATEST, AllInOne, all_in_one
+
+REGION0_TYPE = "ce48969398f05f33946d560708be108a"
+PRELOADED = "d8424dc4a4a3c413f89e433683f9040b"
+PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def aio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllInOne]:
+    with all_in_one(tmp_path_factory.mktemp("aio")) as server:
+        yield server
+
+
+def api(aio: AllInOne, method: str, path: str, **kwargs: Any) -> Any:
+    headers = {**LATEST, **kwargs.pop("headers", {})}
+    response = requests.request(method, aio.url + path, headers=headers, timeout=30, **kwargs)
+    assert response.status_code < 300, response.text
+    return response.json() if response.content else None
+
+
+def placement(aio: AllInOne, path: str) -> Any:
+    response = requests.get(f"{aio.url}/placement{path}", headers=PLACEMENT, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def profile(aio: AllInOne, *groups: dict[str, str]) -> str:
+    name = f"dp-{uuid.uuid4().hex[:8]}"
+    api(aio, "POST", "/v2/device_profiles", json=[{"name": name, "groups": list(groups)}])
+    return name
+
+
+def upload(aio: AllInOne, function: str, name: str | None = None) -> str:
+    meta = {"name": f"{function[:8]}.gbs", "function_uuid": function,
+            "region_type_uuid": REGION0_TYPE, "visibility": "public"}  # fmt: skip
+    if name:
+        meta["function_name"] = name
+    made = api(aio, "POST", "/v2/bitstreams", json=meta)
+    data = gbs.build(REGION0_TYPE, (function,), payload=b"\x3c" * 200_000)
+    api(aio, "PUT", f"/v2/bitstreams/{made['uuid']}/data", data=data,
+        headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    bitstream: str = made["uuid"]
+    return bitstream
+
+
+def claim(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str], name: str, consumer: str
+) -> tuple[list[dict[str, Any]], str]:
+    argv = ["--os-url", aio.url, "claim", "--profile", name, "--consumer", consumer, "-f", "json"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    handles: list[dict[str, Any]] = json.loads(out)
+    return handles, err
+
+
+def release(aio: AllInOne, capsys: pytest.CaptureFixture[str], consumer: str) -> str:
+    code = main(["--os-url", aio.url, "release", "--consumer", consumer])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def chosen(aio: AllInOne, consumer: str) -> list[str]:
+    """The providers of the consumer's allocation in Placement."""
+    return sorted(placement(aio, f"/allocations/{consumer}")["allocations"])
+
+
+def region_of(aio: AllInOne, rp: str) -> dict[str, Any]:
+    found = api(aio, "GET", "/v2/deployables", params={"rp_uuid": rp})["deployables"]
+    region: dict[str, Any] = found[0]
+    return region
+
+
+def test_the_all_in_one_serves_everything_on_one_port(aio: AllInOne) -> None:
+    assert api(aio, "GET", "/v2")["id"] == "v2.0"
+    hosts = api(aio, "GET", "/v2/hosts")["hosts"]
+    assert [h["hostname"] for h in hosts] == [aio.host] and hosts[0]["devices"] == 5
+    roots = placement(aio, f"/resource_providers?name={aio.host}")["resource_providers"]
+    assert len(roots) == 1  # the compute node provider, created by the all-in-one
+
+
+def test_device_as_a_service_then_release_frees_everything(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    consumer = str(uuid.uuid4())
+    handles, err = claim(aio, capsys, name, consumer)
+    assert len(handles) == 1 and handles[0]["type"] == "TEST_PCI"
+    assert set(handles[0]["info"]) >= {"domain", "bus", "device", "function"}
+    assert f"Claimed on {aio.host}" in err
+    (rp,) = chosen(aio, consumer)
+    assert placement(aio, f"/resource_providers/{rp}/usages")["usages"] == {
+        "CUSTOM_ACCELERATOR_QAT": 1
+    }
+    pool = region_of(aio, rp)
+    assert sum(1 for h in pool["attach_handles"] if h["in_use"]) == 1
+
+    assert "Released 1 accelerator request(s)" in release(aio, capsys, consumer)
+    assert placement(aio, f"/allocations/{consumer}")["allocations"] == {}
+    assert placement(aio, f"/resource_providers/{rp}/usages")["usages"] == {
+        "CUSTOM_ACCELERATOR_QAT": 0
+    }
+    assert not any(h["in_use"] for h in region_of(aio, rp)["attach_handles"])
+    assert api(aio, "GET", "/v2/accelerator_requests", params={"instance": consumer}) == {
+        "arqs": []
+    }
+
+
+def test_afaas_pre_programmed_lands_on_a_region_holding_the_function(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = profile(aio, {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{PRELOADED.upper()}": "required",
+    })  # fmt: skip
+    consumer = str(uuid.uuid4())
+    _, err = claim(aio, capsys, name, consumer)
+    assert "binding:" not in err  # bound at once: nothing to program
+    (rp,) = chosen(aio, consumer)
+    region = region_of(aio, rp)
+    assert region["key"] == "region0" and PRELOADED in region["function_uuids"]
+    release(aio, capsys, consumer)
+
+
+def test_afaas_orchestration_programmed_then_the_weigher_prefers_it(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    function = uuid.uuid4().hex
+    upload(aio, function)
+    name = profile(aio, {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:CUSTOM_FPGA_INTEL_REGION_{REGION0_TYPE.upper()}": "required",
+        "accel:function_id": function,
+    })  # fmt: skip
+    first = str(uuid.uuid4())
+    _, err = claim(aio, capsys, name, first)
+    assert "binding: group 0: " in err  # the programming was followed (it is quick here)
+    (programmed,) = chosen(aio, first)
+    assert region_of(aio, programmed)["function_uuid"] == function
+    release(aio, capsys, first)
+    aio.wait_synced()  # Placement shows the new function trait on that region
+    traits = placement(aio, f"/resource_providers/{programmed}/traits")["traits"]
+    assert f"CUSTOM_FPGA_INTEL_FUNCTION_{function.upper()}" in traits
+
+    second = str(uuid.uuid4())
+    _, err = claim(aio, capsys, name, second)
+    assert chosen(aio, second) == [programmed]  # the region that holds it, first
+    assert "binding:" not in err  # bound at once: nothing to program
+    release(aio, capsys, second)
+
+
+def test_a_function_asked_by_name(aio: AllInOne, capsys: pytest.CaptureFixture[str]) -> None:
+    function = uuid.uuid4().hex
+    label = f"zip-{function[:6]}"
+    upload(aio, function, name=label)
+    name = profile(aio, {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:CUSTOM_FPGA_INTEL_REGION_{REGION0_TYPE.upper()}": "required",
+        "accel:function_name": label,
+    })  # fmt: skip
+    consumer = str(uuid.uuid4())
+    claim(aio, capsys, name, consumer)
+    (rp,) = chosen(aio, consumer)
+    assert region_of(aio, rp)["function_uuid"] == function
+    release(aio, capsys, consumer)
+
+
+def test_a_profile_with_two_groups(aio: AllInOne, capsys: pytest.CaptureFixture[str]) -> None:
+    name = profile(
+        aio,
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required"},
+        {"resources:CUSTOM_ACCELERATOR_VGPU": "1", "trait:CUSTOM_NVIDIA_1EB8_T4_2B": "required"},
+    )
+    consumer = str(uuid.uuid4())
+    handles, _ = claim(aio, capsys, name, consumer)
+    assert [(h["group"], h["type"]) for h in handles] == [(0, "TEST_PCI"), (1, "MDEV")]
+    assert len(chosen(aio, consumer)) == 2
+    vgpu = region_of(aio, chosen_for_class(aio, consumer, "CUSTOM_ACCELERATOR_VGPU"))
+    assert vgpu["key"] == "vgpu/nvidia-223"
+    release(aio, capsys, consumer)
+    assert placement(aio, f"/allocations/{consumer}")["allocations"] == {}
+
+
+def chosen_for_class(aio: AllInOne, consumer: str, rc: str) -> str:
+    allocations = placement(aio, f"/allocations/{consumer}")["allocations"]
+    return next(rp for rp, a in allocations.items() if rc in a["resources"])
+
+
+def test_bad_claims_are_one_clear_line(aio: AllInOne, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--os-url", aio.url, "claim", "--consumer"]
+    assert main([*base, str(uuid.uuid4()), "--profile", "no-such-profile"]) == 1
+    assert "not found" in capsys.readouterr().err
+    assert main([*base, "not-a-uuid", "--profile", "x"]) == 1
+    assert "must be a uuid" in capsys.readouterr().err
+    too_many = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "9"})
+    assert main([*base, str(uuid.uuid4()), "--profile", too_many]) == 1
+    assert "No host has" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
+    with all_in_one(tmp_path) as server:
+        name = profile(server, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+        function = uuid.uuid4().hex
+        bitstream = upload(server, function)
+        region = next(d for d in api(server, "GET", "/v2/deployables",
+                                     params={"kind": "region"})["deployables"])  # fmt: skip
+        body = [{"path": "/program", "op": "replace", "value": [{"image_uuid": bitstream}]}]
+        api(server, "PATCH", f"/v2/deployables/{region['uuid']}/program", json=body)
+        deadline = region["uuid"]
+        wait_until(lambda: api(server, "GET", f"/v2/deployables/{deadline}")["function_uuid"]
+                   == function)  # fmt: skip
+        assert server.stop() == 0  # Ctrl-C: a clean exit
+        server.start()
+        assert [p["name"] for p in api(server, "GET", "/v2/device_profiles")["device_profiles"]
+                ] == [name]  # fmt: skip
+        again = api(server, "GET", f"/v2/deployables/{region['uuid']}")
+        assert again["function_uuid"] == function  # the fake card kept what it was given
+        assert api(server, "GET", f"/v2/bitstreams/{bitstream}")["status"] == "active"
+
+
+def wait_until(condition: Any, seconds: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def claimer(aio: AllInOne) -> Any:
+    """The Python API of the claim flow, as a program without Nova uses it."""
+    from keystoneauth1 import adapter, session, token_endpoint
+    from keystoneauth1.noauth import NoAuth
+
+    from acceleron.placement.client import PlacementClient
+    from acceleron.scheduler.claim import Claimer
+
+    api_adapter = adapter.Adapter(session.Session(auth=NoAuth()), endpoint_override=aio.url,
+                                  service_type="accelerator")  # fmt: skip
+    placement_url = f"{aio.url}/placement"
+    placement_session = session.Session(auth=token_endpoint.Token(placement_url, "admin"))
+    placement_adapter = adapter.Adapter(
+        placement_session, service_type="placement", endpoint_override=placement_url
+    )
+    return Claimer(api_adapter, PlacementClient(placement_adapter), poll=0.05)
+
+
+def test_racing_claims_for_the_last_vfs_never_overbook(aio: AllInOne) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from acceleron.scheduler.claim import ClaimFailed
+
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    consumers = [str(uuid.uuid4()) for _ in range(6)]  # the QAT card has four VFs
+
+    def attempt(consumer: str) -> str:
+        try:
+            made = claimer(aio).claim(name, consumer)
+        except ClaimFailed as error:
+            return f"failed: {error}"
+        return str(made.attach_handles[0]["info"])
+
+    with ThreadPoolExecutor(max_workers=6) as executor:
+        results = list(executor.map(attempt, consumers))
+    won = [r for r in results if not r.startswith("failed")]
+    assert len(won) == 4 and len(set(won)) == 4, results
+    pool = next(d for d in api(aio, "GET", "/v2/deployables", params={"kind": "vf_pool"})
+                ["deployables"])  # fmt: skip
+    usages = placement(aio, f"/resource_providers/{pool['rp_uuid']}/usages")["usages"]
+    assert usages == {"CUSTOM_ACCELERATOR_QAT": 4}
+    for consumer in consumers:
+        claimer(aio).release(consumer)
+    usages = placement(aio, f"/resource_providers/{pool['rp_uuid']}/usages")["usages"]
+    assert usages == {"CUSTOM_ACCELERATOR_QAT": 0}
