@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 from acceleron.agent.client import ReportClient, ReportError, parse_error
 from acceleron.exceptions import InvalidInput
+from acceleron.scheduler.claim import bind_body, wait_resolved
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
 
 if TYPE_CHECKING:
@@ -179,35 +180,13 @@ class Connector:
         instance: str,
         project: str | None,
     ) -> None:
-        body = {}
-        for arq in arqs:
-            ops = [
-                {"op": "add", "path": "/hostname", "value": self.hostname},
-                {"op": "add", "path": "/device_rp_uuid",
-                 "value": providers[arq["device_profile_group_id"]]},
-                {"op": "add", "path": "/instance_uuid", "value": instance},
-            ]  # fmt: skip
-            if project:
-                ops.append({"op": "add", "path": "/project_id", "value": project})
-            body[arq["uuid"]] = ops
+        body = bind_body(arqs, providers, self.hostname, instance, project)
         response = self._call("PATCH", "/v2/accelerator_requests", json=body)
         if response.status_code != 202:
             raise PlugFailed(f"Cannot bind the accelerators: {_detail(response)}")
 
     def _wait(self, instance: str) -> list[dict[str, Any]]:
-        """The instance's requests once every bind has ended (423 until then)."""
-        deadline = time.monotonic() + self.timeout
-        params = {"instance": instance, "bind_state": "resolved"}
-        while True:
-            response = self._call("GET", "/v2/accelerator_requests", params=params)
-            if response.status_code == 200:
-                arqs: list[dict[str, Any]] = response.json()["arqs"]
-                return arqs
-            if response.status_code != 423:
-                raise PlugFailed(f"Cannot follow the binds: {_detail(response)}")
-            if time.monotonic() >= deadline:
-                raise PlugFailed(f"The binds of {instance} did not end within {self.timeout:g} s")
-            time.sleep(self.poll)
+        return wait_resolved(self._call, instance, self.timeout, self.poll, PlugFailed)
 
     def _delete(self, selector: str) -> None:
         response = self._call("DELETE", f"/v2/accelerator_requests?{selector}")

@@ -197,37 +197,20 @@ class Claimer:
         hostname: str,
         consumer: str,
     ) -> None:
-        body = {}
+        providers = {}
         for arq in arqs:
-            suffix = f"{query.GROUP_PREFIX}{arq['device_profile_group_id']}"
-            providers = request.mappings.get(suffix)
-            if not providers:
-                raise ClaimFailed(f"Placement mapped no provider to group {suffix}.")
-            body[arq["uuid"]] = [
-                {"op": "add", "path": "/hostname", "value": hostname},
-                {"op": "add", "path": "/device_rp_uuid", "value": providers[0]},
-                {"op": "add", "path": "/instance_uuid", "value": consumer},
-            ]
+            group = arq["device_profile_group_id"]
+            mapped = request.mappings.get(f"{query.GROUP_PREFIX}{group}")
+            if not mapped:
+                raise ClaimFailed(f"Placement mapped no provider to group {group}.")
+            providers[group] = mapped[0]
+        body = bind_body(arqs, providers, hostname, consumer)
         response = self._call("PATCH", "/v2/accelerator_requests", json=body)
         if response.status_code != 202:
             raise ClaimFailed(f"Cannot bind the requests: {_detail(response)}")
 
     def _wait(self, consumer: str, progress: Progress | None) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + self.timeout
-        resolved = {"instance": consumer, "bind_state": "resolved"}
-        while True:
-            response = self._call("GET", "/v2/accelerator_requests", params=resolved)
-            if response.status_code == 200:
-                arqs: list[dict[str, Any]] = response.json()["arqs"]
-                return arqs
-            if response.status_code != 423:
-                raise ClaimFailed(f"Cannot follow the binds: {_detail(response)}")
-            if progress is not None:
-                progress(self._json("GET", "/v2/accelerator_requests",
-                                    params={"instance": consumer})["arqs"])  # fmt: skip
-            if time.monotonic() >= deadline:
-                raise ClaimFailed(f"The binds did not end within {self.timeout:g} s.")
-            time.sleep(self.poll)
+        return wait_resolved(self._call, consumer, self.timeout, self.poll, ClaimFailed, progress)
 
     # --- release ----------------------------------------------------------------------
 
@@ -266,6 +249,60 @@ class Claimer:
             raise ClaimFailed(f"{method} {path}: {_detail(response)}")
         body: dict[str, Any] = response.json()
         return body
+
+
+# --- shared with os_acc: binding requests, and waiting for the binds to end -------------
+
+
+def bind_body(
+    arqs: Sequence[Mapping[str, Any]],
+    providers: Mapping[int, str],
+    hostname: str,
+    instance: str,
+    project: str | None = None,
+) -> dict[str, list[dict[str, str]]]:
+    """Nova's bind PATCH for ``arqs``: each to its group's provider on ``hostname``."""
+    body = {}
+    for arq in arqs:
+        ops = [
+            {"op": "add", "path": "/hostname", "value": hostname},
+            {"op": "add", "path": "/device_rp_uuid",
+             "value": providers[arq["device_profile_group_id"]]},
+            {"op": "add", "path": "/instance_uuid", "value": instance},
+        ]  # fmt: skip
+        if project:
+            ops.append({"op": "add", "path": "/project_id", "value": project})
+        body[arq["uuid"]] = ops
+    return body
+
+
+def wait_resolved(
+    call: Callable[..., Any],
+    instance: str,
+    timeout: float,
+    poll: float,
+    error: type[Exception],
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """The instance's requests once every bind has ended (the API answers 423 until
+    then); ``call(method, path, **kwargs)`` sends a request; ``error`` is raised on a
+    failure or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    params = {"instance": instance, "bind_state": "resolved"}
+    while True:
+        response = call("GET", "/v2/accelerator_requests", params=params)
+        if response.status_code == 200:
+            arqs: list[dict[str, Any]] = response.json()["arqs"]
+            return arqs
+        if response.status_code != 423:
+            raise error(f"Cannot follow the binds: {_detail(response)}")
+        if progress is not None:
+            current = call("GET", "/v2/accelerator_requests", params={"instance": instance})
+            if current.status_code == 200:
+                progress(current.json()["arqs"])
+        if time.monotonic() >= deadline:
+            raise error(f"The binds of {instance} did not end within {timeout:g} s.")
+        time.sleep(poll)
 
 
 def _check_consumer(consumer: str) -> str:
