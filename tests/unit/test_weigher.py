@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from acceleron.placement.client import (
@@ -11,6 +13,7 @@ from acceleron.placement.client import (
     ProviderSummary,
 )
 from acceleron.scheduler.weigher import (
+    best,
     carries,
     fold_function,
     host_weight,
@@ -109,3 +112,19 @@ def test_the_nova_host_weight_is_the_share_of_functions_held() -> None:
 def test_the_nova_weigher_needs_nova() -> None:
     with pytest.raises(ImportError, match="needs Nova installed"):
         import acceleron.scheduler.nova_weigher  # noqa: F401
+
+
+def test_a_claim_takes_one_of_the_best_at_random() -> None:
+    candidates = Candidates(
+        requests=(request("a"), request("b"), request("c")),
+        summaries={"a": summary(4, 0), "b": summary(2, 0), "c": summary(4, 0)},
+    )
+    seen: list[list[str]] = []
+
+    def choose(options: Sequence[AllocationRequest]) -> AllocationRequest:
+        seen.append([o.mappings["device_profile_0"][0] for o in options])
+        return options[-1]
+
+    chosen = best(candidates, {}, choose)
+    assert seen == [["a", "c"]] and chosen is candidates.requests[2]
+    assert best(Candidates(requests=()), {}) is None

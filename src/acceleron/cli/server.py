@@ -154,12 +154,12 @@ class AllInOne(Command):
             f"  Placement  {url}/placement   (X-Auth-Token: admin)\n"
             f"  agent      {conf.host}, drivers {', '.join(conf.agent.enabled_drivers)}\n"
             f"  data       {conf.state_path}\n"
-            f"Try, in another terminal:\n"
+            f"Try, in another terminal (docs/quickstart.md goes further):\n"
             f"  .venv/bin/acceleron deployable list --tree\n"
-            f"  .venv/bin/acceleron profile create fpga --group "
-            f"resources:CUSTOM_ACCELERATOR_FPGA=1,trait:CUSTOM_PROGRAMMABLE=required\n"
-            f"  curl -s -H 'X-Auth-Token: admin' -H 'OpenStack-API-Version: placement 1.39' "
-            f"'{url}/placement/allocation_candidates?resources=CUSTOM_ACCELERATOR_FPGA:1'\n"
+            f"  .venv/bin/acceleron profile create qat-vf "
+            f"--group resources:CUSTOM_ACCELERATOR_QAT=1\n"
+            f"  .venv/bin/acceleron claim --profile qat-vf --consumer "
+            f"$(cat /proc/sys/kernel/random/uuid)\n"
         )
         self.app.stdout.flush()
         allinone.run(conf, host, port)

@@ -79,6 +79,7 @@ class Claimer:
         self.placement = placement
         self.timeout = timeout
         self.poll = poll
+        self._hosts: dict[str, str] = {}  # root provider uuid -> compute node name
 
     # --- claim ------------------------------------------------------------------------
 
@@ -126,10 +127,9 @@ class Claimer:
         wanted = self._functions(groups)
         for attempt in range(1, ATTEMPTS + 1):
             candidates = self.placement.get_allocation_candidates(params)
-            ranked = weigher.rank(candidates, wanted)
-            if not ranked:
+            best = weigher.best(candidates, wanted)
+            if best is None:
                 raise ClaimFailed("No host has the accelerators the profile asks for free.")
-            best = ranked[0]
             try:
                 self.placement.put_allocations(
                     consumer, best.allocations, project_id=project, user_id=user
@@ -176,10 +176,13 @@ class Claimer:
         }
         if len(roots) != 1:
             raise ClaimFailed(f"The allocation spans {len(roots)} hosts; expected one.")
-        root = self.placement.get_provider(roots.pop())
-        if root is None:
-            raise ClaimFailed("The chosen host vanished from Placement.")
-        return root.name
+        uuid = roots.pop()
+        if uuid not in self._hosts:  # a compute node's name does not change: ask once
+            root = self.placement.get_provider(uuid)
+            if root is None:
+                raise ClaimFailed("The chosen host vanished from Placement.")
+            self._hosts[uuid] = root.name
+        return self._hosts[uuid]
 
     def _create(self, profile: str) -> list[dict[str, Any]]:
         response = self._call(

@@ -8,7 +8,8 @@ minutes saved, and the function ready at once). So allocation candidates rank:
    the group's wanted function (more first);
 2. then by free capacity left on the chosen providers, in the classes asked for (more
    first: spread the load, keep full regions for requests that need them);
-3. then as Placement listed them (stable).
+3. then as Placement listed them (``rank``); a claim takes one of the best at random
+   (``best``), so that claims made at the same moment spread over equal candidates.
 
 ``rank`` is a pure function of Placement's answer; :mod:`acceleron.scheduler.nova_weigher`
 wraps the same rule as a Nova host weigher.
@@ -16,8 +17,9 @@ wraps the same rule as a Nova host weigher.
 
 from __future__ import annotations
 
+import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from acceleron.placement.client import AllocationRequest, Candidates
 
@@ -88,6 +90,20 @@ def host_weight(held: Iterable[str], wanted: Iterable[str]) -> float:
     if not wanted_set:
         return 0.0
     return len(wanted_set & {fold_function(f) for f in held}) / len(wanted_set)
+
+
+def best(
+    candidates: Candidates,
+    wanted: Mapping[str, Iterable[str]],
+    choose: Callable[[Sequence[AllocationRequest]], AllocationRequest] = random.choice,
+) -> AllocationRequest | None:
+    """One of the best-scored allocation requests, chosen at random among equals so that
+    concurrent claims spread instead of all racing for the same capacity."""
+    if not candidates.requests:
+        return None
+    scores = [score(r, candidates, wanted) for r in candidates.requests]
+    top = max(scores)
+    return choose([r for r, s in zip(candidates.requests, scores, strict=True) if s == top])
 
 
 def rank(candidates: Candidates, wanted: Mapping[str, Iterable[str]]) -> list[AllocationRequest]:

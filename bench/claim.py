@@ -1,0 +1,182 @@
+"""Claims per second and claim latency on the all-in-one, 100 fake hosts x 8 devices.
+
+Starts Acceleron the way ``make run`` does (all-in-one: SQLite, noauth, the real
+Placement embedded), reports 100 more hosts through the agents' API, each with 8
+fake devices (4 Intel FPGA cards of two regions, 4 QAT cards of 4 VFs), waits until
+Placement has them all, then runs the claim flow (``acceleron.scheduler.claim``,
+what ``acceleron claim`` runs) from N client threads for a fixed time, each claim
+followed by its release:
+
+* Device as a Service: one QAT VF;
+* AFaaS pre-programmed: one FPGA region carrying a function trait.
+
+A claim is the whole flow: allocation candidates from Placement, ranking, the
+allocation, the requests created and bound, the wait until they are Bound.
+
+    .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from keystoneauth1 import adapter, session, token_endpoint
+from keystoneauth1.noauth import NoAuth
+
+from acceleron import conf as confmod
+from acceleron.drivers.fake import FakeDriver
+from acceleron.placement.client import PlacementClient
+from acceleron.report import HostReport, to_bytes
+from acceleron.scheduler.claim import Claimer
+from load import all_in_one
+
+FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
+INVENTORY = """
+devices:
+  - type: FPGA
+    count: 4
+    product_id: "09c4"
+    model: PAC_ARRIA10
+    regions:
+      - {region_type: ce48969398f05f33946d560708be108a, accelerators: 2,
+         functions: [d8424dc4a4a3c413f89e433683f9040b]}
+      - {region_type: 9926ab6d6c925a68aabca7d84c545738, accelerators: 1}
+  - {type: QAT, count: 4, product_id: "37c8", model: C62X, vfs: 4}
+"""
+PROFILES = {
+    "daas-qat": [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}],
+    "afaas-preprogrammed": [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION.upper()}": "required",
+        }
+    ],
+}
+
+
+def call(url: str, method: str, path: str, data: Any = None) -> Any:
+    content = json.dumps(data).encode() if data is not None else None
+    request = urllib.request.Request(url + path, data=content, method=method)
+    request.add_header("OpenStack-API-Version", "accelerator latest")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        text = response.read()
+        return json.loads(text) if text else None
+
+
+def report_hosts(url: str, count: int) -> list[str]:
+    names = [f"bench-{n:03d}" for n in range(count)]
+    with tempfile.TemporaryDirectory() as tmp:
+        inventory = Path(tmp) / "inventory.yaml"
+        inventory.write_text(INVENTORY)
+        for name in names:
+            conf = confmod.load([], config_files=[], overrides={
+                "DEFAULT": {"host": name, "state_path": tmp},
+                "fake": {"inventory_file": str(inventory)},
+            })  # fmt: skip
+            report = HostReport(name, "bench", tuple(FakeDriver(conf, Path("/")).discover()))
+            call(url, "PUT", f"/v2/hosts/{name}/report", json.loads(to_bytes(report)))
+    return names
+
+
+def wait_synced(url: str, names: list[str]) -> float:
+    started = time.monotonic()
+    while True:
+        hosts = {h["hostname"]: h for h in call(url, "GET", "/v2/hosts")["hosts"]}
+        if all(hosts.get(n, {}).get("placement_synced") for n in names):
+            return time.monotonic() - started
+        time.sleep(1)
+
+
+def claimer(url: str) -> Claimer:
+    api = adapter.Adapter(session.Session(auth=NoAuth()), endpoint_override=url,
+                          service_type="accelerator")  # fmt: skip
+    placement_url = f"{url}/placement"
+    placement = adapter.Adapter(
+        session.Session(auth=token_endpoint.Token(placement_url, "admin")),
+        service_type="placement",
+        endpoint_override=placement_url,
+    )
+    return Claimer(api, PlacementClient(placement), poll=0.01)
+
+
+def run(url: str, profile: str, clients: int, seconds: float) -> dict[str, Any]:
+    latencies: list[float] = []
+    releases: list[float] = []
+    failures: list[str] = []
+    deadline = time.monotonic() + seconds
+
+    def worker() -> None:
+        flow = claimer(url)
+        while time.monotonic() < deadline:
+            consumer = str(uuid.uuid4())
+            started = time.perf_counter()
+            try:
+                flow.claim(profile, consumer)
+            except Exception as error:  # counted and shown, the run goes on
+                failures.append(str(error))
+                continue
+            latencies.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            flow.release(consumer)
+            releases.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    return {"profile": profile, "clients": clients, "claims": len(latencies), "seconds": elapsed,
+            "latencies": latencies, "releases": releases, "failures": failures}  # fmt: skip
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--clients", default="1,8", help="client counts to run, e.g. 1,8")
+    args = parser.parse_args()
+    with all_in_one() as url:
+        started = time.monotonic()
+        names = report_hosts(url, args.hosts)
+        reported = time.monotonic() - started
+        synced = wait_synced(url, names)
+        print(f"{args.hosts} hosts x 8 devices reported in {reported:.1f} s, "
+              f"in Placement {synced:.1f} s later")  # fmt: skip
+        for name, groups in PROFILES.items():
+            call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": groups}])
+        counts = [int(n) for n in args.clients.split(",")]
+        results = [run(url, name, n, args.seconds) for n in counts for name in PROFILES]
+    print(f"\n{args.seconds:.0f} s per run; a claim is candidates + ranking + allocation + "
+          "requests created and bound, each followed by its release")  # fmt: skip
+    for r in results:
+        lat = r["latencies"]
+        print(
+            f"{r['profile']:<20} {r['clients']:2d} clients "
+            f"{len(lat) / r['seconds']:6.1f} claims/s   "
+            f"p50 {percentile(lat, 50):6.1f} ms   p99 {percentile(lat, 99):6.1f} ms   "
+            f"(mean {statistics.mean(lat) * 1000:.1f} ms; release p50 "
+            f"{percentile(r['releases'], 50):.1f} ms; {len(r['failures'])} failed)"
+        )
+        if r["failures"]:
+            print(f"    first failure: {r['failures'][0]}")
+
+
+if __name__ == "__main__":
+    main()
