@@ -33,7 +33,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from acceleron.agent.client import ApiUnavailable, ReportClient, ReportError
+from acceleron.agent.client import ApiUnavailable, ReportClient, ReportError, ReportRefused
 from acceleron.agent.loop import backoff_delay
 from acceleron.bitstreams import transfer
 from acceleron.bitstreams.model import Bitstream
@@ -169,7 +169,13 @@ class TaskRunner:
         uuid = task["uuid"]
         outcome = self.journal.get(uuid)
         if outcome is None:
-            outcome = self._outcome(task)
+            try:
+                outcome = self._outcome(task)
+            except ApiUnavailable as error:  # e.g. while fetching: the task stays running
+                LOG.warning("Task %s interrupted, the API is away: %s; it comes back with "
+                            "the next claim", uuid, error)  # fmt: skip
+                self._stopping.wait(self._delay(0))
+                return
             self.journal.put(uuid, outcome)
         else:
             LOG.info("Task %s was finished before a restart: reporting it again", uuid)
@@ -191,9 +197,14 @@ class TaskRunner:
         except TaskCancelled:
             LOG.info("Task %s was cancelled", task["uuid"])
             return {"state": "cancelled"}
-        except (TaskFailed, AcceleronError, OSError) as error:
+        except (TaskFailed, AcceleronError, OSError, ReportRefused) as error:
             LOG.error("Task %s (%s) failed: %s", task["uuid"], kind, error)
             return {"state": "failed", "error": str(error)[:4000]}
+        except ApiUnavailable:
+            raise
+        except Exception as error:  # a driver's bug must fail its task, not stop the agent
+            LOG.exception("Task %s (%s) failed unexpectedly", task["uuid"], kind)
+            return {"state": "failed", "error": f"unexpected error: {error!r}"[:4000]}
 
     def _report_end(self, uuid: str, outcome: Mapping[str, Any]) -> None:
         """Report until the API has it (the journal keeps it across a restart)."""

@@ -1,0 +1,112 @@
+"""The task runner's failure handling, with a recording stand-in for the API client:
+a task interrupted by the API going away stays unfinished (no journal, no report); a
+driver that breaks fails its task instead of stopping the agent; the journal stays small."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from oslo_config import cfg
+
+from acceleron import conf as confmod
+from acceleron.agent import tasks
+from acceleron.agent.client import ApiUnavailable
+from acceleron.drivers import gbs
+from acceleron.drivers.fake import FakeDriver
+
+REGION_TYPE = "ce48969398f05f33946d560708be108a"
+
+
+class Api:
+    """Records the agent's reports; serves one bitstream, or fails its download."""
+
+    def __init__(self, data: bytes, fail_download: bool = False) -> None:
+        self.data = data
+        self.fail_download = fail_download
+        self.updates: list[dict[str, Any]] = []
+
+    def update_task(self, uuid: str, **fields: Any) -> dict[str, Any]:
+        self.updates.append({"uuid": uuid, **fields})
+        return {}
+
+    @contextlib.contextmanager
+    def bitstream_chunks(self, bitstream_id: str) -> Iterator[Iterator[bytes]]:
+        if self.fail_download:
+            raise ApiUnavailable("cannot reach http://api: Connection refused")
+        yield iter([self.data])
+
+
+def conf(tmp_path: Path) -> cfg.ConfigOpts:
+    return confmod.load([], config_files=[], overrides={
+        "DEFAULT": {"state_path": str(tmp_path), "host": "h"},
+        "agent": {"backoff_initial": 0.01, "backoff_max": 0.01},
+    })  # fmt: skip
+
+
+def program_task(driver: FakeDriver, data: bytes) -> dict[str, Any]:
+    import hashlib
+
+    device = next(d for d in driver.discover() if d.type == "FPGA")
+    return {
+        "uuid": "t1",
+        "kind": "program",
+        "params": {
+            "pci_address": device.pci_address,
+            "deployable": "region0",
+            "region_type": REGION_TYPE,
+            "bitstream": {
+                "id": "b1",
+                "name": "x.gbs",
+                "size": len(data),
+                "hash_algo": "sha256",
+                "hash_value": hashlib.sha256(data).hexdigest(),
+            },
+        },
+    }
+
+
+def runner(tmp_path: Path, api: Api, driver: FakeDriver) -> tasks.TaskRunner:
+    return tasks.TaskRunner(tasks.Settings.from_conf(conf(tmp_path)), [driver], api)  # type: ignore[arg-type]
+
+
+def test_an_api_gone_mid_fetch_leaves_the_task_unfinished(tmp_path: Path) -> None:
+    data = gbs.build(REGION_TYPE, ("ab" * 16,), b"\0" * 1000)
+    driver = FakeDriver(conf(tmp_path), Path("/"))
+    api = Api(data, fail_download=True)
+    work = runner(tmp_path, api, driver)
+    work.execute(program_task(driver, data))
+    assert work.journal.get("t1") is None  # not done, not failed: it comes back
+    assert [u["state"] for u in api.updates] == ["running"]  # only "fetch" started
+
+    api.fail_download = False
+    work.execute(program_task(driver, data))
+    assert work.journal.get("t1") == {
+        "state": "done", "result": {"bitstream_id": "b1", "function_uuid": "ab" * 16},
+    }  # fmt: skip
+    assert api.updates[-1]["state"] == "done" and api.updates[-1]["phase"] == "report"
+
+
+def test_a_broken_driver_fails_its_task_not_the_agent(tmp_path: Path) -> None:
+    data = gbs.build(REGION_TYPE, ("cd" * 16,), b"\0" * 100)
+    driver = FakeDriver(conf(tmp_path), Path("/"))
+
+    def broken(*args: Any) -> None:
+        raise ZeroDivisionError("the vendor tool's wrapper has a bug")
+
+    driver.program = broken  # type: ignore[method-assign]
+    api = Api(data)
+    runner(tmp_path, api, driver).execute(program_task(driver, data))
+    assert api.updates[-1]["state"] == "failed"
+    assert "ZeroDivisionError" in api.updates[-1]["error"]
+
+
+def test_the_journal_keeps_the_latest_tasks(tmp_path: Path) -> None:
+    journal = tasks.Journal(tmp_path / "journal.json")
+    for n in range(tasks.JOURNAL_KEEP + 20):
+        journal.put(f"t{n}", {"state": "done"})
+    assert journal.get("t0") is None and journal.get(f"t{tasks.JOURNAL_KEEP + 19}") is not None
+    (tmp_path / "journal.json").write_text("{not json")
+    assert journal.get("t1") is None  # an unreadable journal is ignored, with a warning
