@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from oslo_config import cfg
 
-from acceleron import bitstreams
 from acceleron import conf as confmod
-from acceleron.bitstreams import NewBitstream, Query
+from acceleron.bitstreams import NewBitstream, Query, factory
 from acceleron.bitstreams.glance import GlanceStore
 from acceleron.exceptions import (
     AmbiguousBitstream,
@@ -51,7 +50,7 @@ def store(conf: cfg.ConfigOpts, glance_server: GlanceServer) -> GlanceStore:
     conf.set_override("backend", "glance", group="bitstreams")
     conf.set_override("auth_type", "none", group="glance")
     conf.set_override("endpoint_override", glance_server.endpoint, group="glance")
-    built = bitstreams.from_conf(conf)
+    built = factory.from_conf(conf)
     assert isinstance(built, GlanceStore)
     return built
 
@@ -229,7 +228,7 @@ def test_cache_reuses_a_verified_copy(
 def test_glance_backend_needs_auth_configured(conf: cfg.ConfigOpts) -> None:
     conf.set_override("backend", "glance", group="bitstreams")
     with pytest.raises(BitstreamStoreError, match="auth_type"):
-        bitstreams.from_conf(conf)
+        factory.from_conf(conf)
 
 
 def test_unreachable_glance_is_a_store_error(conf: cfg.ConfigOpts) -> None:
@@ -238,4 +237,4 @@ def test_unreachable_glance_is_a_store_error(conf: cfg.ConfigOpts) -> None:
     conf.set_override("auth_type", "none", group="glance")
     conf.set_override("endpoint_override", "http://127.0.0.1:9", group="glance")
     with pytest.raises(BitstreamStoreError, match="Glance GET"):
-        bitstreams.from_conf(conf).find()
+        factory.from_conf(conf).find()

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron import bitstreams
-from acceleron.bitstreams import NewBitstream, Query
+from acceleron.bitstreams import Bitstream, NewBitstream, Query, factory
 from acceleron.bitstreams.local import LocalStore
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.db.session import Database
@@ -44,7 +43,7 @@ class RecordingReader(io.BytesIO):
 
 @pytest.fixture
 def store(conf: cfg.ConfigOpts, db: Database) -> LocalStore:
-    built = bitstreams.from_conf(conf, db)
+    built = factory.from_conf(conf, db)
     assert isinstance(built, LocalStore)
     return built
 
@@ -54,9 +53,7 @@ def root(conf: cfg.ConfigOpts) -> Path:
     return Path(conf.bitstreams.local_dir)
 
 
-def upload(
-    store: LocalStore, data: bytes, name: str = "nlb.gbs", **meta: Any
-) -> bitstreams.Bitstream:
+def upload(store: LocalStore, data: bytes, name: str = "nlb.gbs", **meta: Any) -> Bitstream:
     return store.upload(io.BytesIO(data), NewBitstream(name=name, **meta))
 
 

@@ -62,8 +62,9 @@ def create_app(
             migrate.check(database)
         service: PlacementService | None = app.state.placement
         if service is not None:
-            if service.mode == "embedded":  # load it now, not on the first request
-                await run_in_threadpool(service.embedded_app)
+            if service.mode == "embedded":  # load it beside the start, not on first use
+                threading.Thread(target=service.embedded_app, name="placement-load",
+                                 daemon=True).start()  # fmt: skip
             service.worker.start()
         app.state.nova.start()
         reaper = asyncio.create_task(reap_binds(app))

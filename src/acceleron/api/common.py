@@ -70,7 +70,7 @@ class Call:
         the requests that need it, not the API's start)."""
         state = self.request.app.state
         if state.bitstreams is None:
-            from acceleron.bitstreams import from_conf
+            from acceleron.bitstreams.factory import from_conf
 
             state.bitstreams = from_conf(state.conf, state.db)
         store: BitstreamStore = state.bitstreams
