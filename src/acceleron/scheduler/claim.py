@@ -130,6 +130,7 @@ class Claimer:
             best = weigher.best(candidates, wanted)
             if best is None:
                 raise ClaimFailed("No host has the accelerators the profile asks for free.")
+            hostname = self._hostname(best, candidates)  # before anything is allocated
             try:
                 self.placement.put_allocations(
                     consumer, best.allocations, project_id=project, user_id=user
@@ -138,7 +139,7 @@ class Claimer:
                 LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
                 time.sleep(0.05 * attempt)
                 continue
-            return best, self._hostname(best, candidates)
+            return best, hostname
         raise ClaimFailed(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
 
     def _functions(self, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset[str]]:
