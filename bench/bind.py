@@ -23,18 +23,12 @@ import argparse
 import asyncio
 import collections
 import json
-import tempfile
 import time
-import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any
 
-from acceleron import conf as confmod
 from acceleron.drivers import gbs
-from acceleron.drivers.fake import FakeDriver
-from acceleron.report import HostReport, to_bytes
-from load import Result, all_in_one, body, exchange
+from load import Result, all_in_one, body, call, exchange, report_fake_hosts, wait_synced
 
 HOST = "bench-host"
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
@@ -42,34 +36,10 @@ REGION_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first r
 INVENTORY = "devices:\n  - {type: QAT, count: 128, product_id: '37c8', model: C62X, vfs: 32}\n"
 
 
-def call(url: str, method: str, path: str, data: Any = None, raw: bytes | None = None) -> Any:
-    content = raw if raw is not None else (json.dumps(data).encode() if data is not None else None)
-    request = urllib.request.Request(url + path, data=content, method=method)
-    request.add_header("OpenStack-API-Version", "accelerator latest")
-    ctype = "application/octet-stream" if raw is not None else "application/json"
-    request.add_header("Content-Type", ctype)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        text = response.read()
-        return json.loads(text) if text else None
-
-
 def report_big_host(url: str) -> list[str]:
     """Report a host with 4,096 VF handles; the resource providers of its VF pools."""
-    with tempfile.TemporaryDirectory() as tmp:
-        inventory = Path(tmp) / "inventory.yaml"
-        inventory.write_text(INVENTORY)
-        conf = confmod.load([], config_files=[], overrides={
-            "DEFAULT": {"host": HOST, "state_path": tmp},
-            "fake": {"inventory_file": str(inventory)},
-        })  # fmt: skip
-        devices = FakeDriver(conf, Path("/")).discover()
-    call(url, "PUT", f"/v2/hosts/{HOST}/report", raw=None,
-         data=json.loads(to_bytes(HostReport(HOST, "bench", tuple(devices)))))  # fmt: skip
-    deadline = time.monotonic() + 120  # the embedded Placement gets the new host first
-    while not call(url, "GET", f"/v2/hosts/{HOST}")["host"]["placement_synced"]:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the host did not reach Placement in 120 s")
-        time.sleep(0.2)
+    report_fake_hosts(url, [HOST], INVENTORY)
+    wait_synced(url, [HOST])  # the embedded Placement gets the new host first
     deployables = call(url, "GET", f"/v2/deployables?hostname={HOST}&kind=vf_pool&limit=1000")
     return [d["rp_uuid"] for d in deployables["deployables"]]
 

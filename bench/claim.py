@@ -19,25 +19,18 @@ allocation, the requests created and bound, the wait until they are Bound.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
 import threading
 import time
-import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any
 
 from keystoneauth1 import adapter, session, token_endpoint
 from keystoneauth1.noauth import NoAuth
 
-from acceleron import conf as confmod
-from acceleron.drivers.fake import FakeDriver
 from acceleron.placement.client import PlacementClient
-from acceleron.report import HostReport, to_bytes
 from acceleron.scheduler.claim import Claimer
-from load import all_in_one
+from load import all_in_one, call, report_fake_hosts, wait_synced
 
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
 INVENTORY = """
@@ -61,40 +54,6 @@ PROFILES = {
         }
     ],
 }
-
-
-def call(url: str, method: str, path: str, data: Any = None) -> Any:
-    content = json.dumps(data).encode() if data is not None else None
-    request = urllib.request.Request(url + path, data=content, method=method)
-    request.add_header("OpenStack-API-Version", "accelerator latest")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=120) as response:
-        text = response.read()
-        return json.loads(text) if text else None
-
-
-def report_hosts(url: str, count: int) -> list[str]:
-    names = [f"bench-{n:03d}" for n in range(count)]
-    with tempfile.TemporaryDirectory() as tmp:
-        inventory = Path(tmp) / "inventory.yaml"
-        inventory.write_text(INVENTORY)
-        for name in names:
-            conf = confmod.load([], config_files=[], overrides={
-                "DEFAULT": {"host": name, "state_path": tmp},
-                "fake": {"inventory_file": str(inventory)},
-            })  # fmt: skip
-            report = HostReport(name, "bench", tuple(FakeDriver(conf, Path("/")).discover()))
-            call(url, "PUT", f"/v2/hosts/{name}/report", json.loads(to_bytes(report)))
-    return names
-
-
-def wait_synced(url: str, names: list[str]) -> float:
-    started = time.monotonic()
-    while True:
-        hosts = {h["hostname"]: h for h in call(url, "GET", "/v2/hosts")["hosts"]}
-        if all(hosts.get(n, {}).get("placement_synced") for n in names):
-            return time.monotonic() - started
-        time.sleep(1)
 
 
 def claimer(url: str) -> Claimer:
@@ -154,7 +113,8 @@ def main() -> None:
     args = parser.parse_args()
     with all_in_one() as url:
         started = time.monotonic()
-        names = report_hosts(url, args.hosts)
+        names = [f"bench-{n:03d}" for n in range(args.hosts)]
+        report_fake_hosts(url, names, INVENTORY)
         reported = time.monotonic() - started
         synced = wait_synced(url, names)
         print(f"{args.hosts} hosts x 8 devices reported in {reported:.1f} s, "

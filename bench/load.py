@@ -159,3 +159,54 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) 
 
 def body(data: Any) -> bytes:
     return json.dumps(data).encode()
+
+
+def call(url: str, method: str, path: str, data: Any = None, raw: bytes | None = None) -> Any:
+    """One request to the API at the latest microversion: ``data`` as JSON, or ``raw``
+    bytes (a bitstream); the JSON answer, or None."""
+    content = raw if raw is not None else (body(data) if data is not None else None)
+    request = urllib.request.Request(url + path, data=content, method=method)
+    request.add_header("OpenStack-API-Version", "accelerator latest")
+    ctype = "application/octet-stream" if raw is not None else "application/json"
+    request.add_header("Content-Type", ctype)
+    with urllib.request.urlopen(request, timeout=120) as response:
+        text = response.read()
+        return json.loads(text) if text else None
+
+
+def report_fake_hosts(url: str, names: list[str], inventory: str) -> None:
+    """Report each host through the agents' API with the fake driver's devices of
+    ``inventory`` (its YAML), as an agent on that host would."""
+    from acceleron import conf as confmod
+    from acceleron.drivers.fake import FakeDriver
+    from acceleron.report import HostReport, to_bytes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "inventory.yaml"
+        path.write_text(inventory)
+        for name in names:
+            conf = confmod.load([], config_files=[], overrides={
+                "DEFAULT": {"host": name, "state_path": tmp},
+                "fake": {"inventory_file": str(path)},
+            })  # fmt: skip
+            devices = tuple(FakeDriver(conf, Path("/")).discover())
+            report = to_bytes(HostReport(name, "bench", devices))
+            request = urllib.request.Request(
+                f"{url}/v2/hosts/{name}/report", data=report, method="PUT"
+            )
+            request.add_header("OpenStack-API-Version", "accelerator latest")
+            request.add_header("Content-Type", "application/json")
+            with urllib.request.urlopen(request, timeout=120):
+                pass
+
+
+def wait_synced(url: str, names: list[str], timeout: float = 600) -> float:
+    """Seconds until Placement has every named host's latest inventory."""
+    started = time.monotonic()
+    while True:
+        hosts = {h["hostname"]: h for h in call(url, "GET", "/v2/hosts")["hosts"]}
+        if all(hosts.get(n, {}).get("placement_synced") for n in names):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"the hosts did not reach Placement in {timeout:g} s")
+        time.sleep(0.2)

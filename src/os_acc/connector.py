@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from acceleron.agent.client import ReportClient, ReportError, parse_error
+from acceleron.agent.client import ReportClient, ReportError
 from acceleron.exceptions import InvalidInput
-from acceleron.scheduler.claim import bind_body, wait_resolved
+from acceleron.scheduler.claim import bind_body, detail, wait_resolved
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class Connector:
         body = [{"name": name, "groups": groups, "description": "flavor extra specs (os-acc)"}]
         response = self._call("POST", "/v2/device_profiles", json=body)
         if response.status_code not in (201, 409):  # 409: another host made it meanwhile
-            raise PlugFailed(f"Cannot record the flavor's request: {_detail(response)}")
+            raise PlugFailed(f"Cannot record the flavor's request: {detail(response)}")
         return name
 
     def _create(self, profile: str) -> list[dict[str, Any]]:
@@ -169,7 +169,7 @@ class Connector:
             "POST", "/v2/accelerator_requests", json={"device_profile_name": profile}
         )
         if response.status_code != 201:
-            raise PlugFailed(f"Cannot request profile {profile!r}: {_detail(response)}")
+            raise PlugFailed(f"Cannot request profile {profile!r}: {detail(response)}")
         arqs: list[dict[str, Any]] = response.json()["arqs"]
         return arqs
 
@@ -183,7 +183,7 @@ class Connector:
         body = bind_body(arqs, providers, self.hostname, instance, project)
         response = self._call("PATCH", "/v2/accelerator_requests", json=body)
         if response.status_code != 202:
-            raise PlugFailed(f"Cannot bind the accelerators: {_detail(response)}")
+            raise PlugFailed(f"Cannot bind the accelerators: {detail(response)}")
 
     def _wait(self, instance: str) -> list[dict[str, Any]]:
         return wait_resolved(self._call, instance, self.timeout, self.poll, PlugFailed)
@@ -191,7 +191,7 @@ class Connector:
     def _delete(self, selector: str) -> None:
         response = self._call("DELETE", f"/v2/accelerator_requests?{selector}")
         if response.status_code not in (204, 404):
-            LOG.error("Releasing accelerators (%s) failed: %s", selector, _detail(response))
+            LOG.error("Releasing accelerators (%s) failed: %s", selector, detail(response))
 
     # --- HTTP --------------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ class Connector:
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._call(method, path, **kwargs)
         if response.status_code != 200:
-            raise PlugFailed(f"{method} {path}: {_detail(response)}")
+            raise PlugFailed(f"{method} {path}: {detail(response)}")
         body: dict[str, Any] = response.json()
         return body
 
@@ -259,7 +259,3 @@ def _instance_uuid(instance_info: Mapping[str, Any]) -> str:
         return str(uuidlib.UUID(str(value)))
     except ValueError:
         raise PlugFailed(f"instance_info needs the instance's uuid, got {value!r}") from None
-
-
-def _detail(response: Any) -> str:
-    return f"{response.status_code} {parse_error(response.text, response.reason).detail}"

@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from keystoneauth1 import adapter as ks_adapter
 
+from acceleron.agent.client import parse_error
 from acceleron.exceptions import AllocationConflict, PlacementError
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
@@ -190,7 +191,7 @@ class Claimer:
             "POST", "/v2/accelerator_requests", json={"device_profile_name": profile}
         )
         if response.status_code != 201:
-            raise ClaimFailed(f"Cannot create the requests: {_detail(response)}")
+            raise ClaimFailed(f"Cannot create the requests: {detail(response)}")
         arqs: list[dict[str, Any]] = response.json()["arqs"]
         return arqs
 
@@ -211,7 +212,7 @@ class Claimer:
         body = bind_body(arqs, providers, hostname, consumer)
         response = self._call("PATCH", "/v2/accelerator_requests", json=body)
         if response.status_code != 202:
-            raise ClaimFailed(f"Cannot bind the requests: {_detail(response)}")
+            raise ClaimFailed(f"Cannot bind the requests: {detail(response)}")
 
     def _wait(self, consumer: str, progress: Progress | None) -> list[dict[str, Any]]:
         return wait_resolved(self._call, consumer, self.timeout, self.poll, ClaimFailed, progress)
@@ -225,7 +226,7 @@ class Claimer:
         held = self._json("GET", "/v2/accelerator_requests", params={"instance": consumer})
         response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
         if response.status_code != 204:
-            raise ClaimFailed(f"Cannot delete the requests: {_detail(response)}")
+            raise ClaimFailed(f"Cannot delete the requests: {detail(response)}")
         dropped = self.placement.delete_allocations(consumer)
         return len(held["arqs"]), dropped
 
@@ -250,7 +251,7 @@ class Claimer:
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._call(method, path, **kwargs)
         if response.status_code != 200:
-            raise ClaimFailed(f"{method} {path}: {_detail(response)}")
+            raise ClaimFailed(f"{method} {path}: {detail(response)}")
         body: dict[str, Any] = response.json()
         return body
 
@@ -299,7 +300,7 @@ def wait_resolved(
             arqs: list[dict[str, Any]] = response.json()["arqs"]
             return arqs
         if response.status_code != 423:
-            raise error(f"Cannot follow the binds: {_detail(response)}")
+            raise error(f"Cannot follow the binds: {detail(response)}")
         if progress is not None:
             current = call("GET", "/v2/accelerator_requests", params={"instance": instance})
             if current.status_code == 200:
@@ -316,8 +317,6 @@ def _check_consumer(consumer: str) -> str:
         raise ClaimFailed(f"The consumer must be a uuid, not {consumer!r}.") from None
 
 
-def _detail(response: Any) -> str:
-    try:
-        return f"{response.status_code} {response.json()['errors'][0]['detail']}"
-    except (ValueError, KeyError, IndexError, TypeError):
-        return f"{response.status_code} {response.text[:300]}"
+def detail(response: Any) -> str:
+    """An API answer's status and message, for an error."""
+    return f"{response.status_code} {parse_error(response.text, response.reason).detail}"

@@ -43,7 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
-from acceleron.bitstreams.model import Bitstream
+from acceleron.bitstreams.model import Bitstream, fold_uuid
 from acceleron.context import RequestContext
 from acceleron.db.models import (
     AcceleratorRequest,
@@ -325,10 +325,8 @@ def _deployable_for(conn: Connection, rp_uuid: str, hostname: str) -> Row[Any]:
 
 
 def _same(a: str | None, b: str | None) -> bool:
-    def norm(value: str | None) -> str:
-        return (value or "").replace("-", "").lower()
-
-    return bool(a) and norm(a) == norm(b)
+    """Two ids (function, bitstream) are the same in any spelling; None matches nothing."""
+    return bool(a) and bool(b) and fold_uuid(a or "") == fold_uuid(b or "")
 
 
 def program_for(

@@ -162,9 +162,11 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     assert f"CUSTOM_FPGA_INTEL_FUNCTION_{SECOND_ID}" not in traits
 
 
-def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
+def _first_card_gone_while_allocated(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
-) -> None:
+) -> tuple[HostReport, Syncer, str, str]:
+    """The host synced, a consumer allocated on the first card's region, then a report
+    without that card: (the full report, the syncer, the region, the consumer)."""
     full = report(conf)
     inventory.reconcile(db, full)
     sync = syncer(db, counted)
@@ -172,7 +174,14 @@ def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
     region = region_uuid(db)
     consumer = str(uuid.uuid4())
     allocate(placement, region, consumer)
-    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[1:]))  # first card gone
+    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[1:]))
+    return full, sync, region, consumer
+
+
+def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    _, sync, region, consumer = _first_card_gone_while_allocated(db, conf, counted, placement)
     [result] = sync.sync_pending()
     assert ("retire", region) in {(a.op, a.uuid) for a in result.actions}
     client = PlacementClient(placement)
@@ -187,14 +196,7 @@ def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
 def test_a_retired_provider_that_comes_back_is_usable_again(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
-    full = report(conf)
-    inventory.reconcile(db, full)
-    sync = syncer(db, counted)
-    sync.sync_host(HOST)
-    region = region_uuid(db)
-    consumer = str(uuid.uuid4())
-    allocate(placement, region, consumer)
-    inventory.reconcile(db, HostReport(HOST, "1.0", full.devices[1:]))  # first card gone
+    full, sync, region, consumer = _first_card_gone_while_allocated(db, conf, counted, placement)
     sync.sync_pending()
     placement.delete(f"/allocations/{consumer}", microversion="1.39")
     inventory.reconcile(db, full)  # and back
