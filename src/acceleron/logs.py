@@ -31,3 +31,7 @@ def setup(debug: bool = False, access_log: bool = True) -> None:
     )
     for noisy in ("uvicorn.access", "stevedore", "keystoneauth", "urllib3", "oslo_policy"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Every request to the embedded Placement (some 80 as a host is first published) and
+    # alembic's every step: for --debug only. Acceleron logs what they amount to.
+    for chatty in ("placement.requestlog", "alembic.runtime.migration"):
+        logging.getLogger(chatty).setLevel(logging.NOTSET if debug else logging.WARNING)

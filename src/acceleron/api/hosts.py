@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from acceleron.api import microversion
+from acceleron.api import microversion, middleware
 from acceleron.api.common import Call, CallDep, json_response, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import InvalidInput
@@ -115,6 +115,8 @@ async def report_host(hostname: str, report: HostReport, call: CallDep) -> Respo
     outcome = await call.run(inventory.reconcile, report)
     if outcome.changed and placement is not None:
         placement.worker.wake()
+    if not outcome.changed:
+        middleware.routine(call.request)
     return json_response(
         {
             "hostname": outcome.hostname,

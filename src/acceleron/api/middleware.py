@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from acceleron import logs
@@ -77,12 +78,20 @@ class ApiMiddleware:
             logs.REQUEST_ID.reset(token)
 
 
+def routine(request: Request) -> None:
+    """Log this request's access line at DEBUG: an agent's poll that found no work, a
+    report that changed nothing. They come every few seconds from every host, and ask
+    nothing of an operator."""
+    request.state.routine = True
+
+
 def _log_access(scope: Scope, status: int, seconds: float) -> None:
-    if not ACCESS_LOG.isEnabledFor(logging.INFO):
+    level = logging.DEBUG if scope["state"].get("routine") else logging.INFO
+    if not ACCESS_LOG.isEnabledFor(level):
         return
     query = scope.get("query_string", b"")
     path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
     client = scope.get("client") or ("-", 0)
-    ACCESS_LOG.info(
-        '%s "%s %s" %d %.1fms', client[0], scope["method"], path, status, seconds * 1000
+    ACCESS_LOG.log(
+        level, '%s "%s %s" %d %.1fms', client[0], scope["method"], path, status, seconds * 1000
     )

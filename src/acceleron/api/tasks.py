@@ -18,7 +18,7 @@ from sqlalchemy import Row
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from acceleron.api import microversion
+from acceleron.api import microversion, middleware
 from acceleron.api.common import Call, CallDep, json_response, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import arqs, tasks
@@ -95,6 +95,8 @@ async def claim_tasks(
     while True:
         found = await call.run(tasks.claim, hostname)
         if found or time.monotonic() >= deadline or stopping.is_set():
+            if not found:
+                middleware.routine(call.request)
             return json_response({"tasks": [view(t) for t in found]})
         await asyncio.sleep(POLL)
 

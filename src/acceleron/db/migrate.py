@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 from alembic import command
@@ -12,6 +13,7 @@ from alembic.script import ScriptDirectory
 from acceleron.db.session import Database
 from acceleron.exceptions import SchemaOutOfDate
 
+LOG = logging.getLogger(__name__)
 _SCRIPTS = os.path.join(os.path.dirname(__file__), "migrations")
 
 
@@ -25,8 +27,12 @@ def upgrade(db: Database, revision: str = "head") -> None:
     """Bring the schema up to ``revision`` (the newest by default)."""
     config = _config()
     with db.engine.begin() as connection:
+        before = MigrationContext.configure(connection).get_current_revision()
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+        after = MigrationContext.configure(connection).get_current_revision()
+    if after != before:
+        LOG.info("Database schema upgraded: %s -> %s", before or "empty", after)
 
 
 def current(db: Database) -> str | None:

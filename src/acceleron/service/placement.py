@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -151,8 +152,12 @@ class Syncer:
         result.actions[:0] = created
         if not dry_run:
             self._record(hostname, host.generation, compute, result.known)
+        if result.actions and not dry_run:
+            done = Counter(action.op for action in result.actions)
+            LOG.info("Published %s to Placement: %s", hostname,
+                     ", ".join(f"{op} {count}" for op, count in sorted(done.items())))  # fmt: skip
         for action in result.actions:
-            LOG.info("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
+            LOG.debug("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
         return HostSync(hostname, result.actions, errors=errors)
 
     def _publish(
