@@ -629,6 +629,13 @@ class PlacementClient:
         if response.status_code >= 400:
             raise self._failure(response, doing)
 
+    def get_consumer_allocations(self, consumer: str) -> dict[str, dict[str, int]]:
+        """What a consumer holds: provider uuid -> resource class -> amount (empty: nothing)."""
+        body = self._get(
+            f"/allocations/{quote(consumer)}", f"reading the allocations of {consumer}"
+        )
+        return {rp: dict(alloc["resources"]) for rp, alloc in body["allocations"].items()}
+
     def delete_allocations(self, consumer: str) -> bool:
         """Drop a consumer's allocations; False when it had none."""
         doing = f"deleting the allocations of {consumer}"

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import time
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -117,7 +118,13 @@ class Claimer:
         body = self._json("GET", "/v2/device_profiles", params={"name": profile})
         if len(body["device_profiles"]) != 1:
             raise ClaimFailed(f"Device profile {profile!r} not found.")
-        groups: list[dict[str, str]] = body["device_profiles"][0]["groups"]
+        found = body["device_profiles"][0]
+        if not found.get("enabled", True):
+            raise ClaimFailed(
+                f"Device profile {profile!r} is disabled: it takes no new requests "
+                f"(`acceleron profile enable {profile}` allows them again)."
+            )
+        groups: list[dict[str, str]] = found["groups"]
         return groups
 
     def _allocate(
@@ -130,18 +137,38 @@ class Claimer:
             candidates = self.placement.get_allocation_candidates(params)
             best = weigher.best(candidates, wanted)
             if best is None:
-                raise ClaimFailed("No host has the accelerators the profile asks for free.")
+                raise ClaimFailed(
+                    "No host has the accelerators the profile asks for free: they are all in "
+                    "use or disabled, or none matches its groups (`acceleron deployable list "
+                    "--tree` shows what there is)."
+                )
             hostname = self._hostname(best, candidates)  # before anything is allocated
             try:
                 self.placement.put_allocations(
                     consumer, best.allocations, project_id=project, user_id=user
                 )
             except AllocationConflict as error:
+                self._refuse_if_held(consumer)
                 LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
                 time.sleep(0.05 * attempt)
                 continue
             return best, hostname
         raise ClaimFailed(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
+
+    def _refuse_if_held(self, consumer: str) -> None:
+        """A consumer that holds allocations already gets no new ones (Placement answers
+        409, every time): say so instead of trying again."""
+        held = self.placement.get_consumer_allocations(consumer)
+        if held:
+            amounts = Counter[str]()
+            for resources in held.values():
+                amounts.update(resources)
+            what = ", ".join(f"{amount} {rc}" for rc, amount in sorted(amounts.items()))
+            raise ClaimFailed(
+                f"Consumer {consumer} already holds allocations in Placement ({what}): "
+                f"release them first (`acceleron release --consumer {consumer}`), or claim "
+                "for another consumer uuid."
+            )
 
     def _functions(self, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset[str]]:
         """The functions each group wants, for the weigher; a function named by name or
