@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make run` listens where HOST and PORT say (default: [api] host_ip and port of the
+# configuration, 127.0.0.1:6666) and keeps its state in DATA_DIR.
 DATA_DIR ?= data
+HOST ?=
+PORT ?=
 
 .PHONY: run test lint typecheck lock docs clean
 
@@ -15,7 +19,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 ## Set up and run Acceleron on the embedded default (SQLite in ./data, noauth, 127.0.0.1:6666).
 run: $(STAMP)
-	$(BIN)/acceleron all-in-one --data-dir $(DATA_DIR)
+	$(BIN)/acceleron all-in-one --data-dir $(DATA_DIR)$(if $(HOST), --host $(HOST))$(if $(PORT), --port $(PORT))
 
 ## Set up and run every check CI runs: lint, format, types and the whole test suite.
 test: $(STAMP) lint typecheck

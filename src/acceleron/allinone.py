@@ -14,6 +14,7 @@ Ctrl-C stops it cleanly.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from pathlib import Path
@@ -41,10 +42,11 @@ def configure(conf: cfg.ConfigOpts, host: str, port: int) -> None:
     conf.set_override("api_endpoint", f"http://{host}:{port}", "agent")
 
 
-def run(conf: cfg.ConfigOpts, host: str, port: int) -> None:
-    """Serve until interrupted."""
+def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
+    """Serve on ``sock`` (bound already) until interrupted."""
     started = time.monotonic()
     logs.setup(conf.debug)
+    host, port = sock.getsockname()[:2]
     configure(conf, host, port)
     db = db_session.from_conf(conf)
     migrate.upgrade(db)
@@ -60,7 +62,7 @@ def run(conf: cfg.ConfigOpts, host: str, port: int) -> None:
                               name="agent", daemon=True)  # fmt: skip
     thread.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn hands Ctrl-C on once it has shut down
         pass
     finally:

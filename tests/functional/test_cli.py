@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from acceleron import conf as confmod
-from acceleron import report
-from acceleron.cli.main import main
-from acceleron.db import migrate
-from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
-from acceleron.service import device_profiles
+from acceleron.cli.main import COMMANDS, LazyCommand, main
+from tests.fixtures.allinone import free_port
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -70,91 +69,120 @@ def test_errors_are_one_clear_line(live_api: str, capsys: pytest.CaptureFixture[
     assert err.strip() == "404: Device profile 'no-such-profile' not found."
     code, _, err = run(capsys, "--os-url", live_api, "profile", "create", "x", "--group", "oops")
     assert code == 1 and "expected key=value pairs" in err
-    code, _, err = run(capsys, "--os-url", "http://127.0.0.1:1", "profile", "list")
-    assert code == 1 and "Cannot reach the Acceleron API at http://127.0.0.1:1" in err
 
 
-@pytest.fixture
-def config_file(tmp_path: Path) -> Path:
-    path = tmp_path / "acceleron.conf"
-    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
-    return path
-
-
-def test_db_upgrade_and_version(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
-    assert code == 2 and "none (empty database)" in out
-    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "upgrade")
-    assert code == 0 and out.strip() == f"Database schema: empty -> {migrate.head()}"
-    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
-    assert code == 0 and f"current: {migrate.head()}" in out
-
-
-def test_db_rewrite_profiles(
-    tmp_path: Path, config_file: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "argv",
+    [("profile", "list"), ("deployable", "show", "x"), ("bitstream", "download", "x"),
+     ("claim", "--profile", "p", "--consumer", str(uuid.uuid4())),
+     ("release", "--consumer", str(uuid.uuid4()))],
+)  # fmt: skip
+def test_a_server_down_is_one_short_line_everywhere(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
 ) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
-    migrate.upgrade(db)
-    device_profiles.create(db, name="old", groups=[
-        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"}
-    ])  # fmt: skip
-    device_profiles.create(db, name="untouched", groups=[{"resources:PGPU": "1"}])
-    mapping = tmp_path / "mapping.yaml"
-    mapping.write_text(
-        "resource_classes: {CUSTOM_ACCELERATOR_FPGA: FPGA}\n"
-        "traits: {CUSTOM_FPGA_INTEL_ARRIA10: CUSTOM_FPGA_INTEL_PAC_ARRIA10, custom_gone: x}\n"
+    down = free_port()
+    code, out, err = run(capsys, "--os-url", f"http://127.0.0.1:{down}/v2", *argv)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"Cannot reach Acceleron at http://127.0.0.1:{down} (connection refused). Is it "
+        "running? `make run` starts one.\n"
     )
-    base = ("--config-file", str(config_file), "db", "rewrite-profiles", "--mapping", str(mapping))
-    code, out, err = run(capsys, *base, "-f", "json")
-    assert code == 0 and "would change (dry run: add --apply)" in err
-    assert "Mapping entry matched no stored profile: traits: CUSTOM_GONE -> X\n" in err
-    assert err.count("Mapping entry matched") == 1
-    assert json.loads(out)[0]["profile"] == "old"
-    assert device_profiles.get(db, "old").groups[0] == {
-        "resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"
-    }  # fmt: skip
-    code, _, err = run(capsys, *base, "--apply")
-    assert code == 0 and "1 device profile(s) rewritten" in err
-    assert device_profiles.get(db, "old").groups == [
-        {"resources:FPGA": "1", "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required"}
-    ]
-    mapping.write_text("traits: {CUSTOM_FPGA_INTEL_PAC_ARRIA10: 'not valid'}\n")
-    code, _, err = run(capsys, *base, "--apply")
-    assert code == 1 and "'old' would be invalid after the rewrite" in err
-    db.dispose()
 
 
-def test_config_sample_and_policy_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "config", "sample")
-    assert code == 0
-    for section in ("[DEFAULT]", "[api]", "[database]", "[device_profiles]"):
-        assert section in out
-    assert "#connection = sqlite:///$state_path/acceleron.sqlite" in out
-    code, out, _ = run(capsys, "policy", "defaults")
-    assert code == 0 and '"acceleron:device_profile:create": "rule:admin_api"' in out
+def test_debug_shows_the_whole_connection_error() -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    acceleron = str(Path(sys.executable).parent / "acceleron")
+    done = subprocess.run([acceleron, "--debug", "--os-url", down, "profile", "list"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1
+    assert f"Cannot reach Acceleron at {down} (connection refused)." in done.stderr
+    assert "Traceback" in done.stderr and "Unable to establish connection to" in done.stderr
 
 
-def test_placement_sync_through_the_api(
-    remote_live_api: str, placement: Any, capsys: pytest.CaptureFixture[str]
+def test_the_url_with_or_without_v2(
+    live_api: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import requests
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    cli_json(capsys, f"{live_api}/v2", "profile", "create", name, "--group", "resources:FPGA=1")
+    listed = cli_json(capsys, f"{live_api}/v2/", "profile", "list", "--name", name)
+    assert [p["name"] for p in listed] == [name]
+    monkeypatch.setenv("ACCELERON_URL", f"{live_api}/v2")
+    code, out, err = run(capsys, "profile", "show", name, "-c", "name", "-f", "value")
+    assert (code, out) == (0, f"{name}\n"), err
 
-    from acceleron.placement.client import PlacementClient
 
-    host = f"compute-{uuid.uuid4().hex[:6]}"
-    PlacementClient(placement).create_provider(str(uuid.uuid4()), host)  # Nova's compute node
-    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"host": host}})
-    body = report.to_bytes(
-        report.HostReport(host, "1", tuple(FakeDriver(conf, Path("/")).discover()))
+def test_empty_lists_say_so(live_api: str, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("--os-url", live_api)
+    for argv, line in (
+        (("arq", "list"), "No accelerator requests."),
+        (("profile", "list", "--name", "nothing-here"), "No device profiles."),
+        (("device", "list"), "No devices."),
+        (("deployable", "list"), "No deployables."),
+        (("deployable", "list", "--tree"), "No deployables."),
+        (("bitstream", "list"), "No bitstreams."),
+    ):
+        assert run(capsys, *base, *argv) == (0, f"{line}\n", ""), argv
+    assert run(capsys, *base, "arq", "list", "-f", "json") == (0, "[]\n", "")
+    code, out, _ = run(capsys, *base, "arq", "list", "--print-empty", "-c", "uuid")
+    assert code == 0 and out.splitlines()[1] == "| uuid |"
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("profil list", "profile list"), ("profile lst", "profile list"),
+     ("deploy list", "deployable list"), ("relase", "release")],
+)  # fmt: skip
+def test_a_near_miss_suggests_and_runs_nothing(
+    capsys: pytest.CaptureFixture[str], typed: str, meant: str
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"  # a command that ran would say it cannot reach it
+    code, out, err = run(capsys, "--os-url", down, *typed.split(), "--consumer", "x")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"acceleron: '{typed}' is not a command. See 'acceleron --help'.\nDid you mean: {meant}?\n"
     )
-    answer = requests.put(f"{remote_live_api}/v2/hosts/{host}/report", data=body, timeout=30,
-                          headers={"OpenStack-API-Version": "accelerator 2.5",
-                                   "Content-Type": "application/json"})  # fmt: skip
-    assert answer.status_code == 200, answer.text
-    args = ("--os-url", remote_live_api, "placement", "sync", "--host", host, "-f", "json")
-    code, out, err = run(capsys, *args)
-    assert code == 0, err
-    # The worker may have published the host already; either way the providers exist now.
-    assert {row["op"] for row in json.loads(out)} <= {"create"}
-    code, out, err = run(capsys, *args, "--dry-run")
-    assert code == 0 and json.loads(out) == [] and "0 change(s) would be made" in err
+
+
+def test_no_suggestion_for_what_resembles_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "xyzzy") == (2, "", "acceleron: 'xyzzy' is not a command. See "
+                                           "'acceleron --help'.\n")  # fmt: skip
+
+
+def help_text(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    try:
+        assert main([*argv, "--help"]) == 0
+    except SystemExit as exit:
+        assert exit.code in (0, None)  # cliff: HelpExit() for the main --help
+    return capsys.readouterr().out
+
+
+def test_help_keeps_sentences_and_examples_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    listing = re.sub(r" {2,}", "  ", help_text(capsys).split("\nCommands:\n")[1])
+    for name, target in COMMANDS.items():
+        summary = inspect.getdoc(LazyCommand(name, target).load()) or ""
+        first = summary.split("\n\n")[0]
+        assert "\n" not in first and first.endswith("."), name  # one whole sentence
+        assert f"  {name}  {first.rstrip('.')}\n" in listing, name
+    assert (
+        "\n    acceleron profile create fpga-gzip \\\n"
+        "        --group resources:CUSTOM_ACCELERATOR_FPGA=1,accel:function_name=gzip\n"
+    ) in help_text(capsys, "profile", "create")
+    text = help_text(capsys, "release")
+    assert "--if-exists" in text and "program" not in text and "--timeout" not in text
+
+
+def test_a_client_command_imports_no_server_module(live_api: str) -> None:
+    """The commands that only talk to the API start fast: they load neither the server's
+    modules (FastAPI, SQLAlchemy) nor the other commands'."""
+    code = (
+        "import sys; from acceleron.cli.main import main; "
+        f"assert main(['--os-url', {live_api!r}, 'profile', 'list']) == 0; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)  # fmt: skip
+    loaded = set(done.stdout.splitlines()[-1].split())
+    assert "acceleron.cli.profiles" in loaded
+    for heavy in ("fastapi", "sqlalchemy", "acceleron.db", "acceleron.cli.server",
+                  "acceleron.cli.bitstreams", "acceleron.cli.agent"):  # fmt: skip
+        assert heavy not in loaded, heavy

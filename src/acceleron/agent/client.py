@@ -30,6 +30,7 @@ from oslo_config import cfg
 from acceleron import conf as confmod
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.conf import AGENT_DEFAULT_ENDPOINT
+from acceleron.connection import base_url, root_cause
 from acceleron.report import HostReport, to_bytes
 
 LOG = logging.getLogger(__name__)
@@ -114,27 +115,10 @@ def unknown_host_message(error: UnknownHost) -> str:
     )
 
 
-def root_cause(error: BaseException) -> str:
-    """The innermost reason of a chain of wrapped errors: "Connection refused", not three
-    layers of HTTP library messages."""
-    inner = error
-    while (cause := inner.__cause__ or inner.__context__) is not None:
-        inner = cause
-    if isinstance(inner, OSError) and inner.strerror:
-        return inner.strerror
-    return str(inner) or str(error)
-
-
 def error_url(error: BaseException, default: str) -> str:
     """The URL a keystoneauth connection error was about (Keystone's or the API's)."""
     words = [w.rstrip(":") for w in str(error).split() if w.startswith(("http://", "https://"))]
     return words[0] if words else default
-
-
-def base_url(endpoint: str) -> str:
-    """The API root from an endpoint that may end in /v2 (as catalogs often register it)."""
-    url = endpoint.rstrip("/")
-    return url.removesuffix("/v2")
 
 
 class ReportClient:

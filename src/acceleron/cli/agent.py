@@ -10,8 +10,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from cliff.command import Command
-
+from acceleron.cli.base import Command
 from acceleron.cli.client import CommandError
 from acceleron.cli.server import load_conf
 
@@ -146,6 +145,3 @@ def _agent(conf: cfg.ConfigOpts, drivers: list[Driver]) -> AgentLoop:
     except AgentConfigError as error:
         raise CommandError(f"Configuration error: {error}") from error
     return AgentLoop(Settings.from_conf(conf), drivers, client)
-
-
-COMMANDS: dict[str, type[Command]] = {"agent": Agent}

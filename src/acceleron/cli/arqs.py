@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cliff.command import Command
-from cliff.show import ShowOne
-
+from acceleron.cli.base import Command, ShowOne
 from acceleron.cli.client import api_client
 from acceleron.cli.inventory import _List, raw, show
-from acceleron.cli.programming import ProgramArq
 
 PATH = "/v2/accelerator_requests"
 VERSION = "2.8"
@@ -20,6 +17,8 @@ COLUMNS = ("uuid", "state", "device_profile_name", "device_profile_group_id", "h
 
 class ListArqs(_List):
     """List accelerator requests (a project's own; admins and services see all)."""
+
+    noun = "accelerator requests"
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -56,11 +55,3 @@ class DeleteArq(Command):
         joined = ",".join(parsed_args.arqs)
         api_client(self).request("DELETE", PATH, params={"arqs": joined}, microversion=VERSION)
         return 0
-
-
-COMMANDS: dict[str, type[Command]] = {
-    "arq list": ListArqs,
-    "arq show": ShowArq,
-    "arq delete": DeleteArq,
-    "arq program": ProgramArq,
-}

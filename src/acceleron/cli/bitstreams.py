@@ -17,12 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import requests
-from cliff.command import Command
-from cliff.show import ShowOne
-from keystoneauth1 import exceptions as ks_exc
 
+from acceleron.cli.base import AnyCommand, Command, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, _error_detail
-from acceleron.cli.inventory import _List, fetch, raw, show
+from acceleron.cli.inventory import _List, fetch, find_uuid, raw, show
 from acceleron.exceptions import AcceleronError
 
 if TYPE_CHECKING:  # the bitstream store's package loads SQLAlchemy: only where needed
@@ -43,12 +41,7 @@ class BitstreamClient(ApiClient):
     """The API client, plus a download that streams instead of reading JSON."""
 
     def stream(self, path: str) -> requests.Response:
-        try:
-            response: requests.Response = self._adapter.request(
-                path, "GET", stream=True, microversion=VERSION
-            )
-        except ks_exc.ConnectFailure as error:
-            raise CommandError(f"Cannot reach the Acceleron API at {self.url}: {error}") from error
+        response: requests.Response = self.send("GET", path, stream=True, microversion=VERSION)
         if response.status_code >= 400:
             raise CommandError(f"{response.status_code}: {_error_detail(response)}")
         return response
@@ -95,7 +88,14 @@ class Progress:
         self._out.flush()
 
 
-def _client(command: Command) -> BitstreamClient:
+def bitstream_uuid(client: ApiClient, ident: str) -> str:
+    """A bitstream by uuid or name."""
+    query = {"name": ident}
+    what = f"bitstream named {ident!r}"
+    return find_uuid(client, PATH, ident, query, what, VERSION)
+
+
+def _client(command: AnyCommand) -> BitstreamClient:
     return BitstreamClient(command.app.options)
 
 
@@ -205,6 +205,8 @@ class UploadBitstream(ShowOne):
 class ListBitstreams(_List):
     """List the bitstreams the caller sees (public ones and the project's own)."""
 
+    noun = "bitstreams"
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         for name in FILTERS:
@@ -223,11 +225,13 @@ class ShowBitstream(ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("bitstream", help="uuid of the bitstream")
+        parser.add_argument("bitstream", help="uuid or name of the bitstream")
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        return raw(show(_client(self), f"{PATH}/{parsed_args.bitstream}", VERSION))
+        client = _client(self)
+        path = f"{PATH}/{bitstream_uuid(client, parsed_args.bitstream)}"
+        return raw(show(client, path, VERSION))
 
 
 class DeleteBitstream(Command):
@@ -235,12 +239,13 @@ class DeleteBitstream(Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("bitstreams", nargs="+", help="uuids of the bitstreams")
+        parser.add_argument("bitstreams", nargs="+", help="uuids or names of the bitstreams")
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         client = _client(self)
-        for uuid in parsed_args.bitstreams:
+        uuids = [bitstream_uuid(client, ident) for ident in parsed_args.bitstreams]
+        for uuid in uuids:
             client.request("DELETE", f"{PATH}/{uuid}", microversion=VERSION)
         return 0
 
@@ -250,7 +255,7 @@ class DownloadBitstream(Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("bitstream", help="uuid of the bitstream")
+        parser.add_argument("bitstream", help="uuid or name of the bitstream")
         parser.add_argument(
             "-o",
             "--output",
@@ -263,7 +268,7 @@ class DownloadBitstream(Command):
         from acceleron.bitstreams.transfer import verified, write_verified
 
         client = _client(self)
-        path = f"{PATH}/{parsed_args.bitstream}"
+        path = f"{PATH}/{bitstream_uuid(client, parsed_args.bitstream)}"
         record = show(client, path, VERSION)
         output = parsed_args.output or Path(record["name"]).name
         with client.stream(f"{path}/data") as response:
@@ -297,12 +302,3 @@ def _expected(record: dict[str, Any], header: str) -> Bitstream:
         id=record["uuid"], name=record["name"], size=record["size"], hash_algo=algo,
         hash_value=value,
     )  # fmt: skip
-
-
-COMMANDS: dict[str, type[Command]] = {
-    "bitstream upload": UploadBitstream,
-    "bitstream list": ListBitstreams,
-    "bitstream show": ShowBitstream,
-    "bitstream download": DownloadBitstream,
-    "bitstream delete": DeleteBitstream,
-}

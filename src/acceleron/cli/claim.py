@@ -12,27 +12,33 @@ catalog's ``placement`` endpoint when authenticating with Keystone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from cliff.command import Command
-from cliff.lister import Lister
 from keystoneauth1 import adapter, session, token_endpoint
 
-from acceleron.cli.client import ApiClient, CommandError, api_client
+from acceleron.cli.base import AnyCommand, Command, Lister
+from acceleron.cli.client import (
+    ApiClient,
+    CommandError,
+    api_client,
+    connection_failure,
+    unreachable,
+)
 from acceleron.cli.inventory import JsonColumn
 
 ADMIN_TOKEN = "admin"  # the embedded Placement's noauth admin
+EXIT_NOTHING_RELEASED = 1
 
 
 def placement_client(client: ApiClient, url: str | None) -> Any:
     """The Placement client for the API the CLI talks to."""
     from acceleron.placement.client import PlacementClient
 
-    endpoint: str | None = url
+    endpoint = placement_url(client, url)
     if client.noauth:
-        endpoint = url or f"{client.url.rstrip('/')}/placement"
         sess = session.Session(auth=token_endpoint.Token(endpoint, ADMIN_TOKEN))
     else:
         sess = client.session
@@ -41,19 +47,50 @@ def placement_client(client: ApiClient, url: str | None) -> Any:
     )
 
 
-def _claimer(command: Command, parsed_args: argparse.Namespace) -> Any:
+def placement_url(client: ApiClient, url: str | None) -> str | None:
+    """Placement's endpoint: ``url``, or the all-in-one's, or (None) the catalog's."""
+    if url or not client.noauth:
+        return url
+    return f"{client.url}/placement"
+
+
+def _claimer(command: AnyCommand, parsed_args: argparse.Namespace, timeout: float = 0) -> Any:
     from acceleron.scheduler.claim import Claimer
 
     client = api_client(command)
-    url = parsed_args.placement_url or os.environ.get("ACCELERON_PLACEMENT_URL")
-    return Claimer(client.adapter, placement_client(client, url), timeout=parsed_args.timeout)
+    return Claimer(client.adapter, placement_client(client, _option(parsed_args)), timeout=timeout)
 
 
-def _connection_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--placement-url", metavar="URL", help="Placement's endpoint.")
+def _option(parsed_args: argparse.Namespace) -> str | None:
+    url: str | None = parsed_args.placement_url or os.environ.get("ACCELERON_PLACEMENT_URL")
+    return url
+
+
+@contextlib.contextmanager
+def _failures(command: AnyCommand, parsed_args: argparse.Namespace) -> Iterator[None]:
+    """The claim flow's errors as one line each; an unreachable API or Placement in the
+    CLI's words."""
+    from acceleron.exceptions import PlacementError
+    from acceleron.scheduler.claim import ClaimFailed
+
+    try:
+        yield
+    except (ClaimFailed, PlacementError) as error:
+        lost = connection_failure(error)
+        if lost is None:
+            raise CommandError(str(error)) from error
+        client = api_client(command)
+        if isinstance(error, PlacementError):
+            where = placement_url(client, _option(parsed_args))
+            raise unreachable(where, lost, "Placement") from error
+        raise unreachable(client.url, lost) from error
+
+
+def _placement_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--timeout", type=float, default=600.0, metavar="SECONDS",
-        help="How long to wait for programming (default 600).",
+        "--placement-url", metavar="URL",
+        help="Placement's endpoint (env ACCELERON_PLACEMENT_URL; default: the all-in-one's, "
+        "or the Keystone catalog's).",
     )  # fmt: skip
 
 
@@ -79,8 +116,12 @@ def _phase(arq: Mapping[str, Any]) -> str:
 
 
 class Claim(Lister):
-    """Claim the accelerators of a device profile for a consumer, and print their
-    attach handles."""
+    """Claim a device profile's accelerators for a consumer; print the handles.
+
+    Placement chooses as it would for Nova, Acceleron binds (programming a region
+    first when the profile asks for a function no region holds), and the attach
+    handles are printed.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -88,24 +129,22 @@ class Claim(Lister):
         parser.add_argument("--consumer", required=True, help="Consumer uuid (yours).")
         parser.add_argument("--project-id", default="acceleron", help="Placement project.")
         parser.add_argument("--user-id", default="acceleron", help="Placement user.")
-        _connection_options(parser)
+        parser.add_argument(
+            "--timeout", type=float, default=600.0, metavar="SECONDS",
+            help="How long to wait while regions are programmed or vGPUs made (default 600).",
+        )  # fmt: skip
+        _placement_option(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        from acceleron.exceptions import PlacementError
-        from acceleron.scheduler.claim import ClaimFailed
-
-        claimer = _claimer(self, parsed_args)
-        try:
-            claim = claimer.claim(
+        with _failures(self, parsed_args):
+            claim = _claimer(self, parsed_args, parsed_args.timeout).claim(
                 parsed_args.profile,
                 parsed_args.consumer,
                 project_id=parsed_args.project_id,
                 user_id=parsed_args.user_id,
                 progress=Progress(self.app.stderr),
             )
-        except (ClaimFailed, PlacementError) as error:
-            raise CommandError(str(error)) from error
         self.app.stderr.write(f"Claimed on {claim.hostname} for {claim.consumer}.\n")
         columns = ("arq", "group", "type", "uuid", "info")
         rows = [
@@ -116,27 +155,34 @@ class Claim(Lister):
 
 
 class Release(Command):
-    """Release what a consumer claimed: its requests and its Placement allocation."""
+    """Release what a consumer claimed: its requests and its Placement allocation.
+
+    A consumer that holds nothing is an error (a mistyped uuid, say), unless
+    --if-exists is given.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--consumer", required=True, help="Consumer uuid.")
-        _connection_options(parser)
+        parser.add_argument(
+            "--if-exists", action="store_true",
+            help="A consumer that holds nothing is not an error.",
+        )  # fmt: skip
+        _placement_option(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        from acceleron.exceptions import PlacementError
-        from acceleron.scheduler.claim import ClaimFailed
-
-        try:
-            count, dropped = _claimer(self, parsed_args).release(parsed_args.consumer)
-        except (ClaimFailed, PlacementError) as error:
-            raise CommandError(str(error)) from error
+        consumer = parsed_args.consumer
+        with _failures(self, parsed_args):
+            count, dropped = _claimer(self, parsed_args).release(consumer)
+        if not count and not dropped:
+            self.app.stderr.write(
+                f"Nothing to release: consumer {consumer} holds no accelerator requests and "
+                "no allocation.\n"
+            )
+            return 0 if parsed_args.if_exists else EXIT_NOTHING_RELEASED
         allocation = "its allocation dropped" if dropped else "it had no allocation"
         self.app.stdout.write(
-            f"Released {count} accelerator request(s) of {parsed_args.consumer}; {allocation}.\n"
+            f"Released {count} accelerator request(s) of {consumer}; {allocation}.\n"
         )
         return 0
-
-
-COMMANDS: dict[str, type[Command]] = {"claim": Claim, "release": Release}

@@ -1,18 +1,22 @@
-"""The REST client the CLI commands use: keystoneauth, noauth or Keystone."""
+"""The REST client the CLI commands use: keystoneauth, noauth or Keystone.
+
+keystoneauth is imported when the first request is built, not with this module:
+``acceleron --help`` and the server-side commands do not pay for it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from typing import Any
-
-from cliff.command import Command
-from keystoneauth1 import adapter, loading, session
-from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1.noauth import NoAuth
+from typing import TYPE_CHECKING, Any
 
 from acceleron.api import microversion
+from acceleron.connection import base_url, root_cause
+
+if TYPE_CHECKING:
+    from cliff.command import Command
+    from keystoneauth1 import adapter
 
 DEFAULT_URL = "http://127.0.0.1:6666"
 
@@ -22,13 +26,15 @@ class CommandError(Exception):
 
 
 def register_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    from keystoneauth1 import loading
+
     group = parser.add_argument_group("API connection")
     group.add_argument(
         "--os-url",
         metavar="URL",
         default=os.environ.get("ACCELERON_URL"),
-        help=f"Acceleron API endpoint (env ACCELERON_URL). Default {DEFAULT_URL} without "
-        "Keystone, the catalog's accelerator endpoint with it.",
+        help=f"Acceleron API endpoint, with or without /v2 (env ACCELERON_URL). Default "
+        f"{DEFAULT_URL} without Keystone, the catalog's accelerator endpoint with it.",
     )
     group.add_argument(
         "--os-accelerator-api-version",
@@ -47,6 +53,9 @@ class ApiClient:
     """JSON over HTTP to the Acceleron API, errors turned into CommandError."""
 
     def __init__(self, options: argparse.Namespace) -> None:
+        from keystoneauth1 import adapter, loading, session
+        from keystoneauth1.noauth import NoAuth
+
         if getattr(options, "os_auth_type", "none") in (None, "none"):
             auth: Any = NoAuth()
             url = options.os_url or getattr(options, "os_endpoint", None) or DEFAULT_URL
@@ -56,11 +65,11 @@ class ApiClient:
         sess = session.Session(auth=auth, verify=not getattr(options, "insecure", False))
         self.session = sess
         self.noauth = isinstance(auth, NoAuth)
-        self.url = url
+        self.url = base_url(url) if url else None
         self._adapter = adapter.Adapter(
             sess,
             service_type="accelerator",
-            endpoint_override=url,
+            endpoint_override=self.url,
             default_microversion=options.os_accelerator_api_version,
             raise_exc=False,
         )
@@ -70,14 +79,17 @@ class ApiClient:
         """The keystoneauth adapter for the accelerator API (for library calls)."""
         return self._adapter
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def send(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The raw answer (a requests Response); an unreachable API is a CommandError."""
+        from keystoneauth1 import exceptions as ks_exc
+
         try:
-            response = self._adapter.request(path, method, **kwargs)
-        except ks_exc.ConnectFailure as error:
-            raise CommandError(
-                f"Cannot reach the Acceleron API at {self.url or 'the catalog endpoint'}: "
-                f"{error}. Is it running? (make run starts one.)"
-            ) from error
+            return self._adapter.request(path, method, **kwargs)
+        except ks_exc.ConnectionError as error:
+            raise unreachable(self.url, error) from error
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.send(method, path, **kwargs)
         if response.status_code >= 400:
             raise CommandError(f"{response.status_code}: {_error_detail(response)}")
         if response.status_code == 204 or not response.content:
@@ -95,6 +107,29 @@ class ApiClient:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def unreachable(url: str | None, error: BaseException, service: str = "Acceleron") -> CommandError:
+    """The one message for a service that does not answer; ``--debug`` shows ``error``."""
+    where = url or f"the Keystone catalog's {service} endpoint"
+    reason = root_cause(error)
+    message = f"Cannot reach {service} at {where} ({reason[:1].lower()}{reason[1:]})."
+    if service == "Acceleron":
+        message += " Is it running? `make run` starts one."
+    return CommandError(message)
+
+
+def connection_failure(error: BaseException) -> BaseException | None:
+    """The keystoneauth connection error ``error`` was raised from, if any (the claim
+    flow and Placement's client wrap it in their own errors)."""
+    from keystoneauth1 import exceptions as ks_exc
+
+    current: BaseException | None = error
+    while current is not None:
+        if isinstance(current, ks_exc.ConnectionError):
+            return current
+        current = current.__cause__
+    return None
 
 
 def _error_detail(response: Any) -> str:

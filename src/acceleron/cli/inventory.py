@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cliff.columns import FormattableColumn
-from cliff.command import Command
-from cliff.lister import Lister
-from cliff.show import ShowOne
 
+from acceleron.cli.base import AnyCommand, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
 
 DEVICES = "/v2/devices"
@@ -40,6 +39,7 @@ DEPLOYABLE_FILTERS = ("name", "kind", "key", "parent_uuid", "root_uuid", "device
                       "hostname", "type", "availability", "instance_uuid", "rp_uuid",
                       "driver_name", "bitstream_id", "region_type", "function_uuid")  # fmt: skip
 RAW_FORMATS = ("json", "yaml")
+DEVICE_HELP = "uuid of the device, its PCI address, or HOST_PCI-ADDRESS (host vm: vm_0000:2b:00.0)"
 # Last-child and middle-child connectors, and what continues below each.
 LAST, MIDDLE = ("└── ", "    "), ("├── ", "│   ")
 MARK = "  ◀"
@@ -107,6 +107,50 @@ def fetch(
         if "limit" in query or not body.get(f"{noun}_links") or not body[noun]:
             return items
         params["marker"] = body[noun][-1]["uuid"]
+
+
+def find_uuid(
+    client: ApiClient,
+    path: str,
+    ident: str,
+    query: Mapping[str, str],
+    what: str,
+    version: str | None = None,
+) -> str:
+    """The uuid of ``ident``: itself when it is one, else that of the one item the list
+    at ``path`` has for ``query``, as OSC finds a name. ``what`` names the item for
+    the errors ("deployable named 'x'")."""
+    try:
+        return str(uuidlib.UUID(ident))
+    except ValueError:
+        pass
+    found = fetch(client, path, path.rsplit("/", 1)[1], query, version)
+    if not found:
+        raise CommandError(f"No {what}.")
+    if len(found) > 1:
+        which = ", ".join(
+            f"{item['uuid']} on {item['hostname']}" if item.get("hostname") else item["uuid"]
+            for item in found
+        )
+        raise CommandError(
+            f"{what[:1].upper()}{what[1:]}: {len(found)} match ({which}). Give a uuid."
+        )
+    uuid: str = found[0]["uuid"]
+    return uuid
+
+
+def device_uuid(client: ApiClient, ident: str) -> str:
+    """A device by uuid, PCI address (when one host has it) or HOST_PCI-ADDRESS, the
+    name its Placement provider has."""
+    host, _, address = ident.rpartition("_")
+    query = {"pci_address": address, **({"hostname": host} if host else {})}
+    where = f"on {host}" if host else "on any host"
+    return find_uuid(client, DEVICES, ident, query, f"device at {address} {where}")
+
+
+def deployable_uuid(client: ApiClient, ident: str) -> str:
+    """A deployable by uuid or name."""
+    return find_uuid(client, DEPLOYABLES, ident, {"name": ident}, f"deployable named {ident!r}")
 
 
 def show(client: ApiClient, path: str, version: str | None = None) -> dict[str, Any]:
@@ -203,7 +247,7 @@ def draw_all(
     return lines
 
 
-def write(command: Command, lines: Sequence[str]) -> int:
+def write(command: AnyCommand, lines: Sequence[str]) -> int:
     command.app.stdout.write("".join(f"{line}\n" for line in lines))
     return 0
 
@@ -224,6 +268,8 @@ class _List(Lister):
 class ListDevices(_List):
     """List devices (the physical cards)."""
 
+    noun = "devices"
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         return add_list_options(super().get_parser(prog_name), DEVICE_FILTERS)
 
@@ -238,7 +284,7 @@ class ShowDevice(ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("device", help="uuid of the device")
+        parser.add_argument("device", help=DEVICE_HELP)
         parser.add_argument("--tree", action="store_true", help="Draw its tree.")
         return parser
 
@@ -246,13 +292,15 @@ class ShowDevice(ShowOne):
         if not parsed_args.tree or parsed_args.formatter in RAW_FORMATS:
             return super().run(parsed_args)
         client = api_client(self)
-        device = show(client, f"{DEVICES}/{parsed_args.device}", TREE_VERSION)
+        uuid = device_uuid(client, parsed_args.device)
+        device = show(client, f"{DEVICES}/{uuid}", TREE_VERSION)
         query = {"device_uuid": device["uuid"]}
         deployables = fetch(client, DEPLOYABLES, "deployables", query, TREE_VERSION)
         return write(self, draw(device, deployables))
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        return raw(show(api_client(self), f"{DEVICES}/{parsed_args.device}"))
+        client = api_client(self)
+        return raw(show(client, f"{DEVICES}/{device_uuid(client, parsed_args.device)}"))
 
 
 def parse_attributes(pairs: Sequence[str]) -> dict[str, str]:
@@ -270,6 +318,8 @@ def parse_attributes(pairs: Sequence[str]) -> dict[str, str]:
 
 class ListDeployables(_List):
     """List deployables; with --tree, draw them on their devices' trees."""
+
+    noun = "deployables"
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = add_list_options(super().get_parser(prog_name), DEPLOYABLE_FILTERS)
@@ -292,31 +342,38 @@ class ListDeployables(_List):
     def run(self, parsed_args: argparse.Namespace) -> int:
         if not parsed_args.tree or parsed_args.formatter in RAW_FORMATS:
             return super().run(parsed_args)
-        return write(self, draw_all(api_client(self), self._items(parsed_args, TREE_VERSION)))
+        items = self._items(parsed_args, TREE_VERSION)
+        return write(self, draw_all(api_client(self), items)) if items else self.say_empty()
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
         return self.emit(parsed_args, self._items(parsed_args, None), DEPLOYABLE_COLUMNS)
 
 
 class ShowDeployable(ShowOne):
-    """Draw a deployable on its device's tree, with its attributes (-f json: the API's data)."""
+    """Draw a deployable on its device's tree, with its attributes.
+
+    Any other output format (-f json, -f yaml) gives the API's data.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("deployable", help="uuid of the deployable")
+        parser.add_argument("deployable", help="uuid or name of the deployable")
         return parser
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.formatter != "table":
             return super().run(parsed_args)
         client = api_client(self)
-        dep = show(client, f"{DEPLOYABLES}/{parsed_args.deployable}", TREE_VERSION)
+        uuid = deployable_uuid(client, parsed_args.deployable)
+        dep = show(client, f"{DEPLOYABLES}/{uuid}", TREE_VERSION)
         query = {"device_uuid": dep["device_uuid"]}
         tree = fetch(client, DEPLOYABLES, "deployables", query, TREE_VERSION)
         return write(self, draw_all(client, tree, mark=dep["uuid"]))
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        return raw(show(api_client(self), f"{DEPLOYABLES}/{parsed_args.deployable}"))
+        client = api_client(self)
+        uuid = deployable_uuid(client, parsed_args.deployable)
+        return raw(show(client, f"{DEPLOYABLES}/{uuid}"))
 
 
 class EnableDevice(ShowOne):
@@ -326,26 +383,19 @@ class EnableDevice(ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("device", help="uuid of the device")
+        parser.add_argument("device", help=DEVICE_HELP)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        path = f"{DEVICES}/{parsed_args.device}/{self.status}"
-        return raw(api_client(self).request("POST", path, microversion="2.5"))
+        client = api_client(self)
+        path = f"{DEVICES}/{device_uuid(client, parsed_args.device)}/{self.status}"
+        return raw(client.request("POST", path, microversion="2.5"))
 
 
 class DisableDevice(EnableDevice):
-    """Take a device out of service: its inventory is reserved in Placement, so nothing
-    new is scheduled on it (what already uses it stays)."""
+    """Take a device out of service: nothing new is scheduled on it.
+
+    Its inventory is reserved in Placement; what already uses it stays.
+    """
 
     status = "disable"
-
-
-COMMANDS: dict[str, type[Command]] = {
-    "device list": ListDevices,
-    "device show": ShowDevice,
-    "device enable": EnableDevice,
-    "device disable": DisableDevice,
-    "deployable list": ListDeployables,
-    "deployable show": ShowDeployable,
-}

@@ -1,47 +1,114 @@
-"""The ``acceleron`` command."""
+"""The ``acceleron`` command.
+
+Each command's module is imported only when that command runs (``--help`` imports
+them all): a client command pays for its own imports, not for the server's.
+A command name must be typed in full; a near miss is answered with suggestions.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
 import logging
 import sys
 from typing import Any
 
 from cliff.app import App
 from cliff.command import Command
-from cliff.commandmanager import CommandManager
+from cliff.commandmanager import CommandManager, EntryPointWrapper
 
 import acceleron
-from acceleron.cli import (
-    agent,
-    arqs,
-    bitstreams,
-    claim,
-    client,
-    inventory,
-    placement,
-    profiles,
-    programming,
-    server,
-)
+from acceleron.cli import client
+
+# Command name -> "module:class" under acceleron.cli.
+COMMANDS = {
+    "all-in-one": "server:AllInOne",
+    "api": "server:Api",
+    "api reference": "server:ApiReference",
+    "config sample": "server:ConfigSample",
+    "db upgrade": "server:DbUpgrade",
+    "db version": "server:DbVersion",
+    "db rewrite-profiles": "server:DbRewriteProfiles",
+    "policy defaults": "server:PolicyDefaults",
+    "agent": "agent:Agent",
+    "profile list": "profiles:ListProfiles",
+    "profile show": "profiles:ShowProfile",
+    "profile create": "profiles:CreateProfile",
+    "profile update": "profiles:UpdateProfile",
+    "profile enable": "profiles:EnableProfile",
+    "profile disable": "profiles:DisableProfile",
+    "profile delete": "profiles:DeleteProfile",
+    "device list": "inventory:ListDevices",
+    "device show": "inventory:ShowDevice",
+    "device enable": "inventory:EnableDevice",
+    "device disable": "inventory:DisableDevice",
+    "deployable list": "inventory:ListDeployables",
+    "deployable show": "inventory:ShowDeployable",
+    "deployable program": "programming:ProgramDeployable",
+    "placement sync": "placement:Sync",
+    "placement migrate-to-nested": "placement:MigrateToNested",
+    "bitstream upload": "bitstreams:UploadBitstream",
+    "bitstream list": "bitstreams:ListBitstreams",
+    "bitstream show": "bitstreams:ShowBitstream",
+    "bitstream download": "bitstreams:DownloadBitstream",
+    "bitstream delete": "bitstreams:DeleteBitstream",
+    "arq list": "arqs:ListArqs",
+    "arq show": "arqs:ShowArq",
+    "arq delete": "arqs:DeleteArq",
+    "arq program": "programming:ProgramArq",
+    "claim": "claim:Claim",
+    "release": "claim:Release",
+}
+EXIT_UNKNOWN_COMMAND = 2
+
+
+class LazyCommand(EntryPointWrapper):
+    """A command whose module is imported when the command is looked up."""
+
+    def __init__(self, name: str, target: str) -> None:
+        self.name = name
+        self.target = target
+
+    def load(self) -> type[Command]:
+        module, _, attr = self.target.partition(":")
+        loaded: type[Command] = getattr(importlib.import_module(f"acceleron.cli.{module}"), attr)
+        return loaded
+
+    @property
+    def value(self) -> str:
+        return f"acceleron.cli.{self.target}"
+
+
+class ExactCommandManager(CommandManager):
+    """cliff's manager runs a command from a unique prefix of its words ("profil list"
+    runs "profile list"); this one runs only a name typed in full."""
+
+    def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
+        for i in range(self._get_last_possible_command_index(argv), 0, -1):
+            name = " ".join(argv[:i])
+            if name in self.commands:
+                return self.commands[name].load(), name, argv[i:]
+        raise ValueError(f"Unknown command {argv!r}")
+
+
+def suggestions(words: list[str], names: list[str]) -> list[str]:
+    """The command names closest to what was typed (compared word count for word count)."""
+    scored = []
+    for name in names:
+        typed = " ".join(words[: len(name.split())])
+        scored.append((difflib.SequenceMatcher(None, typed, name).ratio(), name))
+    best = max((score for score, _ in scored), default=0.0)
+    if best < 0.7:
+        return []
+    return sorted(name for score, name in scored if score >= best - 0.05)
 
 
 class AcceleronApp(App):
     def __init__(self) -> None:
-        manager = CommandManager(None)
-        commands: dict[str, type[Command]] = {
-            **server.COMMANDS,
-            **profiles.COMMANDS,
-            **agent.COMMANDS,
-            **inventory.COMMANDS,
-            **placement.COMMANDS,
-            **bitstreams.COMMANDS,
-            **programming.COMMANDS,
-            **arqs.COMMANDS,
-            **claim.COMMANDS,
-        }
-        for name, command in commands.items():
-            manager.add_command(name, command)
+        manager = ExactCommandManager(None)
+        for name, target in COMMANDS.items():
+            manager.commands[name] = LazyCommand(name, target)
         super().__init__(
             description="Acceleron: accelerator management for clouds.",
             version=acceleron.__version__,
@@ -69,7 +136,25 @@ class AcceleronApp(App):
         handler.setFormatter(logging.Formatter("%(message)s"))
         root = logging.getLogger()
         root.handlers[:] = [handler]
-        root.setLevel(logging.DEBUG if self.options.verbose_level > 1 else logging.WARNING)
+        verbose = self.options.verbose_level > 1 or self.options.debug
+        root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+    def run_subcommand(self, argv: list[str]) -> int:
+        try:
+            self.command_manager.find_command(argv)
+        except ValueError:
+            return self.unknown_command(argv)
+        result: int = super().run_subcommand(argv)
+        return result
+
+    def unknown_command(self, argv: list[str]) -> int:
+        words = argv[: self.command_manager._get_last_possible_command_index(argv)]
+        typed = " ".join(words) or " ".join(argv)
+        self.stderr.write(f"acceleron: '{typed}' is not a command. See 'acceleron --help'.\n")
+        close = suggestions(words, [name for name, _ in self.command_manager])
+        if close:
+            self.stderr.write(f"Did you mean: {', '.join(close)}?\n")
+        return EXIT_UNKNOWN_COMMAND
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cliff.command import Command
-from cliff.lister import Lister
-
+from acceleron.cli.base import Lister
 from acceleron.cli.client import api_client
 
 COLUMNS = ("host", "op", "provider", "uuid", "detail")
@@ -84,9 +82,3 @@ class MigrateToNested(_PlacementCommand):
     """
 
     path = "/v2/placement/migrate-to-nested"
-
-
-COMMANDS: dict[str, type[Command]] = {
-    "placement sync": Sync,
-    "placement migrate-to-nested": MigrateToNested,
-}

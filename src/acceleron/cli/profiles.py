@@ -8,10 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cliff.columns import FormattableColumn
-from cliff.command import Command
-from cliff.lister import Lister
-from cliff.show import ShowOne
 
+from acceleron.cli.base import Command, Lister, ShowOne
 from acceleron.cli.client import CommandError, api_client
 
 PATH = "/v2/device_profiles"
@@ -64,6 +62,8 @@ def parse_groups(groups_json: str | None, group_args: Sequence[str]) -> list[dic
 
 class ListProfiles(Lister):
     """List device profiles."""
+
+    noun = "device profiles"
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -188,14 +188,3 @@ class DeleteProfile(Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         api_client(self).request("DELETE", PATH, params={"value": ",".join(parsed_args.profiles)})
         return 0
-
-
-COMMANDS: dict[str, type[Command]] = {
-    "profile list": ListProfiles,
-    "profile show": ShowProfile,
-    "profile create": CreateProfile,
-    "profile update": UpdateProfile,
-    "profile enable": EnableProfile,
-    "profile disable": DisableProfile,
-    "profile delete": DeleteProfile,
-}

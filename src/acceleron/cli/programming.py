@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from cliff.show import ShowOne
-
+from acceleron.cli.base import ShowOne
+from acceleron.cli.bitstreams import bitstream_uuid
 from acceleron.cli.client import ApiClient, CommandError, api_client
-from acceleron.cli.inventory import raw
+from acceleron.cli.inventory import deployable_uuid, raw
 
 VERSION = "2.8"
 POLL = 0.3
@@ -94,16 +94,16 @@ class ProgramDeployable(ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("deployable", metavar="DEPLOYABLE", help="The region's uuid.")
-        parser.add_argument("bitstream", metavar="BITSTREAM", help="The bitstream's uuid.")
+        parser.add_argument("deployable", metavar="DEPLOYABLE", help="The region's uuid or name.")
+        parser.add_argument("bitstream", metavar="BITSTREAM", help="The bitstream's uuid or name.")
         _wait_options(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
         client: ApiClient = api_client(self)
-        path = f"/v2/deployables/{parsed_args.deployable}"
-        body = [{"path": "/program", "op": "replace",
-                 "value": [{"image_uuid": parsed_args.bitstream}]}]  # fmt: skip
+        path = f"/v2/deployables/{deployable_uuid(client, parsed_args.deployable)}"
+        bitstream = bitstream_uuid(client, parsed_args.bitstream)
+        body = [{"path": "/program", "op": "replace", "value": [{"image_uuid": bitstream}]}]
         dep = client.request("PATCH", f"{path}/program", json=body, microversion=VERSION)
         if not parsed_args.no_wait:
             label = dep.get("name") or parsed_args.deployable
@@ -117,7 +117,10 @@ class ProgramDeployable(ShowOne):
 
 
 class ProgramArq(ShowOne):
-    """Reprogram the region of a bound accelerator request (its project), and follow it."""
+    """Reprogram the region of a bound accelerator request, and follow it.
+
+    The request's own project (or an admin) may do this.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -142,6 +145,3 @@ class ProgramArq(ShowOne):
                 parsed_args.timeout,
             )
         return raw(arq)
-
-
-COMMANDS = {"deployable program": ProgramDeployable}

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cliff.command import Command
-from cliff.lister import Lister
-
+from acceleron.cli.base import AnyCommand, Command, Lister
 from acceleron.cli.client import CommandError
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def load_conf(
-    command: Command, overrides: dict[str, dict[str, Any]] | None = None
+    command: AnyCommand, overrides: dict[str, dict[str, Any]] | None = None
 ) -> cfg.ConfigOpts:
     from oslo_config import cfg
 
@@ -44,6 +44,23 @@ def load_conf(
 GRACE = 2
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for the server, before anything is printed or
+    started; one clear line when the port is taken."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        reason = (error.strerror or str(error)).lower()
+        hint = ""
+        if error.errno == errno.EADDRINUSE:
+            hint = " Stop what holds it, or choose another: make run PORT=..., or --port."
+        raise CommandError(f"Cannot listen on {host}:{port}: {reason}.{hint}") from error
+    return sock
+
+
 def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     """Run the API until interrupted; refuse to start on an out-of-date schema."""
     import uvicorn
@@ -54,15 +71,18 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     from acceleron.db import session as db_session
     from acceleron.exceptions import SchemaOutOfDate
 
+    sock = listen(host, port)
     logs.setup(conf.debug)
     db = db_session.from_conf(conf)
     try:
         migrate.check(db)
     except SchemaOutOfDate as error:
+        sock.close()
         raise CommandError(error.message) from error
     finally:
         db.dispose()
-    if workers > 1:
+    if workers > 1:  # uvicorn binds once more, for its worker processes
+        sock.close()
         os.environ["ACCELERON_CONFIG_FILES"] = json.dumps(conf.config_file)
         uvicorn.run(
             "acceleron.api.app:from_environment",
@@ -79,7 +99,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
         config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
                                 timeout_graceful_shutdown=GRACE)  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end
-            Server(config, app).run()
+            Server(config, app).run(sockets=[sock])
 
 
 def _upgrade(conf: cfg.ConfigOpts, revision: str = "head") -> tuple[str | None, str | None]:
@@ -117,8 +137,11 @@ class Api(Command):
 
 
 class AllInOne(Command):
-    """Run Acceleron on one machine: the API, the real Placement and this host's agent in
-    one process, SQLite and bitstreams in one data directory, no authentication."""
+    """Run Acceleron on one machine: API, Placement and agent in one process.
+
+    The API, the real Placement and this host's agent run in one process, SQLite and
+    bitstreams in one data directory, no authentication.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -147,23 +170,40 @@ class AllInOne(Command):
         conf = load_conf(self, overrides)
         host = parsed_args.host or conf.api.host_ip
         port = parsed_args.port or conf.api.port
-        url = f"http://{host}:{port}"
-        self.app.stdout.write(
-            f"Acceleron all-in-one (no authentication: every caller is an admin)\n"
-            f"  API        {url}/v2\n"
-            f"  Placement  {url}/placement   (X-Auth-Token: admin)\n"
-            f"  agent      {conf.host}, drivers {', '.join(conf.agent.enabled_drivers)}\n"
-            f"  data       {conf.state_path}\n"
-            f"Try, in another terminal (docs/quickstart.md goes further):\n"
-            f"  .venv/bin/acceleron deployable list --tree\n"
-            f"  .venv/bin/acceleron profile create qat-vf "
-            f"--group resources:CUSTOM_ACCELERATOR_QAT=1\n"
-            f"  .venv/bin/acceleron claim --profile qat-vf --consumer "
-            f"$(cat /proc/sys/kernel/random/uuid)\n"
-        )
+        sock = listen(host, port)
+        self.app.stdout.write(banner(conf, f"http://{host}:{port}"))
         self.app.stdout.flush()
-        allinone.run(conf, host, port)
+        allinone.run(conf, sock)
         return 0
+
+
+def banner(conf: cfg.ConfigOpts, url: str) -> str:
+    """What the all-in-one prints first: where everything is, and what to try."""
+    from acceleron.cli.client import DEFAULT_URL
+
+    keystone = conf.auth_strategy == "keystone"
+    auth = (
+        "Keystone: callers need a token"
+        if keystone
+        else "no authentication: every caller is an admin"
+    )
+    token = "" if keystone else "   (X-Auth-Token: admin)"
+    cli = ".venv/bin/acceleron"
+    lines = [
+        f"Acceleron all-in-one ({auth})",
+        f"  API        {url}/v2",
+        f"  Placement  {url}/placement{token}",
+        f"  agent      {conf.host}, drivers {', '.join(conf.agent.enabled_drivers)}",
+        f"  data       {conf.state_path}",
+        "Try, in another terminal"
+        + (" with your OS_* credentials set" if keystone else "")
+        + " (docs/quickstart.md goes further):",
+        *([f"  export ACCELERON_URL={url}"] if url != DEFAULT_URL else []),
+        f"  {cli} deployable list --tree",
+        f"  {cli} profile create qat-try --group resources:CUSTOM_ACCELERATOR_QAT=1",
+        f"  {cli} claim --profile qat-try --consumer $(cat /proc/sys/kernel/random/uuid)",
+    ]
+    return "".join(f"{line}\n" for line in lines)
 
 
 class DbUpgrade(Command):
@@ -282,15 +322,3 @@ class PolicyDefaults(Command):
 
         self.app.stdout.write(policy.defaults_yaml())
         return 0
-
-
-COMMANDS: dict[str, type[Command]] = {
-    "api": Api,
-    "all-in-one": AllInOne,
-    "db upgrade": DbUpgrade,
-    "db version": DbVersion,
-    "db rewrite-profiles": DbRewriteProfiles,
-    "config sample": ConfigSample,
-    "policy defaults": PolicyDefaults,
-    "api reference": ApiReference,
-}

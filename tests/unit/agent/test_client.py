@@ -14,12 +14,12 @@ from acceleron.agent.client import (
     ApiUnavailable,
     ReportRefused,
     UnknownHost,
-    base_url,
     connect,
     error_for,
     parse_error,
     unknown_host_message,
 )
+from acceleron.connection import base_url
 
 
 def api_error(status: int, code: str, detail: str) -> str:
