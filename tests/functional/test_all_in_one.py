@@ -222,6 +222,84 @@ def test_bad_claims_are_one_clear_line(aio: AllInOne, capsys: pytest.CaptureFixt
     assert "No host has" in capsys.readouterr().err
 
 
+def test_a_consumer_that_holds_a_claim_is_told_so(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    consumer = str(uuid.uuid4())
+    claim(aio, capsys, name, consumer)
+    code = main(["--os-url", aio.url, "claim", "--profile", name, "--consumer", consumer])
+    assert (code, *capsys.readouterr()) == (1, "", (
+        f"Consumer {consumer} already holds allocations in Placement (1 "
+        f"CUSTOM_ACCELERATOR_QAT): release them first (`acceleron release --consumer "
+        f"{consumer}`), or claim for another consumer uuid.\n"
+    ))  # fmt: skip
+    assert len(chosen(aio, consumer)) == 1  # what it held is untouched
+    release(aio, capsys, consumer)
+
+
+def test_a_disabled_profile_is_refused_before_anything_is_allocated(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    api(aio, "PATCH", f"/v2/device_profiles/{name}",
+        json=[{"op": "replace", "path": "/enabled", "value": False}])  # fmt: skip
+    consumer = str(uuid.uuid4())
+    code = main(["--os-url", aio.url, "claim", "--profile", name, "--consumer", consumer])
+    assert (code, *capsys.readouterr()) == (1, "", (
+        f"Device profile {name!r} is disabled: it takes no new requests (`acceleron profile "
+        f"enable {name}` allows them again).\n"
+    ))  # fmt: skip
+    assert placement(aio, f"/allocations/{consumer}")["allocations"] == {}
+
+
+def test_releasing_a_consumer_that_holds_nothing(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consumer = str(uuid.uuid4())
+    said = (
+        f"Nothing to release: consumer {consumer} holds no accelerator requests and no "
+        "allocation.\n"
+    )
+    base = ["--os-url", aio.url, "release", "--consumer", consumer]
+    assert (main(base), *capsys.readouterr()) == (1, "", said)
+    assert (main([*base, "--if-exists"]), *capsys.readouterr()) == (0, "", said)
+
+
+def test_names_from_the_tree(aio: AllInOne, capsys: pytest.CaptureFixture[str]) -> None:
+    (qat,) = api(aio, "GET", "/v2/devices", params={"type": "QAT"})["devices"]
+    address = qat["pci_address"]
+    pool = f"{aio.host}_{address}_vf_pool"
+    for argv in (("deployable", "show", pool), ("device", "show", address, "--tree")):
+        code = main(["--os-url", aio.url, *argv])
+        out, err = capsys.readouterr()
+        assert code == 0 and out.startswith(f"{aio.host}  {address}  QAT  INTEL C62X"), err
+
+
+def test_the_banner_and_the_log(aio: AllInOne) -> None:
+    """The banner says where everything is, and how the CLI reaches it off port 6666; the
+    log at INFO has a line per thing done, not Placement's request log."""
+    log = aio.log.read_text()
+    assert log.startswith("Acceleron all-in-one (no authentication: every caller is an admin)\n"
+                          f"  API        {aio.url}/v2\n")  # fmt: skip
+    assert f"\n  export ACCELERON_URL={aio.url}\n  .venv/bin/acceleron deployable list" in log
+    assert "INFO acceleron.db.migrate [-] Database schema upgraded: empty -> " in log
+    assert f"INFO acceleron.service.placement [-] Published {aio.host} to Placement: create " in log
+    for chatty in ("placement.requestlog", "alembic", "Placement create"):
+        assert chatty not in log
+
+
+def test_a_port_in_use_is_one_line_before_anything_else(
+    aio: AllInOne, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["all-in-one", "--data-dir", str(tmp_path), "--port", str(aio.port)])
+    assert (code, *capsys.readouterr()) == (1, "", (
+        f"Cannot listen on 127.0.0.1:{aio.port}: address already in use. Stop what holds it, "
+        "or choose another: make run PORT=..., or --port.\n"
+    ))  # fmt: skip
+    assert list(tmp_path.iterdir()) == []  # nothing was started
+
+
 def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
     with all_in_one(tmp_path) as server:
         name = profile(server, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})

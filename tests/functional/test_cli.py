@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
+from acceleron import conf as confmod
+from acceleron import report
 from acceleron.cli.main import COMMANDS, LazyCommand, main
+from acceleron.cli.server import banner
+from acceleron.db import migrate
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.service import device_profiles
 from tests.fixtures.allinone import free_port
 
 
@@ -186,3 +193,104 @@ def test_a_client_command_imports_no_server_module(live_api: str) -> None:
     for heavy in ("fastapi", "sqlalchemy", "acceleron.db", "acceleron.cli.server",
                   "acceleron.cli.bitstreams", "acceleron.cli.agent"):  # fmt: skip
         assert heavy not in loaded, heavy
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
+    return path
+
+
+def test_db_upgrade_and_version(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
+    assert code == 2 and "none (empty database)" in out
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "upgrade")
+    assert code == 0 and out.strip() == f"Database schema: empty -> {migrate.head()}"
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
+    assert code == 0 and f"current: {migrate.head()}" in out
+
+
+def test_db_rewrite_profiles(
+    tmp_path: Path, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
+    migrate.upgrade(db)
+    device_profiles.create(db, name="old", groups=[
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"}
+    ])  # fmt: skip
+    device_profiles.create(db, name="untouched", groups=[{"resources:PGPU": "1"}])
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(
+        "resource_classes: {CUSTOM_ACCELERATOR_FPGA: FPGA}\n"
+        "traits: {CUSTOM_FPGA_INTEL_ARRIA10: CUSTOM_FPGA_INTEL_PAC_ARRIA10, custom_gone: x}\n"
+    )
+    base = ("--config-file", str(config_file), "db", "rewrite-profiles", "--mapping", str(mapping))
+    code, out, err = run(capsys, *base, "-f", "json")
+    assert code == 0 and "would change (dry run: add --apply)" in err
+    assert "Mapping entry matched no stored profile: traits: CUSTOM_GONE -> X\n" in err
+    assert err.count("Mapping entry matched") == 1
+    assert json.loads(out)[0]["profile"] == "old"
+    assert device_profiles.get(db, "old").groups[0] == {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"
+    }  # fmt: skip
+    code, _, err = run(capsys, *base, "--apply")
+    assert code == 0 and "1 device profile(s) rewritten" in err
+    assert device_profiles.get(db, "old").groups == [
+        {"resources:FPGA": "1", "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required"}
+    ]
+    mapping.write_text("traits: {CUSTOM_FPGA_INTEL_PAC_ARRIA10: 'not valid'}\n")
+    code, _, err = run(capsys, *base, "--apply")
+    assert code == 1 and "'old' would be invalid after the rewrite" in err
+    db.dispose()
+
+
+def test_config_sample_and_policy_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "config", "sample")
+    assert code == 0
+    for section in ("[DEFAULT]", "[api]", "[database]", "[device_profiles]"):
+        assert section in out
+    assert "#connection = sqlite:///$state_path/acceleron.sqlite" in out
+    code, out, _ = run(capsys, "policy", "defaults")
+    assert code == 0 and '"acceleron:device_profile:create": "rule:admin_api"' in out
+
+
+def test_placement_sync_through_the_api(
+    remote_live_api: str, placement: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import requests
+
+    from acceleron.placement.client import PlacementClient
+
+    host = f"compute-{uuid.uuid4().hex[:6]}"
+    PlacementClient(placement).create_provider(str(uuid.uuid4()), host)  # Nova's compute node
+    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"host": host}})
+    body = report.to_bytes(
+        report.HostReport(host, "1", tuple(FakeDriver(conf, Path("/")).discover()))
+    )
+    answer = requests.put(f"{remote_live_api}/v2/hosts/{host}/report", data=body, timeout=30,
+                          headers={"OpenStack-API-Version": "accelerator 2.5",
+                                   "Content-Type": "application/json"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    args = ("--os-url", remote_live_api, "placement", "sync", "--host", host, "-f", "json")
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    # The worker may have published the host already; either way the providers exist now.
+    assert {row["op"] for row in json.loads(out)} <= {"create"}
+    code, out, err = run(capsys, *args, "--dry-run")
+    assert code == 0 and json.loads(out) == [] and "0 change(s) would be made" in err
+
+
+@pytest.mark.parametrize("auth", ["noauth", "keystone"])
+def test_the_banner_says_how_callers_are_authenticated(tmp_path: Path, auth: str) -> None:
+    conf = confmod.load([], config_files=[], overrides={
+        "DEFAULT": {"state_path": str(tmp_path), "auth_strategy": auth, "host": "h"},
+    })  # fmt: skip
+    text = banner(conf, "http://127.0.0.1:6666")  # the CLI's default: nothing to export
+    assert "export" not in text
+    if auth == "keystone":
+        assert text.startswith("Acceleron all-in-one (Keystone: callers need a token)\n")
+        assert "X-Auth-Token" not in text and "with your OS_* credentials set" in text
+    else:
+        assert text.startswith("Acceleron all-in-one (no authentication: every caller is an ")
+        assert "placement   (X-Auth-Token: admin)\n" in text

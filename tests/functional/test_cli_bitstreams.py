@@ -127,6 +127,26 @@ def test_list_show_download_delete(
     assert (code, err.strip()) == (1, f"404: Bitstream '{made['uuid']}' not found.")
 
 
+def test_a_bitstream_by_name(
+    live_api: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    name = f"twice-{uuid.uuid4().hex[:6]}"
+    path = gbs_file(tmp_path, "twice.gbs", AFU)
+    first, second = (as_json(capsys, live_api, "bitstream", "upload", str(path), "--name", name)
+                     for _ in range(2))  # fmt: skip
+    assert run(capsys, live_api, "bitstream", "show", name) == (1, "", (
+        f"Bitstream named {name!r}: 2 match ({first['uuid']}, {second['uuid']}). Give a uuid.\n"
+    ))  # fmt: skip
+    assert run(capsys, live_api, "bitstream", "delete", first["uuid"])[0] == 0
+    assert as_json(capsys, live_api, "bitstream", "show", name)["uuid"] == second["uuid"]
+    code, _, err = run(capsys, live_api, "bitstream", "download", name, "-o", str(tmp_path / "x"))
+    assert code == 0, err
+    assert run(capsys, live_api, "bitstream", "delete", name)[0] == 0
+    assert run(capsys, live_api, "bitstream", "show", name) == (
+        1, "", f"No bitstream named {name!r}.\n"
+    )  # fmt: skip
+
+
 def test_errors_are_one_clear_line(
     live_api: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

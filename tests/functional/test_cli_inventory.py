@@ -20,6 +20,8 @@ from acceleron.api.app import create_app
 from acceleron.cli.inventory import deployable_line
 from acceleron.cli.main import main
 from acceleron.db.session import Database
+from acceleron.report import HostReport
+from acceleron.service import inventory
 from tests.fixtures.server import serve
 from tests.functional.api.test_devices import (
     BITSTREAM,
@@ -32,6 +34,7 @@ from tests.functional.api.test_devices import (
     MDEV0,
     MDEV1,
     QAT,
+    QAT_CARD,
     RT0,
     RT1,
     seed,
@@ -171,9 +174,30 @@ def test_lists_and_filters(live: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert [d["key"] for d in page] == ["region1", "vf_pool"]
 
 
+def test_names_where_uuids_go(live: str, db: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the lists show finds an item, as OSC finds a name: a deployable by its name,
+    a device by its PCI address or HOST_PCI-ADDRESS (its Placement provider's name)."""
+    region1 = f"{HOST_A}_{FPGA}_region1"
+    assert as_json(capsys, live, "deployable", "show", region1)["uuid"] == R1
+    assert output(capsys, live, "deployable", "show", region1).splitlines()[7].endswith("◀")
+    assert output(capsys, live, "device", "show", FPGA, "--tree").splitlines() == FPGA_TREE
+    for name in (QAT, f"{HOST_B}_{QAT}"):
+        assert as_json(capsys, live, "device", "show", name)["uuid"] == uuid_of(HOST_B, QAT)
+    assert as_json(capsys, live, "device", "disable", FPGA)["status"] == "maintaining"
+    assert as_json(capsys, live, "device", "enable", FPGA)["status"] == "enabled"
+    assert run(capsys, live, "device", "show", f"{HOST_A}_{QAT}") == (
+        1, "", f"No device at {QAT} on {HOST_A}.\n"
+    )  # fmt: skip
+    inventory.reconcile(db, HostReport("host-c", "1.0", (QAT_CARD,)))  # the same address
+    assert run(capsys, live, "device", "show", QAT) == (1, "", (
+        f"Device at {QAT} on any host: 2 match ({uuid_of(HOST_B, QAT)} on {HOST_B}, "
+        f"{uuid_of('host-c', QAT)} on host-c). Give a uuid.\n"
+    ))  # fmt: skip
+
+
 def test_errors_are_one_clear_line(live: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, live, "deployable", "show", "nope")
-    assert (code, err.strip()) == (1, "400: uuid: 'nope' is not a UUID.")
+    assert (code, err) == (1, "No deployable named 'nope'.\n")
     code, _, err = run(capsys, live, "deployable", "list", "--kind", "toaster")
     assert code == 1 and "kind: 'toaster' is not one of" in err
     code, _, err = run(capsys, live, "deployable", "list", "--attribute", "afu")

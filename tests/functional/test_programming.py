@@ -219,7 +219,7 @@ def test_the_cli_programs_a_region_and_follows_its_phases(
     GZIP = new_function()
     bitstream = upload(host.url, REGION0_TYPE, GZIP, REGION0_TYPE)
     region = host.region()
-    argv = ["--os-url", host.url, "deployable", "program", region["uuid"], bitstream]
+    argv = ["--os-url", host.url, "deployable", "program", region["name"], bitstream]  # by name
     with host.working():
         code = main([*argv, "-f", "json"])
     out, err = capsys.readouterr()

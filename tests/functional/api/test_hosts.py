@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
 
@@ -82,3 +84,24 @@ def test_values_that_would_not_fit_the_database_are_400s(
         )
         assert response.status_code == 400, (fragment, response.text)
         assert fragment in detail(response)
+
+
+def test_routine_agent_calls_are_logged_at_debug(
+    api: TestClient, conf: cfg.ConfigOpts, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A report that changed nothing and a poll for work that found none come every
+    few seconds from every host: their access lines are not for the INFO log."""
+    caplog.set_level(logging.DEBUG, logger="acceleron.api.access")
+    body = report(conf)
+    for _ in range(2):
+        assert api.put("/v2/hosts/host-1/report", json=body, headers=SERVICE).status_code == 200
+    v2_8 = {**SERVICE, "OpenStack-API-Version": "accelerator 2.8"}
+    claimed = api.post("/v2/hosts/host-1/tasks/claim?wait=0", headers=v2_8)
+    assert claimed.json() == {"tasks": []}
+    lines = [(r.levelno, r.getMessage().split('"')[1])
+             for r in caplog.records if r.name == "acceleron.api.access"]  # fmt: skip
+    assert lines == [
+        (logging.INFO, "PUT /v2/hosts/host-1/report"),
+        (logging.DEBUG, "PUT /v2/hosts/host-1/report"),
+        (logging.DEBUG, "POST /v2/hosts/host-1/tasks/claim?wait=0"),
+    ]
