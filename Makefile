@@ -14,7 +14,7 @@ PORT ?=
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -c requirements.lock -e '.[test]'
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[test]'
 	touch $@
 
 ## Set up and run Acceleron on the embedded default (SQLite in ./data, noauth, 127.0.0.1:6666).
