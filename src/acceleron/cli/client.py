@@ -1,7 +1,6 @@
 """The REST client the CLI commands use: keystoneauth, noauth or Keystone.
 
-keystoneauth is imported when the first request is built, not with this module:
-``acceleron --help`` and the server-side commands do not pay for it.
+keystoneauth is imported by the functions that use it, not with this module.
 """
 
 from __future__ import annotations
