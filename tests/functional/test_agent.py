@@ -97,6 +97,19 @@ def test_agent_once_on_the_command_line(
     assert view is not None and view["devices"] == 5
 
 
+def test_agent_once_with_the_api_down_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keep_logging: None
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n[agent]\napi_endpoint = {down}\n")
+    assert main(["--config-file", str(path), "agent", "--once"]) == 1
+    assert capsys.readouterr().err.endswith(
+        f"Cannot reach Acceleron at {down} (connection refused). Is it running? `make run` "
+        "starts one.\n"
+    )
+
+
 def test_a_report_the_api_refuses_is_logged_and_the_agent_goes_on(
     live_api: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -150,6 +150,12 @@ def test_a_near_miss_suggests_and_runs_nothing(
     )
 
 
+def test_a_group_name_alone_lists_its_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "arq")
+    assert (code, out) == (2, "")
+    assert err.endswith("Did you mean: arq delete, arq list, arq program, arq show?\n")
+
+
 def test_no_suggestion_for_what_resembles_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "xyzzy") == (2, "", "acceleron: 'xyzzy' is not a command. See "
                                            "'acceleron --help'.\n")  # fmt: skip

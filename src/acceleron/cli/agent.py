@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING
 
 from acceleron.cli.base import Command
-from acceleron.cli.client import CommandError
+from acceleron.cli.client import CommandError, connection_failure, unreachable
 from acceleron.cli.server import load_conf
 
 if TYPE_CHECKING:
@@ -100,6 +100,9 @@ class Agent(Command):
         except UnknownHost as error:
             return self.unknown_host(error)
         except ApiUnavailable as error:
+            lost = connection_failure(error)
+            if lost is not None:
+                raise unreachable(agent.client.where, lost) from error
             raise CommandError(f"Report not sent: {error}") from error
         return 0 if sent else 1
 

@@ -93,7 +93,11 @@ class ExactCommandManager(CommandManager):
 
 
 def suggestions(words: list[str], names: list[str]) -> list[str]:
-    """The command names closest to what was typed (compared word count for word count)."""
+    """The command names closest to what was typed (compared word count for word count);
+    a group's commands for the group's name alone ("profile")."""
+    group = sorted(name for name in names if words and name.split()[: len(words)] == words)
+    if group:
+        return group
     scored = []
     for name in names:
         typed = " ".join(words[: len(name.split())])
