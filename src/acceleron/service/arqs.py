@@ -330,10 +330,11 @@ def _same(a: str | None, b: str | None) -> bool:
 
 
 def program_for(
-    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None
+    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None, project: str
 ) -> Bitstream | None:
     """The bitstream to load before binding to ``dep``, or None when none is needed: the
-    group names none, or the region already holds it (spec 000; never reprogrammed)."""
+    group names none, or the region already holds it (spec 000; never reprogrammed).
+    Chosen among what ``project`` (the request's) sees: public bitstreams and its own."""
     accel = {k: v for k, v in group.items() if k.startswith("accel:") and k[6:] in SELECTORS}
     if not accel:
         return None
@@ -342,7 +343,7 @@ def program_for(
         return None  # pre-programmed: nothing to look up
     if store is None:
         raise Conflict("The request names a bitstream but no bitstream store is configured.")
-    bitstream = store.for_request(accel, dep.region_type)
+    bitstream = store.for_request(accel, dep.region_type, project)
     if bitstream is None or _same(bitstream.id, dep.bitstream_id):
         return None
     if any(_same(bitstream.function_uuid, f) for f in held):
@@ -401,7 +402,9 @@ def _prepare(
         arq = arqs[b.arq_uuid]
         group = groups[arq.device_profile_id][arq.device_profile_group_id]
         dep = deployables[b.arq_uuid]
-        prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store)))
+        # A request with no project sees public bitstreams only ("" owns none).
+        project = b.project_id or arq.project_id or ""
+        prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store, project)))
     return prepared
 
 
@@ -705,7 +708,7 @@ def reprogram(
         region = conn.execute(programming.REGION.where(DEPLOYABLES.c.id == arq.deployable_id)).one()
     programming.check_programmable(region)
     accel = {f"accel:{k}": v for k, v in selector.items()}
-    bitstream = store.for_request(accel, region.region_type, arq.project_id)
+    bitstream = store.for_request(accel, region.region_type, arq.project_id or "")
     if bitstream is None:
         raise InvalidInput(f"Name the bitstream: one of {', '.join(SELECTORS)}.")
     with db.writer() as conn:
