@@ -370,9 +370,22 @@ def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[s
     return {row.id: row.groups for row in conn.execute(query)}
 
 
+def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
+    """The requests ``where`` selects, their rows locked until the transaction ends
+    (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
+    anyway): a bind, an unbind, a delete and the reaper of one request take turns, and
+    each reads the state the one before it left."""
+    query = select(ARQS).where(where).order_by(ARQS.c.id).with_for_update()
+    return list(conn.execute(query))
+
+
 def _visible_arqs(
-    conn: Connection, context: RequestContext, uuids: Sequence[str]
+    conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
 ) -> dict[str, Row[Any]]:
+    """The requests named, as the caller sees them (NotFound for any it does not);
+    ``lock``: inside a write transaction, locked first (``_lock``)."""
+    if lock:
+        _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
     found = {
         a.uuid: a for a in conn.execute(_VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)))
     }
@@ -436,6 +449,7 @@ def bind(
     prepared = _prepare(db, context, bindings, store)
     try:
         with db.writer() as conn:
+            prepared = _relock(conn, prepared)
             _claim_instances(conn, prepared)
             resolved = [r for p in prepared for r in _bind_one(conn, p)]
     except IntegrityError as error:  # a concurrent bind of the same instance won
@@ -443,6 +457,16 @@ def bind(
             "Another bind of the same instance is in progress or done; unbind it first."
         ) from error
     return resolved
+
+
+def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
+    """The requests to bind, locked and read again: one deleted (or changed) since they
+    were first read is seen as it is now, not as it was."""
+    rows = {row.id: row for row in _lock(conn, ARQS.c.id.in_([p.arq.id for p in prepared]))}
+    gone = [p.arq.uuid for p in prepared if p.arq.id not in rows]
+    if gone:
+        raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
+    return [dataclasses.replace(p, arq=rows[p.arq.id]) for p in prepared]
 
 
 def _is_retry(p: _Prepared) -> bool:
@@ -645,7 +669,7 @@ def unbind(
     """Unbind ARQs (Nova's PATCH with remove operations): Unbound, handles freed."""
     wanted = _check_uuids(uuids)
     with db.writer() as conn:
-        arqs = _visible_arqs(conn, context, wanted)
+        arqs = _visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Unbinding")
         for arq in arqs.values():
             _release(conn, arq)
@@ -660,7 +684,7 @@ def delete_arqs(
     if not wanted:
         raise InvalidInput("Name at least one accelerator request to delete.")
     with db.writer() as conn:
-        arqs = _visible_arqs(conn, context, wanted)
+        arqs = _visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Deleting")
         _delete(conn, arqs.values())
 
@@ -672,13 +696,15 @@ def delete_for_instance(
     """Delete every ARQ of an instance (idempotent: none left is fine); how many."""
     wanted = _check_uuids([instance], "instance")[0]
     with db.writer() as conn:
-        arqs = list(conn.execute(_VIEW.where(ARQS.c.instance_uuid == wanted, _visible(context))))
+        mine = _lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
+        arqs = list(conn.execute(_VIEW.where(ARQS.c.id.in_([a.id for a in mine]))))
         _check_service(arqs, service_token, "Deleting")
         _delete(conn, arqs)
     return len(arqs)
 
 
 def _delete(conn: Connection, arqs: Iterable[Row[Any]]) -> None:
+    """Delete requests whose rows this transaction locked (``_lock``)."""
     for arq in arqs:
         _release(conn, conn.execute(select(ARQS).where(ARQS.c.id == arq.id)).one())
         conn.execute(delete(ARQS).where(ARQS.c.id == arq.id))
@@ -831,11 +857,7 @@ def reap(db: Database, timeout: float, now: dt.datetime | None = None) -> list[R
     """Fail the binds that outlived ``timeout`` seconds (an agent that never answered)."""
     deadline = (now or utcnow()) - dt.timedelta(seconds=timeout)
     with db.writer() as conn:
-        stale = list(
-            conn.execute(
-                select(ARQS).where(ARQS.c.state == "BindStarted", ARQS.c.bind_started_at < deadline)
-            )
-        )
+        stale = _lock(conn, (ARQS.c.state == "BindStarted") & (ARQS.c.bind_started_at < deadline))
         resolved = [
             r
             for arq in stale
