@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -17,6 +19,7 @@ from acceleron.api.policy import Policy
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
 from acceleron.db.session import Database
+from acceleron.exceptions import InvalidInput
 
 T = TypeVar("T")
 
@@ -77,8 +80,35 @@ class Call:
         return store
 
 
+# A \u escape of a UTF-16 surrogate: the only way a JSON text can name one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+async def _check_characters(request: Request) -> None:
+    """Refuse a JSON body whose strings hold a lone UTF-16 surrogate ("\\ud800"): JSON
+    can write one, but it is no character, and no database or JSON encoder takes it.
+    (A pair of them writes one character beyond U+FFFF, which is fine.)"""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return
+    body = await request.body()  # read and cached already: FastAPI parsed it
+    if not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            "The JSON body holds a lone UTF-16 surrogate (a \\ud800 to \\udfff escape "
+            "without its pair), which is not a character; send text as valid Unicode."
+        ) from None
+    except ValueError:
+        return  # not JSON: FastAPI has answered that already
+
+
 async def _call(request: Request) -> Call:
     state = request.app.state
+    await _check_characters(request)
     return Call(
         request=request,
         context=await state.auth.context(request),

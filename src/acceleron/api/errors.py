@@ -85,6 +85,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_body(status: int, code: str, message: str, request_id: str | None) -> bytes:
+    # A message quoting bad input may hold what JSON cannot encode (a lone surrogate).
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     fault = {
         "faultstring": message,
         "faultcode": "Client" if status < 500 else "Server",

@@ -59,7 +59,7 @@ V2_8 = Version(2, 8)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
-_NUMBER = re.compile(r"(\d+)\.(\d+)")
+_NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})")  # longer is no version of ours
 
 
 class NotAcceptable(Exception):
