@@ -537,7 +537,9 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
             f"no free attach handle on {dep.name}: its inventory in "
             f"Placement and on the host disagree; the next report will fix it",
         )
-    busy = p.program and programming.busy_reason(conn, dep.id, p.program.id, arq.id)
+    busy = p.program and programming.busy_reason(
+        conn, dep.id, p.program.id, arq.id, values.get("project_id", arq.project_id) or ""
+    )
     if busy:
         _move(conn, arq, "BindStarted", **values)
         return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
@@ -591,7 +593,7 @@ def _vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     """End a bind in BindFailed, its handle freed and its tasks cancelled."""
     arq = conn.execute(select(ARQS).where(ARQS.c.id == arq_id)).one()
-    tasks.cancel_for_arq(conn, arq.id)
+    programming.cancel_for_arq(conn, arq.id)
     _free_handle(conn, arq.id)
     _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
     _refresh_deployable(conn, arq.deployable_id)
@@ -619,7 +621,7 @@ def _release(conn: Connection, arq: Row[Any]) -> None:
     the instance released once none of its ARQs stays bound."""
     if arq.state not in BOUND:
         return
-    tasks.cancel_for_arq(conn, arq.id)
+    programming.cancel_for_arq(conn, arq.id)
     handle = _handle_of(conn, arq.id)
     if handle is not None and needs_preparing(handle) and arq.hostname:
         tasks.create(
@@ -739,7 +741,8 @@ def reprogram(
         raise InvalidInput(f"Name the bitstream: one of {', '.join(SELECTORS)}.")
     with db.writer() as conn:
         programming.lock(conn, region.id)
-        busy = programming.busy_reason(conn, region.id, "", arq.id)
+        viewer = None if _privileged(context) else (context.project_id or "")
+        busy = programming.busy_reason(conn, region.id, "", arq.id, viewer)
         if busy:
             raise InUse(f"{region.name} cannot be reprogrammed now: {busy}.")
         programming.queue(conn, region, bitstream, arq.id)
