@@ -194,6 +194,14 @@ AGENT_OPTS: list[cfg.Opt] = [
         help="Also rescan on udev events for PCI and mdev devices (hot plug, VFs, vGPUs), "
         "when pyudev and libudev are available; the periodic scan runs in any case.",
     ),
+    cfg.FloatOpt(
+        "probe_interval",
+        default=1.0,
+        min=0.01,
+        help="While the task runner backs off from an API that did not answer, seconds "
+        "between two cheap checks (GET /v2) of whether it is back: work resumes at the "
+        "first answer instead of after the whole backoff.",
+    ),
     cfg.StrOpt(
         "task_journal",
         default="$state_path/agent-tasks.json",
