@@ -46,6 +46,8 @@ def run(conf: cfg.ConfigOpts, host: str, port: int) -> None:
     started = time.monotonic()
     logs.setup(conf.debug)
     configure(conf, host, port)
+    # The embedded Placement's SQLite file lives there, whatever Acceleron's database is.
+    Path(conf.state_path).mkdir(parents=True, exist_ok=True)
     db = db_session.from_conf(conf)
     migrate.upgrade(db)
     app = create_app(conf, db)
