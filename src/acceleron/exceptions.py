@@ -52,6 +52,10 @@ class DatabaseBusy(AcceleronError):
     """The database could not be written in time; the request may be retried."""
 
 
+class DatabaseUnavailable(AcceleronError):
+    """The database cannot be reached (or lost the connection); retry later."""
+
+
 class ConfigError(AcceleronError):
     """A configuration option holds a value Acceleron cannot use; the message names it."""
 

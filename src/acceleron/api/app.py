@@ -35,6 +35,7 @@ from acceleron.api.middleware import ApiMiddleware
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
+from acceleron.exceptions import AcceleronError
 from acceleron.service import arqs as arq_service
 from acceleron.service import nova
 from acceleron.service.nova import NovaNotifier
@@ -116,7 +117,10 @@ async def reap_binds(app: FastAPI) -> None:
         await asyncio.sleep(conf.reap_interval)
         try:
             resolved = await run_in_threadpool(arq_service.reap, app.state.db, conf.bind_timeout)
-        except Exception:  # a database hiccup must not end the reaper
+        except AcceleronError as error:  # the database is away: the next round tries again
+            LOG.warning("Reaping binds failed: %s", error.message)
+            continue
+        except Exception:  # nothing must end the reaper
             LOG.exception("Reaping binds failed")
             continue
         app.state.nova.notify(resolved)

@@ -47,7 +47,14 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.BitstreamStoreError, 502, "acceleron.bitstream_store_error"),
     (exc.BitstreamCorrupt, 502, "acceleron.bitstream_corrupt"),
     (exc.DatabaseBusy, 503, "acceleron.database_busy"),
+    (exc.DatabaseUnavailable, 503, "acceleron.database_unavailable"),
 ]
+# Seconds a client is told to wait (Retry-After) before trying again, by error.
+RETRY_AFTER: dict[type[exc.AcceleronError], int] = {
+    exc.DatabaseBusy: 1,
+    exc.DatabaseUnavailable: 5,
+    exc.PlacementUnavailable: 5,
+}
 # Errors that come from HTTP itself rather than from the domain.
 HTTP_CODES = {
     400: "acceleron.invalid_input",
@@ -142,10 +149,18 @@ def _describe_validation(errors: Sequence[Any]) -> str:
     return "Invalid request: " + "; ".join(parts) + "."
 
 
+def retry_after(error: exc.AcceleronError) -> dict[str, str] | None:
+    """The Retry-After header for an error worth retrying as it is."""
+    for cls, seconds in RETRY_AFTER.items():
+        if isinstance(error, cls):
+            return {"Retry-After": str(seconds)}
+    return None
+
+
 async def _domain_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, exc.AcceleronError)
     status, code = status_and_code(error)
-    return error_response(status, error.message, code, _request_id(request))
+    return error_response(status, error.message, code, _request_id(request), retry_after(error))
 
 
 async def _validation_error(request: Request, error: Exception) -> Response:
