@@ -257,6 +257,34 @@ BINDING_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+# The reconciler of Placement allocations and accelerator requests (docs/reconciler.md).
+RECONCILER_OPTS: list[cfg.Opt] = [
+    cfg.IntOpt(
+        "interval",
+        default=300,
+        min=0,
+        max=3600,
+        help="Seconds between two passes that look for Placement allocations of "
+        "Acceleron's resources no request holds, and requests holding handles for "
+        "consumers without allocations. 0: no passes (POST /v2/placement/reconcile and "
+        "'acceleron placement reconcile' still run one).",
+    ),
+    cfg.IntOpt(
+        "grace",
+        default=600,
+        min=0,
+        help="Seconds a leak must last, over two passes at least, before it is freed: "
+        "longer than a boot or a claim takes from its allocation to its bind. A leak is "
+        "freed at the latest grace + 2 * interval seconds after it appears.",
+    ),
+    cfg.BoolOpt(
+        "free",
+        default=True,
+        help="Free what the passes find (take Acceleron's part out of the allocation; "
+        "unbind the request). False: only log it, as a warning.",
+    ),
+]
+
 PLACEMENT_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "mode",
@@ -398,6 +426,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("nvidia_gpu", NVIDIA_GPU_OPTS),
     ("placement", PLACEMENT_OPTS),
     ("binding", BINDING_OPTS),
+    ("reconciler", RECONCILER_OPTS),
 ]
 
 

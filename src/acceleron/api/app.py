@@ -68,9 +68,12 @@ def create_app(
                                  daemon=True).start()  # fmt: skip
             service.worker.start()
         app.state.nova.start()
-        reaper = asyncio.create_task(reap_binds(app))
+        workers = [asyncio.create_task(reap_binds(app))]
+        if service is not None and conf.reconciler.interval:
+            workers.append(asyncio.create_task(reconcile(app)))
         yield
-        reaper.cancel()
+        for worker in workers:
+            worker.cancel()
         app.state.nova.stop()
         if service is not None:
             service.worker.stop()
@@ -91,6 +94,7 @@ def create_app(
     app.state.placement = placement
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
+    app.state.reconciler = None  # built on first use: placement_api.reconciler_of
     app.state.stopping = threading.Event()  # set when the server begins to stop
     errors.install(app)
     app.include_router(versions.router)
@@ -124,6 +128,20 @@ async def reap_binds(app: FastAPI) -> None:
             LOG.exception("Reaping binds failed")
             continue
         app.state.nova.notify(resolved)
+
+
+async def reconcile(app: FastAPI) -> None:
+    """A pass of the reconciler every [reconciler] interval seconds (docs/reconciler.md)."""
+    conf = app.state.conf.reconciler
+    while True:
+        await asyncio.sleep(conf.interval)
+        reconciler = placement_api.reconciler_of(app.state)
+        try:
+            await run_in_threadpool(reconciler.run, free=conf.free)
+        except AcceleronError as error:  # Placement or the database away: next round
+            LOG.warning("Reconciling Placement and requests failed: %s", error.message)
+        except Exception:  # nothing must end the reconciler
+            LOG.exception("Reconciling Placement and requests failed")
 
 
 class Server(uvicorn.Server):

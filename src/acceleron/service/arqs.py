@@ -616,9 +616,10 @@ def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
     return conn.execute(query).first()
 
 
-def _release(conn: Connection, arq: Row[Any]) -> None:
+def _release(conn: Connection, arq: Row[Any], reason: str | None = None) -> None:
     """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
-    the instance released once none of its ARQs stays bound."""
+    the instance released once none of its ARQs stays bound; ``reason``: why, shown as
+    the request's failure_reason."""
     if arq.state not in BOUND:
         return
     programming.cancel_for_arq(conn, arq.id)
@@ -643,6 +644,7 @@ def _release(conn: Connection, arq: Row[Any]) -> None:
         bind_started_at=None,
         phase=None,
         progress=None,
+        **({"failure_reason": reason[:4000]} if reason else {}),
     )
     _refresh_deployable(conn, arq.deployable_id)
     still = conn.execute(
@@ -711,6 +713,38 @@ def _delete(conn: Connection, arqs: Iterable[Row[Any]]) -> None:
         _release(conn, conn.execute(select(ARQS).where(ARQS.c.id == arq.id)).one())
         conn.execute(delete(ARQS).where(ARQS.c.id == arq.id))
         LOG.info("Deleted accelerator request %s", arq.uuid)
+
+
+# --- what the reconciler of Placement and requests needs ------------------------------
+
+HOLDING = ("BindStarted", "Bound")  # the states in which a request holds a handle
+
+
+def holding(db: Database) -> dict[str, list[str]]:
+    """The consumers (instances) requests hold handles for, each with those requests."""
+    query = select(ARQS.c.instance_uuid, ARQS.c.uuid).where(
+        ARQS.c.state.in_(HOLDING), ARQS.c.instance_uuid.is_not(None)
+    )
+    found: dict[str, list[str]] = {}
+    with db.reader() as conn:
+        for row in conn.execute(query.order_by(ARQS.c.id)):
+            found.setdefault(row.instance_uuid, []).append(row.uuid)
+    return found
+
+
+@retry_on_deadlock
+def release_orphans(db: Database, consumer: str, uuids: Sequence[str], reason: str) -> list[str]:
+    """Unbind those of ``uuids`` still holding a handle for ``consumer`` (a consumer that
+    holds no allocation any more), ``reason`` recorded; the ones released."""
+    with db.writer() as conn:
+        rows = _lock(
+            conn,
+            ARQS.c.uuid.in_(uuids) & (ARQS.c.instance_uuid == consumer) & ARQS.c.state.in_(HOLDING),
+        )
+        for arq in rows:
+            _release(conn, arq, reason)
+            LOG.warning("Released %s of %s: %s", arq.uuid, consumer, reason)
+    return [arq.uuid for arq in rows]
 
 
 # --- run-time programming ----------------------------------------------------------
