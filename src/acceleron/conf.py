@@ -67,6 +67,32 @@ API_OPTS: list[cfg.Opt] = [
         min=1,
         help="Largest page a list request may ask for with ?limit=.",
     ),
+    cfg.FloatOpt(
+        "client_timeout",
+        default=30.0,
+        min=0.1,
+        help="Seconds a client may keep the API waiting while it sends a request body, or "
+        "while it reads an answer, without a byte moving: then the request is cut (408 "
+        "for a body; the connection closed for an answer), so a stalled client holds "
+        "nothing for longer.",
+    ),
+    cfg.IntOpt(
+        "service_reserve",
+        default=25,
+        min=0,
+        max=90,
+        help="Percent of the threads for database work (one per connection of "
+        "[database] max_pool_size + max_overflow) kept for services: agents and Nova "
+        "(role service, or a service token) get through however many other requests "
+        "wait.",
+    ),
+    cfg.FloatOpt(
+        "queue_timeout",
+        default=10.0,
+        min=0.1,
+        help="Seconds a request waits for a thread for database work before it is "
+        "answered 503 acceleron.overloaded (with Retry-After).",
+    ),
 ]
 
 DATABASE_OPTS: list[cfg.Opt] = [
@@ -139,6 +165,14 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         min=1,
         help="Largest bitstream, in MiB, the API takes in an upload (PUT "
         "/v2/bitstreams/{uuid}/data); a larger one is refused with 413.",
+    ),
+    cfg.IntOpt(
+        "max_uploads_per_project",
+        default=2,
+        min=1,
+        help="Uploads one project may have in progress at once, per API process; one "
+        "more is answered 429 acceleron.over_limit. A stalled upload ends after [api] "
+        "client_timeout seconds without a byte.",
     ),
 ]
 

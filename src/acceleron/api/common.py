@@ -11,10 +11,10 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import Depends, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from acceleron.api import microversion
+from acceleron.api.capacity import Threads, is_service
 from acceleron.api.policy import Policy
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
@@ -44,17 +44,28 @@ class Call:
         On SQLite it runs inline. The API process is the embedded mode's only
         writer (agents report over HTTP), so nothing waits for a lock or a network,
         and under the GIL a thread hand-off would only add cost (it halved create
-        throughput). On PostgreSQL and MariaDB it runs in the thread pool, so the
-        event loop keeps serving while the database answers.
+        throughput). On PostgreSQL and MariaDB it runs on the threads kept for
+        database work (``capacity.DatabaseThreads``: nothing slow ever holds one, and
+        a share waits for agents and Nova), so the event loop keeps serving while the
+        database answers.
         """
         if self.db.backend == "sqlite":
             return fn(self.db, *args)
-        return await run_in_threadpool(fn, self.db, *args)
+        return await self.threads.database(is_service(self.context), fn, self.db, *args)
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(db, *args)`` in the thread pool whatever the backend: for service calls
-        that may wait on another service (Glance, as the bitstream store)."""
-        return await run_in_threadpool(fn, self.db, *args)
+        """``fn(db, *args)`` on the outbound threads whatever the backend: for service
+        calls that may wait on another service (Glance, as the bitstream store)."""
+        return await self.threads.outbound(fn, self.db, *args)
+
+    async def outbound(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the outbound threads: the bitstream store, Placement."""
+        return await self.threads.outbound(fn, *args)
+
+    @property
+    def threads(self) -> Threads:
+        threads: Threads = self.request.app.state.threads
+        return threads
 
     async def run_with_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(db, *args)`` for a service call that looks bitstreams up: inline like

@@ -48,12 +48,16 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.BitstreamCorrupt, 502, "acceleron.bitstream_corrupt"),
     (exc.DatabaseBusy, 503, "acceleron.database_busy"),
     (exc.DatabaseUnavailable, 503, "acceleron.database_unavailable"),
+    (exc.Overloaded, 503, "acceleron.overloaded"),
+    (exc.OverLimit, 429, "acceleron.over_limit"),
 ]
 # Seconds a client is told to wait (Retry-After) before trying again, by error.
 RETRY_AFTER: dict[type[exc.AcceleronError], int] = {
     exc.DatabaseBusy: 1,
     exc.DatabaseUnavailable: 5,
     exc.PlacementUnavailable: 5,
+    exc.Overloaded: 1,
+    exc.OverLimit: 5,
 }
 # Errors that come from HTTP itself rather than from the domain.
 HTTP_CODES = {
@@ -63,6 +67,7 @@ HTTP_CODES = {
     404: "acceleron.not_found",
     405: "acceleron.method_not_allowed",
     406: "acceleron.version_not_acceptable",
+    408: "acceleron.request_timeout",
     413: "acceleron.too_large",
     415: "acceleron.unsupported_media_type",
     500: "acceleron.internal_error",

@@ -9,12 +9,12 @@ nested providers, or see and free the leaks now.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -129,7 +129,7 @@ async def sync(body: Annotated[SyncRequest, Body()], call: CallDep) -> Response:
             return syncer.sync_all(dry_run=body.dry_run)
         return syncer.sync_pending()
 
-    return json_response(_view(await run_in_threadpool(run)))
+    return json_response(_view(await call.outbound(run)))
 
 
 def reconciler_of(state: Any) -> Reconciler:
@@ -169,7 +169,7 @@ async def reconcile(body: Annotated[ReconcileRequest, Body()], call: CallDep) ->
         raise HTTPException(404, "Reconciling needs microversion 2.9 or later.")
     _service(call)
     reconciler = reconciler_of(call.request.app.state)
-    leaks = await run_in_threadpool(reconciler.run, dry_run=body.dry_run)
+    leaks = await call.outbound(functools.partial(reconciler.run, dry_run=body.dry_run))
     return json_response({"leaks": [_leak_view(leak) for leak in leaks]})
 
 
@@ -186,4 +186,4 @@ async def migrate_to_nested(body: Annotated[MigrateRequest, Body()], call: CallD
     def run() -> list[HostSync]:
         return service.syncer().migrate_to_nested(dry_run=body.dry_run)
 
-    return json_response(_view(await run_in_threadpool(run)))
+    return json_response(_view(await call.outbound(run)))
