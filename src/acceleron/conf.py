@@ -270,8 +270,16 @@ KEYSTONEAUTH_SECTIONS: dict[str, dict[str, object]] = {
         "valid_interfaces": ["internal", "public"],
         "timeout": 30,
     },
-    "placement": {"service_type": "placement", "valid_interfaces": ["internal", "public"]},
-    "glance": {"service_type": "image", "valid_interfaces": ["internal", "public"]},
+    "placement": {
+        "service_type": "placement",
+        "valid_interfaces": ["internal", "public"],
+        "timeout": 60,  # no wait without an end (a socket read, not a whole transfer)
+    },
+    "glance": {
+        "service_type": "image",
+        "valid_interfaces": ["internal", "public"],
+        "timeout": 60,
+    },
     "nova": {"service_type": "compute", "valid_interfaces": ["internal", "public"]},
 }
 

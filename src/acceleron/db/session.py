@@ -114,6 +114,8 @@ class Database:
             isolation = "READ COMMITTED" if self.backend in ("mysql", "mariadb") else None
             self.engine = create_engine(
                 self.url,
+                # A server that does not answer is given up on (PyMySQL: 10 s already).
+                connect_args={"connect_timeout": 10} if self.backend == "postgresql" else {},
                 isolation_level=isolation,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
