@@ -52,12 +52,18 @@ class Result:
 
 
 async def exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, request: Request
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    host: str,
+    request: Request,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
     method, path, body = request
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"OpenStack-API-Version: accelerator latest\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"OpenStack-API-Version: accelerator latest\r\n{extra}"
+        f"Content-Length: {len(body)}\r\n\r\n"
     )
     writer.write(head.encode() + body)
     await writer.drain()

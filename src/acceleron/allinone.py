@@ -48,6 +48,8 @@ def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
     logs.setup(conf.debug)
     host, port = sock.getsockname()[:2]
     configure(conf, host, port)
+    # The embedded Placement's SQLite file lives there, whatever Acceleron's database is.
+    Path(conf.state_path).mkdir(parents=True, exist_ok=True)
     db = db_session.from_conf(conf)
     migrate.upgrade(db)
     app = create_app(conf, db)

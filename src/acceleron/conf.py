@@ -67,6 +67,32 @@ API_OPTS: list[cfg.Opt] = [
         min=1,
         help="Largest page a list request may ask for with ?limit=.",
     ),
+    cfg.FloatOpt(
+        "client_timeout",
+        default=30.0,
+        min=0.1,
+        help="Seconds a client may keep the API waiting while it sends a request body, or "
+        "while it reads an answer, without a byte moving: then the request is cut (408 "
+        "for a body; the connection closed for an answer), so a stalled client holds "
+        "nothing for longer.",
+    ),
+    cfg.IntOpt(
+        "service_reserve",
+        default=25,
+        min=0,
+        max=90,
+        help="Percent of the threads for database work (one per connection of "
+        "[database] max_pool_size + max_overflow) kept for services: agents and Nova "
+        "(role service, or a service token) get through however many other requests "
+        "wait.",
+    ),
+    cfg.FloatOpt(
+        "queue_timeout",
+        default=10.0,
+        min=0.1,
+        help="Seconds a request waits for a thread for database work before it is "
+        "answered 503 acceleron.overloaded (with Retry-After).",
+    ),
 ]
 
 DATABASE_OPTS: list[cfg.Opt] = [
@@ -140,6 +166,14 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         help="Largest bitstream, in MiB, the API takes in an upload (PUT "
         "/v2/bitstreams/{uuid}/data); a larger one is refused with 413.",
     ),
+    cfg.IntOpt(
+        "max_uploads_per_project",
+        default=2,
+        min=1,
+        help="Uploads one project may have in progress at once, per API process; one "
+        "more is answered 429 acceleron.over_limit. A stalled upload ends after [api] "
+        "client_timeout seconds without a byte.",
+    ),
 ]
 
 # The drivers (acceleron.drivers); docs/drivers.md explains each one.
@@ -194,6 +228,14 @@ AGENT_OPTS: list[cfg.Opt] = [
         help="Also rescan on udev events for PCI and mdev devices (hot plug, VFs, vGPUs), "
         "when pyudev and libudev are available; the periodic scan runs in any case.",
     ),
+    cfg.FloatOpt(
+        "probe_interval",
+        default=1.0,
+        min=0.01,
+        help="While the task runner backs off from an API that did not answer, seconds "
+        "between two cheap checks (GET /v2) of whether it is back: work resumes at the "
+        "first answer instead of after the whole backoff.",
+    ),
     cfg.StrOpt(
         "task_journal",
         default="$state_path/agent-tasks.json",
@@ -228,8 +270,16 @@ KEYSTONEAUTH_SECTIONS: dict[str, dict[str, object]] = {
         "valid_interfaces": ["internal", "public"],
         "timeout": 30,
     },
-    "placement": {"service_type": "placement", "valid_interfaces": ["internal", "public"]},
-    "glance": {"service_type": "image", "valid_interfaces": ["internal", "public"]},
+    "placement": {
+        "service_type": "placement",
+        "valid_interfaces": ["internal", "public"],
+        "timeout": 60,  # no wait without an end (a socket read, not a whole transfer)
+    },
+    "glance": {
+        "service_type": "image",
+        "valid_interfaces": ["internal", "public"],
+        "timeout": 60,
+    },
     "nova": {"service_type": "compute", "valid_interfaces": ["internal", "public"]},
 }
 
@@ -246,6 +296,34 @@ BINDING_OPTS: list[cfg.Opt] = [
         default=30,
         min=1,
         help="Seconds between two looks for binds that outlived bind_timeout.",
+    ),
+]
+
+# The reconciler of Placement allocations and accelerator requests (docs/reconciler.md).
+RECONCILER_OPTS: list[cfg.Opt] = [
+    cfg.IntOpt(
+        "interval",
+        default=300,
+        min=0,
+        max=3600,
+        help="Seconds between two passes that look for Placement allocations of "
+        "Acceleron's resources no request holds, and requests holding handles for "
+        "consumers without allocations. 0: no passes (POST /v2/placement/reconcile and "
+        "'acceleron placement reconcile' still run one).",
+    ),
+    cfg.IntOpt(
+        "grace",
+        default=600,
+        min=0,
+        help="Seconds a leak must last, over two passes at least, before it is freed: "
+        "longer than a boot or a claim takes from its allocation to its bind. A leak is "
+        "freed at the latest grace + 2 * interval seconds after it appears.",
+    ),
+    cfg.BoolOpt(
+        "free",
+        default=True,
+        help="Free what the passes find (take Acceleron's part out of the allocation; "
+        "unbind the request). False: only log it, as a warning.",
     ),
 ]
 
@@ -390,6 +468,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("nvidia_gpu", NVIDIA_GPU_OPTS),
     ("placement", PLACEMENT_OPTS),
     ("binding", BINDING_OPTS),
+    ("reconciler", RECONCILER_OPTS),
 ]
 
 

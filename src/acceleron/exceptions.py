@@ -52,6 +52,18 @@ class DatabaseBusy(AcceleronError):
     """The database could not be written in time; the request may be retried."""
 
 
+class DatabaseUnavailable(AcceleronError):
+    """The database cannot be reached (or lost the connection); retry later."""
+
+
+class Overloaded(AcceleronError):
+    """No capacity came free in time to serve the request; retry shortly."""
+
+
+class OverLimit(AcceleronError):
+    """The caller's project reached a limit on concurrent work; retry when some ends."""
+
+
 class ConfigError(AcceleronError):
     """A configuration option holds a value Acceleron cannot use; the message names it."""
 

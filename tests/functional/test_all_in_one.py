@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from acceleron.cli.main import main
+from acceleron.db.session import Database
 from acceleron.drivers import gbs
 from tests.fixtures.allinone import LATEST, AllInOne, all_in_one
 
@@ -375,3 +376,15 @@ def test_racing_claims_for_the_last_vfs_never_overbook(aio: AllInOne) -> None:
         claimer(aio).release(consumer)
     usages = placement(aio, f"/resource_providers/{pool['rp_uuid']}/usages")["usages"]
     assert usages == {"CUSTOM_ACCELERATOR_QAT": 0}
+
+
+def test_on_a_database_server_the_data_directory_is_made(db: Database, tmp_path: Path) -> None:
+    """With [database] on PostgreSQL or MariaDB nothing else makes --data-dir, and the
+    embedded Placement keeps its SQLite file there."""
+    if db.backend == "sqlite":
+        pytest.skip("on SQLite, Acceleron's own database file makes the directory")
+    data = tmp_path / "not" / "yet"
+    env = {"OS_DATABASE__CONNECTION": db.url.render_as_string(hide_password=False)}
+    with all_in_one(data, env=env) as server:  # ready: Placement has the host's inventory
+        assert (data / "placement.sqlite").is_file()
+        assert server.stop() == 0

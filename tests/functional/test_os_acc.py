@@ -62,7 +62,8 @@ def test_initialize_without_the_api_is_agent_unavailable(tmp_path: Path) -> None
 
 def test_plug_a_device_profile_with_two_groups_then_unplug(host: Host) -> None:
     function = uuid.uuid4().hex
-    upload(host.url, REGION0_TYPE, function, REGION0_TYPE)
+    tenant = {"X-Roles": "member", "X-Project-Id": "tenant-a"}  # a bitstream the VM's project sees
+    upload(host.url, REGION0_TYPE, function, REGION0_TYPE, headers=tenant)
     fpga = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
             "accel:function_id": function}  # fmt: skip
     name = profile(host.url, [fpga, {"resources:CUSTOM_ACCELERATOR_QAT": "1"}])

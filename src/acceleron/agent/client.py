@@ -52,6 +52,10 @@ class ApiUnavailable(ReportError):
     """The API (or Keystone) is unreachable, timed out or answered 5xx: retry later."""
 
 
+class ApiUnreachable(ApiUnavailable):
+    """No answer at all (connection refused or timed out): ``probe`` tells when it is back."""
+
+
 class ReportRefused(ReportError):
     """The API answered 4xx: a bug in the report or a configuration problem."""
 
@@ -187,6 +191,15 @@ class ReportClient:
         finally:
             response.close()
 
+    def probe(self, timeout: float = 5.0) -> bool:
+        """Whether the API answers again: ``GET /v2``, the version document (no token
+        checked, no database read), the cheapest question it answers."""
+        try:
+            response = self.send("GET", "/v2", timeout=timeout, authenticated=False)
+        except ReportError:
+            return False
+        return bool(response.status_code < 500)
+
     def check(self, response: Any, doing: str) -> None:
         if response.status_code < 300:
             return
@@ -202,7 +215,7 @@ class ReportClient:
             return self._adapter.request(self._root() + path, method, **kwargs)
         except ks_exc.ConnectionError as error:
             where = error_url(error, self.where)
-            raise ApiUnavailable(f"cannot reach {where}: {root_cause(error)}") from error
+            raise ApiUnreachable(f"cannot reach {where}: {root_cause(error)}") from error
         except ks_exc.HttpError as error:  # from Keystone, while authenticating
             if (error.http_status or 500) >= 500:
                 raise ApiUnavailable(f"Keystone answered {error.http_status}: {error}") from error

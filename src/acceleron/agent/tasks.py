@@ -33,7 +33,13 @@ from typing import Any
 
 from oslo_config import cfg
 
-from acceleron.agent.client import ApiUnavailable, ReportClient, ReportError, ReportRefused
+from acceleron.agent.client import (
+    ApiUnavailable,
+    ApiUnreachable,
+    ReportClient,
+    ReportError,
+    ReportRefused,
+)
 from acceleron.agent.loop import backoff_delay
 from acceleron.bitstreams import transfer
 from acceleron.bitstreams.model import Bitstream
@@ -107,6 +113,7 @@ class Settings:
     wait: float = 20.0  # seconds the API holds a claim while there is no work
     backoff_initial: float = 1.0
     backoff_max: float = 60.0
+    probe_interval: float = 1.0  # seconds between two probes of an API that went away
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Settings:
@@ -117,6 +124,7 @@ class Settings:
             wait=conf.agent.task_wait,
             backoff_initial=conf.agent.backoff_initial,
             backoff_max=max(conf.agent.backoff_max, conf.agent.backoff_initial),
+            probe_interval=conf.agent.probe_interval,
         )
 
 
@@ -148,9 +156,9 @@ class TaskRunner:
             except ReportError as error:
                 delay = self._delay(failures)
                 failures += 1
-                LOG.warning("Cannot take tasks (attempt %d): %s. Retrying in %.3g s.",
-                            failures, error, delay)  # fmt: skip
-                self._stopping.wait(delay)
+                LOG.warning("Cannot take tasks (attempt %d): %s. Retrying in %.3g s at the "
+                            "latest.", failures, error, delay)  # fmt: skip
+                self._back_off(delay, error)
                 continue
             failures = 0
             for task in tasks:
@@ -161,6 +169,24 @@ class TaskRunner:
     def _delay(self, attempt: int) -> float:
         s = self.settings
         return backoff_delay(attempt, s.backoff_initial, s.backoff_max, 1.0)
+
+    def _back_off(self, delay: float, error: ReportError) -> None:
+        """Wait ``delay`` seconds before trying again. An API that did not answer at all
+        is probed meanwhile, every ``probe_interval`` seconds: work resumes as soon as
+        it is back, not up to ``backoff_max`` later. (One that answered 5xx is up but
+        failing: probing it would only say it is up.)"""
+        if not isinstance(error, ApiUnreachable):
+            self._stopping.wait(delay)
+            return
+        deadline = time.monotonic() + delay
+        while not self._stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._stopping.wait(min(remaining, self.settings.probe_interval))
+            if not self._stopping.is_set() and self.client.probe():
+                LOG.info("The API answers again: resuming")
+                return
 
     # --- one task -----------------------------------------------------------------
 
@@ -218,8 +244,9 @@ class TaskRunner:
             except ApiUnavailable as error:
                 delay = self._delay(attempt)
                 attempt += 1
-                LOG.warning("Cannot report task %s: %s; retrying in %.3g s", uuid, error, delay)
-                self._stopping.wait(delay)
+                LOG.warning("Cannot report task %s: %s; retrying in %.3g s at the latest",
+                            uuid, error, delay)  # fmt: skip
+                self._back_off(delay, error)
             except ReportError as error:
                 LOG.error("The API refused the end of task %s: %s", uuid, error)
                 return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -31,10 +32,12 @@ from acceleron.api import (
     versions,
 )
 from acceleron.api import placement as placement_api
+from acceleron.api.capacity import Threads, UploadSlots
 from acceleron.api.middleware import ApiMiddleware
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
+from acceleron.exceptions import AcceleronError
 from acceleron.service import arqs as arq_service
 from acceleron.service import nova
 from acceleron.service.nova import NovaNotifier
@@ -67,9 +70,12 @@ def create_app(
                                  daemon=True).start()  # fmt: skip
             service.worker.start()
         app.state.nova.start()
-        reaper = asyncio.create_task(reap_binds(app))
+        workers = [asyncio.create_task(reap_binds(app))]
+        if service is not None and conf.reconciler.interval:
+            workers.append(asyncio.create_task(reconcile(app)))
         yield
-        reaper.cancel()
+        for worker in workers:
+            worker.cancel()
         app.state.nova.stop()
         if service is not None:
             service.worker.stop()
@@ -90,6 +96,9 @@ def create_app(
     app.state.placement = placement
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
+    app.state.reconciler = None  # built on first use: placement_api.reconciler_of
+    app.state.threads = Threads.from_conf(conf)
+    app.state.uploads = UploadSlots(conf.bitstreams.max_uploads_per_project)
     app.state.stopping = threading.Event()  # set when the server begins to stop
     errors.install(app)
     app.include_router(versions.router)
@@ -105,7 +114,7 @@ def create_app(
     app.include_router(tasks.router)
     if placement is not None and placement.mode == "embedded":
         app.mount("/placement", EmbeddedPlacement(placement))
-    app.add_middleware(ApiMiddleware)
+    app.add_middleware(ApiMiddleware, client_timeout=conf.api.client_timeout)
     return app
 
 
@@ -114,12 +123,33 @@ async def reap_binds(app: FastAPI) -> None:
     conf = app.state.conf.binding
     while True:
         await asyncio.sleep(conf.reap_interval)
-        try:
-            resolved = await run_in_threadpool(arq_service.reap, app.state.db, conf.bind_timeout)
-        except Exception:  # a database hiccup must not end the reaper
+        threads: Threads = app.state.threads
+        try:  # on the threads for database work, with the share kept for services
+            resolved = await threads.database(
+                True, arq_service.reap, app.state.db, conf.bind_timeout
+            )
+        except AcceleronError as error:  # the database is away: the next round tries again
+            LOG.warning("Reaping binds failed: %s", error.message)
+            continue
+        except Exception:  # nothing must end the reaper
             LOG.exception("Reaping binds failed")
             continue
         app.state.nova.notify(resolved)
+
+
+async def reconcile(app: FastAPI) -> None:
+    """A pass of the reconciler every [reconciler] interval seconds (docs/reconciler.md)."""
+    conf = app.state.conf.reconciler
+    while True:
+        await asyncio.sleep(conf.interval)
+        reconciler = placement_api.reconciler_of(app.state)
+        try:
+            threads: Threads = app.state.threads
+            await threads.outbound(functools.partial(reconciler.run, free=conf.free))
+        except AcceleronError as error:  # Placement or the database away: next round
+            LOG.warning("Reconciling Placement and requests failed: %s", error.message)
+        except Exception:  # nothing must end the reconciler
+            LOG.exception("Reconciling Placement and requests failed")
 
 
 class Server(uvicorn.Server):

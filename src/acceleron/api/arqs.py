@@ -116,9 +116,14 @@ def _info(arq: Row[Any]) -> dict[str, str]:
 
 
 def _service_token(call: Call) -> bool:
-    """Whether the request may change bound ARQs: always without Keystone."""
-    noauth: bool = call.request.app.state.conf.auth_strategy == "noauth"
-    return noauth or call.context.has_service_token
+    """Whether the request may bind, or change bound ARQs: with Keystone, when the
+    compute service's token came beside the user's; without Keystone, which has no
+    tokens to tell the compute service by, when the caller is an admin or a service
+    (a member may not claim an instance uuid, perhaps another project's, for itself)."""
+    context = call.context
+    noauth = call.request.app.state.conf.auth_strategy == "noauth"
+    privileged = context.is_admin or "service" in context.roles
+    return (noauth and privileged) or context.has_service_token
 
 
 def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:

@@ -21,6 +21,7 @@ LOG = logging.getLogger(__name__)
 
 NOAUTH_ROLES = frozenset({"admin", "member", "reader"})
 NOAUTH_PROJECT = "admin"
+RETRY_AFTER = {"Retry-After": "5"}  # Keystone unreachable: worth trying again soon
 
 
 def _split(value: str | None) -> frozenset[str]:
@@ -78,12 +79,16 @@ class KeystoneAuth:
         except Exception as error:  # Keystone unreachable, bad credentials, ...
             LOG.exception("Token validation failed")
             raise HTTPException(
-                503, f"Cannot validate the token with Keystone right now: {error}"
+                503,
+                f"Cannot validate the token with Keystone right now: {error}",
+                headers=RETRY_AFTER,
             ) from error
         if not wsgi_request.environ.get("acceleron.authenticated"):
             if response.status_int >= 500:  # keystonemiddleware could not reach Keystone
                 raise HTTPException(
-                    503, f"Cannot validate the token with Keystone right now ({response.status})."
+                    503,
+                    f"Cannot validate the token with Keystone right now ({response.status}).",
+                    headers=RETRY_AFTER,
                 )
             raise HTTPException(
                 401,

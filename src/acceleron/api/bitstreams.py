@@ -5,8 +5,10 @@ An upload takes two steps, as with Glance:
 * ``POST`` with the metadata creates the bitstream, status ``queued`` (201);
 * ``PUT /{uuid}/data`` with the bytes (``application/octet-stream``) stores
   them: the bitstream becomes ``active``, with its size and hash (200). The
-  body goes from the request straight into the store, a chunk at a time, and
-  more than ``[bitstreams] max_size_mb`` is refused with 413.
+  body is read on the event loop into a spool file (no thread waits on a slow
+  client; a stalled one is cut after ``[api] client_timeout``), then handed to
+  the store; more than ``[bitstreams] max_size_mb`` is refused with 413, and a
+  project runs ``[bitstreams] max_uploads_per_project`` uploads at once (429).
 
 ``GET /{uuid}/data`` streams the bytes with ``X-Bitstream-Hash: <algo>:<hex>``
 so that the receiver can verify them; they are checked on the way out too, and
@@ -24,13 +26,13 @@ reads files or calls Glance, which blocks, so its calls run in the thread pool.
 from __future__ import annotations
 
 import contextlib
-import io
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO, Literal
 
-import anyio.from_thread
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -38,6 +40,7 @@ from starlette.responses import Response, StreamingResponse
 
 from acceleron import bitstreams
 from acceleron.api import microversion
+from acceleron.api.capacity import UploadSlots
 from acceleron.api.common import Call, CallDep, json_response, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
@@ -45,9 +48,6 @@ from acceleron.bitstreams import Bitstream, NewBitstream
 from acceleron.bitstreams.model import PUBLIC
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.exceptions import Forbidden, InvalidInput
-
-if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
 
 router = APIRouter(prefix="/v2/bitstreams", tags=["bitstreams"], responses=ERROR_RESPONSES)
 
@@ -155,7 +155,7 @@ def _owner(bitstream: Bitstream) -> dict[str, object]:
 
 async def _one(call: Call, ident: str) -> Bitstream:
     """The bitstream, 404 unless the caller sees it."""
-    return await run_in_threadpool(call.bitstreams.get, ident, _scope(call))
+    return await call.outbound(call.bitstreams.get, ident, _scope(call))
 
 
 # --- the upload's body ------------------------------------------------------------------
@@ -178,58 +178,34 @@ def _check_upload(request: Request, limit: int) -> None:
         raise _too_large(limit)
 
 
-class RequestBody(io.RawIOBase):
-    """The request body as a blocking file for the store, which reads it in a worker
-    thread: each read waits for the next chunk from the event loop. Past ``limit``
-    bytes it raises 413, so the store discards what it took."""
-
-    def __init__(self, request: Request, limit: int) -> None:
-        super().__init__()
-        self._chunks = request.stream()
-        self._limit = limit
-        self._received = 0
-        self._taken = 0
-        self._pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:  # HTTP clients ask, to size what is left of the body
-        return self._taken
-
-    def readinto(self, buffer: WriteableBuffer, /) -> int:
-        if not self._pending:
-            self._pending = memoryview(anyio.from_thread.run(self._next))
-        target = memoryview(buffer).cast("B")
-        size = min(len(target), len(self._pending))
-        target[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        self._taken += size
-        return size
-
-    async def _next(self) -> bytes:
-        try:
-            chunk = await anext(self._chunks, b"")
-        except ClientDisconnect as error:
-            raise InvalidInput("The upload broke off before the end of its data.") from error
-        self._received += len(chunk)
-        if self._received > self._limit:
-            raise _too_large(self._limit)
-        return chunk
+async def _spool(request: Request, spool: BinaryIO, limit: int) -> None:
+    """Read the body on the event loop into ``spool``: no thread waits on the client
+    (a stalled one is cut by the middleware after [api] client_timeout, 408); the
+    writes go to a thread a mebibyte at a time. Past ``limit`` bytes, 413."""
+    received = bytearray()
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            received += chunk
+            if len(received) >= CHUNK_SIZE:
+                await run_in_threadpool(spool.write, bytes(received))
+                received.clear()
+    except ClientDisconnect as error:
+        raise InvalidInput("The upload broke off before the end of its data.") from error
+    await run_in_threadpool(spool.write, bytes(received))
+    await run_in_threadpool(spool.flush)
+    spool.seek(0)
 
 
-class Upload(io.BufferedReader):
-    """The buffered body, whose length is the request's Content-Length (0: not given).
-    HTTP clients read it, so the store passes the length on (Glance is sent one too,
-    instead of a chunked body, which not every WSGI server in front of it takes)."""
-
-    def __init__(self, request: Request, limit: int) -> None:
-        super().__init__(RequestBody(request, limit), CHUNK_SIZE)
-        length = request.headers.get("content-length", "")
-        self._length = int(length) if length.isdigit() else 0
-
-    def __len__(self) -> int:
-        return self._length
+def _spool_file(conf: Any) -> BinaryIO:
+    """An anonymous temporary file under ``$state_path/upload-spool`` (gone on close,
+    or with the process)."""
+    where = Path(conf.state_path) / "upload-spool"
+    where.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryFile(dir=where)
 
 
 # --- handlers ---------------------------------------------------------------------------
@@ -240,7 +216,7 @@ async def list_bitstreams(call: CallDep, query: Annotated[BitstreamQuery, Query(
     _needs_2_7(call)
     call.authorize("bitstream:get")
     criteria = bitstreams.Query(**query.model_dump(), status=None, project=_scope(call))
-    found = await run_in_threadpool(call.bitstreams.find, criteria)
+    found = await call.outbound(call.bitstreams.find, criteria)
     return json_response({"bitstreams": [view(b, call.base_url) for b in found]})
 
 
@@ -264,7 +240,7 @@ async def create_bitstream(body: Annotated[BitstreamIn, Body()], call: CallDep) 
     if body.visibility == PUBLIC:
         call.authorize("bitstream:publicize")
     meta = NewBitstream(**body.model_dump(), owner=call.context.project_id)
-    bitstream = await run_in_threadpool(call.bitstreams.create, meta)
+    bitstream = await call.outbound(call.bitstreams.create, meta)
     base = call.base_url
     return json_response(
         view(bitstream, base),
@@ -283,10 +259,13 @@ async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
     _needs_2_7(call)
     bitstream = await _one(call, uuid)
     call.authorize("bitstream:upload", _owner(bitstream))
-    limit = call.request.app.state.conf.bitstreams.max_size_mb * MIB
+    state = call.request.app.state
+    limit = state.conf.bitstreams.max_size_mb * MIB
     _check_upload(call.request, limit)
-    body = Upload(call.request, limit)
-    uploaded = await run_in_threadpool(call.bitstreams.upload_data, bitstream.id, body)
+    slots: UploadSlots = state.uploads
+    with slots.taken(call.context.project_id or ""), _spool_file(state.conf) as spool:
+        await _spool(call.request, spool, limit)
+        uploaded = await call.outbound(call.bitstreams.upload_data, bitstream.id, spool)
     return json_response(view(uploaded, call.base_url))
 
 
@@ -312,13 +291,26 @@ async def download_bitstream_data(uuid: str, call: CallDep) -> Response:
     call.authorize("bitstream:get")
     bitstream = await _one(call, uuid)
     stack = contextlib.ExitStack()
-    chunks = await run_in_threadpool(stack.enter_context, call.bitstreams.stream(bitstream))
+    chunks = await call.outbound(stack.enter_context, call.bitstreams.stream(bitstream))
     headers = {HASH_HEADER: f"{bitstream.hash_algo}:{bitstream.hash_value}"}
     if bitstream.size is not None:
         headers["Content-Length"] = str(bitstream.size)
     return StreamingResponse(
-        chunks, media_type=OCTET_STREAM, headers=headers, background=BackgroundTask(stack.close)
+        _outbound_chunks(call, chunks, stack), media_type=OCTET_STREAM, headers=headers
     )
+
+
+async def _outbound_chunks(
+    call: Call, chunks: Iterator[bytes], stack: contextlib.ExitStack
+) -> AsyncIterator[bytes]:
+    """The store's chunks, each read on an outbound thread (a slow Glance holds none of
+    the default pool's); the store's stream closed however the answer ends (a reader
+    that stalls is cut by the middleware)."""
+    try:
+        while (chunk := await call.outbound(next, chunks, b"")) != b"":
+            yield chunk
+    finally:
+        await call.outbound(stack.close)
 
 
 @router.delete("/{uuid}", status_code=204, summary="Delete a bitstream (2.7)")
@@ -326,5 +318,5 @@ async def delete_bitstream(uuid: str, call: CallDep) -> Response:
     _needs_2_7(call)
     bitstream = await _one(call, uuid)
     call.authorize("bitstream:delete", _owner(bitstream))
-    await run_in_threadpool(call.bitstreams.delete, bitstream.id)
+    await call.outbound(call.bitstreams.delete, bitstream.id)
     return Response(status_code=204)

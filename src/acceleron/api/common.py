@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import Depends, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from acceleron.api import microversion
+from acceleron.api.capacity import Threads, is_service
 from acceleron.api.policy import Policy
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
 from acceleron.db.session import Database
+from acceleron.exceptions import InvalidInput
 
 T = TypeVar("T")
 
@@ -41,17 +44,28 @@ class Call:
         On SQLite it runs inline. The API process is the embedded mode's only
         writer (agents report over HTTP), so nothing waits for a lock or a network,
         and under the GIL a thread hand-off would only add cost (it halved create
-        throughput). On PostgreSQL and MariaDB it runs in the thread pool, so the
-        event loop keeps serving while the database answers.
+        throughput). On PostgreSQL and MariaDB it runs on the threads kept for
+        database work (``capacity.DatabaseThreads``: nothing slow ever holds one, and
+        a share waits for agents and Nova), so the event loop keeps serving while the
+        database answers.
         """
         if self.db.backend == "sqlite":
             return fn(self.db, *args)
-        return await run_in_threadpool(fn, self.db, *args)
+        return await self.threads.database(is_service(self.context), fn, self.db, *args)
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(db, *args)`` in the thread pool whatever the backend: for service calls
-        that may wait on another service (Glance, as the bitstream store)."""
-        return await run_in_threadpool(fn, self.db, *args)
+        """``fn(db, *args)`` on the outbound threads whatever the backend: for service
+        calls that may wait on another service (Glance, as the bitstream store)."""
+        return await self.threads.outbound(fn, self.db, *args)
+
+    async def outbound(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the outbound threads: the bitstream store, Placement."""
+        return await self.threads.outbound(fn, *args)
+
+    @property
+    def threads(self) -> Threads:
+        threads: Threads = self.request.app.state.threads
+        return threads
 
     async def run_with_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(db, *args)`` for a service call that looks bitstreams up: inline like
@@ -77,8 +91,35 @@ class Call:
         return store
 
 
+# A \u escape of a UTF-16 surrogate: the only way a JSON text can name one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+async def _check_characters(request: Request) -> None:
+    """Refuse a JSON body whose strings hold a lone UTF-16 surrogate ("\\ud800"): JSON
+    can write one, but it is no character, and no database or JSON encoder takes it.
+    (A pair of them writes one character beyond U+FFFF, which is fine.)"""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return
+    body = await request.body()  # read and cached already: FastAPI parsed it
+    if not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            "The JSON body holds a lone UTF-16 surrogate (a \\ud800 to \\udfff escape "
+            "without its pair), which is not a character; send text as valid Unicode."
+        ) from None
+    except ValueError:
+        return  # not JSON: FastAPI has answered that already
+
+
 async def _call(request: Request) -> Call:
     state = request.app.state
+    await _check_characters(request)
     return Call(
         request=request,
         context=await state.auth.context(request),

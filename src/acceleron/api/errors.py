@@ -47,7 +47,18 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.BitstreamStoreError, 502, "acceleron.bitstream_store_error"),
     (exc.BitstreamCorrupt, 502, "acceleron.bitstream_corrupt"),
     (exc.DatabaseBusy, 503, "acceleron.database_busy"),
+    (exc.DatabaseUnavailable, 503, "acceleron.database_unavailable"),
+    (exc.Overloaded, 503, "acceleron.overloaded"),
+    (exc.OverLimit, 429, "acceleron.over_limit"),
 ]
+# Seconds a client is told to wait (Retry-After) before trying again, by error.
+RETRY_AFTER: dict[type[exc.AcceleronError], int] = {
+    exc.DatabaseBusy: 1,
+    exc.DatabaseUnavailable: 5,
+    exc.PlacementUnavailable: 5,
+    exc.Overloaded: 1,
+    exc.OverLimit: 5,
+}
 # Errors that come from HTTP itself rather than from the domain.
 HTTP_CODES = {
     400: "acceleron.invalid_input",
@@ -56,6 +67,7 @@ HTTP_CODES = {
     404: "acceleron.not_found",
     405: "acceleron.method_not_allowed",
     406: "acceleron.version_not_acceptable",
+    408: "acceleron.request_timeout",
     413: "acceleron.too_large",
     415: "acceleron.unsupported_media_type",
     500: "acceleron.internal_error",
@@ -85,6 +97,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_body(status: int, code: str, message: str, request_id: str | None) -> bytes:
+    # A message quoting bad input may hold what JSON cannot encode (a lone surrogate).
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     fault = {
         "faultstring": message,
         "faultcode": "Client" if status < 500 else "Server",
@@ -140,10 +154,18 @@ def _describe_validation(errors: Sequence[Any]) -> str:
     return "Invalid request: " + "; ".join(parts) + "."
 
 
+def retry_after(error: exc.AcceleronError) -> dict[str, str] | None:
+    """The Retry-After header for an error worth retrying as it is."""
+    for cls, seconds in RETRY_AFTER.items():
+        if isinstance(error, cls):
+            return {"Retry-After": str(seconds)}
+    return None
+
+
 async def _domain_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, exc.AcceleronError)
     status, code = status_and_code(error)
-    return error_response(status, error.message, code, _request_id(request))
+    return error_response(status, error.message, code, _request_id(request), retry_after(error))
 
 
 async def _validation_error(request: Request, error: Exception) -> Response:

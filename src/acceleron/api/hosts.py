@@ -12,7 +12,6 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -111,7 +110,7 @@ async def report_host(hostname: str, report: HostReport, call: CallDep) -> Respo
     check(report.devices)
     placement: PlacementService | None = call.request.app.state.placement
     if placement is not None:
-        await run_in_threadpool(placement.check_host, hostname)
+        await call.outbound(placement.check_host, hostname)
     outcome = await call.run(inventory.reconcile, report)
     if outcome.changed and placement is not None:
         placement.worker.wake()

@@ -48,6 +48,8 @@ VERSIONS: list[str] = [
     "2.8",  # Accelerator requests show phase, progress and failure_reason; programming
     #         (deployable program and run-time programming of a bound request) is
     #         asynchronous with phases; agent tasks (/v2/hosts/{host}/tasks).
+    "2.9",  # POST /v2/placement/reconcile: allocations no request holds, and requests
+    #         holding handles for consumers without allocations, found and freed.
 ]
 
 V2_2 = Version(2, 2)
@@ -56,10 +58,11 @@ V2_5 = Version(2, 5)
 V2_6 = Version(2, 6)
 V2_7 = Version(2, 7)
 V2_8 = Version(2, 8)
+V2_9 = Version(2, 9)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
-_NUMBER = re.compile(r"(\d+)\.(\d+)")
+_NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})")  # longer is no version of ours
 
 
 class NotAcceptable(Exception):

@@ -1,15 +1,23 @@
-"""The one ASGI middleware: request ids, microversion negotiation, access log.
+"""The one ASGI middleware: request ids, microversion negotiation, stalled clients,
+access log.
 
 Written against raw ASGI (not Starlette's BaseHTTPMiddleware) because it runs
 on every request and must stay cheap.
+
+A client that stops sending its request body, or stops reading the answer, for
+``[api] client_timeout`` seconds is cut off: the body's reader gets 408, and an
+answer being sent is abandoned (the connection closes). Nothing waits on a stalled
+client for longer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,9 +45,45 @@ def is_versioned(path: str) -> bool:
     return path == "/v2" or path.startswith("/v2/")
 
 
+class ClientStalled(Exception):
+    """The client read nothing of the answer for ``[api] client_timeout`` seconds."""
+
+
+def _patient(receive: Receive, send: Send, timeout: float) -> tuple[Receive, Send]:
+    """``receive`` and ``send`` that give up on a client stalled for ``timeout`` seconds:
+    while the request body is still coming, and while each piece of the answer goes."""
+    body_done = False
+
+    async def receive_body() -> Message:
+        nonlocal body_done
+        if body_done:  # only a disconnect may come now: wait for it as long as it takes
+            return await receive()
+        try:
+            message = await asyncio.wait_for(receive(), timeout)
+        except TimeoutError:
+            raise HTTPException(
+                408,
+                f"The request body stalled: nothing came for {timeout:g} s ([api] client_timeout).",
+            ) from None
+        body_done = message["type"] != "http.request" or not message.get("more_body")
+        return message
+
+    async def send_answer(message: Message) -> None:
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        try:
+            await asyncio.wait_for(send(message), timeout)
+        except TimeoutError:
+            raise ClientStalled() from None
+
+    return receive_body, send_answer
+
+
 class ApiMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, client_timeout: float = 30.0) -> None:
         self.app = app
+        self.client_timeout = client_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,6 +91,7 @@ class ApiMiddleware:
             return
         request_id = f"req-{uuid.uuid4()}"
         token = logs.REQUEST_ID.set(request_id)
+        receive, send = _patient(receive, send, self.client_timeout)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         extra = [(b"x-openstack-request-id", request_id.encode())]
@@ -73,6 +118,9 @@ class ApiMiddleware:
                 extra.append((_HEADER_KEY, f"{microversion.SERVICE_TYPE} {version}".encode()))
                 extra.extend(_VERSION_HEADERS)
             await self.app(scope, receive, send_with_headers)
+        except ClientStalled:
+            ACCESS_LOG.warning("The client stopped reading the answer for %g s: cut off",
+                               self.client_timeout)  # fmt: skip
         finally:
             _log_access(scope, status, time.perf_counter() - started)
             logs.REQUEST_ID.reset(token)

@@ -1,18 +1,20 @@
-"""``/v2/placement``: publishing the inventory to Placement, on demand (2.6).
+"""``/v2/placement``: publishing the inventory to Placement, on demand (2.6), and
+reconciling Placement's allocations with the accelerator requests (2.9).
 
 The API keeps Placement in sync by itself (after each changed report and
-periodically); these endpoints let an operator see the plan, force a check, or
-move a cloud from flat to nested providers.
+periodically), and looks for leaks every ``[reconciler] interval`` seconds; these
+endpoints let an operator see the plan, force a check, move a cloud from flat to
+nested providers, or see and free the leaks now.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -21,6 +23,7 @@ from acceleron.api.common import Call, CallDep, json_response
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import Conflict
 from acceleron.service.placement import HostSync, PlacementService
+from acceleron.service.reconciler import Leak, Reconciler
 
 router = APIRouter(prefix="/v2/placement", tags=["placement"], responses=ERROR_RESPONSES)
 
@@ -39,6 +42,33 @@ class MigrateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dry_run: bool = Field(False, description="Show the plan; write nothing.")
+
+
+class ReconcileRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: bool = Field(
+        False, description="Show the leaks and what would be freed; free nothing."
+    )
+
+
+class LeakOut(BaseModel):
+    kind: str = Field(description="allocation (no request holds it) or request (no "
+                      "allocation holds its consumer)")  # fmt: skip
+    consumer: str
+    allocations: dict[str, dict[str, int]] = Field(
+        description="kind allocation: Acceleron's part, provider uuid -> class -> amount."
+    )
+    requests: list[str] = Field(description="kind request: the requests holding handles.")
+    seen_for: float = Field(description="Seconds the passes have seen it without a break.")
+    action: str = Field(
+        description="waiting (not yet [reconciler] grace seconds over two passes), "
+        "would free (dry run), freed, released, reported, or failed: why."
+    )
+
+
+class ReconcileOut(BaseModel):
+    leaks: list[LeakOut]
 
 
 class ActionOut(BaseModel):
@@ -99,7 +129,48 @@ async def sync(body: Annotated[SyncRequest, Body()], call: CallDep) -> Response:
             return syncer.sync_all(dry_run=body.dry_run)
         return syncer.sync_pending()
 
-    return json_response(_view(await run_in_threadpool(run)))
+    return json_response(_view(await call.outbound(run)))
+
+
+def reconciler_of(state: Any) -> Reconciler:
+    """The API's one reconciler (its memory of leaks seen is what ``grace`` counts on),
+    made on first use for ``state.placement``."""
+    if state.reconciler is None:
+        placement: PlacementService = state.placement
+        state.reconciler = Reconciler(
+            state.db, lambda: placement.syncer().client, state.conf.reconciler.grace
+        )
+    found: Reconciler = state.reconciler
+    return found
+
+
+def _leak_view(leak: Leak) -> dict[str, Any]:
+    return {
+        "kind": leak.kind,
+        "consumer": leak.consumer,
+        "allocations": {rp: dict(r) for rp, r in leak.allocations.items()},
+        "requests": list(leak.requests),
+        "seen_for": leak.seen_for,
+        "action": leak.action,
+    }
+
+
+@router.post(
+    "/reconcile",
+    responses={200: {"model": ReconcileOut}},
+    summary="Find and free allocations and requests that no longer explain each other (2.9)",
+    description="Allocations of Acceleron's resources that no request holds, and requests "
+    "holding handles for consumers that hold no allocation (docs/reconciler.md). A leak "
+    "is freed once seen for [reconciler] grace seconds over two passes at least (the "
+    "API's own periodic passes count).",
+)
+async def reconcile(body: Annotated[ReconcileRequest, Body()], call: CallDep) -> Response:
+    if call.version < microversion.V2_9:
+        raise HTTPException(404, "Reconciling needs microversion 2.9 or later.")
+    _service(call)
+    reconciler = reconciler_of(call.request.app.state)
+    leaks = await call.outbound(functools.partial(reconciler.run, dry_run=body.dry_run))
+    return json_response({"leaks": [_leak_view(leak) for leak in leaks]})
 
 
 @router.post(
@@ -115,4 +186,4 @@ async def migrate_to_nested(body: Annotated[MigrateRequest, Body()], call: CallD
     def run() -> list[HostSync]:
         return service.syncer().migrate_to_nested(dry_run=body.dry_run)
 
-    return json_response(_view(await run_in_threadpool(run)))
+    return json_response(_view(await call.outbound(run)))

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -95,29 +96,61 @@ def verified(chunks: Iterable[bytes], bitstream: Bitstream) -> Iterator[bytes]:
 
 
 def write_verified(chunks: Iterable[bytes], dest: Path, bitstream: Bitstream) -> Path:
-    """Write ``chunks`` to ``dest`` if and only if they are the bitstream's bytes."""
+    """Write ``chunks`` to ``dest`` if and only if they are the bitstream's bytes. Its
+    directory may be deleted meanwhile (a cache is anyone's to clear): the bytes still
+    arrive at ``dest``."""
     hasher = hasher_for(bitstream)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
+    part = _part_of(dest)
     try:
-        size = write_hashed(chunks, part, hasher)
-        check(bitstream, size, hasher.hexdigest())
-        os.replace(part, dest)
+        with part.open("x+b") as out:
+            size = _write(chunks, out, hasher)
+            check(bitstream, size, hasher.hexdigest())
+            _put_in_place(out, part, dest)
     finally:
         part.unlink(missing_ok=True)
     return dest
 
 
+def _part_of(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
+
+
+def _put_in_place(out: BinaryIO, part: Path, dest: Path) -> None:
+    """Rename the written ``part`` to ``dest``; if the directory went with ``part``, make
+    it again and copy the bytes from ``out``, still open, into place."""
+    try:
+        os.replace(part, dest)
+        return
+    except FileNotFoundError:
+        LOG.warning("%s vanished while %s was written: making it again", dest.parent, dest.name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    again = _part_of(dest)
+    try:
+        out.seek(0)
+        with again.open("xb") as copy:
+            shutil.copyfileobj(out, copy, CHUNK_SIZE)
+            copy.flush()
+            os.fsync(copy.fileno())
+        os.replace(again, dest)
+    finally:
+        again.unlink(missing_ok=True)
+
+
 def write_hashed(chunks: Iterable[bytes], path: Path, hasher: Hasher) -> int:
     """Write ``chunks`` to a new file at ``path``, feeding ``hasher``; the size written."""
-    size = 0
     with path.open("xb") as out:
-        for chunk in chunks:
-            out.write(chunk)
-            hasher.update(chunk)
-            size += len(chunk)
-        out.flush()
-        os.fsync(out.fileno())
+        return _write(chunks, out, hasher)
+
+
+def _write(chunks: Iterable[bytes], out: BinaryIO, hasher: Hasher) -> int:
+    size = 0
+    for chunk in chunks:
+        out.write(chunk)
+        hasher.update(chunk)
+        size += len(chunk)
+    out.flush()
+    os.fsync(out.fileno())
     return size
 
 

@@ -48,6 +48,7 @@ COMMANDS = {
     "deployable program": "programming:ProgramDeployable",
     "placement sync": "placement:Sync",
     "placement migrate-to-nested": "placement:MigrateToNested",
+    "placement reconcile": "placement:Reconcile",
     "bitstream upload": "bitstreams:UploadBitstream",
     "bitstream list": "bitstreams:ListBitstreams",
     "bitstream show": "bitstreams:ShowBitstream",

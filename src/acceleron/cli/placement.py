@@ -82,3 +82,45 @@ class MigrateToNested(_PlacementCommand):
     """
 
     path = "/v2/placement/migrate-to-nested"
+
+
+class Reconcile(Lister):
+    """Find and free leaked Placement allocations and accelerator requests.
+
+    A leak is an allocation and a request that no longer explain each other
+    (docs/reconciler.md).
+
+    An allocation of Acceleron's resources that no request holds is freed (Acceleron's
+    part of it taken out); a request holding a handle for a consumer that holds no
+    allocation is unbound. Only leaks seen for [reconciler] grace seconds over two
+    passes at least are freed (the API's own periodic passes count): run it with
+    --dry-run first to see them, and what would be freed.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--dry-run", action="store_true", help="Show the leaks; free nothing.")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        body = api_client(self).request(
+            "POST",
+            "/v2/placement/reconcile",
+            json={"dry_run": parsed_args.dry_run},
+            microversion="2.9",
+        )
+        leaks = body["leaks"]
+        verb = "(dry run: nothing freed)" if parsed_args.dry_run else "found"
+        self.app.stderr.write(f"{len(leaks)} leak(s) {verb}.\n")
+        rows = [(leak["kind"], leak["consumer"], _held(leak), leak["seen_for"], leak["action"])
+                for leak in leaks]  # fmt: skip
+        return ("kind", "consumer", "held", "seen for (s)", "action"), rows
+
+
+def _held(leak: dict[str, Any]) -> str:
+    if leak["kind"] == "request":
+        return ", ".join(leak["requests"])
+    return "; ".join(
+        f"{rp}: {', '.join(f'{rc}={n}' for rc, n in sorted(resources.items()))}"
+        for rp, resources in sorted(leak["allocations"].items())
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import random
 import threading
@@ -24,10 +25,13 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
-from acceleron.exceptions import DatabaseBusy
+from acceleron.exceptions import DatabaseBusy, DatabaseUnavailable
+
+LOG = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -110,6 +114,8 @@ class Database:
             isolation = "READ COMMITTED" if self.backend in ("mysql", "mariadb") else None
             self.engine = create_engine(
                 self.url,
+                # A server that does not answer is given up on (PyMySQL: 10 s already).
+                connect_args={"connect_timeout": 10} if self.backend == "postgresql" else {},
                 isolation_level=isolation,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
@@ -128,19 +134,41 @@ class Database:
     @contextlib.contextmanager
     def writer(self) -> Iterator[Connection]:
         """One read-write transaction."""
-        with self._write_lock, self.engine.begin() as connection:
+        with self._write_lock, _outage_as_domain_error(), self.engine.begin() as connection:
             yield connection
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Connection]:
         """One read-only transaction."""
-        with self._read_engine.begin() as connection:
+        with _outage_as_domain_error(), self._read_engine.begin() as connection:
             yield connection
 
     def dispose(self) -> None:
         self.engine.dispose()
         if self._read_engine is not self.engine:
             self._read_engine.dispose()
+
+
+@contextlib.contextmanager
+def _outage_as_domain_error() -> Iterator[None]:
+    """A database that cannot be reached, or that dropped the connection, becomes
+    DatabaseUnavailable; a pool with no connection free in time, DatabaseBusy. (A lost
+    race, deadlock or lock timeout, stays as it is: ``retry_on_deadlock`` runs the
+    operation again.) The details go to the log, not to API clients."""
+    try:
+        yield
+    except sa_exc.TimeoutError as error:
+        LOG.warning("No database connection came free in time: %s", error)
+        raise DatabaseBusy("Every database connection stayed busy; retry shortly.") from error
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+        if is_retryable(error):
+            raise
+        if "database is locked" in str(error.orig):  # SQLite's busy timeout ran out
+            raise DatabaseBusy("The database stayed locked by another writer.") from error
+        LOG.warning("The database is unavailable: %s", error.orig)
+        raise DatabaseUnavailable(
+            "The database is unavailable (unreachable, or it dropped the connection); retry later."
+        ) from error
 
 
 def from_conf(conf: Any) -> Database:
@@ -181,8 +209,13 @@ def retry_on_deadlock(fn: Callable[P, R]) -> Callable[P, R]:
             try:
                 return fn(*args, **kwargs)
             except DBAPIError as error:
-                if attempt == ATTEMPTS - 1 or not is_retryable(error):
+                if not is_retryable(error):
                     raise
+                if attempt == ATTEMPTS - 1:
+                    raise DatabaseBusy(
+                        f"The database chose this request as a deadlock victim {ATTEMPTS} "
+                        f"times; retry shortly."
+                    ) from error
                 time.sleep(random.uniform(0, min(0.5, 0.01 * 2**attempt)))
         raise AssertionError("unreachable")
 

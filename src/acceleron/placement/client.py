@@ -170,6 +170,17 @@ class Candidates:
         return cls(requests_, summaries)
 
 
+@dataclass(frozen=True)
+class Consumer:
+    """A consumer's allocations as Placement has them, and what guards a rewrite."""
+
+    allocations: Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amount
+    generation: int | None
+    project_id: str | None
+    user_id: str | None
+    consumer_type: str | None
+
+
 def _error_detail(response: requests.Response) -> tuple[str, str | None]:
     """Placement's error message and code, from its JSON error body if there is one."""
     try:
@@ -621,7 +632,35 @@ class PlacementClient:
             "consumer_generation": None,
             "consumer_type": consumer_type,
         }
-        doing = f"allocating for {consumer}"
+        self._put_consumer(consumer, body, f"allocating for {consumer}")
+
+    def get_consumer(self, consumer: str) -> Consumer:
+        """The consumer's allocations (none: an empty mapping)."""
+        body = self._get(f"/allocations/{quote(consumer)}",
+                         f"reading the allocations of {consumer}")  # fmt: skip
+        return Consumer(
+            allocations={rp: dict(a["resources"]) for rp, a in body["allocations"].items()},
+            generation=body.get("consumer_generation"),
+            project_id=body.get("project_id"),
+            user_id=body.get("user_id"),
+            consumer_type=body.get("consumer_type"),
+        )
+
+    def replace_allocations(
+        self, consumer: str, read: Consumer, allocations: Mapping[str, Mapping[str, int]]
+    ) -> None:
+        """Write the consumer's allocations anew (empty: none left), unless they changed
+        since ``read``: AllocationConflict then."""
+        body = {
+            "allocations": {rp: {"resources": dict(r)} for rp, r in allocations.items()},
+            "consumer_generation": read.generation,
+            "project_id": read.project_id,
+            "user_id": read.user_id,
+            "consumer_type": read.consumer_type or "INSTANCE",
+        }
+        self._put_consumer(consumer, body, f"rewriting the allocations of {consumer}")
+
+    def _put_consumer(self, consumer: str, body: JSON, doing: str) -> None:
         response = self._send("PUT", f"/allocations/{quote(consumer)}", body, doing)
         if response.status_code == 409:
             detail, code = _error_detail(response)

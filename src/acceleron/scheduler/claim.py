@@ -258,11 +258,18 @@ class Claimer:
         return len(held["arqs"]), dropped
 
     def _undo(self, consumer: str) -> None:
+        """Undo what a claim did, every step whatever the others do: what cannot be
+        undone now is logged, and the API's reconciler frees it later."""
         try:
-            self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
+            response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
+            if response.status_code != 204:
+                raise ClaimFailed(f"cannot delete its requests: {detail(response)}")
+        except ClaimFailed as error:
+            LOG.error("Undoing the claim of %s: %s", consumer, error)
+        try:
             self.placement.delete_allocations(consumer)
-        except (ClaimFailed, PlacementError) as error:
-            LOG.error("Undoing the claim of %s failed: %s", consumer, error)
+        except PlacementError as error:
+            LOG.error("Undoing the claim of %s: %s", consumer, error.message)
 
     # --- HTTP ---------------------------------------------------------------------------
 

@@ -330,10 +330,11 @@ def _same(a: str | None, b: str | None) -> bool:
 
 
 def program_for(
-    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None
+    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None, project: str
 ) -> Bitstream | None:
     """The bitstream to load before binding to ``dep``, or None when none is needed: the
-    group names none, or the region already holds it (spec 000; never reprogrammed)."""
+    group names none, or the region already holds it (spec 000; never reprogrammed).
+    Chosen among what ``project`` (the request's) sees: public bitstreams and its own."""
     accel = {k: v for k, v in group.items() if k.startswith("accel:") and k[6:] in SELECTORS}
     if not accel:
         return None
@@ -342,7 +343,7 @@ def program_for(
         return None  # pre-programmed: nothing to look up
     if store is None:
         raise Conflict("The request names a bitstream but no bitstream store is configured.")
-    bitstream = store.for_request(accel, dep.region_type)
+    bitstream = store.for_request(accel, dep.region_type, project)
     if bitstream is None or _same(bitstream.id, dep.bitstream_id):
         return None
     if any(_same(bitstream.function_uuid, f) for f in held):
@@ -369,9 +370,22 @@ def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[s
     return {row.id: row.groups for row in conn.execute(query)}
 
 
+def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
+    """The requests ``where`` selects, their rows locked until the transaction ends
+    (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
+    anyway): a bind, an unbind, a delete and the reaper of one request take turns, and
+    each reads the state the one before it left."""
+    query = select(ARQS).where(where).order_by(ARQS.c.id).with_for_update()
+    return list(conn.execute(query))
+
+
 def _visible_arqs(
-    conn: Connection, context: RequestContext, uuids: Sequence[str]
+    conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
 ) -> dict[str, Row[Any]]:
+    """The requests named, as the caller sees them (NotFound for any it does not);
+    ``lock``: inside a write transaction, locked first (``_lock``)."""
+    if lock:
+        _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
     found = {
         a.uuid: a for a in conn.execute(_VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)))
     }
@@ -401,7 +415,9 @@ def _prepare(
         arq = arqs[b.arq_uuid]
         group = groups[arq.device_profile_id][arq.device_profile_group_id]
         dep = deployables[b.arq_uuid]
-        prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store)))
+        # A request with no project sees public bitstreams only ("" owns none).
+        project = b.project_id or arq.project_id or ""
+        prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store, project)))
     return prepared
 
 
@@ -433,6 +449,7 @@ def bind(
     prepared = _prepare(db, context, bindings, store)
     try:
         with db.writer() as conn:
+            prepared = _relock(conn, prepared)
             _claim_instances(conn, prepared)
             resolved = [r for p in prepared for r in _bind_one(conn, p)]
     except IntegrityError as error:  # a concurrent bind of the same instance won
@@ -440,6 +457,16 @@ def bind(
             "Another bind of the same instance is in progress or done; unbind it first."
         ) from error
     return resolved
+
+
+def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
+    """The requests to bind, locked and read again: one deleted (or changed) since they
+    were first read is seen as it is now, not as it was."""
+    rows = {row.id: row for row in _lock(conn, ARQS.c.id.in_([p.arq.id for p in prepared]))}
+    gone = [p.arq.uuid for p in prepared if p.arq.id not in rows]
+    if gone:
+        raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
+    return [dataclasses.replace(p, arq=rows[p.arq.id]) for p in prepared]
 
 
 def _is_retry(p: _Prepared) -> bool:
@@ -510,7 +537,9 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
             f"no free attach handle on {dep.name}: its inventory in "
             f"Placement and on the host disagree; the next report will fix it",
         )
-    busy = p.program and programming.busy_reason(conn, dep.id, p.program.id, arq.id)
+    busy = p.program and programming.busy_reason(
+        conn, dep.id, p.program.id, arq.id, values.get("project_id", arq.project_id) or ""
+    )
     if busy:
         _move(conn, arq, "BindStarted", **values)
         return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
@@ -564,7 +593,7 @@ def _vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     """End a bind in BindFailed, its handle freed and its tasks cancelled."""
     arq = conn.execute(select(ARQS).where(ARQS.c.id == arq_id)).one()
-    tasks.cancel_for_arq(conn, arq.id)
+    programming.cancel_for_arq(conn, arq.id)
     _free_handle(conn, arq.id)
     _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
     _refresh_deployable(conn, arq.deployable_id)
@@ -587,12 +616,13 @@ def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
     return conn.execute(query).first()
 
 
-def _release(conn: Connection, arq: Row[Any]) -> None:
+def _release(conn: Connection, arq: Row[Any], reason: str | None = None) -> None:
     """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
-    the instance released once none of its ARQs stays bound."""
+    the instance released once none of its ARQs stays bound; ``reason``: why, shown as
+    the request's failure_reason."""
     if arq.state not in BOUND:
         return
-    tasks.cancel_for_arq(conn, arq.id)
+    programming.cancel_for_arq(conn, arq.id)
     handle = _handle_of(conn, arq.id)
     if handle is not None and needs_preparing(handle) and arq.hostname:
         tasks.create(
@@ -614,6 +644,7 @@ def _release(conn: Connection, arq: Row[Any]) -> None:
         bind_started_at=None,
         phase=None,
         progress=None,
+        **({"failure_reason": reason[:4000]} if reason else {}),
     )
     _refresh_deployable(conn, arq.deployable_id)
     still = conn.execute(
@@ -642,7 +673,7 @@ def unbind(
     """Unbind ARQs (Nova's PATCH with remove operations): Unbound, handles freed."""
     wanted = _check_uuids(uuids)
     with db.writer() as conn:
-        arqs = _visible_arqs(conn, context, wanted)
+        arqs = _visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Unbinding")
         for arq in arqs.values():
             _release(conn, arq)
@@ -657,7 +688,7 @@ def delete_arqs(
     if not wanted:
         raise InvalidInput("Name at least one accelerator request to delete.")
     with db.writer() as conn:
-        arqs = _visible_arqs(conn, context, wanted)
+        arqs = _visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Deleting")
         _delete(conn, arqs.values())
 
@@ -669,17 +700,51 @@ def delete_for_instance(
     """Delete every ARQ of an instance (idempotent: none left is fine); how many."""
     wanted = _check_uuids([instance], "instance")[0]
     with db.writer() as conn:
-        arqs = list(conn.execute(_VIEW.where(ARQS.c.instance_uuid == wanted, _visible(context))))
+        mine = _lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
+        arqs = list(conn.execute(_VIEW.where(ARQS.c.id.in_([a.id for a in mine]))))
         _check_service(arqs, service_token, "Deleting")
         _delete(conn, arqs)
     return len(arqs)
 
 
 def _delete(conn: Connection, arqs: Iterable[Row[Any]]) -> None:
+    """Delete requests whose rows this transaction locked (``_lock``)."""
     for arq in arqs:
         _release(conn, conn.execute(select(ARQS).where(ARQS.c.id == arq.id)).one())
         conn.execute(delete(ARQS).where(ARQS.c.id == arq.id))
         LOG.info("Deleted accelerator request %s", arq.uuid)
+
+
+# --- what the reconciler of Placement and requests needs ------------------------------
+
+HOLDING = ("BindStarted", "Bound")  # the states in which a request holds a handle
+
+
+def holding(db: Database) -> dict[str, list[str]]:
+    """The consumers (instances) requests hold handles for, each with those requests."""
+    query = select(ARQS.c.instance_uuid, ARQS.c.uuid).where(
+        ARQS.c.state.in_(HOLDING), ARQS.c.instance_uuid.is_not(None)
+    )
+    found: dict[str, list[str]] = {}
+    with db.reader() as conn:
+        for row in conn.execute(query.order_by(ARQS.c.id)):
+            found.setdefault(row.instance_uuid, []).append(row.uuid)
+    return found
+
+
+@retry_on_deadlock
+def release_orphans(db: Database, consumer: str, uuids: Sequence[str], reason: str) -> list[str]:
+    """Unbind those of ``uuids`` still holding a handle for ``consumer`` (a consumer that
+    holds no allocation any more), ``reason`` recorded; the ones released."""
+    with db.writer() as conn:
+        rows = _lock(
+            conn,
+            ARQS.c.uuid.in_(uuids) & (ARQS.c.instance_uuid == consumer) & ARQS.c.state.in_(HOLDING),
+        )
+        for arq in rows:
+            _release(conn, arq, reason)
+            LOG.warning("Released %s of %s: %s", arq.uuid, consumer, reason)
+    return [arq.uuid for arq in rows]
 
 
 # --- run-time programming ----------------------------------------------------------
@@ -705,12 +770,13 @@ def reprogram(
         region = conn.execute(programming.REGION.where(DEPLOYABLES.c.id == arq.deployable_id)).one()
     programming.check_programmable(region)
     accel = {f"accel:{k}": v for k, v in selector.items()}
-    bitstream = store.for_request(accel, region.region_type, arq.project_id)
+    bitstream = store.for_request(accel, region.region_type, arq.project_id or "")
     if bitstream is None:
         raise InvalidInput(f"Name the bitstream: one of {', '.join(SELECTORS)}.")
     with db.writer() as conn:
         programming.lock(conn, region.id)
-        busy = programming.busy_reason(conn, region.id, "", arq.id)
+        viewer = None if _privileged(context) else (context.project_id or "")
+        busy = programming.busy_reason(conn, region.id, "", arq.id, viewer)
         if busy:
             raise InUse(f"{region.name} cannot be reprogrammed now: {busy}.")
         programming.queue(conn, region, bitstream, arq.id)
@@ -828,11 +894,7 @@ def reap(db: Database, timeout: float, now: dt.datetime | None = None) -> list[R
     """Fail the binds that outlived ``timeout`` seconds (an agent that never answered)."""
     deadline = (now or utcnow()) - dt.timedelta(seconds=timeout)
     with db.writer() as conn:
-        stale = list(
-            conn.execute(
-                select(ARQS).where(ARQS.c.state == "BindStarted", ARQS.c.bind_started_at < deadline)
-            )
-        )
+        stale = _lock(conn, (ARQS.c.state == "BindStarted") & (ARQS.c.bind_started_at < deadline))
         resolved = [
             r
             for arq in stale

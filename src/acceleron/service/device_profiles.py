@@ -93,8 +93,12 @@ def _standard_traits() -> frozenset[str]:
 
 
 def _check_amount(value: str, where: str) -> str:
-    if not value.isascii() or not value.isdigit() or int(value) < 1:
-        raise InvalidInput(f"{where}: the amount must be a positive integer, not {value!r}.")
+    digits = value.lstrip("0")
+    if not value.isascii() or not value.isdigit() or not digits or len(digits) > 9:
+        raise InvalidInput(
+            f"{where}: the amount must be a positive integer (at most 9 digits), "
+            f"not {value[:64]!r}."
+        )
     return str(int(value))
 
 

@@ -64,28 +64,39 @@ def check_programmable(region: Row[Any]) -> None:
 
 
 def busy_reason(
-    conn: Connection, region_id: int, bitstream_id: str, arq_id: int | None
+    conn: Connection,
+    region_id: int,
+    bitstream_id: str,
+    arq_id: int | None,
+    viewer: str | None = None,
 ) -> str | None:
     """Why ``bitstream_id`` cannot go into the region now, or None.
 
     Requests other than ``arq_id`` holding the region block it, unless they wait for
     the same bitstream (two accelerators of one group bound together); so does a
-    different bitstream on its way in.
+    different bitstream on its way in. The reason is for project ``viewer`` to read
+    (None: an admin): it names only that project's requests and no bitstream.
     """
     programs = list(conn.execute(_OPEN_PROGRAMS, {"dep": region_id}))
     other = [t for t in programs if t.params.get("bitstream", {}).get("id") != bitstream_id]
     if other:
-        return f"another bitstream ({other[0].params['bitstream'].get('id')}) is being programmed"
+        named = f" ({other[0].params['bitstream'].get('id')})" if viewer is None else ""
+        return f"another bitstream{named} is being programmed"
     waiting = {t.arq_id for t in programs}
     holders = conn.execute(
-        select(ARQS.c.id, ARQS.c.uuid)
+        select(ARQS.c.id, ARQS.c.uuid, ARQS.c.project_id)
         .join(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
         .where(HANDLES.c.deployable_id == region_id, ARQS.c.id != (arq_id or -1))
     )
-    blocking = [h.uuid for h in holders if h.id not in waiting]
-    if blocking:
-        return f"accelerator request(s) {', '.join(blocking)} use it with what it holds now"
-    return None
+    blocking = [h for h in holders if h.id not in waiting]
+    if not blocking:
+        return None
+    shown = [h.uuid for h in blocking if viewer is None or h.project_id == viewer]
+    hidden = len(blocking) - len(shown)
+    parts = [f"accelerator request(s) {', '.join(shown)}"] if shown else []
+    if hidden:
+        parts.append(f"{hidden} accelerator request(s) of other projects")
+    return f"{' and '.join(parts)} use it with what it holds now"
 
 
 def queue(
@@ -112,6 +123,28 @@ def queue(
         .values(program_phase="queued", program_progress=0, program_error=None)
     )
     return uuid
+
+
+def cancel_for_arq(conn: Connection, arq_id: int) -> None:
+    """Cancel a request's open tasks (its bind ended or was undone); a region whose
+    programming that stops shows no program phase any more (what it holds is the
+    agent's next report's to say)."""
+    regions = list(
+        conn.execute(
+            select(tasks.TASKS.c.deployable_id).where(
+                tasks.TASKS.c.arq_id == arq_id,
+                tasks.TASKS.c.kind == "program",
+                tasks.TASKS.c.state.in_(tasks.OPEN),
+            )
+        ).scalars()
+    )
+    tasks.cancel_for_arq(conn, arq_id)
+    if regions:
+        conn.execute(
+            update(DEPLOYABLES)
+            .where(DEPLOYABLES.c.id.in_(regions))
+            .values(program_phase=None, program_progress=None)
+        )
 
 
 def lock(conn: Connection, region_id: int) -> None:

@@ -5,6 +5,7 @@ driver that breaks fails its task instead of stopping the agent; the journal sta
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from oslo_config import cfg
 
 from acceleron import conf as confmod
 from acceleron.agent import tasks
-from acceleron.agent.client import ApiUnavailable
+from acceleron.agent.client import ApiUnavailable, ApiUnreachable
 from acceleron.drivers import gbs
 from acceleron.drivers.fake import FakeDriver
 
@@ -110,3 +111,41 @@ def test_the_journal_keeps_the_latest_tasks(tmp_path: Path) -> None:
     assert journal.get("t0") is None and journal.get(f"t{tasks.JOURNAL_KEEP + 19}") is not None
     (tmp_path / "journal.json").write_text("{not json")
     assert journal.get("t1") is None  # an unreadable journal is ignored, with a warning
+
+
+class Outage:
+    """An API that answers nothing until it has been probed ``down`` times; the runner
+    is stopped at its first claim after that."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.calls: list[str] = []
+        self.runner: tasks.TaskRunner | None = None
+
+    def claim_tasks(self, hostname: str, wait: float) -> list[dict[str, Any]]:
+        self.calls.append("claim")
+        if self.calls.count("probe") < self.down:
+            raise ApiUnreachable("cannot reach http://api: Connection refused")
+        assert self.runner is not None
+        self.runner.stop()
+        return []
+
+    def probe(self) -> bool:
+        self.calls.append("probe")
+        return self.calls.count("probe") >= self.down
+
+
+def test_the_runner_probes_an_api_that_went_away_instead_of_sleeping(tmp_path: Path) -> None:
+    """A backoff of a minute is cut short by the first probe that finds the API back."""
+    settings = tasks.Settings(hostname="h", cache_dir=tmp_path, journal=tmp_path / "j.json",
+                              backoff_initial=60, backoff_max=600, probe_interval=0.01)  # fmt: skip
+    api = Outage(down=3)
+    work = tasks.TaskRunner(settings, [], api)  # type: ignore[arg-type]
+    api.runner = work
+    thread = threading.Thread(target=work.run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)  # without probing: a minute at least
+    stopped = not thread.is_alive()
+    work.stop()
+    assert stopped, api.calls
+    assert api.calls == ["claim", "probe", "probe", "probe", "claim"]

@@ -1,0 +1,204 @@
+"""Leaks between Placement and the accelerator requests, against the real Placement
+(in-process) on every database backend: a claim that fails halfway undoes what it can,
+and the reconciler frees what is left, after its grace, and only Acceleron's part."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from keystoneauth1 import adapter, session
+from keystoneauth1.noauth import NoAuth
+from oslo_config import cfg
+from sqlalchemy import select
+
+from acceleron.api.app import create_app
+from acceleron.cli.main import main
+from acceleron.db.models import AttachHandle, Host, table
+from acceleron.db.session import Database
+from acceleron.placement.client import PlacementClient
+from acceleron.scheduler.claim import Claimer, ClaimFailed
+from acceleron.service import arqs, device_profiles
+from acceleron.service.placement import PlacementService, Syncer, options_from_conf
+from acceleron.service.reconciler import Reconciler
+from tests.fixtures.server import serve
+from tests.functional.api.test_arqs import ADMIN, HOST, inventory_of_host
+
+__all__ = ["inventory_of_host"]
+HANDLES, HOSTS = table(AttachHandle), table(Host)
+FPGA = "CUSTOM_ACCELERATOR_FPGA"
+LATEST = {"OpenStack-API-Version": "accelerator latest"}
+
+
+@pytest.fixture
+def published(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, inventory_of_host: Any
+) -> dict[str, Any]:
+    """host-1's inventory in Placement, its compute node with VCPUs as Nova would have it;
+    the region rows and the compute node's uuid."""
+    Syncer(db, lambda: PlacementClient(placement), options_from_conf(conf),
+           create_compute_nodes=True).sync_host(HOST)  # fmt: skip
+    with db.reader() as conn:
+        compute = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == HOST)).scalar()
+    client = PlacementClient(placement)
+    generation, _ = client.get_inventories(compute)
+    body = {"resource_provider_generation": generation,
+            "inventories": {"VCPU": {"total": 16}}}  # fmt: skip
+    response = placement.put(f"/resource_providers/{compute}/inventories", json=body,
+                             microversion="1.39", raise_exc=False)  # fmt: skip
+    assert response.status_code == 200, response.text
+    device_profiles.create(db, name="fpga", groups=[{f"resources:{FPGA}": "1"}])
+    return {"regions": inventory_of_host["regions"], "compute": compute}
+
+
+def allocate(placement: adapter.Adapter, consumer: str, allocations: dict[str, Any]) -> None:
+    PlacementClient(placement).put_allocations(consumer, allocations, project_id="p1",
+                                               user_id="u1")  # fmt: skip
+
+
+def held(placement: adapter.Adapter, consumer: str) -> dict[str, dict[str, int]]:
+    return {
+        rp: dict(r)
+        for rp, r in PlacementClient(placement).get_consumer(consumer).allocations.items()
+    }
+
+
+def bind(db: Database, rp: str, consumer: str) -> str:
+    """A request of profile "fpga" bound to ``rp`` for ``consumer``; its uuid."""
+    arq = arqs.create(db, ADMIN, "fpga")[0].uuid
+    arqs.bind(db, ADMIN, [arqs.Binding(arq, HOST, rp, consumer)])
+    return str(arq)
+
+
+def reconciler(db: Database, placement: adapter.Adapter, grace: float = 0) -> Reconciler:
+    return Reconciler(db, lambda: PlacementClient(placement), grace)
+
+
+def actions(leaks: list[Any]) -> list[tuple[str, str, str]]:
+    return sorted((leak.kind, leak.consumer, leak.action) for leak in leaks)
+
+
+def test_an_allocation_no_request_holds_is_freed_leaving_the_rest(
+    db: Database, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    region, compute = published["regions"][0].rp_uuid, published["compute"]
+    leaked, healthy = str(uuid.uuid4()), str(uuid.uuid4())
+    allocate(placement, leaked, {compute: {"VCPU": 2}, region: {FPGA: 1}})  # a Nova instance
+    allocate(placement, healthy, {region: {FPGA: 1}})
+    bind(db, region, healthy)
+    passes = reconciler(db, placement)
+    first = passes.run()
+    assert actions(first) == [("allocation", leaked, "waiting")]  # seen once: not yet
+    assert dict(first[0].allocations) == {region: {FPGA: 1}}  # only Acceleron's part
+    assert actions(passes.run()) == [("allocation", leaked, "freed")]
+    assert held(placement, leaked) == {compute: {"VCPU": 2}}
+    assert held(placement, healthy) == {region: {FPGA: 1}}
+    assert passes.run() == []
+
+
+def test_a_request_whose_consumer_holds_no_allocation_is_released(
+    db: Database, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    region = published["regions"][0].rp_uuid
+    gone = str(uuid.uuid4())
+    arq = bind(db, region, gone)  # a claim undone halfway: its allocation dropped
+    passes = reconciler(db, placement)
+    assert actions(passes.run()) == [("request", gone, "waiting")]
+    assert actions(passes.run()) == [("request", gone, "released")]
+    released = arqs.get(db, ADMIN, arq)
+    assert released.state == "Unbound" and gone in released.failure_reason
+    with db.reader() as conn:
+        assert conn.execute(select(HANDLES).where(HANDLES.c.arq_id.is_not(None))).first() is None
+    assert passes.run() == []
+
+
+def test_a_leak_waits_out_the_grace_and_a_dry_run_frees_nothing(
+    db: Database, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    region = published["regions"][0].rp_uuid
+    leaked = str(uuid.uuid4())
+    allocate(placement, leaked, {region: {FPGA: 1}})
+    patient = reconciler(db, placement, grace=3600)
+    assert actions(patient.run()) == actions(patient.run()) == [("allocation", leaked, "waiting")]
+    passes = reconciler(db, placement)
+    passes.run()
+    assert actions(passes.run(dry_run=True)) == [("allocation", leaked, "would free")]
+    assert actions(passes.run(free=False)) == [("allocation", leaked, "reported")]
+    assert held(placement, leaked) == {region: {FPGA: 1}}
+    bind(db, region, leaked)  # its request came after all: no leak any more
+    assert passes.run() == []
+    assert held(placement, leaked) == {region: {FPGA: 1}}
+
+
+def test_a_claim_that_fails_halfway_drops_its_allocation(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """The API goes away after Placement allocated: the requests cannot be deleted, but
+    the allocation still is (and nothing is left for the reconciler)."""
+    consumer = str(uuid.uuid4())
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(serve(create_app(conf, db)))
+        claimer = Claimer(api_adapter(url), StopsTheApiAfterAllocating(placement, stack.close))
+        with pytest.raises(ClaimFailed, match="cannot be reached"):
+            claimer.claim("fpga", consumer)
+    assert held(placement, consumer) == {}
+    assert reconciler(db, placement).run() == []
+
+
+class StopsTheApiAfterAllocating(PlacementClient):
+    """The real client; once its allocation is made, ``stop`` takes the API away."""
+
+    def __init__(self, inner: adapter.Adapter, stop: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self._stop = stop
+
+    def put_allocations(self, consumer: str, allocations: Any, **kwargs: Any) -> None:
+        super().put_allocations(consumer, allocations, **kwargs)
+        self._stop()
+
+
+def api_adapter(url: str) -> adapter.Adapter:
+    return adapter.Adapter(
+        session.Session(auth=NoAuth()), service_type="accelerator", endpoint_override=url
+    )
+
+
+def test_the_api_and_the_cli(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    placement: adapter.Adapter,
+    published: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    region = published["regions"][0].rp_uuid
+    leaked = str(uuid.uuid4())
+    allocate(placement, leaked, {region: {FPGA: 1}})
+    conf.set_override("mode", "remote", group="placement")
+    conf.set_override("grace", 0, group="reconciler")
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+    with TestClient(app) as api:
+        older = api.post(
+            "/v2/placement/reconcile", json={}, headers={"OpenStack-API-Version": "accelerator 2.8"}
+        )
+        assert older.status_code == 404
+        member = {**LATEST, "X-Roles": "member", "X-Project-Id": "p1"}
+        assert api.post("/v2/placement/reconcile", json={}, headers=member).status_code == 403
+        first = api.post("/v2/placement/reconcile", json={"dry_run": True}, headers=LATEST)
+        assert first.status_code == 200, first.text
+        assert [
+            (x["kind"], x["consumer"], x["action"], x["allocations"]) for x in first.json()["leaks"]
+        ] == [("allocation", leaked, "waiting", {region: {FPGA: 1}})]
+    with serve(app) as url:
+        assert main(["--os-url", url, "placement", "reconcile", "--dry-run", "-f", "json"]) == 0
+        out, err = capsys.readouterr()
+        assert [row["action"] for row in json.loads(out)] == ["would free"] and "dry run" in err
+        assert main(["--os-url", url, "placement", "reconcile", "-f", "json"]) == 0
+        out, err = capsys.readouterr()
+        assert [row["action"] for row in json.loads(out)] == ["freed"]
+    assert held(placement, leaked) == {}
