@@ -111,7 +111,10 @@ def test_create_errors(api: TestClient, db: Database) -> None:
     device_profiles.update(db, "off", enabled=False)
     for body, status, code in [
         ({}, 400, "acceleron.invalid_input"),
-        ({"device_profile_name": ""}, 400, "acceleron.invalid_input"),
+        ({"device_profile_name": None}, 400, "acceleron.invalid_input"),
+        # An empty name, or one no profile can have, is a profile not found (as upstream).
+        ({"device_profile_name": ""}, 404, "acceleron.not_found"),
+        ({"device_profile_name": "!@#$%^&*()=-[]"}, 404, "acceleron.not_found"),
         ({"device_profile_name": "nope"}, 404, "acceleron.not_found"),
         ({"device_profile_name": "off"}, 409, "acceleron.disabled"),
     ]:
