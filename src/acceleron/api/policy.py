@@ -95,6 +95,10 @@ INVENTORY_RULES = [
           "List attributes, or show a deployable's attributes.", "GET", "/v2/attributes"),
     _rule("attribute:get_one", "rule:admin_or_service", "Show an attribute.",
           "GET", "/v2/attributes/{uuid}"),
+    _rule("attribute:create", "rule:admin_api", "Add an operator's attribute to a deployable.",
+          "POST", "/v2/attributes"),
+    _rule("attribute:delete", "rule:admin_api", "Delete an operator's attribute.",
+          "DELETE", "/v2/attributes/{uuid}"),
 ]  # fmt: skip
 
 

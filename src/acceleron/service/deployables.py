@@ -127,7 +127,7 @@ def _attribute_path(path: list[str], value: str | None) -> ColumnElement[bool]:
     (any value but NULL when ``value`` is None)."""
     level = ATTRIBUTES.alias()
     where = [level.c.deployable_id == DEPLOYABLES.c.id, level.c.parent_id.is_(None),
-             level.c.key == path[0]]  # fmt: skip
+             level.c.key == path[0], attributes.in_effect(level)]  # fmt: skip
     for part in path[1:]:
         child = ATTRIBUTES.alias()
         where += [child.c.parent_id == level.c.id, child.c.key == part]
