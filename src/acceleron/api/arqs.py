@@ -15,7 +15,6 @@ In keystone mode, changing a bound ARQ needs a service token beside the user's.
 
 from __future__ import annotations
 
-import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -26,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, split_list, timestamp
+from acceleron.api.common import Call, CallDep, json_response, same_uuid, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
@@ -212,18 +211,11 @@ async def patch_arq(
 ) -> Response:
     if isinstance(body, list):
         return await _patch({uuid: body}, call)
-    if any(not _same_uuid(key, uuid) for key in body):
+    if any(not same_uuid(key, uuid) for key in body):
         raise InvalidInput(
             f"The body may patch only accelerator request {uuid[:64]}, the one the path names."
         )
     return await _patch(body, call)
-
-
-def _same_uuid(a: str, b: str) -> bool:
-    try:
-        return uuidlib.UUID(a) == uuidlib.UUID(b)
-    except ValueError:
-        return a == b
 
 
 async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
