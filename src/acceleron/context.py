@@ -14,6 +14,10 @@ class RequestContext:
     roles: frozenset[str] = frozenset()
     # Roles of the service token sent beside the user's (X-Service-Token), if any.
     service_roles: frozenset[str] = frozenset()
+    # A token scoped to the whole system ("all") or to a domain rather than a project;
+    # every rule is for project-scoped tokens, so policy refuses these.
+    system_scope: str | None = None
+    domain_id: str | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -31,7 +35,7 @@ class RequestContext:
             "project_id": self.project_id,
             "roles": sorted(self.roles),
             "service_roles": sorted(self.service_roles),
-            "system_scope": None,
-            "domain_id": None,
+            "system_scope": self.system_scope,
+            "domain_id": self.domain_id,
             "is_admin_project": True,
         }

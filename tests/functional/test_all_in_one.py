@@ -385,6 +385,6 @@ def test_on_a_database_server_the_data_directory_is_made(db: Database, tmp_path:
         pytest.skip("on SQLite, Acceleron's own database file makes the directory")
     data = tmp_path / "not" / "yet"
     env = {"OS_DATABASE__CONNECTION": db.url.render_as_string(hide_password=False)}
-    with all_in_one(data, env=env) as server:  # ready: Placement has the host's inventory
+    with all_in_one(data, config=env) as server:  # ready: Placement has the host's inventory
         assert (data / "placement.sqlite").is_file()
         assert server.stop() == 0

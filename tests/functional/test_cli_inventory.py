@@ -198,8 +198,8 @@ def test_names_where_uuids_go(live: str, db: Database, capsys: pytest.CaptureFix
 def test_errors_are_one_clear_line(live: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, live, "deployable", "show", "nope")
     assert (code, err) == (1, "No deployable named 'nope'.\n")
-    code, _, err = run(capsys, live, "deployable", "list", "--kind", "toaster")
-    assert code == 1 and "kind: 'toaster' is not one of" in err
+    code, _, err = run(capsys, live, "deployable", "list", "--marker", "toaster")
+    assert code == 1 and "marker: 'toaster' is not a UUID." in err
     code, _, err = run(capsys, live, "deployable", "list", "--attribute", "afu")
     assert (code, err.strip()) == (1, "--attribute 'afu': expected KEY=VALUE.")
     code, _, err = run(capsys, live, "deployable", "list", "--attribute", "kind=region")

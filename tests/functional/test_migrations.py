@@ -13,7 +13,7 @@ from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.engine import make_url
 
 from acceleron.db import migrate
-from acceleron.db.models import Base, Deployable, Host, table
+from acceleron.db.models import Attribute, Base, Deployable, Host, table
 from acceleron.db.session import Database
 from tests import conftest
 
@@ -117,3 +117,27 @@ def test_0005_fills_function_uuids_and_forgets_digests(fresh_db: Database) -> No
         digests = conn.execute(select(table(Host).c.report_digest)).scalars().all()
     assert [tuple(row) for row in found] == [(1, ["d8424dc4a4a3c413f89e433683f9040b"]), (2, [])]
     assert digests == [None]
+
+
+def test_0006_marks_existing_attributes_as_the_agents(fresh_db: Database) -> None:
+    migrate.upgrade(fresh_db, "0005")
+    created = dt.datetime(2026, 1, 1)
+    with fresh_db.engine.begin() as conn:
+        _insert(conn, "devices", {
+            "id": 1, "uuid": "d", "hostname": "h", "pci_address": "0000:5e:00.0",
+            "type": "FPGA", "vendor": "8086", "vendor_name": "INTEL", "product_id": "09c4",
+            "model": "A10", "driver_name": "fake", "std_board_info": "{}",
+            "vendor_board_info": "{}", "status": "enabled", "state": "present", "health": "ok",
+            "created_at": created,
+        })  # fmt: skip
+        _insert(conn, "deployables", {
+            "id": 1, "uuid": "u1", "device_id": 1, "key": "r1", "name": "n1", "kind": "region",
+            "num_accelerators": 1, "traits": "[]", "driver_name": "fake", "assignable": True,
+            "availability": "available", "programmable": True, "function_uuids": "[]",
+            "created_at": created,
+        })  # fmt: skip
+        _insert(conn, "attributes", {"id": 1, "uuid": "a1", "deployable_id": 1, "key": "afu",
+                                     "value": "gzip", "created_at": created})  # fmt: skip
+    migrate.upgrade(fresh_db)
+    with fresh_db.reader() as conn:
+        assert conn.execute(select(table(Attribute).c.source)).scalars().all() == ["agent"]

@@ -141,6 +141,11 @@ def test_the_admin_program_api_is_asynchronous_and_refuses_a_region_in_use(
     assert response.status_code == 202 and response.json()["program_phase"] == "queued"
     again = call(host.url, "PATCH", path, json=body)
     assert again.status_code == 409 and "being programmed" in again.text
+    # openstacksdk's path repeats the uuid: the same call; another uuid there is no path.
+    sdk_path = f"{path}/{region['uuid'].upper()}"
+    assert "being programmed" in call(host.url, "PATCH", sdk_path, json=body).text
+    other = call(host.url, "PATCH", f"{path}/{host.vgpu()['uuid']}", json=body)
+    assert other.status_code == 404 and "the two uuids differ" in other.text
     member = {"X-Roles": "member", "X-Project-Id": "p1"}
     assert call(host.url, "PATCH", path, json=body, headers=member).status_code == 403
     host.run_tasks(lambda: host.region()["function_uuid"] == GZIP)

@@ -5,7 +5,8 @@ The shapes Nova's client expects, request by request (nova-contract.md):
 * POST ``{device_profile_name}`` -> 201 ``{"arqs": [...]}``, one ARQ per accelerator,
   ``device_profile_group_id`` the index of its group in the profile;
 * PATCH ``{arq_uuid: [{"op": "add", "path": "/hostname", "value": ...}, ...]}`` binds
-  (``remove`` operations unbind) -> 202;
+  (``remove`` operations unbind) -> 202; the same on ``/{uuid}`` for one request (what
+  openstacksdk, the openstack CLI and python-cyborgclient send);
 * GET ``?instance=&bind_state=resolved`` -> 423 while any of them is being bound;
 * DELETE ``?arqs=u1,u2`` or ``?instance=U`` (idempotent) -> 204.
 
@@ -24,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, split_list, timestamp
+from acceleron.api.common import Call, CallDep, json_response, same_uuid, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
@@ -199,8 +200,33 @@ def _binding(uuid: str, ops: list[PatchOp], call: Call) -> service.Binding:
 
 @router.patch("", status_code=202, summary="Bind or unbind accelerator requests")
 async def patch_arqs(body: Annotated[Patch, Body()], call: CallDep) -> Response:
+    return await _patch(body.root, call)
+
+
+@router.patch(
+    "/{uuid}",
+    status_code=202,
+    summary="Bind or unbind one accelerator request",
+    description="The collection PATCH for one request, as openstacksdk, the openstack CLI "
+    "and python-cyborgclient send it: the body maps this request's uuid to its "
+    "operations (or is the list of operations itself). Same rules, same answer.",
+)
+async def patch_arq(
+    uuid: str, body: Annotated[dict[str, list[PatchOp]] | list[PatchOp], Body()], call: CallDep
+) -> Response:
+    if isinstance(body, list):
+        return await _patch({uuid: body}, call)
+    if any(not same_uuid(key, uuid) for key in body):
+        raise InvalidInput(
+            f"The body may patch only accelerator request {uuid[:64]}, the one the path names."
+        )
+    return await _patch(body, call)
+
+
+async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
+    """Bind (add operations) or unbind (remove operations) the requests ``patch`` names."""
     call.authorize("arq:update")
-    work = _bindings(body.root, call)
+    work = _bindings(patch, call)
     if work and isinstance(work[0], service.Binding):
         if not _service_token(call):
             raise Forbidden(

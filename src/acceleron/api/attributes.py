@@ -1,18 +1,22 @@
-"""``/v2/attributes``: deployables' attributes one row at a time, read only (upstream's shapes).
+"""``/v2/attributes``: deployables' attributes one row at a time (upstream's shapes).
 
 * GET one returns the attribute unwrapped; the list ``{"attributes": [...]}``,
   filtered on ``deployable_id`` (upstream's integer id), ``deployable_uuid`` and
   ``key`` in the database, sorted and paged as every inventory list;
 * every level of nesting is a row: a parent attribute has no value, and from 2.5
-  each row shows its ``deployable_uuid`` and ``parent_uuid``.
+  each row shows its ``deployable_uuid`` and ``parent_uuid``;
+* POST ``{deployable_id, key, value}`` (bare, as upstream, or wrapped in
+  ``attribute`` as openstacksdk sends it) adds an operator's attribute -> 201, the
+  attribute unwrapped; DELETE ``/{uuid}`` removes one -> 204. Agents' attributes
+  belong to their reports (service/attributes.py says how the two live together).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import Row
 from starlette.responses import Response
 
@@ -21,6 +25,7 @@ from acceleron.api.common import CallDep, json_response, timestamp
 from acceleron.api.devices import PageQuery, page_body, sort_key_field
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
+from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as service
 
 PATH = "/v2/attributes"
@@ -46,6 +51,26 @@ class AttributeOut(BaseModel):
     links: list[Link]
     deployable_uuid: str | None = Field(None, description="From 2.5.")
     parent_uuid: str | None = Field(None, description="From 2.5. The parent attribute's.")
+
+
+class AttributeCreate(BaseModel):
+    """Upstream's body; openstacksdk wraps it in ``{"attribute": ...}``, taken as well."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deployable_id: int | str | None = Field(
+        None, description="The deployable: its integer id (as upstream) or its uuid."
+    )
+    deployable_uuid: str | None = Field(None, description="The deployable's uuid.")
+    key: str = Field(max_length=255, description="Top-level; not one the deployable has.")
+    value: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def unwrap(cls, data: Any) -> Any:
+        if isinstance(data, dict) and list(data) == ["attribute"]:
+            return data["attribute"]
+        return data
 
 
 class AttributeList(BaseModel):
@@ -87,3 +112,25 @@ async def show_attribute(uuid: str, call: CallDep) -> Response:
     call.authorize("attribute:get_one")
     attribute = await call.run(service.get, uuid)
     return json_response(view(attribute, call.version, call.base_url))
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={201: {"model": AttributeOut}},
+    summary="Add an operator's attribute to a deployable",
+)
+async def create_attribute(body: Annotated[AttributeCreate, Body()], call: CallDep) -> Response:
+    call.authorize("attribute:create")
+    named = [d for d in (body.deployable_id, body.deployable_uuid) if d is not None]
+    if len(named) != 1:
+        raise InvalidInput("Name the deployable once: deployable_id or deployable_uuid.")
+    created = await call.run(service.create, named[0], body.key, body.value)
+    return json_response(view(created, call.version, call.base_url), 201)
+
+
+@router.delete("/{uuid}", status_code=204, summary="Delete an operator's attribute")
+async def delete_attribute(uuid: str, call: CallDep) -> Response:
+    call.authorize("attribute:delete")
+    await call.run(service.delete_attribute, uuid)
+    return Response(status_code=204)

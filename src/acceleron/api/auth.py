@@ -112,6 +112,8 @@ class KeystoneAuth:
             project_id=env.get("HTTP_X_PROJECT_ID"),
             roles=_split(env.get("HTTP_X_ROLES")),
             service_roles=_split(env.get("HTTP_X_SERVICE_ROLES")),
+            system_scope=env.get("HTTP_OPENSTACK_SYSTEM_SCOPE") or None,
+            domain_id=env.get("HTTP_X_DOMAIN_ID") or None,
         )
 
 

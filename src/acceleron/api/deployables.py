@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import Call, CallDep, json_response, same_uuid, timestamp
 from acceleron.api.devices import PageQuery, page_body, sort_key_field
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
@@ -298,6 +298,25 @@ async def program_deployable(
     image = body[0].value[0].image_uuid
     await call.run_with_store(programming.program_deployable, uuid, image, call.bitstreams)
     return json_response(await _show(call, uuid), 202)
+
+
+@router.patch(
+    "/{uuid}/program/{again}",
+    status_code=202,
+    responses={202: {"model": DeployableOut}},
+    summary="Program a region: the path openstacksdk's patch_deployable sends",
+    description="The same as PATCH /v2/deployables/{uuid}/program; openstacksdk (and so "
+    "the openstack CLI's deployable program) appends the uuid once more.",
+)
+async def program_deployable_sdk(
+    uuid: str,
+    again: str,
+    body: Annotated[list[ProgramOp], Body(min_length=1, max_length=1)],
+    call: CallDep,
+) -> Response:
+    if not same_uuid(uuid, again):
+        raise HTTPException(404, f"No such path: the two uuids differ ({again[:64]}).")
+    return await program_deployable(uuid, body, call)
 
 
 @spec003_router.get(

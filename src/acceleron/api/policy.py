@@ -1,9 +1,21 @@
 """RBAC rules, defined in code and overridable by a policy file (oslo.policy).
 
-Defaults are secure: only admins change shared objects (device profiles);
-readers and members of any project may list and show them. The file named by
-``[oslo_policy] policy_file`` overrides any rule; ``acceleron policy defaults``
-prints them all.
+The defaults give upstream's personas under its new defaults (Keystone's default
+roles, where admin implies manager, manager member and member reader):
+
+* a project **reader** reads its project's requests and bitstreams, and profiles;
+* a project **member** also creates, binds and deletes its project's requests and
+  bitstreams;
+* a project **manager** also reads the hardware inventory;
+* **admin** does everything; the **service** role (Nova, agents, os_acc) works with
+  requests, reads the inventory and reports hosts;
+* every rule is for project-scoped tokens: a system- or domain-scoped token is
+  refused, whatever its roles.
+
+Where a rule differs from upstream's it says why (docs/api/compatibility.md lists
+them). No rule has a deprecated older default, so ``[oslo_policy]
+enforce_new_defaults`` changes nothing. The file named by ``[oslo_policy]
+policy_file`` overrides any rule; ``acceleron policy defaults`` prints them all.
 """
 
 from __future__ import annotations
@@ -16,27 +28,41 @@ from oslo_policy import policy
 from acceleron.context import RequestContext
 from acceleron.exceptions import Forbidden
 
-ADMIN = "role:admin"
-READER = "role:reader or role:member or role:admin"
-ADMIN_OR_SERVICE = "role:admin or role:service"
-MEMBER_OR_SERVICE = "role:member or role:admin or role:service"
+# The roles that make a persona, each with those it implies in Keystone, spelled out
+# so that the rules hold where the implications were not set up.
+READER_ROLES = "role:reader or role:member or role:manager or role:admin"
+MEMBER_ROLES = "role:member or role:manager or role:admin"
+MANAGER_ROLES = "role:manager or role:admin"
+IN_PROJECT = "project_id:%(project_id)s"
 
 BASE_RULES = [
-    policy.RuleDefault("admin_api", ADMIN, description="An administrator of the cloud."),
-    policy.RuleDefault(
-        "reader_api", READER, description="Anyone with at least the reader role in a project."
-    ),
-    policy.RuleDefault(
-        "member_or_service",
-        MEMBER_OR_SERVICE,
-        description="A member of a project, or a service acting for one (Nova).",
-    ),
-    policy.RuleDefault(
-        "admin_or_service",
-        ADMIN_OR_SERVICE,
-        description="An administrator, or a service (agents, the compute service).",
-    ),
-]
+    policy.RuleDefault("admin_api", "role:admin", description="An administrator of the cloud."),
+    policy.RuleDefault("project_reader_api", f"({READER_ROLES}) and {IN_PROJECT}",
+                       description="A reader (or more) of the project."),
+    policy.RuleDefault("project_member_api", f"({MEMBER_ROLES}) and {IN_PROJECT}",
+                       description="A member (or more) of the project."),
+    policy.RuleDefault("project_manager_api", f"({MANAGER_ROLES}) and {IN_PROJECT}",
+                       description="A manager (or admin) of the project."),
+    policy.RuleDefault("service_api", "role:service",
+                       description="A service: Nova, the agents, os_acc."),
+    policy.RuleDefault("project_reader_or_admin", "rule:project_reader_api or rule:admin_api",
+                       description="A reader of the project, or an administrator."),
+    policy.RuleDefault("project_member_or_admin", "rule:project_member_api or rule:admin_api",
+                       description="A member of the project, or an administrator."),
+    policy.RuleDefault("project_manager_or_admin", "rule:project_manager_api or rule:admin_api",
+                       description="A manager of the project, or an administrator."),
+    policy.RuleDefault("project_member_or_service",
+                       "rule:project_member_api or rule:service_api",
+                       description="A member of the project, or a service acting for one."),
+    policy.RuleDefault("admin_or_service", "rule:admin_api or rule:service_api",
+                       description="An administrator, or a service (agents, Nova)."),
+]  # fmt: skip
+
+# Readers of a kind of object, and the services that read it too (unlike upstream,
+# which lets no service-only user read: the agents, os_acc and Nova's weigher read
+# with their own service credentials).
+READERS = "rule:project_reader_or_admin or rule:service_api"
+INVENTORY_READERS = "rule:project_manager_or_admin or rule:service_api"
 
 
 def _rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
@@ -50,9 +76,10 @@ def _rule(name: str, check: str, description: str, method: str, path: str) -> po
 
 
 DEVICE_PROFILE_RULES = [
-    _rule("device_profile:get_all", "rule:reader_api", "List device profiles.",
+    _rule("device_profile:get_all", READERS,
+          "List device profiles (every project's readers see every profile).",
           "GET", "/v2/device_profiles"),
-    _rule("device_profile:get_one", "rule:reader_api", "Show a device profile.",
+    _rule("device_profile:get_one", READERS, "Show a device profile.",
           "GET", "/v2/device_profiles/{uuid}"),
     _rule("device_profile:create", "rule:admin_api", "Create a device profile.",
           "POST", "/v2/device_profiles"),
@@ -72,48 +99,55 @@ HOST_RULES = [
 ]  # fmt: skip
 
 
-# The hardware inventory is not for tenants (upstream bug #2143263 let anyone read it).
-# The spec 003 paths (/accelerators/deployable/...) use the deployable and attribute rules.
+# The hardware inventory is for managers, admins and services, not for every tenant
+# (upstream bug #2143263 let anyone read it). The spec 003 paths
+# (/accelerators/deployable/...) use the deployable and attribute rules.
 INVENTORY_RULES = [
-    _rule("device:get_all", "rule:admin_or_service", "List devices.",
+    _rule("device:get_all", INVENTORY_READERS, "List devices.",
           "GET", "/v2/devices"),
-    _rule("device:get_one", "rule:admin_or_service", "Show a device.",
+    _rule("device:get_one", INVENTORY_READERS, "Show a device.",
           "GET", "/v2/devices/{uuid}"),
     _rule("device:enable", "rule:admin_api", "Put a device back in service.",
           "POST", "/v2/devices/{uuid}/enable"),
     _rule("device:disable", "rule:admin_api",
           "Take a device out of service (its inventory is reserved in Placement).",
           "POST", "/v2/devices/{uuid}/disable"),
-    _rule("deployable:get_all", "rule:admin_or_service", "List deployables.",
+    _rule("deployable:get_all", INVENTORY_READERS, "List deployables.",
           "GET", "/v2/deployables"),
-    _rule("deployable:get_one", "rule:admin_or_service", "Show a deployable.",
+    _rule("deployable:get_one", INVENTORY_READERS, "Show a deployable.",
           "GET", "/v2/deployables/{uuid}"),
     _rule("deployable:program", "rule:admin_api",
           "Program a region nothing uses with a bitstream (asynchronous).",
           "PATCH", "/v2/deployables/{uuid}/program"),
-    _rule("attribute:get_all", "rule:admin_or_service",
+    _rule("attribute:get_all", INVENTORY_READERS,
           "List attributes, or show a deployable's attributes.", "GET", "/v2/attributes"),
-    _rule("attribute:get_one", "rule:admin_or_service", "Show an attribute.",
+    _rule("attribute:get_one", INVENTORY_READERS, "Show an attribute.",
           "GET", "/v2/attributes/{uuid}"),
+    _rule("attribute:create", "rule:admin_api", "Add an operator's attribute to a deployable.",
+          "POST", "/v2/attributes"),
+    _rule("attribute:delete", "rule:admin_api", "Delete an operator's attribute.",
+          "DELETE", "/v2/attributes/{uuid}"),
 ]  # fmt: skip
 
 
+# Who may reach which project's requests is decided in the service layer: a project's
+# own, every project's for admins and services.
 ARQ_RULES = [
-    _rule("arq:get_all", "rule:reader_api or role:service",
+    _rule("arq:get_all", READERS,
           "List accelerator requests (a project's own; admins and services: all).",
           "GET", "/v2/accelerator_requests"),
-    _rule("arq:get_one", "rule:reader_api or role:service", "Show an accelerator request.",
+    _rule("arq:get_one", READERS, "Show an accelerator request.",
           "GET", "/v2/accelerator_requests/{uuid}"),
-    _rule("arq:create", "rule:member_or_service",
+    _rule("arq:create", "rule:project_member_or_service",
           "Create accelerator requests from a device profile.",
           "POST", "/v2/accelerator_requests"),
-    _rule("arq:update", "rule:member_or_service",
-          "Bind or unbind accelerator requests (bound ones: with a service token).",
+    _rule("arq:update", "rule:project_member_or_service",
+          "Bind or unbind accelerator requests (with a service token beside the user's).",
           "PATCH", "/v2/accelerator_requests"),
-    _rule("arq:program", "rule:member_or_service",
+    _rule("arq:program", "rule:project_member_or_service",
           "Reprogram the region of a bound accelerator request (its project's; 2.8).",
           "POST", "/v2/accelerator_requests/{uuid}/program"),
-    _rule("arq:delete", "rule:member_or_service",
+    _rule("arq:delete", "rule:project_member_or_service",
           "Delete accelerator requests (bound ones: with a service token).",
           "DELETE", "/v2/accelerator_requests"),
 ]  # fmt: skip
@@ -135,24 +169,25 @@ PLACEMENT_RULES = [
 # A bitstream belongs to the project that created it and is private unless an admin
 # makes it public. Readers see public ones and their project's; admins and services
 # see all (agents program them, whichever project's they are). Only a member of the
-# owning project, or an admin, uploads its data or deletes it.
-OWNER_MEMBER_OR_ADMIN = "rule:admin_api or (role:member and project_id:%(project_id)s)"
+# owning project (the target's project_id), or an admin, uploads its data or deletes it.
 BITSTREAM_RULES = [
-    _rule("bitstream:get", "rule:reader_api or role:service",
+    _rule("bitstream:get", READERS,
           "List, show and download bitstreams (public ones and the caller's project's).",
           "GET", "/v2/bitstreams/{uuid}/data"),
     _rule("bitstream:get_all_projects", "rule:admin_or_service",
           "See every project's bitstreams, private ones included.",
           "GET", "/v2/bitstreams"),
-    _rule("bitstream:create", "role:member or role:admin",
+    _rule("bitstream:create", "rule:project_member_or_admin",
           "Create a bitstream, owned by the caller's project.",
           "POST", "/v2/bitstreams"),
     _rule("bitstream:publicize", "rule:admin_api",
           "Create a public bitstream, which every project sees.",
           "POST", "/v2/bitstreams"),
-    _rule("bitstream:upload", OWNER_MEMBER_OR_ADMIN, "Upload a queued bitstream's data.",
+    _rule("bitstream:upload", "rule:project_member_or_admin",
+          "Upload a queued bitstream's data (a member of its project).",
           "PUT", "/v2/bitstreams/{uuid}/data"),
-    _rule("bitstream:delete", OWNER_MEMBER_OR_ADMIN, "Delete a bitstream.",
+    _rule("bitstream:delete", "rule:project_member_or_admin",
+          "Delete a bitstream (a member of its project).",
           "DELETE", "/v2/bitstreams/{uuid}"),
 ]  # fmt: skip
 
@@ -194,7 +229,8 @@ class Policy:
     ) -> None:
         target = target if target is not None else {"project_id": context.project_id}
         key = (rule, context.roles, context.service_roles, context.project_id,
-               context.user_id, tuple(sorted(target.items())))  # fmt: skip
+               context.user_id, context.system_scope, context.domain_id,
+               tuple(sorted(target.items())))  # fmt: skip
         now = time.monotonic()
         if now >= self._expires or len(self._decisions) >= self.CACHE_SIZE:
             self._decisions.clear()

@@ -170,6 +170,8 @@ class Attribute(TimestampMixin, Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("attributes.id", ondelete="CASCADE"))
     key: Mapped[str] = mapped_column(String(NAME_LEN))
     value: Mapped[str | None] = mapped_column(Text)
+    # "agent": from its host's reports, which own it; "operator": POST /v2/attributes.
+    source: Mapped[str] = mapped_column(String(16), default="agent")
 
 
 class AttachHandle(TimestampMixin, Base):

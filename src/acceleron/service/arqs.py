@@ -184,9 +184,10 @@ def amounts(groups: Sequence[Mapping[str, str]]) -> list[int]:
 @retry_on_deadlock
 def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row[Any]]:
     """One ARQ per accelerator the profile asks for, tagged with its group's index."""
-    if not isinstance(profile_name, str) or not profile_name:
+    if not isinstance(profile_name, str):
         raise InvalidInput("device_profile_name: name the device profile to request.")
-    if not could_exist(profile_name):
+    # An empty name is a profile that does not exist (404), as upstream answers it.
+    if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
     with db.writer() as conn:
         profile = conn.execute(select(PROFILES).where(PROFILES.c.name == profile_name)).first()

@@ -4,24 +4,34 @@ A parent attribute has no value of its own: its children are its value. Nested,
 a deployable's attributes are one object (``nest``); flattened, every leaf is one
 ``{"parent.child": value}`` pair (``flatten``), as upstream's ``attributes_list``
 shows them. A dotted key names a nested attribute wherever one is looked up.
+
+Each attribute has a source. An agent's attributes come from its host's reports,
+which own them: a report adds, changes and removes them, and nobody else does.
+An operator's (``create``, top-level key and value) are the operator's to delete;
+no report touches them. A key the deployable already has cannot be created again
+(409). Should an agent later report a key an operator set, both rows stay and the
+reported value is the deployable's (in its nested attributes and in filters).
 """
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Row, bindparam, select
+from sqlalchemy import ColumnElement, Row, bindparam, delete, insert, literal, or_, select
 
-from acceleron.db.models import Attribute, Deployable, table
+from acceleron.db.models import NAME_LEN, Attribute, Deployable, table
 from acceleron.db.session import Database
-from acceleron.exceptions import NotFound
+from acceleron.exceptions import Conflict, InvalidInput, NotFound
 from acceleron.service.listing import (
+    TEXT_MAX,
     Filter,
     Listed,
     Page,
     check_id,
+    check_text,
     check_uuid,
     conditions,
     paginate,
@@ -67,14 +77,98 @@ def get(db: Database, uuid: str) -> Row[Any]:
     return attribute
 
 
+# --- an operator's attributes ---------------------------------------------------------
+
+AGENT, OPERATOR = "agent", "operator"
+
+
+def _deployable_id(conn: Any, deployable: int | str) -> int:
+    """The id of the deployable named by its integer id (upstream's) or its uuid, locked
+    against a racing create (on the backends that lock rows)."""
+    if isinstance(deployable, int) or deployable.isdigit():
+        wanted: Any = check_id(str(deployable), "deployable_id")
+        where = DEPLOYABLES.c.id == wanted
+    else:
+        wanted = check_uuid(deployable, "deployable_id")
+        where = DEPLOYABLES.c.uuid == wanted
+    found = conn.execute(select(DEPLOYABLES.c.id).where(where).with_for_update()).first()
+    if found is None:
+        raise NotFound(f"Deployable {wanted} not found.")
+    ident: int = found.id
+    return ident
+
+
+def create(db: Database, deployable: int | str, key: str, value: str) -> Row[Any]:
+    """An operator's attribute on a deployable; Conflict if it has the key already."""
+    check_text(NAME_LEN)(key, "key")
+    if not key:
+        raise InvalidInput("key: an attribute needs a key.")
+    if len(value) > TEXT_MAX:
+        raise InvalidInput(f"value: at most {TEXT_MAX} characters.")
+    with db.writer() as conn:
+        deployable_id = _deployable_id(conn, deployable)
+        taken = conn.execute(
+            select(ATTRIBUTES.c.source).where(
+                ATTRIBUTES.c.deployable_id == deployable_id,
+                ATTRIBUTES.c.parent_id.is_(None),
+                ATTRIBUTES.c.key == key,
+            )
+        ).first()
+        if taken is not None:
+            whose = "its agent reports it" if taken.source == AGENT else "an operator set it"
+            raise Conflict(f"The deployable already has attribute {key!r} ({whose}).")
+        uuid = str(uuidlib.uuid4())
+        conn.execute(
+            insert(ATTRIBUTES).values(
+                uuid=uuid, deployable_id=deployable_id, key=key, value=value, source=OPERATOR
+            )
+        )
+        return conn.execute(_BY_UUID, {"uuid": uuid}).one()
+
+
+def delete_attribute(db: Database, uuid: str) -> None:
+    """Delete an operator's attribute. An agent's belongs to its reports (Conflict)."""
+    wanted = check_uuid(uuid, "uuid")
+    with db.writer() as conn:
+        found = conn.execute(_BY_UUID, {"uuid": wanted}).first()
+        if found is None:
+            raise NotFound(f"Attribute {wanted} not found.")
+        if found.source == AGENT:
+            raise Conflict(
+                f"Attribute {wanted} is reported by its deployable's agent, whose next report "
+                "would bring it back: only attributes an operator created can be deleted."
+            )
+        conn.execute(delete(ATTRIBUTES).where(ATTRIBUTES.c.id == found.id))
+
+
+def in_effect(attribute: Any) -> ColumnElement[bool]:
+    """Whether a top-level row of ``attribute`` (an alias of attributes) is the
+    deployable's: an agent's always, an operator's unless the agent reports its key."""
+    reported = ATTRIBUTES.alias()
+    shadowed = (
+        select(literal(1))
+        .where(
+            reported.c.deployable_id == attribute.c.deployable_id,
+            reported.c.parent_id.is_(None),
+            reported.c.key == attribute.c.key,
+            reported.c.source == AGENT,
+        )
+        .exists()
+    )
+    return or_(attribute.c.source == AGENT, ~shadowed)
+
+
 # --- nesting -----------------------------------------------------------------------
 
 
 def nest(rows: Iterable[Row[Any]]) -> dict[str, Any]:
-    """One deployable's attribute rows (in id order) as one nested object."""
+    """One deployable's attribute rows (in id order) as one nested object. An operator's
+    attribute whose key the agent also reports gives way to the reported one."""
     children: dict[int | None, list[Row[Any]]] = defaultdict(list)
     for row in rows:
         children[row.parent_id].append(row)
+    reported = {row.key for row in children[None] if row.source == AGENT}
+    children[None] = [r for r in children[None] if r.source == AGENT or r.key not in reported]
 
     def build(parent: int | None) -> dict[str, Any]:
         return {

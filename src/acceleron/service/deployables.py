@@ -34,7 +34,6 @@ from sqlalchemy import (
 
 from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, table
 from acceleron.db.session import Database
-from acceleron.drivers.base import DEVICE_TYPES, KINDS
 from acceleron.exceptions import InvalidInput, NotFound
 from acceleron.service import attributes
 from acceleron.service.listing import (
@@ -43,7 +42,6 @@ from acceleron.service.listing import (
     Filter,
     Listed,
     Page,
-    check_choice,
     check_text,
     check_uuid,
     conditions,
@@ -94,13 +92,13 @@ def check_hex_id(value: str, param: str) -> str:
 
 FILTERS: dict[str, Filter] = {
     "name": Filter(DEPLOYABLES.c.name),
-    "kind": Filter(DEPLOYABLES.c.kind, check_choice(KINDS)),
+    "kind": Filter(DEPLOYABLES.c.kind),
     "key": Filter(DEPLOYABLES.c.key),
     "parent_uuid": Filter(_PARENT.c.uuid, check_uuid),
     "root_uuid": Filter(_ROOT.c.uuid, check_uuid),
     "device_uuid": Filter(DEVICES.c.uuid, check_uuid),
     "hostname": Filter(DEVICES.c.hostname),
-    "type": Filter(DEVICES.c.type, check_choice(DEVICE_TYPES)),
+    "type": Filter(DEVICES.c.type),
     "availability": Filter(DEPLOYABLES.c.availability),
     "instance_uuid": Filter(DEPLOYABLES.c.instance_uuid, check_uuid),
     "rp_uuid": Filter(DEPLOYABLES.c.rp_uuid, check_uuid),
@@ -129,7 +127,7 @@ def _attribute_path(path: list[str], value: str | None) -> ColumnElement[bool]:
     (any value but NULL when ``value`` is None)."""
     level = ATTRIBUTES.alias()
     where = [level.c.deployable_id == DEPLOYABLES.c.id, level.c.parent_id.is_(None),
-             level.c.key == path[0]]  # fmt: skip
+             level.c.key == path[0], attributes.in_effect(level)]  # fmt: skip
     for part in path[1:]:
         child = ATTRIBUTES.alias()
         where += [child.c.parent_id == level.c.id, child.c.key == part]

@@ -33,6 +33,7 @@ from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.drivers import base
 from acceleron.placement import names
 from acceleron.report import HostReport
+from acceleron.service.attributes import AGENT
 
 LOG = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -273,11 +274,12 @@ _HOST_HANDLES = (
     .join(DEVICES, DEPLOYABLES.c.device_id == DEVICES.c.id)
     .where(_ON_HOST)
 )
+# Reports own their agent's attributes only: an operator's are never diffed away.
 _HOST_ATTRIBUTES = (
     select(ATTRIBUTES)
     .join(DEPLOYABLES, ATTRIBUTES.c.deployable_id == DEPLOYABLES.c.id)
     .join(DEVICES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-    .where(_ON_HOST)
+    .where(_ON_HOST, ATTRIBUTES.c.source == AGENT)
     .order_by(ATTRIBUTES.c.id)
 )
 

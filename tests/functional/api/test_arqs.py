@@ -111,7 +111,10 @@ def test_create_errors(api: TestClient, db: Database) -> None:
     device_profiles.update(db, "off", enabled=False)
     for body, status, code in [
         ({}, 400, "acceleron.invalid_input"),
-        ({"device_profile_name": ""}, 400, "acceleron.invalid_input"),
+        ({"device_profile_name": None}, 400, "acceleron.invalid_input"),
+        # An empty name, or one no profile can have, is a profile not found (as upstream).
+        ({"device_profile_name": ""}, 404, "acceleron.not_found"),
+        ({"device_profile_name": "!@#$%^&*()=-[]"}, 404, "acceleron.not_found"),
         ({"device_profile_name": "nope"}, 404, "acceleron.not_found"),
         ({"device_profile_name": "off"}, 409, "acceleron.disabled"),
     ]:
@@ -170,6 +173,36 @@ def test_an_instance_is_bound_once_and_a_retry_is_fine(
         None,
     )
     assert api.patch(PATH, json=bind_body(second, region.rp_uuid, instance)).status_code == 202
+
+
+def test_one_request_binds_and_unbinds_on_its_own_path(
+    api: TestClient, db: Database, inventory_of_host: dict[str, Any]
+) -> None:
+    """PATCH /v2/accelerator_requests/{uuid}: the SDK's body ({uuid: ops}) or bare ops."""
+    profile(db, "dp", FPGA)
+    arq = create(api, "dp")[0]["uuid"]
+    other = create(api, "dp")[0]["uuid"]
+    region = inventory_of_host["regions"][0]
+    instance = str(uuid.uuid4())
+    body = bind_body(arq, region.rp_uuid, instance)
+    assert api.patch(f"{PATH}/{arq.upper()}", json=body).status_code == 202
+    bound = api.get(f"{PATH}/{arq}").json()
+    assert (bound["state"], bound["instance_uuid"]) == ("Bound", instance)
+    remove = [{"path": "/hostname", "op": "remove"}, {"path": "/instance_uuid", "op": "remove"}]
+    assert api.patch(f"{PATH}/{arq}", json=remove).status_code == 202
+    assert api.get(f"{PATH}/{arq}").json()["state"] == "Unbound"
+    assert api.patch(f"{PATH}/{arq}", json=body[arq]).status_code == 202
+    assert api.get(f"{PATH}/{arq}").json()["state"] == "Bound"
+    # The body may not reach another request than the path's.
+    for wrong in (bind_body(other, region.rp_uuid, instance), {**body, other: remove}):
+        response = api.patch(f"{PATH}/{arq}", json=wrong)
+        assert response.status_code == 400
+        assert f"only accelerator request {arq}" in response.json()["errors"][0]["detail"]
+    missing = str(uuid.uuid4())
+    assert api.patch(f"{PATH}/{missing}", json=remove).status_code == 404
+    assert api.patch(f"{PATH}/nope", json=remove).status_code == 400
+    assert api.patch(f"{PATH}/{arq}", json={arq: []}).status_code == 400
+    assert api.get(f"{PATH}/{other}").json()["state"] == "Initial"
 
 
 def test_no_handle_is_handed_out_twice_under_concurrent_binds(

@@ -3,6 +3,7 @@ on SQLite, PostgreSQL and MariaDB (the inventory of ``test_devices.seed``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -196,6 +197,8 @@ def test_show_unknown_or_malformed(seeded: TestClient) -> None:
         ({"instance_uuid": "None", "type": "FPGA"}, ["region1", "region0/vfs"]),
         ({"rp_uuid": RP}, ["region0"]),
         ({"driver_name": "intel_qat"}, ["vf_pool"]),
+        ({"kind": "bogus"}, []),
+        ({"type": "TOASTER"}, []),
         ({"region_type": RT1}, ["region1"]),
         ({"region_type": str(uuid.UUID(RT1))}, ["region1"]),
         ({"region_type": "None"}, ["region0/vfs", "vgpu/nvidia-222", "vf_pool"]),
@@ -222,9 +225,8 @@ def test_filters(seeded: TestClient, params: dict[str, str], expected: list[str]
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("kind=bogus", "kind: 'bogus' is not one of device, region, vf_pool, vgpu_type, "
-                       "mig_profile."),
-        ("type=TOASTER", "type: 'TOASTER' is not one of FPGA, GPU, QAT, AICHIP, NIC, SSD, PCI."),
+        ("kind=" + "k" * 33, "kind: '" + "k" * 33 + "' is not a valid value (at most 32 "
+                             "characters, no control characters)."),
         ("parent_uuid=nope", "parent_uuid: 'nope' is not a UUID."),
         ("instance_uuid=12", "instance_uuid: '12' is not a UUID."),
         ("name=a%00b", "name: 'a\\x00b' is not a valid value (at most 255 characters, no "
@@ -392,6 +394,110 @@ def test_attribute_rows(seeded: TestClient, db: Database) -> None:
 )  # fmt: skip
 def test_bad_attribute_requests(seeded: TestClient, path: str, status: int, message: str) -> None:
     assert error(seeded.get(path)) == (status, message)
+
+
+# --- an operator's attributes ----------------------------------------------------------
+
+
+def test_an_operator_adds_and_deletes_attributes(seeded: TestClient, db: Database) -> None:
+    known = ids(db)
+    # Upstream's body (integer id), openstacksdk's (wrapped, the id as the CLI's string),
+    # and the deployable's uuid.
+    bodies = [
+        {"deployable_id": known["region1"], "key": "rack", "value": "r12"},
+        {"attribute": {"deployable_id": str(known["region1"]), "key": "owner", "value": "ml"}},
+        {"deployable_id": R1, "key": "note", "value": ""},
+        {"deployable_uuid": VGPU, "key": "rack", "value": "r7"},
+    ]
+    created = []
+    for body in bodies:
+        response = seeded.post("/v2/attributes", json=body)
+        assert response.status_code == 201, response.text
+        created.append(response.json())
+    assert [(a["deployable_id"], a["key"], a["value"]) for a in created] == [
+        (known["region1"], "rack", "r12"), (known["region1"], "owner", "ml"),
+        (known["region1"], "note", ""), (known["vgpu/nvidia-222"], "rack", "r7"),
+    ]  # fmt: skip
+    assert seeded.get(f"/v2/attributes/{created[0]['uuid']}").json() == created[0]
+    shown = seeded.get(f"{PATH}/{R1}/attributes", headers=V2_5).json()["attributes"]
+    assert shown == {"memory": {"size_mb": "4096"}, "rack": "r12", "owner": "ml", "note": ""}
+    assert listed(seeded, PATH, rack="r12") == ["region1"]
+    # A key the deployable has is taken, whoever set it.
+    for key, whose in (("rack", "an operator set it"), ("memory", "its agent reports it")):
+        response = seeded.post("/v2/attributes", json={"deployable_id": R1, "key": key,
+                                                       "value": "x"})  # fmt: skip
+        assert error(response) == (
+            409, f"The deployable already has attribute {key!r} ({whose})."
+        )  # fmt: skip
+    assert seeded.delete(f"/v2/attributes/{created[0]['uuid']}").status_code == 204
+    assert seeded.get(f"/v2/attributes/{created[0]['uuid']}").status_code == 404
+    assert seeded.delete(f"/v2/attributes/{created[0]['uuid']}").status_code == 404
+    assert listed(seeded, PATH, rack="r12") == []
+    # An agent's attribute belongs to its reports.
+    size = attribute_uuids(db)[("region1", "size_mb")]
+    assert error(seeded.delete(f"/v2/attributes/{size}")) == (
+        409, f"Attribute {size} is reported by its deployable's agent, whose next report would "
+        "bring it back: only attributes an operator created can be deleted."
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"key": "k", "value": "v"}, 400, "Name the deployable once: deployable_id or "
+                                          "deployable_uuid."),
+        ({"deployable_id": 1, "deployable_uuid": R1, "key": "k", "value": "v"}, 400,
+         "Name the deployable once: deployable_id or deployable_uuid."),
+        ({"deployable_id": "nope", "key": "k", "value": "v"}, 400,
+         "deployable_id: 'nope' is not a UUID."),
+        ({"deployable_id": 99999999999, "key": "k", "value": "v"}, 400,
+         "deployable_id: '99999999999' is not an id (0 to 2147483647)."),
+        ({"deployable_id": 2147483647, "key": "k", "value": "v"}, 404,
+         "Deployable 2147483647 not found."),
+        ({"deployable_id": str(uuid.UUID(int=5)), "key": "k", "value": "v"}, 404,
+         f"Deployable {uuid.UUID(int=5)} not found."),
+        ({"deployable_id": R1, "key": "", "value": "v"}, 400, "key: an attribute needs a key."),
+        ({"deployable_id": R1, "key": "a\x00", "value": "v"}, 400, "key: 'a\\x00' is not a "
+         "valid value (at most 255 characters, no control characters)."),
+        ({"deployable_id": R1, "key": "k"}, 400, "Invalid request: value: Field required."),
+        ({"attribute": {"deployable_id": R1, "key": "k", "value": 1}}, 400,
+         "Invalid request: value: Input should be a valid string."),
+    ],
+)  # fmt: skip
+def test_bad_attribute_creates(
+    seeded: TestClient, body: dict[str, Any], status: int, message: str
+) -> None:
+    assert error(seeded.post("/v2/attributes", json=body)) == (status, message)
+
+
+def test_reports_leave_an_operators_attributes_alone(seeded: TestClient, db: Database) -> None:
+    """An agent's next report neither deletes nor changes an operator's attribute; a key
+    the agent starts reporting takes precedence over the operator's, which stays."""
+    from tests.functional.api.test_devices import FPGA_CARD
+
+    mine = seeded.post("/v2/attributes", json={"deployable_id": R0, "key": "board_rev",
+                                                "value": "B"}).json()  # fmt: skip
+    region0 = FPGA_CARD.deployables[0]
+    reported = dataclasses.replace(region0, attributes={"afu": "md5"})
+    card = dataclasses.replace(FPGA_CARD, deployables=(reported, *FPGA_CARD.deployables[1:]))
+    inventory.reconcile(db, HostReport(HOST_A, "1.0", (card,)))
+    shown = seeded.get(f"{PATH}/{R0}/attributes", headers=V2_5).json()["attributes"]
+    assert shown == {"afu": "md5", "board_rev": "B"}
+    assert seeded.get(f"/v2/attributes/{mine['uuid']}").json()["value"] == "B"
+    # The agent now reports board_rev too: its value is the deployable's.
+    reported = dataclasses.replace(region0, attributes={"afu": "md5", "board_rev": "C"})
+    card = dataclasses.replace(FPGA_CARD, deployables=(reported, *FPGA_CARD.deployables[1:]))
+    inventory.reconcile(db, HostReport(HOST_A, "1.0", (card,)))
+    shown = seeded.get(f"{PATH}/{R0}/attributes", headers=V2_5).json()["attributes"]
+    assert shown == {"afu": "md5", "board_rev": "C"}
+    assert listed(seeded, PATH, board_rev="B") == []
+    assert listed(seeded, PATH, board_rev="C") == ["region0"]
+    rows = seeded.get("/v2/attributes", params={"key": "board_rev"}).json()["attributes"]
+    assert sorted(r["value"] for r in rows) == ["B", "C"]
+    # Once the agent stops reporting it, the operator's is the deployable's again.
+    inventory.reconcile(db, HostReport(HOST_A, "1.0", (FPGA_CARD,)))
+    assert listed(seeded, PATH, board_rev="B") == ["region0"]
+    assert seeded.delete(f"/v2/attributes/{mine['uuid']}").status_code == 204
 
 
 # --- who may read --------------------------------------------------------------------
