@@ -50,9 +50,10 @@ def _rule(name: str, check: str, description: str, method: str, path: str) -> po
 
 
 DEVICE_PROFILE_RULES = [
-    _rule("device_profile:get_all", "rule:reader_api", "List device profiles.",
+    _rule("device_profile:get_all", "rule:reader_api or role:service",
+          "List device profiles (services too: Nova's weigher reads them).",
           "GET", "/v2/device_profiles"),
-    _rule("device_profile:get_one", "rule:reader_api", "Show a device profile.",
+    _rule("device_profile:get_one", "rule:reader_api or role:service", "Show a device profile.",
           "GET", "/v2/device_profiles/{uuid}"),
     _rule("device_profile:create", "rule:admin_api", "Create a device profile.",
           "POST", "/v2/device_profiles"),
