@@ -99,7 +99,10 @@ def load_adapter(conf: cfg.ConfigOpts) -> ks_adapter.Adapter:
     session = ks_loading.load_session_from_conf_options(conf, GROUP, auth=auth)
     api = ks_loading.load_adapter_from_conf_options(conf, GROUP, session=session, auth=auth)
     # Paths start with /v2; catalogs often register the endpoint with it.
-    api.endpoint_override = api.get_endpoint().rstrip("/").removesuffix("/v2")
+    endpoint = api.get_endpoint()
+    if not endpoint:
+        raise LookupError("no accelerator endpoint in the catalog")
+    api.endpoint_override = endpoint.rstrip("/").removesuffix("/v2")
     return api
 
 
