@@ -51,7 +51,7 @@ MYSQL = "mysql+pymysql://root@127.0.0.1:3306"
 POSTGRESQL = "postgresql+psycopg://postgres@127.0.0.1:5432"
 REGION = "RegionOne"
 COMPUTES = ("compute-1", "compute-2")
-SERVICE_USERS = ("placement", "glance", "nova", "acceleron")
+SERVICE_USERS = ("placement", "glance", "nova", "acceleron", "acceleron-events")
 # The OpenStack services, each from its own lock file (cloud/requirements/<name>.txt).
 # Adding one (tempest, say) is a lock file and a name here: `venv(name)` makes it.
 SERVICES = ("keystone", "placement", "glance", "nova")
@@ -326,8 +326,8 @@ def variables(cloud: Cloud) -> dict[str, str]:
         },
     }
     for user in SERVICE_USERS:
-        found[f"credentials_{user}"] = credentials(cloud, user)
-        found[f"authtoken_{user}"] = authtoken(cloud, user)
+        found[f"credentials_{user.replace('-', '_')}"] = credentials(cloud, user)
+        found[f"authtoken_{user.replace('-', '_')}"] = authtoken(cloud, user)
     return found
 
 
@@ -527,12 +527,21 @@ def connect(cloud: Cloud, user: str = "admin", project: str = "admin") -> Any:
     )
 
 
-# The test users besides the admin: name -> (project, roles).
+# The test users besides the admin: name -> (project, roles). Each service user has the
+# least it needs (docs/deploy-with-nova.md says why).
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "member": ("demo", ("member",)),
     "alt-member": ("alt", ("member",)),
     "reader": ("demo", ("reader",)),
-    **dict.fromkeys(SERVICE_USERS, ("service", ("service",))),
+    "placement": ("service", ("service",)),
+    "glance": ("service", ("service",)),
+    "nova": ("service", ("service",)),
+    # Acceleron: Placement, Keystone and its own API want `service`; Glance lets only
+    # `member`s download an image (even a public one).
+    "acceleron": ("service", ("service", "member")),
+    # Acceleron's [nova] user: Nova takes events from `service` but looks the instances
+    # up in the caller's own project unless the caller is an `admin`.
+    "acceleron-events": ("service", ("service", "admin")),
 }
 
 
