@@ -23,6 +23,8 @@ import openstack
 import pytest
 from cloud.launcher import RUN, Cloud
 
+from acceleron.drivers import gbs
+
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 OPENSTACK = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "openstack")
 WAIT = 240.0  # seconds a server may take to become ACTIVE (or ERROR, or go away)
@@ -245,3 +247,25 @@ def check_gone(admin: Any, *server_ids: str) -> None:
         assert arqs(admin, server_id) == []
         assert allocations(admin, server_id) == {}
     assert handles_in_use(admin) == []
+
+
+def glance_bitstream(
+    tmp_path: Path,
+    function: str,
+    declared: str,
+    built_for: str,
+    *properties: str,
+    size: int = 4096,
+) -> str:
+    """A GBS bitstream uploaded to Glance with the ``openstack`` CLI, as an operator
+    would: ``declared`` is the region type its properties say, ``built_for`` the one its
+    header says (they differ only to make a bind fail)."""
+    path = tmp_path / f"{function[:8]}.gbs"
+    path.write_bytes(gbs.build(built_for, (function,), payload=b"\x5a" * size))
+    image = osc("image", "create", "--public", "--disk-format", "raw", "--container-format",
+                "bare", "--file", str(path), "--property", f"accel:function_uuid={function}",
+                "--property", f"accel:region_type_uuid={declared}",
+                "--property", "accel:vendor=8086", *properties, "-f", "json", path.name,
+                user="admin")  # fmt: skip
+    image_id: str = image["id"]
+    return image_id

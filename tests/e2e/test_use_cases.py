@@ -18,12 +18,10 @@ from tests.e2e.conftest import (
     check_bound,
     check_gone,
     delete_and_wait,
-    osc,
+    glance_bitstream,
     region,
     trait,
 )
-
-from acceleron.drivers import gbs
 
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
 VGPU = {"resources:CUSTOM_ACCELERATOR_VGPU": "1", "trait:CUSTOM_GPU_NVIDIA_T4": "required"}
@@ -103,18 +101,3 @@ def test_two_servers_in_one_request(admin: Any, member: Any, flavors: Flavors, i
     assert len(handles) == 2  # one accelerator each
     delete_and_wait(member, *(s.id for s in servers))
     check_gone(admin, *(s.id for s in servers))
-
-
-def glance_bitstream(tmp_path: Path, function: str, declared: str, built_for: str) -> str:
-    """A GBS bitstream uploaded to Glance with the ``openstack`` CLI, as an operator
-    would: ``declared`` is the region type its properties say, ``built_for`` the one its
-    header says (they differ only to make a bind fail)."""
-    path = tmp_path / f"{function[:8]}.gbs"
-    path.write_bytes(gbs.build(built_for, (function,), payload=b"\x5a" * 4096))
-    image = osc("image", "create", "--public", "--disk-format", "raw", "--container-format",
-                "bare", "--file", str(path), "--property", f"accel:function_uuid={function}",
-                "--property", f"accel:region_type_uuid={declared}",
-                "--property", "accel:vendor=8086", "-f", "json", path.name,
-                user="admin")  # fmt: skip
-    image_id: str = image["id"]
-    return image_id
