@@ -118,7 +118,9 @@ class Api(Command):
 
 class AllInOne(Command):
     """Run Acceleron on one machine: the API, the real Placement and this host's agent in
-    one process, SQLite and bitstreams in one data directory, no authentication."""
+    one process, SQLite and bitstreams in one data directory. Without authentication by
+    default ([DEFAULT] auth_strategy = noauth: every caller is an admin); with
+    auth_strategy = keystone, API and Placement calls need a Keystone token."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
