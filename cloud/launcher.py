@@ -862,6 +862,16 @@ def down(cloud: Cloud | None = None) -> None:
     log(f"stopped in {time.monotonic() - started:.1f} s (logs kept in {LOGS})")
 
 
+def restart(cloud: Cloud, name: str) -> None:
+    """Stop and start one process; a server is waited for until it answers."""
+    cloud.stop(name)
+    cloud.start(name)
+    port = {"nova-api": "nova", "neutron-standin": "neutron", "balancer": "accelerator"}
+    service = port.get(name, name)
+    if service in cloud.ports:
+        wait_for(name, answers(cloud.url(service)), cloud, [name])
+
+
 def end_to_end(pytest_args: Sequence[str]) -> int:
     """Run tests/e2e against the running cloud, or against one started for the run and
     stopped after it."""
@@ -904,8 +914,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("venvs", help="make the virtualenvs only")
     e2e = sub.add_parser("e2e", help="run tests/e2e against the cloud (started if need be)")
     e2e.add_argument("pytest_args", nargs="*", help="more pytest arguments")
-    restart = sub.add_parser("restart", help="start a process of the cloud again")
-    restart.add_argument("name")
+    again = sub.add_parser("restart", help="start a process of the cloud again")
+    again.add_argument("name")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -921,8 +931,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cloud = Cloud.load()
             if cloud is None or args.name not in cloud.processes:
                 raise CloudError(f"no process {args.name!r} in {STATE}")
-            cloud.stop(args.name)
-            cloud.start(args.name)
+            restart(cloud, args.name)
     except CloudError as error:
         print(f"cloud: {error}", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cloud.launcher import Cloud
+from cloud.launcher import Cloud, restart
 from tests.e2e.conftest import (
     REGION_A,
     REGION_B,
@@ -79,6 +79,7 @@ def test_an_api_replica_killed_while_servers_boot(
     flavor = flavors.make([{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
     boot(flavor, image, "--min", "4", "--max", "4")
     time.sleep(1)
+    cloud = Cloud.load() or cloud  # the processes as they are now
     cloud.stop("acceleron-api-1", signal.SIGKILL)
     try:
         servers = [s.id for s in member.compute.servers() if s.flavor["original_name"] == flavor]
@@ -86,6 +87,6 @@ def test_an_api_replica_killed_while_servers_boot(
         for server_id in servers:
             check_bound(admin, active(admin, server_id), groups=1)
     finally:
-        cloud.start("acceleron-api-1")
+        restart(cloud, "acceleron-api-1")
     delete_and_wait(member, *servers)
     check_gone(admin, *servers)

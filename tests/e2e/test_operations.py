@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cloud.launcher import Cloud
+from cloud.launcher import Cloud, restart
 from tests.e2e.conftest import (
     Flavors,
     active,
@@ -140,7 +140,7 @@ def test_shelve_offload_and_unshelve(admin: Any, server: Any) -> None:
     assert not old & {a["uuid"] for a in new}
 
 
-def test_evacuate_with_the_host_forced_down(cloud: Cloud, admin: Any, server: Any) -> None:
+def test_evacuate_with_the_host_forced_down(admin: Any, server: Any) -> None:
     """The server's host is forced down; evacuate rebuilds the server on the other host
     with new requests bound there (the old ones are deleted). Nova lets the old host up
     again only once its compute has restarted, which removes its allocation."""
@@ -160,8 +160,7 @@ def test_evacuate_with_the_host_forced_down(cloud: Cloud, admin: Any, server: An
         assert {a["hostname"] for a in found} == {target}
         assert not old & {a["uuid"] for a in found}
     finally:
-        cloud.stop(f"nova-{source}")
-        cloud.start(f"nova-{source}")
+        restart(Cloud.load(), f"nova-{source}")
         deadline = time.monotonic() + 180
         while "failed" in str(osc(*service, "--up", user="admin", check=False)).lower():
             assert time.monotonic() < deadline, f"{source} could not be forced up again"
