@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -255,6 +256,27 @@ class Cloud:
             time.sleep(0.1)
         with _suppress_lookup():
             os.killpg(process.pid, signal.SIGKILL)
+
+    def stop_all(self, wait: float = 10.0) -> None:
+        """Stop every process at once: SIGTERM, then SIGKILL for those still there."""
+        running = [p for p in self.processes.values() if p.alive]
+        for process in running:
+            with _suppress_lookup():
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_reap(p) for p in running):
+            time.sleep(0.2)
+        for process in running:
+            if _reap(process):
+                with _suppress_lookup():
+                    os.killpg(process.pid, signal.SIGKILL)
+
+
+def _reap(process: Process) -> bool:
+    """Whether the process still runs (a child of ours that ended is reaped)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(process.pid, os.WNOHANG)
+    return process.alive
 
 
 class _suppress_lookup:
@@ -853,8 +875,7 @@ def down(cloud: Cloud | None = None) -> None:
         log("no cloud to stop")
         return
     started = time.monotonic()
-    for name in reversed(list(cloud.processes)):
-        cloud.stop(name)
+    cloud.stop_all()
     drop_databases(cloud)
     rabbitmq_vhost(cloud, present=False)
     cloud.processes.clear()
