@@ -903,7 +903,13 @@ def end_to_end(pytest_args: Sequence[str]) -> int:
         up()
     env = {**os.environ, "ACCELERON_E2E": "1", "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")}
     try:
-        argv = [str(REPO / ".venv" / "bin" / "pytest"), "tests/e2e", *pytest_args]
+        argv = [
+            str(REPO / ".venv" / "bin" / "pytest"),
+            "tests/e2e",
+            "--timeout",
+            "900",
+            *pytest_args,
+        ]
         code = subprocess.run(argv, env=env, cwd=REPO, check=False).returncode
     finally:
         if ours:
