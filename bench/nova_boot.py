@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import statistics
 import sys
 import tempfile
@@ -92,9 +93,9 @@ def main() -> None:
     found = Cloud.load()
     if found is None or not found.running:
         raise SystemExit("No reference cloud runs: `make cloud` first.")
-    config = str(RUN / "clouds.yaml")
-    admin = openstack.connect(cloud="acceleron-admin", config_files=[config])  # type: ignore[no-untyped-call]
-    member = openstack.connect(cloud="acceleron-member", config_files=[config])  # type: ignore[no-untyped-call]
+    os.environ["OS_CLIENT_CONFIG_FILE"] = str(RUN / "clouds.yaml")
+    admin = openstack.connect(cloud="acceleron-admin")
+    member = openstack.connect(cloud="acceleron-member")
     tag = uuid.uuid4().hex[:6]
     image = admin.image.create_image(name=f"bench-{tag}", data=b"\0" * 1024,
                                      disk_format="raw", container_format="bare",
