@@ -9,7 +9,7 @@ DATA_DIR ?= data
 HOST ?=
 PORT ?=
 
-.PHONY: run test lint typecheck lock docs clean
+.PHONY: run test lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,5 +44,24 @@ docs: $(STAMP)
 	$(BIN)/acceleron config sample > etc/acceleron.conf.sample
 	$(BIN)/acceleron policy defaults > etc/policy.yaml.sample
 
+## The reference cloud on 127.0.0.1: Keystone, Placement, Glance, Nova (two fake computes),
+## Acceleron (two API replicas, an agent per compute). docs/deploy-with-nova.md.
+cloud: $(STAMP)
+	$(BIN)/python -m cloud up
+
+cloud-stop: $(STAMP)
+	$(BIN)/python -m cloud down
+
+## The end-to-end suite against the reference cloud (started and stopped around it,
+## unless one is already running: then it is used and left running).
+e2e: $(STAMP)
+	$(BIN)/python -m cloud e2e
+
+## Regenerate the OpenStack services' locks (cloud/requirements/*.txt) from their .in files.
+cloud-lock:
+	for name in keystone placement glance nova; do \
+	  (cd cloud/requirements && ../../$(BIN)/uv pip compile -q --python-version 3.11 \
+	    $$name.in -o $$name.txt); done
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .cloud

@@ -15,6 +15,8 @@ import uvicorn
 from fastapi import FastAPI
 from oslo_config import cfg
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 import acceleron
@@ -38,6 +40,7 @@ from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
 from acceleron.exceptions import AcceleronError
+from acceleron.placement import inprocess
 from acceleron.service import arqs as arq_service
 from acceleron.service import nova
 from acceleron.service.nova import NovaNotifier
@@ -113,7 +116,7 @@ def create_app(
     app.include_router(arqs.router)
     app.include_router(tasks.router)
     if placement is not None and placement.mode == "embedded":
-        app.mount("/placement", EmbeddedPlacement(placement))
+        app.mount("/placement", EmbeddedPlacement(placement, app.state.auth))
     app.add_middleware(ApiMiddleware, client_timeout=conf.api.client_timeout)
     return app
 
@@ -171,19 +174,46 @@ class Server(uvicorn.Server):
 
 
 class EmbeddedPlacement:
-    """The embedded Placement's WSGI app under ``/placement`` (built on first use)."""
+    """The embedded Placement's WSGI app under ``/placement`` (built on first use).
 
-    def __init__(self, service: PlacementService) -> None:
+    Placement itself runs with ``noauth2`` (the token ``admin`` is its admin). Under
+    ``auth_strategy = keystone`` that token is not taken from outside: a request needs
+    a valid Keystone token with the admin or service role (what Placement's own default
+    policy asks of most of its API), which is then exchanged for Placement's own."""
+
+    ROLES = frozenset({"admin", "service"})
+
+    def __init__(self, service: PlacementService, authenticator: auth.Authenticator) -> None:
         self._service = service
+        self._keystone = isinstance(authenticator, auth.KeystoneAuth)
+        self._auth = authenticator
         self._app: Any = None  # a2wsgi's WSGIMiddleware, an ASGI app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._keystone and scope["type"] == "http" and not _is_root(scope):
+            scope = await self._admit(scope)
         if self._app is None:
             from a2wsgi import WSGIMiddleware
 
             wsgi: Any = await run_in_threadpool(self._service.embedded_app)
             self._app = WSGIMiddleware(wsgi)
         await self._app(scope, receive, send)
+
+    async def _admit(self, scope: Scope) -> Scope:
+        context = await self._auth.context(Request(scope))
+        if not context.roles & self.ROLES:
+            raise HTTPException(
+                403, "The embedded Placement takes only tokens with the admin or service role."
+            )
+        kept = [
+            (k, v) for k, v in scope["headers"] if k not in (b"x-auth-token", b"x-service-token")
+        ]
+        return {**scope, "headers": [*kept, (b"x-auth-token", inprocess.ADMIN_TOKEN.encode())]}
+
+
+def _is_root(scope: Scope) -> bool:
+    """A mounted app's root (Placement's version document needs no token)."""
+    return scope["path"].removeprefix(scope.get("root_path", "")) in ("", "/")
 
 
 def from_environment() -> FastAPI:

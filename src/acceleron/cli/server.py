@@ -140,7 +140,9 @@ class AllInOne(Command):
     """Run Acceleron on one machine: API, Placement and agent in one process.
 
     The API, the real Placement and this host's agent run in one process, SQLite and
-    bitstreams in one data directory, no authentication.
+    bitstreams in one data directory. Without authentication by default ([DEFAULT]
+    auth_strategy = noauth: every caller is an admin); with auth_strategy = keystone,
+    API and Placement calls need a Keystone token.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

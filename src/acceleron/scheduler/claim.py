@@ -25,14 +25,13 @@ import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from keystoneauth1 import adapter as ks_adapter
 
 from acceleron.agent.client import parse_error
 from acceleron.exceptions import AllocationConflict, PlacementError
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
-from acceleron.scheduler import query, weigher
+from acceleron.scheduler import functions, query, weigher
 
 LOG = logging.getLogger(__name__)
 MICROVERSION = "2.8"
@@ -171,30 +170,14 @@ class Claimer:
             )
 
     def _functions(self, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset[str]]:
-        """The functions each group wants, for the weigher; a function named by name or
-        a bitstream is looked up in the bitstream catalogue."""
-        wanted = dict(weigher.wanted_functions(groups))
-        for index, group in enumerate(groups):
-            suffix = f"{query.GROUP_PREFIX}{index}"
-            if suffix in wanted:
-                continue
-            found = self._bitstream_functions(group)
-            if found:
-                wanted[suffix] = found
-        return wanted
+        """The functions each group wants, for the weigher (a function named by name or
+        a bitstream is looked up in the bitstream catalogue)."""
+        from keystoneauth1 import exceptions as ks_exc
 
-    def _bitstream_functions(self, group: Mapping[str, str]) -> frozenset[str]:
-        if "accel:function_name" in group:
-            params = {"function_name": group["accel:function_name"]}
-            response = self._call("GET", "/v2/bitstreams", params=params)
-            items = response.json().get("bitstreams", []) if response.status_code == 200 else []
-        elif "accel:bitstream_id" in group:
-            path = f"/v2/bitstreams/{quote(group['accel:bitstream_id'], safe='')}"
-            response = self._call("GET", path)
-            items = [response.json()] if response.status_code == 200 else []
-        else:
-            return frozenset()
-        return frozenset(b["function_uuid"] for b in items if b.get("function_uuid"))
+        try:
+            return functions.wanted(self.api, groups)
+        except ks_exc.ClientException as error:
+            raise ClaimFailed(f"The accelerator API cannot be reached: {error}") from error
 
     def _hostname(self, request: AllocationRequest, candidates: Candidates) -> str:
         """The compute node the allocation lands on: its root provider's name."""

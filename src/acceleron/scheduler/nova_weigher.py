@@ -1,30 +1,45 @@
 """Spec 001's weigher as a Nova host weigher (import it only where Nova is installed).
 
-Enable it in nova.conf of the scheduler::
+Enable it in the nova-scheduler's nova.conf, with the credentials it reaches
+Acceleron with (docs/scheduling.md, docs/deploy-with-nova.md)::
 
     [filter_scheduler]
     weight_classes = nova.scheduler.weights.all_weighers,
         acceleron.scheduler.nova_weigher.AcceleratorFunctionWeigher
 
-A host weighs 1.0 (times ``[filter_scheduler] accelerator_function_weight_multiplier``
-if set, else 1.0) when one of its accelerators already holds a function the flavor asks
-for, else 0.0: AFaaS requests land where no programming is needed. The functions come
-from the flavor's device profile (``accel:device_profile``, read through Nova's own
-accelerator client, ``[cyborg]`` in nova.conf) or from its inline extra specs; which
-host holds which function comes from Acceleron's inventory
-(``GET /v2/deployables?hostname=&function_uuid=``), remembered for a minute.
+    [acceleron_weigher]
+    auth_type = password
+    auth_url = https://cloud.example.org/identity
+    username = nova
+    password = SECRET
+    project_name = service
+    user_domain_name = Default
+    project_domain_name = Default
+    weight_multiplier = 1.0
+
+A host weighs the share of the functions the flavor asks for that one of its
+accelerators already holds (1.0: all, 0.0: none), times ``weight_multiplier``:
+AFaaS requests land where no programming is needed. The functions come from the
+flavor's device profile (``accel:device_profile``) or its inline extra specs, resolved
+as the claim flow resolves them (``accel:function_id``, or ``accel:function_name`` and
+``accel:bitstream_*`` through the bitstream catalogue); which host holds which
+function comes from Acceleron's inventory (``GET /v2/deployables?function_uuid=``),
+asked once per scheduling request.
+
+The weigher runs outside any user's request, so it brings its own credentials: the
+keystoneauth options of ``[acceleron_weigher]`` (a user with the ``service`` role), or
+just ``endpoint_override`` for an Acceleron without authentication. Whatever goes wrong
+(Acceleron unreachable, credentials refused, an unknown profile), every host weighs 0
+and the reason is logged: the weigher never fails scheduling.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
-    from nova import context as nova_context
-    from nova.accelerator import cyborg
     from nova.scheduler import weights
 except ImportError as error:  # pragma: no cover - depends on the host
     raise ImportError(
@@ -32,61 +47,55 @@ except ImportError as error:  # pragma: no cover - depends on the host
         "installed beside it (the nova-scheduler's Python environment)."
     ) from error
 
-from acceleron.scheduler.query import groups_from_flavor
-from acceleron.scheduler.weigher import host_weight, wanted_functions
+from keystoneauth1 import adapter as ks_adapter
+from oslo_config import cfg
 
-CACHE_SECONDS = 60.0
+from acceleron.scheduler import functions
 
 
 class AcceleratorFunctionWeigher(weights.BaseHostWeigher):  # type: ignore[misc]
-    """Prefer hosts whose accelerators already hold the requested function."""
+    """Prefer hosts whose accelerators already hold the requested functions."""
 
-    def __init__(self) -> None:
+    def __init__(self, conf: cfg.ConfigOpts | None = None) -> None:
         super().__init__()
+        if conf is None:
+            import nova.conf
+
+            conf = nova.conf.CONF  # Nova's global configuration, read by then
+        self.conf = conf
+        functions.register_opts(conf)
         self._lock = threading.Lock()
-        self._held: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._api: ks_adapter.Adapter | None = None
 
     def weight_multiplier(self, host_state: Any) -> float:
-        from nova.conf import CONF
+        return float(self.conf[functions.GROUP].weight_multiplier)
 
-        value = getattr(CONF.filter_scheduler, "accelerator_function_weight_multiplier", 1.0)
-        return float(value)
+    def weigh_objects(self, weighed_obj_list: Sequence[Any], weight_properties: Any) -> list[float]:
+        """One look-up for all the hosts of a request; any failure weighs them all 0."""
+        flavor = getattr(weight_properties, "flavor", None)
+        extra_specs: Mapping[str, str] = getattr(flavor, "extra_specs", None) or {}
+        names = [_name(item.obj) for item in weighed_obj_list]
+        return functions.weigh_hosts(self._client, extra_specs, names)
 
     def _weigh_object(self, host_state: Any, weight_properties: Any) -> float:
-        functions = self._functions(weight_properties)
-        if not functions:
-            return 0.0
-        held = {f for f in functions if self._holds(host_state.host, f)}
-        return host_weight(held, functions)
+        weight: float = self.weigh_objects([_Weighed(host_state)], weight_properties)[0]
+        return weight
 
-    def _functions(self, spec: Any) -> frozenset[str]:
-        extra_specs: Mapping[str, str] = spec.flavor.extra_specs or {}
-        profile = extra_specs.get("accel:device_profile")
-        if profile:
-            client = cyborg.get_client(nova_context.get_admin_context())
-            groups = client.get_device_profile_groups(profile)
-        else:
-            groups = groups_from_flavor(extra_specs).groups
-        return _union(wanted_functions(groups).values())
-
-    def _holds(self, host: str, function: str) -> bool:
-        key, now = (host, function), time.monotonic()
+    def _client(self) -> ks_adapter.Adapter:
         with self._lock:
-            cached = self._held.get(key)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return cached[1]
-        client = cyborg.get_client(nova_context.get_admin_context())
-        response = client._client.get(  # Nova's keystoneauth adapter for the accelerator API
-            "/deployables", params={"hostname": host, "function_uuid": function}
-        )
-        held = bool(response.json().get("deployables")) if response else False
-        with self._lock:
-            self._held[key] = (now, held)
-        return held
+            if self._api is None:
+                self._api = functions.load_adapter(self.conf)
+            return self._api
 
 
-def _union(sets: Iterable[frozenset[str]]) -> frozenset[str]:
-    found: frozenset[str] = frozenset()
-    for item in sets:
-        found |= item
-    return found
+class _Weighed:
+    """What ``weigh_objects`` is given for one host (Nova's WeighedHost's shape)."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+
+def _name(host_state: Any) -> str:
+    """The host's name for Acceleron: its compute node's (the name Placement knows)."""
+    name: str = getattr(host_state, "nodename", None) or host_state.host
+    return name

@@ -131,8 +131,11 @@ _VIEW = (
 
 
 def _privileged(context: RequestContext) -> bool:
-    """Admins and services (Nova, agents) see every project's ARQs."""
-    return context.is_admin or "service" in context.roles
+    """Admins and services (Nova, agents) see every project's ARQs, and so does a user's
+    request that carries a service token: the compute service acting for the instance's
+    owner. Nova creates an instance's requests with whoever runs the operation (an
+    admin's evacuate or unshelve), yet deletes and reads them with the owner's token."""
+    return context.is_admin or "service" in context.roles or context.has_service_token
 
 
 def _visible(context: RequestContext) -> ColumnElement[bool]:

@@ -83,3 +83,21 @@ def test_bound_requests_need_the_compute_services_token(
         assert api.patch(path, json=unbind, headers=user).status_code == 403
         assert api.patch(path, json=unbind, headers=with_service).status_code == 202
     assert api.delete(one, headers=user).status_code == 204  # unbound now
+
+
+def test_with_a_service_token_an_instances_requests_are_found_in_any_project(
+    api: TestClient, tokens: AuthTokenFixture
+) -> None:
+    """Nova makes an instance's requests with the token of whoever runs the operation (an
+    admin evacuating it) and deletes them with the owner's, beside its service token."""
+    admin = {"X-Auth-Token": token(tokens, "admin", "member", project="admin-project")}
+    owner = {"X-Auth-Token": token(tokens, "member", project="owner-project")}
+    nova = {**owner, "X-Service-Token": token(tokens, "service", project="service")}
+    made = api.post(PATH, json={"device_profile_name": "dp"}, headers=admin).json()["arqs"][0]
+    # Not yet bound to an instance: look it up by its uuid.
+    assert api.get(f"{PATH}/{made['uuid']}", headers=owner).status_code == 404
+    assert api.get(f"{PATH}/{made['uuid']}", headers=nova).status_code == 200
+    listed = api.get(PATH, headers=owner).json()["arqs"]
+    assert [a["uuid"] for a in listed] == []  # the owner alone still sees nothing
+    assert api.delete(f"{PATH}?arqs={made['uuid']}", headers=nova).status_code == 204
+    assert api.get(f"{PATH}/{made['uuid']}", headers=admin).status_code == 404

@@ -8,6 +8,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -83,6 +84,27 @@ def test_roles_come_from_the_token_not_from_headers(
     assert created.status_code == 201
     reader = token(tokens, "reader", project="p2")
     assert keystone_api.get(PATH, headers=reader).json()["device_profiles"][0]["name"] == "x"
+
+
+def test_the_embedded_placement_takes_keystone_tokens_not_the_word_admin(
+    tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture, placement: Any
+) -> None:
+    """Under Keystone, the all-in-one's Placement is not open to its noauth2 token."""
+    extra = "[placement]\nmode = embedded\nembedded_connection = sqlite://\n"
+    path = "/placement/resource_providers"
+    with keystone_client(tmp_path, sqlite_db, extra=extra) as client:
+        assert client.get("/placement/").status_code == 200  # the version document
+        for headers in ({}, {"X-Auth-Token": "admin"}):
+            assert client.get(path, headers=headers).status_code == 401
+        refused = client.get(path, headers=token(tokens, "member", "reader"))
+        assert refused.status_code == 403
+        assert "admin or service role" in refused.json()["errors"][0]["detail"]
+        for role in ("admin", "service"):
+            allowed = client.get(path, headers=token(tokens, role))
+            assert allowed.status_code == 200, allowed.text
+            assert allowed.json() == {"resource_providers": []}
+        created = client.post(path, json={"name": "rp"}, headers=token(tokens, "service"))
+        assert created.status_code in (200, 201), created.text
 
 
 def test_keystone_mode_needs_www_authenticate_uri(tmp_path: Path, sqlite_db: Database) -> None:

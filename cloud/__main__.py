@@ -1,0 +1,5 @@
+import sys
+
+from cloud.launcher import main
+
+sys.exit(main())

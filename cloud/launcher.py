@@ -1,0 +1,965 @@
+"""Bring the reference cloud up on 127.0.0.1, and take it down (``make cloud``,
+``make cloud-stop``; docs/deploy-with-nova.md describes what runs).
+
+Everything it makes lives under ``.cloud/`` of the checkout (or
+``$ACCELERON_CLOUD_DIR``):
+
+* ``venvs/<service>/``: one virtualenv per OpenStack service, from the locked
+  requirements in ``cloud/requirements/`` (their pins clash, so one each), made again
+  only when the lock changes; Nova's also holds Acceleron (``--no-deps``, editable)
+  for the weigher;
+* ``run/``: the running cloud: configuration, data, one log per process under
+  ``run/logs/``, and ``run/cloud.json``, which says what runs where (ports, process
+  ids, databases, credentials); ``run/clouds.yaml`` and ``run/env/<user>.sh`` hold
+  the credentials of every test user for openstacksdk, the ``openstack`` CLI and
+  scripts (``source .cloud/run/env/admin.sh``).
+
+Ports are free ones chosen at start; databases and the RabbitMQ vhost carry a random
+tag, so that clouds of several checkouts can run side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+CLOUD = REPO / "cloud"
+HOME = Path(os.environ.get("ACCELERON_CLOUD_DIR", REPO / ".cloud"))
+VENVS = HOME / "venvs"
+RUN = HOME / "run"
+STATE = RUN / "cloud.json"
+LOGS = RUN / "logs"
+MYSQL = "mysql+pymysql://root@127.0.0.1:3306"
+POSTGRESQL = "postgresql+psycopg://postgres@127.0.0.1:5432"
+REGION = "RegionOne"
+COMPUTES = ("compute-1", "compute-2")
+SERVICE_USERS = ("placement", "glance", "nova", "acceleron", "acceleron-events")
+# The OpenStack services, each from its own lock file (cloud/requirements/<name>.txt).
+# Adding one (tempest, say) is a lock file and a name here: `venv(name)` makes it.
+SERVICES = ("keystone", "placement", "glance", "nova")
+WAIT = 180.0  # seconds any one step may take before the start is given up
+
+
+class CloudError(Exception):
+    """The cloud could not be brought up (or down); the message says where to look."""
+
+
+def log(message: str) -> None:
+    print(f"[cloud {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Virtualenvs
+
+
+def uv() -> str:
+    found = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if found is None:
+        raise CloudError("uv is needed to make the virtualenvs: run `make .venv/.installed`.")
+    return found
+
+
+def venv(name: str) -> Path:
+    """The virtualenv of ``name`` from cloud/requirements/<name>.txt, made when missing
+    or when its lock changed (Nova's also gets Acceleron for the weigher)."""
+    lock = CLOUD / "requirements" / f"{name}.txt"
+    path = VENVS / name
+    stamp = path / ".cloud-stamp"
+    digest = hashlib.sha256(lock.read_bytes() + sys.version.encode()).hexdigest()
+    if not (stamp.exists() and stamp.read_text() == digest):
+        started = time.monotonic()
+        shutil.rmtree(path, ignore_errors=True)
+        run([uv(), "venv", "-q", "--python", sys.executable, str(path)])
+        run(
+            [
+                uv(),
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(path / "bin" / "python"),
+                "-r",
+                str(lock),
+            ]
+        )
+        stamp.write_text(digest)
+        log(f"virtualenv {name}: installed in {time.monotonic() - started:.1f} s")
+    if name == "nova":  # editable: the weigher is the checkout's, whatever changes
+        run(
+            [
+                uv(),
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(path / "bin" / "python"),
+                "--no-deps",
+                "-e",
+                str(REPO),
+            ]
+        )
+    return path
+
+
+def run(argv: Sequence[str], env: Mapping[str, str] | None = None, what: str = "") -> str:
+    """Run a setup command to its end; its output goes into the error when it fails."""
+    result = subprocess.run(
+        list(argv),
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise CloudError(
+            f"{what or argv[0]} failed ({result.returncode}):\n{result.stdout[-3000:]}"
+            f"{result.stderr[-3000:]}"
+        )
+    return result.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# The cloud's description
+
+
+@dataclasses.dataclass
+class Process:
+    argv: list[str]
+    env: dict[str, str]
+    pid: int = 0
+
+    @property
+    def alive(self) -> bool:
+        if not self.pid:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+@dataclasses.dataclass
+class Cloud:
+    tag: str
+    password: str
+    ports: dict[str, int]
+    nested: bool = True
+    processes: dict[str, Process] = dataclasses.field(default_factory=dict)
+
+    # names ------------------------------------------------------------------------
+    @property
+    def vhost(self) -> str:
+        return f"acceleron-cloud-{self.tag}"
+
+    def database(self, name: str) -> str:
+        return f"acccloud_{self.tag}_{name}"
+
+    @property
+    def mysql_databases(self) -> list[str]:
+        return [
+            self.database(n)
+            for n in ("keystone", "placement", "nova_api", "nova_cell0", "nova_cell1")
+        ]
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
+    @property
+    def auth_url(self) -> str:
+        return f"{self.url('keystone')}/v3"
+
+    @property
+    def endpoints(self) -> dict[str, tuple[str, str]]:
+        """Catalog: service type -> (service name, endpoint URL)."""
+        return {
+            "placement": ("placement", self.url("placement")),
+            "image": ("glance", self.url("glance")),
+            "compute": ("nova", f"{self.url('nova')}/v2.1"),
+            "network": ("neutron-standin", self.url("neutron")),
+            "accelerator": ("acceleron", f"{self.url('accelerator')}/v2"),
+        }
+
+    # persistence -------------------------------------------------------------------
+    def save(self) -> None:
+        STATE.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls) -> Cloud | None:
+        try:
+            data = json.loads(STATE.read_text())
+        except FileNotFoundError:
+            return None
+        processes = {k: Process(**v) for k, v in data.pop("processes").items()}
+        return cls(**data, processes=processes)
+
+    @property
+    def running(self) -> bool:
+        return any(p.alive for p in self.processes.values())
+
+    # processes ---------------------------------------------------------------------
+    def start(
+        self, name: str, argv: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """Start (or start again) the process ``name``: its own session, its output
+        appended to run/logs/<name>.log."""
+        process = self.processes.get(name) or Process(argv or [], env or {})
+        with (LOGS / f"{name}.log").open("ab") as out:
+            child = subprocess.Popen(
+                process.argv,
+                env={**os.environ, **process.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=RUN,
+            )
+        process.pid = child.pid
+        self.processes[name] = process
+        self.save()
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
+        """Stop the process ``name`` (and its children: its process group)."""
+        process = self.processes[name]
+        if not process.alive:
+            return
+        with _suppress_lookup():
+            os.killpg(process.pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(process.pid, os.WNOHANG)
+            except ChildProcessError:  # not our child (another launcher started it)
+                done = 0 if process.alive else process.pid
+            if done:
+                return
+            time.sleep(0.1)
+        with _suppress_lookup():
+            os.killpg(process.pid, signal.SIGKILL)
+
+    def stop_all(self, wait: float = 10.0) -> None:
+        """Stop every process at once: SIGTERM, then SIGKILL for those still there."""
+        running = [p for p in self.processes.values() if p.alive]
+        for process in running:
+            with _suppress_lookup():
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_reap(p) for p in running):
+            time.sleep(0.2)
+        for process in running:
+            if _reap(process):
+                with _suppress_lookup():
+                    os.killpg(process.pid, signal.SIGKILL)
+
+
+def _reap(process: Process) -> bool:
+    """Whether the process still runs (a child of ours that ended is reaped)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(process.pid, os.WNOHANG)
+    return process.alive
+
+
+class _suppress_lookup:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, ProcessLookupError)
+
+
+def free_ports(names: Iterable[str]) -> dict[str, int]:
+    """A free port on 127.0.0.1 for each name (the sockets are closed again: a race
+    with another program is possible, and shows as a service that cannot bind)."""
+    sockets: dict[str, socket.socket] = {}
+    try:
+        for name in names:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets[name] = sock
+        return {name: sock.getsockname()[1] for name, sock in sockets.items()}
+    finally:
+        for sock in sockets.values():
+            sock.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration files
+
+
+def credentials(cloud: Cloud, user: str) -> str:
+    """keystoneauth's options for a service user, as lines of a config section."""
+    return "\n".join(
+        [
+            "auth_type = password",
+            f"auth_url = {cloud.auth_url}",
+            f"username = {user}",
+            f"password = {cloud.password}",
+            "project_name = service",
+            "user_domain_name = Default",
+            "project_domain_name = Default",
+            f"region_name = {REGION}",
+        ]
+    )
+
+
+def authtoken(cloud: Cloud, user: str) -> str:
+    """[keystone_authtoken] of a service whose tokens are checked by ``user``."""
+    return "\n".join(
+        [
+            f"www_authenticate_uri = {cloud.auth_url}",
+            credentials(cloud, user).replace(f"region_name = {REGION}", ""),
+            "service_token_roles_required = true",
+        ]
+    ).strip()
+
+
+def variables(cloud: Cloud) -> dict[str, str]:
+    found = {
+        "run": str(RUN),
+        "debug": "false",
+        "mysql": MYSQL,
+        "postgresql": POSTGRESQL,
+        "vhost": cloud.vhost,
+        "nested": str(cloud.nested).lower(),
+        "accelerator_url": cloud.url("accelerator"),
+        **{
+            f"db_{n}": cloud.database(n)
+            for n in ("keystone", "placement", "nova_api", "nova_cell1", "acceleron")
+        },
+    }
+    for user in SERVICE_USERS:
+        found[f"credentials_{user.replace('-', '_')}"] = credentials(cloud, user)
+        found[f"authtoken_{user.replace('-', '_')}"] = authtoken(cloud, user)
+    return found
+
+
+def render(template: str, target: Path, values: Mapping[str, str]) -> Path:
+    text = (CLOUD / "templates" / template).read_text()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(string.Template(text).substitute(values))
+    return target
+
+
+def write_configs(cloud: Cloud) -> None:
+    values = variables(cloud)
+    render("keystone.conf", RUN / "keystone" / "keystone.conf", values)
+    render("placement.conf", RUN / "placement" / "placement.conf", values)
+    render("glance-api.conf", RUN / "glance" / "glance-api.conf", values)
+    render("nova.conf", RUN / "nova" / "nova.conf", values)
+    render("acceleron.conf", RUN / "acceleron" / "acceleron.conf", values)
+    for index, host in enumerate(COMPUTES, 1):
+        render(
+            "nova-compute.conf",
+            RUN / "nova" / f"{host}.conf",
+            {**values, "index": str(index), "host": host},
+        )
+        render(
+            "acceleron-agent.conf",
+            RUN / "acceleron" / host / "agent.conf",
+            {**values, "host": host},
+        )
+        render(f"inventory-{host}.yaml", RUN / "acceleron" / host / "inventory.yaml", values)
+    shutil.copy(VENVS / "glance" / "etc" / "glance" / "glance-api-paste.ini", RUN / "glance")
+    shutil.copy(VENVS / "nova" / "etc" / "nova" / "api-paste.ini", RUN / "nova")
+    for sub in ("glance/images", "glance/staging", "glance/tasks", "nova/locks"):
+        (RUN / sub).mkdir(parents=True, exist_ok=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Backing services: databases, RabbitMQ
+
+
+def create_databases(cloud: Cloud) -> None:
+    import psycopg
+    import pymysql
+
+    mysql = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
+    with mysql.cursor() as cursor:
+        for name in cloud.mysql_databases:
+            cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    mysql.close()
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as pg:
+        pg.execute(f'CREATE DATABASE "{cloud.database("acceleron")}"')
+
+
+def drop_databases(cloud: Cloud) -> None:
+    import psycopg
+    import pymysql
+
+    mysql = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
+    with mysql.cursor() as cursor:
+        for name in cloud.mysql_databases:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    mysql.close()
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as pg:
+        pg.execute(f'DROP DATABASE IF EXISTS "{cloud.database("acceleron")}" WITH (FORCE)')
+
+
+def rabbitmq(cloud: Cloud) -> None:
+    rabbitmq_vhost(cloud, present=True)
+
+
+def rabbitmq_vhost(cloud: Cloud, present: bool) -> None:
+    if present:
+        run(["rabbitmqctl", "-q", "add_vhost", cloud.vhost], what="rabbitmqctl add_vhost")
+        run(
+            ["rabbitmqctl", "-q", "set_permissions", "-p", cloud.vhost, "guest", ".*", ".*", ".*"],
+            what="rabbitmqctl set_permissions",
+        )
+    else:
+        subprocess.run(
+            ["rabbitmqctl", "-q", "delete_vhost", cloud.vhost],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Waiting
+
+
+def wait_for(
+    what: str,
+    ready: Callable[[], bool],
+    cloud: Cloud,
+    logs: Sequence[str] = (),
+    timeout: float = WAIT,
+) -> None:
+    """Poll ``ready`` until it is true; give up with the tail of ``logs``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in logs:
+            if not cloud.processes[name].alive:
+                raise CloudError(f"{name} exited while waiting for {what}:\n{tail(name)}")
+        try:
+            if ready():
+                return
+        except Exception:  # not up yet: refused, reset, 5xx
+            pass
+        time.sleep(0.5)
+    raise CloudError(
+        f"{what}: not ready after {timeout:.0f} s\n" + "\n".join(tail(name) for name in logs)
+    )
+
+
+def answers(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return bool(response.status < 500)
+        except urllib.error.HTTPError as error:
+            return error.code < 500
+
+    return check
+
+
+def tail(name: str, lines: int = 40) -> str:
+    path = LOGS / f"{name}.log"
+    if not path.exists():
+        return f"(no log for {name})"
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return f"--- {path} (last {len(text)} lines)\n" + "\n".join(text)
+
+
+# ---------------------------------------------------------------------------------------
+# The services
+
+
+def wsgi(cloud: Cloud, name: str, app: str, env: dict[str, str]) -> None:
+    """Serve ``app`` from the virtualenv of the service ``name`` on its port."""
+    service = name.removesuffix("-api")
+    python = str(VENVS / service / "bin" / "python")
+    cloud.start(name, [python, str(CLOUD / "wsgi_runner.py"), app, str(cloud.ports[service])], env)
+
+
+def keystone(cloud: Cloud) -> None:
+    manage = [
+        str(VENVS / "keystone" / "bin" / "keystone-manage"),
+        "--config-file",
+        str(RUN / "keystone" / "keystone.conf"),
+    ]
+    run([*manage, "db_sync"], what="keystone-manage db_sync")
+    for setup in ("fernet_setup", "credential_setup"):
+        run(
+            [*manage, setup, "--keystone-user", "root", "--keystone-group", "root"],
+            what=f"keystone-manage {setup}",
+        )
+    url = cloud.url("keystone")
+    run(
+        [
+            *manage,
+            "bootstrap",
+            "--bootstrap-password",
+            cloud.password,
+            "--bootstrap-admin-url",
+            url,
+            "--bootstrap-public-url",
+            url,
+            "--bootstrap-internal-url",
+            url,
+            "--bootstrap-region-id",
+            REGION,
+        ],
+        what="keystone-manage bootstrap",
+    )
+    wsgi(
+        cloud,
+        "keystone",
+        "keystone.wsgi.api:application",
+        {"OS_KEYSTONE_CONFIG_DIR": str(RUN / "keystone")},
+    )
+    wait_for("Keystone", answers(f"{url}/v3"), cloud, ["keystone"])
+    identity(cloud)
+
+
+def connect(cloud: Cloud, user: str = "admin", project: str = "admin") -> Any:
+    import openstack
+
+    return openstack.connect(
+        auth_url=cloud.auth_url,
+        username=user,
+        password=cloud.password,
+        project_name=project,
+        user_domain_name="Default",
+        project_domain_name="Default",
+        region_name=REGION,
+        load_yaml_config=False,
+        load_envvars=False,
+    )
+
+
+# The test users besides the admin: name -> (project, roles). Each service user has the
+# least it needs (docs/deploy-with-nova.md says why).
+USERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "member": ("demo", ("member",)),
+    "alt-member": ("alt", ("member",)),
+    "reader": ("demo", ("reader",)),
+    "placement": ("service", ("service",)),
+    "glance": ("service", ("service",)),
+    "nova": ("service", ("service",)),
+    # Acceleron: Placement, Keystone and its own API want `service`; Glance lets only
+    # `member`s download an image (even a public one).
+    "acceleron": ("service", ("service", "member")),
+    # Acceleron's [nova] user: Nova takes events from `service` but looks the instances
+    # up in the caller's own project unless the caller is an `admin`.
+    "acceleron-events": ("service", ("service", "admin")),
+}
+
+
+def identity(cloud: Cloud) -> None:
+    """Projects, users and roles, and the catalog."""
+    conn = connect(cloud)
+    ident = conn.identity
+    roles = {r.name: r for r in ident.roles()}
+    if "service" not in roles:
+        roles["service"] = ident.create_role(name="service")
+    domain = ident.find_domain("default")
+    projects = {}
+    for name in ("service", "demo", "alt"):
+        projects[name] = ident.create_project(name=name, domain_id=domain.id)
+    for user, (project, wanted) in USERS.items():
+        created = ident.create_user(
+            name=user,
+            password=cloud.password,
+            domain_id=domain.id,
+            default_project_id=projects[project].id,
+        )
+        for role in wanted:
+            ident.assign_project_role_to_user(projects[project], created, roles[role])
+    for kind, (name, url) in cloud.endpoints.items():
+        service = ident.create_service(name=name, type=kind)
+        for interface in ("public", "internal"):
+            ident.create_endpoint(
+                service_id=service.id, interface=interface, url=url, region_id=REGION
+            )
+
+
+def placement(cloud: Cloud) -> None:
+    env = {"OS_PLACEMENT_CONFIG_DIR": str(RUN / "placement")}
+    run(
+        [
+            str(VENVS / "placement" / "bin" / "placement-manage"),
+            "--config-file",
+            str(RUN / "placement" / "placement.conf"),
+            "db",
+            "sync",
+        ],
+        what="placement-manage db sync",
+    )
+    wsgi(cloud, "placement", "placement.wsgi.api:application", env)
+    wait_for("Placement", answers(cloud.url("placement")), cloud, ["placement"])
+
+
+def glance(cloud: Cloud) -> None:
+    config = str(RUN / "glance" / "glance-api.conf")
+    run(
+        [str(VENVS / "glance" / "bin" / "glance-manage"), "--config-file", config, "db_sync"],
+        what="glance-manage db_sync",
+    )
+    wsgi(
+        cloud,
+        "glance",
+        "glance.wsgi.api:application",
+        {"OS_GLANCE_CONFIG_DIR": str(RUN / "glance")},
+    )
+    wait_for("Glance", answers(cloud.url("glance")), cloud, ["glance"])
+
+
+def nova_databases(cloud: Cloud) -> None:
+    manage = [
+        str(VENVS / "nova" / "bin" / "nova-manage"),
+        "--config-file",
+        str(RUN / "nova" / "nova.conf"),
+    ]
+    run([*manage, "api_db", "sync"], what="nova-manage api_db sync")
+    cell0 = f"{MYSQL}/{cloud.database('nova_cell0')}?charset=utf8mb4"
+    run(
+        [*manage, "cell_v2", "map_cell0", "--database_connection", cell0],
+        what="nova-manage cell_v2 map_cell0",
+    )
+    run([*manage, "db", "sync"], what="nova-manage db sync")
+    run(
+        [*manage, "cell_v2", "create_cell", "--name", "cell1"],
+        what="nova-manage cell_v2 create_cell",
+    )
+
+
+def nova(cloud: Cloud) -> None:
+    bin_dir, config = VENVS / "nova" / "bin", str(RUN / "nova" / "nova.conf")
+    wsgi(
+        cloud,
+        "nova-api",
+        "nova.wsgi.osapi_compute:application",
+        {"OS_NOVA_CONFIG_DIR": str(RUN / "nova")},
+    )
+    for service in ("conductor", "scheduler"):
+        cloud.start(
+            f"nova-{service}", [str(bin_dir / f"nova-{service}"), "--config-file", config], {}
+        )
+    for host in COMPUTES:
+        cloud.start(
+            f"nova-{host}",
+            [
+                str(bin_dir / "nova-compute"),
+                "--config-file",
+                config,
+                "--config-file",
+                str(RUN / "nova" / f"{host}.conf"),
+            ],
+            {},
+        )
+    wait_for("nova-api", answers(cloud.url("nova")), cloud, ["nova-api"])
+
+
+def acceleron(cloud: Cloud) -> None:
+    """The schema, two API replicas and the balancer in front of them."""
+    command = str(REPO / ".venv" / "bin" / "acceleron")
+    config = ["--config-file", str(RUN / "acceleron" / "acceleron.conf")]
+    run([command, *config, "db", "upgrade"], what="acceleron db upgrade")
+    replicas = []
+    for index in (1, 2):
+        name = f"acceleron-api-{index}"
+        cloud.start(name, [command, *config, "api", "--port", str(cloud.ports[name])], {})
+        replicas.append(str(cloud.ports[name]))
+    cloud.start(
+        "balancer",
+        [sys.executable, "-m", "cloud.balancer", str(cloud.ports["accelerator"]), *replicas],
+        {"PYTHONPATH": str(REPO)},
+    )
+    for index in (1, 2):
+        name = f"acceleron-api-{index}"
+        wait_for(name, answers(cloud.url(name)), cloud, [name])
+
+
+def neutron(cloud: Cloud) -> None:
+    cloud.start(
+        "neutron-standin",
+        [sys.executable, "-m", "cloud.neutron_standin", str(cloud.ports["neutron"])],
+        {"PYTHONPATH": str(REPO)},
+    )
+    wait_for("the Neutron stand-in", answers(cloud.url("neutron")), cloud, ["neutron-standin"])
+
+
+def computes_in_placement(cloud: Cloud) -> None:
+    """Wait for both compute nodes in Placement, then map them into the cell."""
+    conn = connect(cloud)
+
+    def both() -> bool:
+        names = {rp.name for rp in conn.placement.resource_providers()}
+        return set(COMPUTES) <= names
+
+    wait_for(
+        "the compute nodes in Placement",
+        both,
+        cloud,
+        [f"nova-{h}" for h in COMPUTES] + ["nova-conductor"],
+    )
+    run(
+        [
+            str(VENVS / "nova" / "bin" / "nova-manage"),
+            "--config-file",
+            str(RUN / "nova" / "nova.conf"),
+            "cell_v2",
+            "discover_hosts",
+        ],
+        what="nova-manage cell_v2 discover_hosts",
+    )
+
+
+def agents(cloud: Cloud) -> None:
+    """One agent per compute host; wait until each host's providers are in Placement."""
+    command = str(REPO / ".venv" / "bin" / "acceleron")
+    for host in COMPUTES:
+        cloud.start(
+            f"agent-{host}",
+            [command, "--config-file", str(RUN / "acceleron" / host / "agent.conf"), "agent"],
+            {},
+        )
+    conn = connect(cloud)
+
+    def published() -> bool:
+        roots = {rp.name: rp.id for rp in conn.placement.resource_providers()}
+        for host in COMPUTES:
+            tree = list(conn.placement.resource_providers(in_tree=roots[host]))
+            if len(tree) < 2:
+                return False
+        return True
+
+    wait_for(
+        "the accelerators in Placement",
+        published,
+        cloud,
+        [f"agent-{h}" for h in COMPUTES] + ["acceleron-api-1", "acceleron-api-2"],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Credentials for users and scripts
+
+
+def write_credentials(cloud: Cloud) -> None:
+    """run/clouds.yaml (clouds acceleron-admin, -member, -alt-member, -reader,
+    -service) and run/env/<user>.sh with the same as OS_* variables."""
+    users = {
+        "admin": "admin",
+        "member": "demo",
+        "alt-member": "alt",
+        "reader": "demo",
+        "service": "service",
+    }
+    (RUN / "env").mkdir(exist_ok=True)
+    clouds: dict[str, Any] = {}
+    for label, project in users.items():
+        user = "acceleron" if label == "service" else label
+        auth = {
+            "auth_url": cloud.auth_url,
+            "username": user,
+            "password": cloud.password,
+            "project_name": project,
+            "user_domain_name": "Default",
+            "project_domain_name": "Default",
+        }
+        clouds[f"acceleron-{label}"] = {
+            "auth": auth,
+            "region_name": REGION,
+            "identity_api_version": "3",
+        }
+        lines = [f"export OS_{k.upper()}={v}" for k, v in auth.items()]
+        lines += [
+            f"export OS_REGION_NAME={REGION}",
+            "export OS_IDENTITY_API_VERSION=3",
+            "unset OS_CLOUD",
+        ]
+        (RUN / "env" / f"{label}.sh").write_text("\n".join(lines) + "\n")
+    import yaml
+
+    (RUN / "clouds.yaml").write_text(yaml.safe_dump({"clouds": clouds}, sort_keys=False))
+
+
+# ---------------------------------------------------------------------------------------
+# Up and down
+
+
+def up(nested: bool = True) -> Cloud:
+    existing = Cloud.load()
+    if existing is not None and existing.running:
+        log(f"already running (state in {STATE}); `make cloud-stop` first to start anew")
+        return existing
+    started = time.monotonic()
+    for name in SERVICES:
+        venv(name)
+    log(f"virtualenvs ready in {time.monotonic() - started:.1f} s")
+    shutil.rmtree(RUN, ignore_errors=True)
+    LOGS.mkdir(parents=True)
+    names = [
+        "keystone",
+        "placement",
+        "glance",
+        "nova",
+        "neutron",
+        "accelerator",
+        "acceleron-api-1",
+        "acceleron-api-2",
+    ]
+    cloud = Cloud(secrets.token_hex(3), secrets.token_urlsafe(12), free_ports(names), nested)
+    cloud.save()
+    try:
+        write_configs(cloud)
+        create_databases(cloud)
+        steps: list[Callable[[Cloud], None]] = [
+            keystone,
+            placement,
+            glance,
+            nova_databases,
+            acceleron,
+            neutron,
+            rabbitmq,
+        ]
+        in_parallel(cloud, steps)
+        log(f"Keystone, Placement, Glance, Acceleron up in {time.monotonic() - started:.1f} s")
+        nova(cloud)
+        computes_in_placement(cloud)
+        agents(cloud)
+        write_credentials(cloud)
+    except BaseException:
+        log(f"start failed; stopping what was started (logs stay in {LOGS})")
+        down(cloud)
+        raise
+    log(f"up in {time.monotonic() - started:.1f} s")
+    summary(cloud)
+    return cloud
+
+
+def in_parallel(cloud: Cloud, steps: Sequence[Callable[[Cloud], None]]) -> None:
+    """Run the steps side by side; the first failure is raised as soon as it happens."""
+    pool = concurrent.futures.ThreadPoolExecutor(len(steps))
+    futures = [pool.submit(timed, step, cloud) for step in steps]
+    done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+    pool.shutdown(wait=False)
+    for future in done:
+        future.result()
+    for future in futures:
+        future.result()
+
+
+def timed(step: Callable[[Cloud], None], cloud: Cloud) -> None:
+    started = time.monotonic()
+    step(cloud)
+    log(f"{getattr(step, '__name__', 'step')}: done in {time.monotonic() - started:.1f} s")
+
+
+def down(cloud: Cloud | None = None) -> None:
+    cloud = cloud or Cloud.load()
+    if cloud is None:
+        log("no cloud to stop")
+        return
+    started = time.monotonic()
+    cloud.stop_all()
+    drop_databases(cloud)
+    rabbitmq_vhost(cloud, present=False)
+    cloud.processes.clear()
+    cloud.save()
+    log(f"stopped in {time.monotonic() - started:.1f} s (logs kept in {LOGS})")
+
+
+def restart(cloud: Cloud, name: str) -> None:
+    """Stop and start one process; a server is waited for until it answers."""
+    cloud.stop(name)
+    cloud.start(name)
+    port = {"nova-api": "nova", "neutron-standin": "neutron", "balancer": "accelerator"}
+    service = port.get(name, name)
+    if service in cloud.ports:
+        wait_for(name, answers(cloud.url(service)), cloud, [name])
+
+
+def end_to_end(pytest_args: Sequence[str]) -> int:
+    """Run tests/e2e against the running cloud, or against one started for the run and
+    stopped after it."""
+    existing = Cloud.load()
+    ours = existing is None or not existing.running
+    started = time.monotonic()
+    if ours:
+        up()
+    env = {**os.environ, "ACCELERON_E2E": "1", "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")}
+    try:
+        argv = [
+            str(REPO / ".venv" / "bin" / "pytest"),
+            "tests/e2e",
+            "--timeout",
+            "900",
+            *pytest_args,
+        ]
+        code = subprocess.run(argv, env=env, cwd=REPO, check=False).returncode
+    finally:
+        if ours:
+            down()
+    log(f"end-to-end run: {time.monotonic() - started:.0f} s in all (exit status {code})")
+    return code
+
+
+def summary(cloud: Cloud) -> None:
+    print(f"  Keystone     {cloud.auth_url}  (admin / {cloud.password})")
+    for kind, (name, url) in cloud.endpoints.items():
+        print(f"  {kind:<12} {url}  ({name})")
+    print(f"  computes     {', '.join(COMPUTES)} (fake driver), an Acceleron agent on each")
+    print(f"  logs         {LOGS}")
+    print(f"  credentials  {RUN / 'clouds.yaml'} (OS_CLIENT_CONFIG_FILE), {RUN / 'env'}/*.sh")
+    print(f"Try: source {RUN / 'env' / 'admin.sh'} && openstack accelerator device list")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cloud", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("up", help="bring the cloud up (nothing if it runs)")
+    start.add_argument(
+        "--flat",
+        action="store_true",
+        help="Acceleron publishes flat providers ([placement] nested = false)",
+    )
+    sub.add_parser("down", help="stop every process, drop the databases and the vhost")
+    sub.add_parser("venvs", help="make the virtualenvs only")
+    e2e = sub.add_parser("e2e", help="run tests/e2e against the cloud (started if need be)")
+    e2e.add_argument("pytest_args", nargs="*", help="more pytest arguments")
+    again = sub.add_parser("restart", help="start a process of the cloud again")
+    again.add_argument("name")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up(nested=not args.flat)
+        elif args.command == "down":
+            down()
+        elif args.command == "e2e":
+            return end_to_end(args.pytest_args)
+        elif args.command == "venvs":
+            for name in SERVICES:
+                venv(name)
+        else:
+            cloud = Cloud.load()
+            if cloud is None or args.name not in cloud.processes:
+                raise CloudError(f"no process {args.name!r} in {STATE}")
+            restart(cloud, args.name)
+    except CloudError as error:
+        print(f"cloud: {error}", file=sys.stderr)
+        return 1
+    return 0
