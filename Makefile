@@ -59,7 +59,7 @@ e2e: $(STAMP)
 
 ## Regenerate the OpenStack services' locks (cloud/requirements/*.txt) from their .in files.
 cloud-lock:
-	for name in keystone placement glance nova; do \
+	for name in keystone placement glance nova tempest; do \
 	  (cd cloud/requirements && ../../$(BIN)/uv pip compile -q --python-version 3.11 \
 	    $$name.in -o $$name.txt); done
 

@@ -381,7 +381,8 @@ def write_configs(cloud: Cloud) -> None:
         render(f"inventory-{host}.yaml", RUN / "acceleron" / host / "inventory.yaml", values)
     shutil.copy(VENVS / "glance" / "etc" / "glance" / "glance-api-paste.ini", RUN / "glance")
     shutil.copy(VENVS / "nova" / "etc" / "nova" / "api-paste.ini", RUN / "nova")
-    for sub in ("glance/images", "glance/staging", "glance/tasks", "nova/locks"):
+    computes = [f"nova/{host}/instances" for host in COMPUTES]
+    for sub in ("glance/images", "glance/staging", "glance/tasks", "nova/locks", *computes):
         (RUN / sub).mkdir(parents=True, exist_ok=True)
 
 

@@ -281,8 +281,9 @@ def test_osc_arq_unbind(cloud: Cloud) -> None:
 def test_osc_arq_bind(cloud: Cloud) -> None:
     pytest.skip(
         "openstack accelerator arq bind looks the server up in Nova (compute find_server) "
-        "before its PATCH, and there is no Nova here: it needs the reference cloud. The "
-        "PATCH it then sends is openstacksdk's patch_accelerator_request, tested here."
+        "before its PATCH, and there is no Nova here: tests/e2e/test_clients.py runs it "
+        "against the reference cloud. The PATCH it sends is openstacksdk's "
+        "patch_accelerator_request, tested here."
     )
 
 
