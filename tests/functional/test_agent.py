@@ -9,9 +9,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.drivers import load_drivers
+from tests.fixtures.waiting import wait_for
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
 
@@ -63,13 +63,6 @@ def host_view(url: str, host: str) -> dict[str, Any] | None:
     response.raise_for_status()
     view: dict[str, Any] = response.json()["host"]
     return view
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_a_report_is_accepted_and_an_identical_one_too(live_api: str, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from acceleron.cli.main import main
 from acceleron.db.session import Database
 from acceleron.drivers import gbs
 from tests.fixtures.allinone import LATEST, AllInOne, all_in_one
+from tests.fixtures.waiting import wait_for
 
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"
 PRELOADED = "d8424dc4a4a3c413f89e433683f9040b"
@@ -311,7 +312,7 @@ def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
         body = [{"path": "/program", "op": "replace", "value": [{"image_uuid": bitstream}]}]
         api(server, "PATCH", f"/v2/deployables/{region['uuid']}/program", json=body)
         deadline = region["uuid"]
-        wait_until(lambda: api(server, "GET", f"/v2/deployables/{deadline}")["function_uuid"]
+        wait_for(lambda: api(server, "GET", f"/v2/deployables/{deadline}")["function_uuid"]
                    == function)  # fmt: skip
         assert server.stop() == 0  # Ctrl-C: a clean exit
         server.start()
@@ -320,15 +321,6 @@ def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
         again = api(server, "GET", f"/v2/deployables/{region['uuid']}")
         assert again["function_uuid"] == function  # the fake card kept what it was given
         assert api(server, "GET", f"/v2/bitstreams/{bitstream}")["status"] == "active"
-
-
-def wait_until(condition: Any, seconds: float = 30) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def claimer(aio: AllInOne) -> Any:

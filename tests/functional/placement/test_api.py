@@ -3,7 +3,6 @@ operator endpoints (2.6); against the real Placement, on every database backend.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from acceleron.placement.client import PlacementClient
 from acceleron.report import HostReport, to_json
 from acceleron.service.placement import PlacementService
 from tests.fixtures.placement import Unreachable, allocate
+from tests.fixtures.waiting import wait_for
 
 HOST = "host-1"
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
@@ -58,13 +58,6 @@ def make_api(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> 
         client.__exit__(None, None, None)
 
 
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not within the time limit"
-        time.sleep(0.05)
-
-
 def test_a_changed_report_is_published_by_the_worker(
     make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
@@ -72,8 +65,8 @@ def test_a_changed_report_is_published_by_the_worker(
     body = report(conf)
     assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
     client = PlacementClient(placement)
-    eventually(lambda: (c := client.find_provider(HOST)) is not None and
-               len(client.get_tree(c.uuid)) == 15)  # fmt: skip
+    wait_for(lambda: (c := client.find_provider(HOST)) is not None and
+             len(client.get_tree(c.uuid)) == 15)  # fmt: skip
     plan = api.post("/v2/placement/sync", json={"dry_run": True}, headers=V2_6).json()
     assert plan == {"hosts": [{"hostname": HOST, "skipped": False, "actions": [], "errors": []}]}
 
@@ -126,7 +119,7 @@ def test_remote_mode_accepts_a_new_host_while_placement_is_down(
     compute = client.create_provider(str(uuid.uuid4()), HOST)  # Nova's, while we were away
     down.up = True
     api.app.state.placement.worker.wake()  # type: ignore[attr-defined]
-    eventually(lambda: len(client.get_tree(compute.uuid)) == 15)
+    wait_for(lambda: len(client.get_tree(compute.uuid)) == 15)
 
 
 def test_operator_endpoints_need_2_6_an_admin_and_placement(
@@ -159,7 +152,7 @@ def test_migrate_to_nested_moves_every_host_it_can(
         compute = client.find_provider(host)
         return set() if compute is None else set(client.get_inventories(compute.uuid)[1])
 
-    eventually(lambda: all("CUSTOM_ACCELERATOR_FPGA" in flat_inventory(h) for h in hosts))
+    wait_for(lambda: all("CUSTOM_ACCELERATOR_FPGA" in flat_inventory(h) for h in hosts))
     flat.app.state.placement.worker.stop()  # type: ignore[attr-defined]
     computes = {h: p.uuid for h in hosts if (p := client.find_provider(h)) is not None}
     consumer = str(uuid.uuid4())
@@ -205,13 +198,13 @@ def test_disabling_a_device_reserves_it_in_placement(
         inventory = client.get_inventories(region)[1].get("CUSTOM_ACCELERATOR_FPGA")
         return None if inventory is None else inventory.reserved
 
-    eventually(lambda: reserved() == 0)
+    wait_for(lambda: reserved() == 0)
     member = {**V2_6, "X-Roles": "member", "X-Project-Id": "p"}
     assert api.post(f"/v2/devices/{device['uuid']}/disable", headers=member).status_code == 403
     response = api.post(f"/v2/devices/{device['uuid']}/disable", headers=V2_6)
     assert response.status_code == 200 and response.json()["status"] == "maintaining"
-    eventually(lambda: reserved() == 2)
+    wait_for(lambda: reserved() == 2)
     response = api.post(f"/v2/devices/{device['uuid']}/enable", headers=V2_6)
     assert response.json()["status"] == "enabled"
-    eventually(lambda: reserved() == 0)
+    wait_for(lambda: reserved() == 0)
     assert api.post(f"/v2/devices/{uuid.uuid4()}/enable", headers=V2_6).status_code == 404
