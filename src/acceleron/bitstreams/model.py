@@ -188,12 +188,12 @@ class Query:
 
     def matches(self, bitstream: Bitstream) -> bool:
         return (
-            _same(self.name, bitstream.name)
-            and _same(self.function_name, bitstream.function_name)
-            and _same_uuid(self.function_uuid, bitstream.function_uuid)
-            and _same_uuid(self.region_type_uuid, bitstream.region_type_uuid)
-            and _same(self.vendor, bitstream.vendor)
-            and _same(self.status, bitstream.status)
+            _unset_or_equal(self.name, bitstream.name)
+            and _unset_or_equal(self.function_name, bitstream.function_name)
+            and _unset_or_same_uuid(self.function_uuid, bitstream.function_uuid)
+            and _unset_or_same_uuid(self.region_type_uuid, bitstream.region_type_uuid)
+            and _unset_or_equal(self.vendor, bitstream.vendor)
+            and _unset_or_equal(self.status, bitstream.status)
             and bitstream.visible_to(self.project)
         )
 
@@ -212,9 +212,12 @@ class Query:
         return " and ".join(parts) or "any bitstream"
 
 
-def _same(wanted: str | None, actual: str | None) -> bool:
+def _unset_or_equal(wanted: str | None, actual: str | None) -> bool:
+    """A filter field matches when it is not set, or equals the bitstream's."""
     return wanted is None or wanted == actual
 
 
-def _same_uuid(wanted: str | None, actual: str | None) -> bool:
+def _unset_or_same_uuid(wanted: str | None, actual: str | None) -> bool:
+    """A uuid filter field matches when it is not set, or names the same uuid in any
+    spelling."""
     return wanted is None or (actual is not None and fold_uuid(wanted) == fold_uuid(actual))

@@ -282,11 +282,14 @@ def _pci_dir(sysfs: Sysfs, address: str) -> Path | None:
     devices = sysfs.path(PCI_DEVICES)
     link = devices / address
     if not link.exists():  # e.g. listed with an upper-case or longer domain
-        link = next((devices / n for n in sysfs.listdir(devices) if _same(n, address)), link)
+        names = (n for n in sysfs.listdir(devices) if _names_address(n, address))
+        link = next((devices / n for n in names), link)
     return sysfs.resolve(link)
 
 
-def _same(name: str, address: str) -> bool:
+def _names_address(name: str, address: str) -> bool:
+    """Whether a directory name under /sys/bus/pci/devices is ``address`` (a BDF in any
+    domain width or case)."""
     return is_bdf(name) and normalize_bdf(name) == address
 
 

@@ -328,7 +328,7 @@ def _deployable_for(conn: Connection, rp_uuid: str, hostname: str) -> Row[Any]:
     return dep
 
 
-def _same(a: str | None, b: str | None) -> bool:
+def _same_id(a: str | None, b: str | None) -> bool:
     """Two ids (function, bitstream) are the same in any spelling; None matches nothing."""
     return bool(a) and bool(b) and fold_uuid(a or "") == fold_uuid(b or "")
 
@@ -343,14 +343,14 @@ def program_for(
     if not accel:
         return None
     held = dep.function_uuids or ([dep.function_uuid] if dep.function_uuid else [])
-    if any(_same(accel.get("accel:function_id"), f) for f in held):
+    if any(_same_id(accel.get("accel:function_id"), f) for f in held):
         return None  # pre-programmed: nothing to look up
     if store is None:
         raise Conflict("The request names a bitstream but no bitstream store is configured.")
     bitstream = store.for_request(accel, dep.region_type, project)
-    if bitstream is None or _same(bitstream.id, dep.bitstream_id):
+    if bitstream is None or _same_id(bitstream.id, dep.bitstream_id):
         return None
-    if any(_same(bitstream.function_uuid, f) for f in held):
+    if any(_same_id(bitstream.function_uuid, f) for f in held):
         return None
     if not dep.programmable:
         raise Conflict(
