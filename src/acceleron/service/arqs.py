@@ -67,7 +67,8 @@ from acceleron.exceptions import (
     NotFound,
 )
 from acceleron.service import inventory, programming, tasks
-from acceleron.service.device_profiles import could_exist, is_uuid_like
+from acceleron.service.device_profiles import could_exist
+from acceleron.uuids import is_uuid_like
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)

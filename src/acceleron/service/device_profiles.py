@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
+from acceleron.uuids import is_uuid_like
 
 LOG = logging.getLogger(__name__)
 
@@ -51,15 +52,6 @@ class Limits:
 def normalize_placement_name(raw: str) -> str:
     """Spec 002: lower case becomes upper case and hyphens become underscores."""
     return raw.upper().replace("-", "_")
-
-
-_UUID_RE = re.compile(
-    r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.IGNORECASE
-)
-
-
-def _is_uuid(value: str) -> bool:
-    return _UUID_RE.fullmatch(value) is not None
 
 
 def _check_resource_class(name: str, where: str) -> str:
@@ -103,7 +95,7 @@ def _check_amount(value: str, where: str) -> str:
 
 
 def _check_uuid_value(value: str, where: str) -> str:
-    if not _is_uuid(value):
+    if not is_uuid_like(value):
         raise InvalidInput(f"{where}: {value!r} is not a UUID.")
     return value
 
@@ -223,7 +215,7 @@ def check_name(name: Any) -> str:
             f"name: {name[:64]!r} may only hold letters, digits, '-' and '_' "
             f"(1 to {NAME_MAX} characters)."
         )
-    if _is_uuid(name):
+    if is_uuid_like(name):
         raise InvalidInput(
             f"name: {name!r} looks like a UUID; profiles are looked up by name or uuid, "
             f"so a name may not be one."
@@ -243,13 +235,9 @@ def check_description(description: Any) -> str | None:
     return description
 
 
-def is_uuid_like(value: str) -> bool:
-    return _is_uuid(value)
-
-
 def could_exist(ident: str) -> bool:
     """Whether a profile could have this uuid or name; others are not looked up at all."""
-    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.fullmatch(ident) is not None)
+    return is_uuid_like(ident) or (len(ident) <= NAME_MAX and NAME_RE.fullmatch(ident) is not None)
 
 
 # --- storage -----------------------------------------------------------------
