@@ -126,6 +126,21 @@ def fold_key(value: str, *, what: str = "a key", origin: Origin = UNKNOWN) -> st
     return bare if _HEX_ID_RE.match(bare) else token
 
 
+def is_custom(name: str) -> bool:
+    """Whether ``name`` is a valid custom trait or resource class name."""
+    return CUSTOM_RE.fullmatch(name) is not None and len(name) <= NAME_MAX
+
+
+def is_trait(name: str) -> bool:
+    """Whether Placement accepts ``name`` as a trait: standard (os-traits) or custom."""
+    return is_custom(name) or name in _standard_traits()
+
+
+def is_resource_class(name: str) -> bool:
+    """Whether Placement accepts ``name`` as a resource class: standard or custom."""
+    return is_custom(name) or name in os_resource_classes.STANDARDS
+
+
 def check_custom(name: str, *, what: str = "name", origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a valid custom trait or resource class name, else an error."""
     if not CUSTOM_RE.fullmatch(name):
@@ -144,7 +159,7 @@ def check_trait(name: str, *, origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a standard trait os-traits knows or a valid custom trait."""
     if name.startswith("CUSTOM_"):
         return check_custom(name, what="trait", origin=origin)
-    if name not in _standard_traits():
+    if not is_trait(name):
         raise _fail(origin, "trait", name, "it is neither a standard trait nor CUSTOM_*.")
     return name
 
@@ -153,7 +168,7 @@ def check_resource_class(name: str, *, origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a standard resource class or a valid custom one."""
     if name.startswith("CUSTOM_"):
         return check_custom(name, what="resource class", origin=origin)
-    if name not in os_resource_classes.STANDARDS:
+    if not is_resource_class(name):
         raise _fail(origin, "resource class", name, "it is neither standard nor CUSTOM_*.")
     return name
 

@@ -18,8 +18,6 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import os_resource_classes
-import os_traits
 from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select
 from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
@@ -27,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
+from acceleron.placement import names as placement_names
 from acceleron.uuids import is_uuid_like
 
 LOG = logging.getLogger(__name__)
@@ -36,7 +35,6 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 # bitstream_name carries the file suffix the spec asks for ("nlb.gbs"), hence the dot.
 _BITSTREAM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_CUSTOM_RE = re.compile(r"CUSTOM_[A-Z0-9_]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 TRAIT_VALUES = ("required", "forbidden")
 ATTACH_TARGETS = ("VM", "host", "none")
@@ -56,7 +54,7 @@ def normalize_placement_name(raw: str) -> str:
 
 def _check_resource_class(name: str, where: str) -> str:
     rc = normalize_placement_name(name)
-    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.fullmatch(rc) and len(rc) <= NAME_MAX):
+    if placement_names.is_resource_class(rc):
         return rc
     raise InvalidInput(
         f"{where}: {rc!r} is not a resource class Placement knows: use a standard class "
@@ -66,22 +64,12 @@ def _check_resource_class(name: str, where: str) -> str:
 
 def _check_trait(name: str, where: str) -> str:
     trait = normalize_placement_name(name)
-    if (_CUSTOM_RE.fullmatch(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
+    if placement_names.is_trait(trait):
         return trait
     raise InvalidInput(
         f"{where}: {trait!r} is neither a standard trait nor a custom trait named "
         f"CUSTOM_<A-Z, 0-9, _>."
     )
-
-
-_TRAITS: frozenset[str] = frozenset()
-
-
-def _standard_traits() -> frozenset[str]:
-    global _TRAITS
-    if not _TRAITS:
-        _TRAITS = frozenset(os_traits.get_traits())
-    return _TRAITS
 
 
 def _check_amount(value: str, where: str) -> str:
