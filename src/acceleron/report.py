@@ -2,7 +2,7 @@
 
 An agent sends one full, idempotent report of its host with
 ``PUT /v2/hosts/{hostname}/report`` (microversion 2.5): every device its
-drivers found, as the frozen dataclasses of ``acceleron.drivers.base``. The API
+drivers found, as the frozen dataclasses of ``acceleron.vocabulary``. The API
 validates it (``from_json``) and reconciles its inventory with it. Sending the
 same report twice changes nothing.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pydantic
 
-from acceleron.drivers.base import DEVICE_TYPES, HANDLE_TYPES, KINDS, Device, walk
 from acceleron.exceptions import InvalidInput
+from acceleron.vocabulary import DEVICE_TYPES, HANDLE_TYPES, KINDS, Device, walk
 
 REPORT_VERSION = 1
 

@@ -44,16 +44,10 @@ from acceleron.agent.loop import backoff_delay
 from acceleron.bitstreams import transfer
 from acceleron.bitstreams.model import Bitstream
 from acceleron.drivers import gbs
-from acceleron.drivers.base import (
-    AttachHandle,
-    Device,
-    Driver,
-    Mediated,
-    Programmable,
-    walk,
-)
+from acceleron.drivers.base import Driver, Mediated, Programmable
 from acceleron.drivers.sysfs import normalize_uuid, shared_scan
 from acceleron.exceptions import AcceleronError
+from acceleron.vocabulary import AttachHandle, Device, walk
 
 LOG = logging.getLogger(__name__)
 PROGRESS_EVERY = 0.5  # seconds between two progress reports of one phase

@@ -32,12 +32,12 @@ from acceleron.api.common import Call, CallDep, json_response, same_uuid, timest
 from acceleron.api.devices import PageQuery, page_body, sort_key_field
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.drivers.base import DEVICE_TYPES, KINDS
 from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
 from acceleron.service import programming
 from acceleron.service.deployables import DeployableInfo
+from acceleron.vocabulary import DEVICE_TYPES, KINDS
 
 PATH = "/v2/deployables"
 SPEC003_PATH = "/accelerators/deployable"

@@ -29,7 +29,6 @@ import yaml
 from oslo_config import cfg
 
 from acceleron.drivers import gbs
-from acceleron.drivers.base import DEVICE_TYPES, AttachHandle, Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import vgpu_trait
 from acceleron.drivers.sysfs import (
@@ -41,6 +40,7 @@ from acceleron.drivers.sysfs import (
     trait_part,
     vendor_name,
 )
+from acceleron.vocabulary import DEVICE_TYPES, AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0b9c1a52-7f0e-5d8a-b5b4-3f8e2c6d1a90")

@@ -24,7 +24,6 @@ from pathlib import Path
 from oslo_config import cfg
 
 from acceleron.drivers import command, gbs
-from acceleron.drivers.base import AttachHandle, Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, TargetNotFound
 from acceleron.drivers.sysfs import (
     INTEL_FPGA,
@@ -43,6 +42,7 @@ from acceleron.drivers.sysfs import (
     still_present,
     virtual_functions,
 )
+from acceleron.vocabulary import AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 

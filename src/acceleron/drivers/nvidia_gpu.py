@@ -32,7 +32,6 @@ from typing import Any
 from oslo_config import cfg
 
 from acceleron.drivers import mdev, nvml
-from acceleron.drivers.base import AttachHandle, Deployable, Device, Health
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
     PciFunction,
@@ -49,6 +48,7 @@ from acceleron.drivers.sysfs import (
     trait_part,
     virtual_functions,
 )
+from acceleron.vocabulary import AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 

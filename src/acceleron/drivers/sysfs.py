@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from acceleron.drivers.base import AttachHandle, Device, Health
+from acceleron.vocabulary import AttachHandle, Device, Health
 
 LOG = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from typing import Any
 from oslo_config import cfg
 
 from acceleron.drivers import command
-from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.sysfs import (
     XILINX_FPGA,
@@ -34,6 +33,7 @@ from acceleron.drivers.sysfs import (
     scan,
     still_present,
 )
+from acceleron.vocabulary import Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 

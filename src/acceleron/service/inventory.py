@@ -28,9 +28,9 @@ from typing import Any, Generic, TypeVar
 import orjson
 from sqlalchemy import Connection, Row, Table, bindparam, delete, insert, select, update
 
+from acceleron import vocabulary
 from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, Host, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock
-from acceleron.drivers import base
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service.attributes import AGENT
@@ -91,7 +91,7 @@ class Outcome:
 # --- desired state from a report -------------------------------------------------
 
 
-def _device_values(host: str, device: base.Device) -> dict[str, Any]:
+def _device_values(host: str, device: vocabulary.Device) -> dict[str, Any]:
     return {
         "uuid": names.provider_uuid(host, device.pci_address),
         "hostname": host,
@@ -109,7 +109,9 @@ def _device_values(host: str, device: base.Device) -> dict[str, Any]:
     }
 
 
-def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> dict[str, Any]:
+def _deployable_values(
+    host: str, device: vocabulary.Device, dep: vocabulary.Deployable
+) -> dict[str, Any]:
     functions = list(dict.fromkeys(dep.function_uuids))
     uuid = names.provider_uuid(host, device.pci_address, dep.key)
     values = {
@@ -135,7 +137,9 @@ def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> 
     return values
 
 
-def _handle_values(host: str, where: tuple[str, str], handle: base.AttachHandle) -> dict[str, Any]:
+def _handle_values(
+    host: str, where: tuple[str, str], handle: vocabulary.AttachHandle
+) -> dict[str, Any]:
     return {
         "uuid": names.provider_uuid(host, where[0], f"{where[1]}#{handle.address}"),
         "type": handle.type,
@@ -191,8 +195,8 @@ def desired_state(report: HostReport) -> Desired:
 
 
 def _with_parents(
-    deployables: Sequence[base.Deployable], parent: str | None
-) -> Iterator[tuple[str | None, base.Deployable]]:
+    deployables: Sequence[vocabulary.Deployable], parent: str | None
+) -> Iterator[tuple[str | None, vocabulary.Deployable]]:
     for dep in deployables:
         yield parent, dep
         yield from _with_parents(dep.children, dep.key)
