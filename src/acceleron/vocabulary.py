@@ -18,6 +18,31 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# How long each reported string may be: the width of the column it is stored in.
+# db/models.py declares its columns with these, and the report is checked against them
+# (``acceleron.report``), so a report that passes always fits the database.
+UUID_LEN = 36
+NAME_LEN = 255
+WIDTHS = {
+    "hostname": NAME_LEN,  # hosts.hostname
+    "agent_version": 64,  # hosts.agent_version
+    "pci_address": 32,  # devices.pci_address
+    "type": 32,  # devices.type
+    "vendor_id": 16,  # devices.vendor
+    "vendor_name": 64,  # devices.vendor_name
+    "product_id": 16,  # devices.product_id
+    "model": NAME_LEN,  # devices.model
+    "driver": 64,  # devices.driver_name, deployables.driver_name
+    "key": NAME_LEN,  # deployables.key
+    "kind": 32,  # deployables.kind
+    "accelerator_type": 32,  # deployables.accelerator_type
+    "region_type": 64,  # deployables.region_type
+    "bitstream_id": UUID_LEN,  # deployables.bitstream_id
+    "function_uuids": 64,  # deployables.function_uuid (each of them)
+    "traits": NAME_LEN,  # Placement's longest name (held as JSON)
+    "address": NAME_LEN,  # attach_handles.address
+}
+
 # Device types (spec 004 "type"), as upstream names them, plus PCI for the generic driver.
 DEVICE_TYPES = ("FPGA", "GPU", "QAT", "AICHIP", "NIC", "SSD", "PCI")
 # Deployable kinds: the shapes of the tree.
