@@ -259,10 +259,10 @@ class TaskRunner:
     def _program(self, task: Mapping[str, Any]) -> dict[str, Any]:
         params = task["params"]
         bitstream = _bitstream(params["bitstream"])
+        self._progress(task, "fetch", 0)  # first: the request shows at once that work began
         driver, device = self._find(params["pci_address"])
         if not isinstance(driver, Programmable):
             raise TaskFailed(f"driver {driver.name} cannot program {device.pci_address}")
-        self._progress(task, "fetch", 0)
         path = self._fetch(task, bitstream)
         self._progress(task, "verify", 0)
         functions = _verify(path, bitstream, params.get("region_type"))
