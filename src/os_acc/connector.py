@@ -31,7 +31,7 @@ from urllib.parse import quote
 from acceleron.agent.client import ReportClient, ReportError
 from acceleron.exceptions import InvalidInput
 from acceleron.scheduler.claim import bind_body, detail, wait_resolved
-from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
+from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_accelerator_class
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -139,14 +139,16 @@ class Connector:
     def _profile(self, extra_specs: Mapping[str, str]) -> str:
         """The device profile the flavor names, or one made for its inline specs."""
         named = extra_specs.get(PROFILE_KEY)
-        if named:
-            return named
         try:
-            groups = [_profile_group(g) for g in groups_from_flavor(extra_specs).groups]
+            inline = groups_from_flavor(extra_specs).groups
         except InvalidInput as error:
             raise PlugFailed(
                 f"The flavor's accelerator extra specs are invalid: {error}"
             ) from error
+        if named:
+            _refuse_inline_beside(named, inline)
+            return named
+        groups = [_profile_group(g) for g in inline]
         if not groups:
             raise PlugFailed("The flavor asks for no accelerator: nothing to plug.")
         return self._ensure_profile(groups)
@@ -251,6 +253,28 @@ def _profile_group(group: Mapping[str, str]) -> dict[str, str]:
     kept = {k: v for k, v in group.items() if not k.startswith("accel:")}
     kept.update({k: v for k, v in group.items() if k[6:] in PROFILE_ACCEL_KEYS})
     return kept
+
+
+def _refuse_inline_beside(profile: str, inline: Sequence[Mapping[str, str]]) -> None:
+    """PlugFailed when the flavor asks for accelerators inline as well as by profile.
+
+    Nova would schedule both, but ask for the profile's accelerators only: what the
+    inline groups got from Placement would be allocated and never attached.
+    Groups of other resources (a NIC's VFs, say) are Nova's and are left alone.
+    """
+    asking = [g for g in inline if any(_is_accelerator_entry(k) for k in g)]
+    if asking:
+        keys = ", ".join(sorted({k for g in asking for k in g}))
+        raise PlugFailed(
+            f"The flavor names device profile {profile!r} and also asks for accelerators "
+            f"inline ({keys}): put them in the device profile, or drop "
+            f"{PROFILE_KEY} and ask inline only."
+        )
+
+
+def _is_accelerator_entry(key: str) -> bool:
+    kind, _, name = key.partition(":")
+    return kind == "accel" or (kind == "resources" and is_accelerator_class(name))
 
 
 def _instance_uuid(instance_info: Mapping[str, Any]) -> str:

@@ -144,7 +144,21 @@ def test_bad_input_is_a_clear_plug_failure(host: Host) -> None:
     nowhere = {"uuid": str(uuid.uuid4())}
     with pytest.raises(PlugFailed, match="not the resource provider"):
         plug(vm, nowhere, {"accel:device_profile": name})
+    inline = {"accel:device_profile": name, "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
+              "trait1:CUSTOM_PROGRAMMABLE": "required"}  # fmt: skip
+    with pytest.raises(PlugFailed, match=r"also asks for accelerators inline \(resources:"):
+        plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")}, inline)
     leftovers = [a for a in get(host.url, "/v2/accelerator_requests")["arqs"]
                  if a["device_profile_name"] == name]  # fmt: skip
     assert leftovers == []
     assert call(host.url, "GET", "/v2/device_profiles").ok
+
+
+def test_a_profile_beside_groups_of_other_resources_is_plugged(host: Host) -> None:
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    specs = {"accel:device_profile": name, "resources1:SRIOV_NET_VF": "1",
+             "trait1:CUSTOM_PHYSNET_A": "required"}  # fmt: skip  # a NIC's VF: Nova's own
+    vm = instance()
+    plugged = connector(host).plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")}, specs)
+    assert [p["device_profile_group_id"] for p in plugged] == [0]
+    assert connector(host).unplug(vm) == 1
