@@ -32,6 +32,7 @@ from acceleron.agent.client import ReportClient, ReportError
 from acceleron.exceptions import InvalidInput
 from acceleron.scheduler.claim import bind_body, detail, wait_resolved
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_accelerator_class
+from os_acc import operations
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -56,6 +57,14 @@ CyborgAgentUnavailable = AgentUnavailable  # the name spec 000 gives it
 
 class PlugFailed(OsAccError):
     """The accelerators could not be attached; nothing is left held."""
+
+
+class NotReady(OsAccError):
+    """``check()`` found accelerators of the instance that are not as its requests say."""
+
+    def __init__(self, message: str, accelerators: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.accelerators = accelerators  # what check() would have returned
 
 
 class Connector:
@@ -134,7 +143,102 @@ class Connector:
         LOG.info("Unplugged %d accelerator(s) from %s", count, instance)
         return count
 
+    def before(
+        self,
+        operation: str,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None = None,
+        flavor_extra_specs: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Do what ``operations.rule_for(operation)`` asks before the operation; what that
+        call returns (None for nothing). UnsupportedOperation for a refused one."""
+        action = operations.rule_for(operation).before
+        return self._do(action, instance_info, selected_rp, flavor_extra_specs)
+
+    def after(
+        self,
+        operation: str,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None = None,
+        flavor_extra_specs: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Do what the rule of ``operation`` asks once the operation is done."""
+        action = operations.rule_for(operation).after
+        return self._do(action, instance_info, selected_rp, flavor_extra_specs)
+
+    def _do(
+        self,
+        action: operations.Action,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None,
+        flavor_extra_specs: Mapping[str, str] | None,
+    ) -> Any:
+        Action = operations.Action
+        if action is Action.PLUG:
+            if selected_rp is None or flavor_extra_specs is None:
+                raise PlugFailed("Plugging needs selected_rp and flavor_extra_specs.")
+            return self.plug(instance_info, selected_rp, flavor_extra_specs)
+        if action is Action.UNPLUG:
+            return self.unplug(instance_info)
+        if action is Action.CHECK:
+            return self.check(instance_info)
+        if action is Action.RECORD:
+            return self.record(instance_info)
+        return None
+
+    def check(self, instance_info: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The instance's accelerators (``record()``'s entries), once each is found bound
+        to the instance on this host, its handle and device present, the device enabled
+        and healthy, and an FPGA region not being programmed; ``NotReady`` naming every
+        one that is not."""
+        accelerators = self.record(instance_info)
+        problems = [f"{a['arq_uuid']}: {'; '.join(a['problems'])}"
+                    for a in accelerators if a["problems"]]  # fmt: skip
+        if problems:
+            raise NotReady(
+                f"Accelerators of instance {_instance_uuid(instance_info)} are not ready: "
+                + " | ".join(problems),
+                accelerators,
+            )
+        return accelerators
+
+    def record(self, instance_info: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The state of each of the instance's accelerators now, in group order: the
+        request, its attach handle, the device (and, for an FPGA region, what it holds),
+        and ``problems`` (empty when it is bound here and healthy). What a crash dump is
+        read against; JSON-serialisable."""
+        instance = _instance_uuid(instance_info)
+        arqs = self._json("GET", "/v2/accelerator_requests", params={"instance": instance})
+        held = sorted(arqs["arqs"], key=lambda a: (a["device_profile_group_id"], a["uuid"]))
+        deployables = self._deployables({a["hostname"] for a in held if a.get("hostname")})
+        devices: dict[str, dict[str, Any]] = {}
+        entries = []
+        for arq in held:
+            found = _deployable_of(arq, deployables)
+            device = None
+            if found is not None:
+                uuid = found[0]["device_uuid"]
+                if uuid not in devices:
+                    devices[uuid] = self._json("GET", f"/v2/devices/{quote(uuid, safe='')}")
+                device = devices[uuid]
+            entries.append(accelerator_state(arq, found, device, self.hostname))
+        LOG.info("Recorded the state of %d accelerator(s) of %s", len(entries), instance)
+        return entries
+
     # --- steps ------------------------------------------------------------------------
+
+    def _deployables(self, hosts: set[str]) -> list[dict[str, Any]]:
+        """Every deployable of those hosts, page after page."""
+        found: list[dict[str, Any]] = []
+        for host in sorted(hosts):
+            params: dict[str, str] = {"hostname": host}
+            while True:
+                page = self._json("GET", "/v2/deployables", params=params)
+                found.extend(page["deployables"])
+                if not page.get("deployables_links") or not page["deployables"]:
+                    break
+                params = {"hostname": host, "marker": page["deployables"][-1]["uuid"]}
+        return found
 
     def _profile(self, extra_specs: Mapping[str, str]) -> str:
         """The device profile the flavor names, or one made for its inline specs."""
@@ -246,6 +350,78 @@ def attachment(arq: Mapping[str, Any]) -> dict[str, Any]:
         "attach_handle_uuid": arq["attach_handle_uuid"],
         "attach_handle_info": info,
     }
+
+
+def _deployable_of(
+    arq: Mapping[str, Any], deployables: Sequence[Mapping[str, Any]]
+) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """The deployable holding the request's attach handle, and that handle."""
+    wanted = arq.get("attach_handle_uuid")
+    if not wanted:
+        return None
+    for deployable in deployables:
+        for handle in deployable.get("attach_handles") or ():
+            # An mdev's request shows the mdev's uuid, the handle's address.
+            if wanted in (handle["uuid"], handle["address"]):
+                return deployable, handle
+    return None
+
+
+def accelerator_state(
+    arq: Mapping[str, Any],
+    found: tuple[Mapping[str, Any], Mapping[str, Any]] | None,
+    device: Mapping[str, Any] | None,
+    hostname: str,
+) -> dict[str, Any]:
+    """One entry of ``record()``: what the request, its handle and device say now, and
+    what is wrong with them (``problems``)."""
+    problems = []
+    if arq["state"] != "Bound":
+        problems.append(f"state {arq['state']}, not Bound")
+    elif arq.get("hostname") != hostname:
+        problems.append(f"bound on host {arq.get('hostname')}, not {hostname}")
+    entry: dict[str, Any] = {
+        "arq_uuid": arq["uuid"],
+        "device_profile_name": arq["device_profile_name"],
+        "device_profile_group_id": arq["device_profile_group_id"],
+        "state": arq["state"],
+        "attach_target": arq.get("attach_target", "VM"),
+        "attach_handle_type": arq.get("attach_handle_type"),
+        "attach_handle_uuid": arq.get("attach_handle_uuid"),
+        "attach_handle_info": arq.get("attach_handle_info"),
+        "device": None,
+        "deployable": None,
+        "problems": problems,
+    }
+    if arq["state"] != "Bound":
+        return entry
+    if found is None:
+        problems.append("its attach handle is not among the host's deployables")
+        return entry
+    deployable, handle = found
+    if handle.get("state") != "present":
+        problems.append(f"attach handle {handle['address']} is {handle.get('state')}")
+    entry["deployable"] = {
+        k: deployable.get(k)
+        for k in ("uuid", "name", "kind", "key", "accelerator_type", "region_type",
+                  "bitstream_id", "function_uuids", "program_phase", "program_error")
+    }  # fmt: skip
+    phase = deployable.get("program_phase")
+    if phase == "failed":
+        problems.append(f"the last programming of {deployable['name']} failed: "
+                        f"{deployable.get('program_error')}")  # fmt: skip
+    elif phase:
+        problems.append(f"{deployable['name']} is being programmed ({phase})")
+    if device is not None:
+        entry["device"] = {
+            k: device.get(k)
+            for k in ("uuid", "type", "vendor", "model", "pci_address", "status", "state",
+                      "health", "driver_name")
+        }  # fmt: skip
+        for field, good in (("status", "enabled"), ("state", "present"), ("health", "ok")):
+            if device.get(field) not in (good, None):
+                problems.append(f"device {device.get('pci_address')} is {device[field]}")
+    return entry
 
 
 def _profile_group(group: Mapping[str, str]) -> dict[str, str]:
