@@ -10,7 +10,8 @@ uses) or a client given to it. Its three calls:
   requests of the flavor (``accel:device_profile=<name>``, or spec 001's inline
   extra specs), binds them to the providers chosen, waits while a region is
   programmed or a vGPU made, and returns one entry per accelerator: ``pci_id``
-  (the BDF, as the spec says) with the attach handle's type, uuid and info;
+  (the BDF, as the spec says; only for what is attached to the VM) with the attach
+  handle's type, uuid and info and the ``attach_target``;
 * ``unplug(instance_info)`` releases the instance's accelerators; how many.
 
 A Connector holds no state between calls but its HTTP session, so one may be
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from oslo_config import cfg
 
 LOG = logging.getLogger(__name__)
-MICROVERSION = "2.8"
+MICROVERSION = "2.11"  # attach_target
 PROFILE_KEY = "accel:device_profile"
 # accel: keys a device profile takes (spec 002); the inline specs may give others.
 PROFILE_ACCEL_KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
@@ -339,13 +340,16 @@ def providers_by_group(selected_rp: Mapping[str, Any], groups: set[int]) -> dict
 def attachment(arq: Mapping[str, Any]) -> dict[str, Any]:
     """What plug() returns for one bound request."""
     info = arq.get("attach_handle_info") or {}
+    target = arq.get("attach_target") or "VM"
     pci_id = None
-    if all(k in info for k in ("domain", "bus", "device", "function")):
+    # Only what goes to the VM gets a pci_id: what a compute service attaches.
+    if target == "VM" and all(k in info for k in ("domain", "bus", "device", "function")):
         pci_id = f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
     return {
         "pci_id": pci_id,
         "arq_uuid": arq["uuid"],
         "device_profile_group_id": arq["device_profile_group_id"],
+        "attach_target": target,
         "attach_handle_type": arq["attach_handle_type"],
         "attach_handle_uuid": arq["attach_handle_uuid"],
         "attach_handle_info": info,

@@ -266,3 +266,45 @@ def test_trigger_crash_dump_records_each_accelerator(host: Host) -> None:
     with host.working():
         assert connector(host).unplug(vm) == 1
     assert connector(host).record(vm) == []  # nothing left: nothing to record
+
+
+# --- attach_target -----------------------------------------------------------------
+
+
+def test_attach_target_says_where_each_accelerator_goes(host: Host) -> None:
+    """VM: plug gives its pci_id; host and none: no pci_id, so nothing attaches them to
+    the instance. Before 2.11 (Nova) their requests show no handle; from 2.11 all do."""
+    qat = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
+    name = profile(host.url, [qat, {**qat, "accel:attach_target": "host"},
+                              {**qat, "accel:attach_target": "none"}])  # fmt: skip
+    vm = instance()
+    plugged = connector(host).plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")},
+                                   {"accel:device_profile": name})  # fmt: skip
+    assert [(p["attach_target"], p["pci_id"] is not None) for p in plugged] == [
+        ("VM", True),
+        ("host", False),
+        ("none", False),
+    ]
+    assert all(p["attach_handle_type"] == "TEST_PCI" for p in plugged)
+    assert "bus" in plugged[1]["attach_handle_info"]  # the host's software finds it so
+
+    def listed(version: str) -> list[dict[str, Any]]:
+        header = {"OpenStack-API-Version": f"accelerator {version}"}
+        params = {"instance": vm["uuid"]}
+        response = call(host.url, "GET", "/v2/accelerator_requests", params=params, headers=header)
+        assert response.ok, response.text
+        arqs: list[dict[str, Any]] = response.json()["arqs"]
+        return sorted(arqs, key=lambda a: a["device_profile_group_id"])
+
+    nova = listed("2.0")
+    assert [a["state"] for a in nova] == ["Bound"] * 3
+    assert [a["attach_handle_type"] for a in nova] == ["TEST_PCI", None, None]
+    assert [a["attach_handle_info"] is None for a in nova] == [False, True, True]
+    assert all("attach_target" not in a for a in listed("2.9"))
+    latest = listed("2.11")
+    assert [a["attach_target"] for a in latest] == ["VM", "host", "none"]
+    assert all(a["attach_handle_type"] == "TEST_PCI" for a in latest)
+    record = connector(host).record(vm)
+    assert [r["attach_target"] for r in record] == ["VM", "host", "none"]
+    assert all(r["problems"] == [] for r in record)
+    assert connector(host).unplug(vm) == 3

@@ -87,6 +87,11 @@ def test_an_attachment_carries_the_pci_id() -> None:
     }
     assert attachment(arq)["pci_id"] == "0000:5e:00.1"
     assert attachment({**arq, "attach_handle_info": {"mig_uuid": "MIG-1"}})["pci_id"] is None
+    assert attachment(arq)["attach_target"] == "VM"  # as before 2.11
+    for target in ("host", "none"):  # not the VM's: nothing for Nova to attach
+        found = attachment({**arq, "attach_target": target})
+        assert (found["pci_id"], found["attach_target"]) == (None, target)
+        assert found["attach_handle_info"]["bus"] == "5e"
 
 
 def test_inline_groups_keep_what_a_profile_takes() -> None:
