@@ -72,6 +72,12 @@ class ArqOut(BaseModel):
     phase: str | None = Field(None, description="From 2.8: the bind's current phase.")
     progress: int | None = Field(None, description="From 2.8: percent of that phase done.")
     failure_reason: str | None = Field(None, description="From 2.8: why the bind failed.")
+    attach_target: str | None = Field(
+        None,
+        description="From 2.11: where the accelerator is attached, from its group's "
+        "accel:attach_target: VM (the default), host or none. Before 2.11 a request whose "
+        "target is not VM shows no attach handle.",
+    )
     created_at: str | None
     updated_at: str | None
     links: list[Link]
@@ -82,7 +88,10 @@ class ArqList(BaseModel):
 
 
 def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
-    bound = arq.state == "Bound"
+    target = service.attach_target(arq)
+    # Before 2.11 a client cannot tell where a handle goes, and Nova attaches every PCI
+    # or MDEV handle it sees to the instance: show none for the host's or nobody's.
+    bound = arq.state == "Bound" and (target == "VM" or version >= microversion.V2_11)
     data: dict[str, Any] = {
         "uuid": arq.uuid,
         "state": arq.state,
@@ -101,6 +110,8 @@ def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, A
     }
     if version >= microversion.V2_8:
         data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
+    if version >= microversion.V2_11:
+        data["attach_target"] = target
     return data
 
 

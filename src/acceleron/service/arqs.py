@@ -67,7 +67,7 @@ from acceleron.exceptions import (
     NotFound,
 )
 from acceleron.service import inventory, programming, tasks
-from acceleron.service.device_profiles import could_exist
+from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import is_uuid_like
 
 LOG = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ _VIEW = (
     select(
         ARQS,
         PROFILES.c.name.label("device_profile_name"),
+        PROFILES.c.groups.label("device_profile_groups"),
         HANDLES.c.uuid.label("attach_handle_uuid"),
         HANDLES.c.type.label("attach_handle_type"),
         HANDLES.c.address.label("attach_handle_address"),
@@ -129,6 +130,17 @@ _VIEW = (
     .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
     .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
 )
+
+
+def attach_target(arq: Row[Any]) -> str:
+    """Where the request's accelerator is attached (spec 002's ``accel:attach_target``):
+    ``VM`` (the default), ``host`` (the host uses it: infrastructure offload) or ``none``
+    (nothing attaches it: the instance reaches it indirectly)."""
+    groups = arq.device_profile_groups or []
+    index = arq.device_profile_group_id
+    group = groups[index] if 0 <= index < len(groups) else {}
+    target: str = group.get(f"accel:{ATTACH_TARGET_KEY}", "VM")
+    return target
 
 
 def _privileged(context: RequestContext) -> bool:

@@ -38,6 +38,7 @@ _BITSTREAM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 TRAIT_VALUES = ("required", "forbidden")
 ATTACH_TARGETS = ("VM", "host", "none")
+ATTACH_TARGET_KEY = "attach_target"  # accel:attach_target; VM when absent
 BITSTREAM_SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
 
 
@@ -113,7 +114,7 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     "bitstream_name": _check_token(_BITSTREAM_NAME_RE),
     "function_id": _check_uuid_value,
     "function_name": _check_token(_TOKEN_RE),
-    "attach_target": _check_attach_target,
+    ATTACH_TARGET_KEY: _check_attach_target,
 }
 
 
