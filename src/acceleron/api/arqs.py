@@ -29,7 +29,9 @@ from acceleron.api.common import Call, CallDep, json_response, same_uuid, split_
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
+from acceleron.placement import tree
 from acceleron.service import arqs as service
+from acceleron.service.placement import PlacementService
 
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
@@ -244,11 +246,22 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
                 "Binding accelerator requests needs a service token (X-Service-Token from the "
                 "compute service) beside the user's."
             )
-        resolved = await call.run_with_store(service.bind, call.context, work, call.bitstreams)
+        resolved = await call.run_with_store(
+            service.bind, call.context, work, call.bitstreams, _flat_mode(call)
+        )
         _notify(call, resolved)
     else:
         await call.run(service.unbind, call.context, work, _service_token(call))
     return Response(status_code=202)
+
+
+def _flat_mode(call: Call) -> tree.Options | None:
+    """The Placement sync's options when it publishes flat: a bind may then name a
+    compute node's provider (spec 001's fallback)."""
+    placement: PlacementService | None = call.request.app.state.placement
+    if placement is None or placement.mode == "disabled" or placement.options.nested:
+        return None
+    return placement.options
 
 
 class ProgramRequest(BaseModel):
