@@ -573,9 +573,9 @@ def test_ids_are_found_however_they_are_written(api: TestClient, db: Database) -
     """A region reported with hyphenated, upper-case ids (spec 004's example) is found
     by ?region_type= and ?function_uuid= written with or without hyphens, in any case,
     and by each of its functions, not only the first."""
-    from acceleron.drivers.base import AttachHandle
-    from acceleron.drivers.base import Deployable as Dep
-    from acceleron.drivers.base import Device as Dev
+    from acceleron.vocabulary import AttachHandle
+    from acceleron.vocabulary import Deployable as Dep
+    from acceleron.vocabulary import Device as Dev
 
     region_type = "15FB0D4B-8A2C-4E7A-9B1D-2C3E4F5A6B7C"
     first, second = "0AB1C2D3-0000-4000-8000-00000000000A", "b7c8d9e0-1111-4111-8111-11111111111b"
