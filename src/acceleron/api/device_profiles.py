@@ -15,11 +15,10 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, split_list, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
@@ -113,11 +112,9 @@ async def list_device_profiles(
 )
 async def show_device_profile(ident: str, call: CallDep) -> Response:
     call.authorize("device_profile:get_one")
-    if call.version < microversion.V2_2 and not is_uuid_like(ident):
-        raise microversion.NotAcceptable(
-            f"{ident!r} is not a uuid: looking a device profile up by name needs "
-            f"microversion 2.2 or later."
-        )
+    if not is_uuid_like(ident):
+        what = f"{ident!r} is not a uuid: looking a device profile up by name"
+        microversion.require(call.version, microversion.V2_2, what, microversion.NotAcceptable)
     profile = await call.run(service.get, ident)
     return json_response({"device_profile": view(profile, call.version, call.base_url)})
 
@@ -137,8 +134,8 @@ async def create_device_profile(
             f"The body must be a list holding exactly one device profile, not {len(body)}."
         )
     item = body[0]
-    if item.enabled is not None and call.version < microversion.V2_4:
-        raise InvalidInput("enabled: setting it needs microversion 2.4 or later.")
+    if item.enabled is not None:
+        microversion.require(call.version, microversion.V2_4, "enabled: setting it")
     profile = await call.run(
         functools.partial(
             service.create,
@@ -162,12 +159,11 @@ async def create_device_profile(
     "/{ident}",
     responses={200: {"model": DeviceProfileWrapped}},
     summary="Change a device profile's description or enabled flag (2.4)",
+    dependencies=[requires(microversion.V2_4, "Changing a device profile", 405)],
 )
 async def update_device_profile(
     ident: str, body: Annotated[list[PatchOp], Body()], call: CallDep
 ) -> Response:
-    if call.version < microversion.V2_4:
-        raise HTTPException(405, "Changing a device profile needs microversion 2.4 or later.")
     call.authorize("device_profile:update")
     if not body:
         raise InvalidInput("The body must be a non-empty list of patch operations.")
