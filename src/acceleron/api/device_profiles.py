@@ -5,17 +5,22 @@
 * DELETE takes a uuid, a name, a comma-separated list of names, or ``?value=`` (or
   ``?name=``, as spec 002 writes it);
 * from 2.4, profiles show ``enabled`` and PATCH changes description/enabled.
+
+A profile's response has one schema per microversion that changed it
+(``DeviceProfile_2_0``, ``DeviceProfile_2_4``): typed dicts that both document the
+response (OpenAPI) and build it (``view``), so a renamed field fails the type check.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, split_list, timestamp
@@ -47,22 +52,32 @@ class DeviceProfileIn(BaseModel):
     enabled: bool | None = Field(None, description="From 2.4. Whether new requests may use it.")
 
 
-class DeviceProfileOut(BaseModel):
+class DeviceProfile_2_0(TypedDict):
+    """A device profile, 2.0 to 2.3."""
+
     uuid: str
     name: str
     description: str | None
     groups: list[dict[str, str]]
-    enabled: bool | None = Field(None, description="From 2.4.")
     created_at: str | None
     updated_at: str | None
     links: list[Link]
 
 
-class DeviceProfileWrapped(BaseModel):
+class DeviceProfile_2_4(DeviceProfile_2_0):
+    """A device profile, from 2.4: whether new requests may use it."""
+
+    enabled: bool
+
+
+DeviceProfileOut: TypeAlias = DeviceProfile_2_0 | DeviceProfile_2_4
+
+
+class DeviceProfileWrapped(TypedDict):
     device_profile: DeviceProfileOut
 
 
-class DeviceProfileList(BaseModel):
+class DeviceProfileList(TypedDict):
     device_profiles: list[DeviceProfileOut]
 
 
@@ -74,18 +89,18 @@ class PatchOp(BaseModel):
     value: str | bool | None = None
 
 
-def view(profile: service.Profile, version: microversion.Version, base: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "uuid": profile.uuid,
-        "name": profile.name,
-        "description": profile.description,
-        "groups": profile.groups,
-        "created_at": timestamp(profile.created_at),
-        "updated_at": timestamp(profile.updated_at),
-        "links": [{"href": f"{base}/v2/device_profiles/{profile.uuid}", "rel": "self"}],
-    }
+def view(profile: service.Profile, version: microversion.Version, base: str) -> DeviceProfileOut:
+    data = DeviceProfile_2_0(
+        uuid=profile.uuid,
+        name=profile.name,
+        description=profile.description,
+        groups=profile.groups,
+        created_at=timestamp(profile.created_at),
+        updated_at=timestamp(profile.updated_at),
+        links=[Link(href=f"{base}/v2/device_profiles/{profile.uuid}", rel="self")],
+    )
     if version >= microversion.V2_4:
-        data["enabled"] = profile.enabled
+        return DeviceProfile_2_4(**data, enabled=profile.enabled)
     return data
 
 
@@ -102,7 +117,8 @@ async def list_device_profiles(
     call.authorize("device_profile:get_all")
     profiles = await call.run(service.list_profiles, split_list(name))
     base = call.base_url
-    return json_response({"device_profiles": [view(p, call.version, base) for p in profiles]})
+    listed = DeviceProfileList(device_profiles=[view(p, call.version, base) for p in profiles])
+    return json_response(listed)
 
 
 @router.get(
@@ -116,7 +132,9 @@ async def show_device_profile(ident: str, call: CallDep) -> Response:
         what = f"{ident!r} is not a uuid: looking a device profile up by name"
         microversion.require(call.version, microversion.V2_2, what, microversion.NotAcceptable)
     profile = await call.run(service.get, ident)
-    return json_response({"device_profile": view(profile, call.version, call.base_url)})
+    return json_response(
+        DeviceProfileWrapped(device_profile=view(profile, call.version, call.base_url))
+    )
 
 
 @router.post(
@@ -177,7 +195,9 @@ async def update_device_profile(
         else:
             changes[field] = op.value
     profile = await call.run(functools.partial(service.update, ident=ident, **changes))
-    return json_response({"device_profile": view(profile, call.version, call.base_url)})
+    return json_response(
+        DeviceProfileWrapped(device_profile=view(profile, call.version, call.base_url))
+    )
 
 
 @router.delete("/{ident}", status_code=204, summary="Delete device profiles by uuid or name(s)")
