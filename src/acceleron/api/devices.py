@@ -14,6 +14,7 @@ The paging parameters and links here are those of every inventory list.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -68,7 +69,7 @@ def sort_key_field(keys: tuple[str, ...]) -> Any:
 
 
 def page_body(
-    noun: str, items: list[dict[str, Any]], listed: Listed[Any], call: Call, path: str
+    noun: str, items: Sequence[Mapping[str, Any]], listed: Listed[Any], call: Call, path: str
 ) -> dict[str, Any]:
     """``{noun: items}``, with ``{noun}_links`` leading to the next page when there is one."""
     body: dict[str, Any] = {noun: items}
