@@ -1,6 +1,6 @@
 """``/v2/accelerator_requests``: what Nova (and os-acc) call to get accelerators.
 
-The shapes Nova's client expects, request by request (nova-contract.md):
+The shapes Nova's client expects, request by request (docs/design/nova-contract.md):
 
 * POST ``{device_profile_name}`` -> 201 ``{"arqs": [...]}``, one ARQ per accelerator,
   ``device_profile_group_id`` the index of its group in the profile;
