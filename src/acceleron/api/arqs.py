@@ -1,6 +1,6 @@
 """``/v2/accelerator_requests``: what Nova (and os-acc) call to get accelerators.
 
-The shapes Nova's client expects, request by request (nova-contract.md):
+The shapes Nova's client expects, request by request (docs/design/nova-contract.md):
 
 * POST ``{device_profile_name}`` -> 201 ``{"arqs": [...]}``, one ARQ per accelerator,
   ``device_profile_group_id`` the index of its group in the profile;
@@ -21,11 +21,18 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from sqlalchemy import Row
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, same_uuid, split_list, timestamp
+from acceleron.api.common import (
+    Call,
+    CallDep,
+    json_response,
+    requires,
+    same_uuid,
+    split_list,
+    timestamp,
+)
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
@@ -36,7 +43,6 @@ from acceleron.service.placement import PlacementService
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
 )
-V2_1 = microversion.Version(2, 1)
 BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
 
 
@@ -200,8 +206,8 @@ def _binding(uuid: str, ops: list[PatchOp], call: Call) -> service.Binding:
     missing = [f for f in BIND_FIELDS if not values.get(f)]
     if missing:
         raise InvalidInput(f"{uuid}: a bind needs {', '.join('/' + f for f in missing)}.")
-    if "project_id" in values and call.version < V2_1:
-        raise InvalidInput(f"{uuid}: /project_id needs microversion 2.1 or later.")
+    if "project_id" in values:
+        microversion.require(call.version, microversion.V2_1, f"{uuid}: /project_id")
     return service.Binding(
         uuid,
         str(values["hostname"]),
@@ -277,6 +283,7 @@ class ProgramRequest(BaseModel):
 
 @router.post(
     "/{uuid}/program",
+    dependencies=[requires(microversion.V2_8, "Reprogramming a request")],
     status_code=202,
     responses={202: {"model": ArqOut}},
     summary="Reprogram the region of a bound accelerator request (2.8)",
@@ -288,8 +295,6 @@ class ProgramRequest(BaseModel):
 async def program_arq(
     uuid: str, body: Annotated[ProgramRequest, Body()], call: CallDep
 ) -> Response:
-    if call.version < microversion.V2_8:
-        raise HTTPException(404, "Reprogramming a request needs microversion 2.8 or later.")
     call.authorize("arq:program")
     selector = body.model_dump(exclude_none=True)
     if len(selector) != 1:

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, same_uuid, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, same_uuid, timestamp
 from acceleron.api.devices import PageQuery, page_body, sort_key_field
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
@@ -228,11 +228,7 @@ async def _attribute(call: Call, uuid: str, key: str) -> dict[str, Any]:
     return {"attribute": {key: await call.run(service.attribute_of, uuid, key)}}
 
 
-def _needs_2_5(call: Call) -> None:
-    if call.version < microversion.V2_5:
-        raise HTTPException(
-            404, "Reading a deployable's attributes here needs microversion 2.5 or later."
-        )
+_ATTRIBUTES_2_5 = requires(microversion.V2_5, "Reading a deployable's attributes here")
 
 
 @router.get(
@@ -254,9 +250,9 @@ async def show_deployable(uuid: str, call: CallDep) -> Response:
     "/{uuid}/attributes",
     responses={200: {"model": DeployableAttributes}},
     summary="Show a deployable's attributes, nested (2.5)",
+    dependencies=[_ATTRIBUTES_2_5],
 )
 async def show_attributes(uuid: str, call: CallDep) -> Response:
-    _needs_2_5(call)
     call.authorize("attribute:get_all")
     return json_response({"attributes": await call.run(service.attributes_of, uuid)})
 
@@ -265,9 +261,9 @@ async def show_attributes(uuid: str, call: CallDep) -> Response:
     "/{uuid}/attributes/{key}",
     responses={200: {"model": DeployableAttribute}},
     summary="Show one attribute of a deployable; a dotted key names a nested one (2.5)",
+    dependencies=[_ATTRIBUTES_2_5],
 )
 async def show_attribute(uuid: str, key: str, call: CallDep) -> Response:
-    _needs_2_5(call)
     return json_response(await _attribute(call, uuid, key))
 
 

@@ -14,6 +14,7 @@ The paging parameters and links here are those of every inventory list.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -27,7 +28,6 @@ from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.exceptions import InvalidInput
 from acceleron.service import devices as service
 from acceleron.service.listing import Listed, Page, make_page
 from acceleron.service.placement import PlacementService
@@ -35,7 +35,6 @@ from acceleron.vocabulary import DEVICE_TYPES
 
 router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPONSES)
 
-V2_3 = microversion.Version(2, 3)
 # Filters that need 2.5: the fields they compare are shown from 2.5 only.
 FILTERS_2_5 = ("status", "state", "pci_address")
 
@@ -70,7 +69,7 @@ def sort_key_field(keys: tuple[str, ...]) -> Any:
 
 
 def page_body(
-    noun: str, items: list[dict[str, Any]], listed: Listed[Any], call: Call, path: str
+    noun: str, items: Sequence[Mapping[str, Any]], listed: Listed[Any], call: Call, path: str
 ) -> dict[str, Any]:
     """``{noun: items}``, with ``{noun}_links`` leading to the next page when there is one."""
     body: dict[str, Any] = {noun: items}
@@ -147,7 +146,7 @@ def view(device: Row[Any], version: microversion.Version, base: str) -> dict[str
         "updated_at": timestamp(device.updated_at),
         "links": [{"href": f"{base}/v2/devices/{device.uuid}", "rel": "self"}],
     }
-    if version >= V2_3:
+    if version >= microversion.V2_3:
         data["status"] = device.status
     if version >= microversion.V2_5:
         for field in ("id", "pci_address", "numa_node", "state", "health", "driver_name",
@@ -159,8 +158,8 @@ def view(device: Row[Any], version: microversion.Version, base: str) -> dict[str
 def _filters(query: DeviceQuery, version: microversion.Version) -> dict[str, str | None]:
     filters: dict[str, str | None] = query.model_dump(include=set(service.FILTERS))
     late = [name for name in FILTERS_2_5 if filters[name] is not None]
-    if late and version < microversion.V2_5:
-        raise InvalidInput(f"{', '.join(late)}: filtering on it needs microversion 2.5 or later.")
+    if late:
+        microversion.require(version, microversion.V2_5, f"{', '.join(late)}: filtering on it")
     return filters
 
 

@@ -5,15 +5,19 @@ a bare ``2.x`` is accepted too (older clients send it), ``latest`` means the
 newest, and a missing header means 2.0, which is what Nova sends. Anything
 else, or a version outside the list, is answered 406.
 
-Adding a version: append it here with what it changes, branch on it in the
-handler (``version >= V2_4``), add a test, and describe it in
-docs/api/microversions.md and the changelog.
+Adding a version: append it here with what it changes and add its ``V2_x``
+constant below (every one lives here), branch on it in the handler
+(``version >= V2_4``; a route that appears with it takes ``requires(V2_x, ...)``
+from ``acceleron.api.common``, a field ``require(...)``), add a test, and describe
+it in docs/api/microversions.md and the changelog.
 """
 
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
+
+from acceleron.exceptions import InvalidInput
 
 SERVICE_TYPE = "accelerator"
 HEADER = "OpenStack-API-Version"
@@ -57,7 +61,10 @@ VERSIONS: list[str] = [
     #          it sees (Nova) leaves it alone.
 ]
 
+V2_0 = Version(2, 0)
+V2_1 = Version(2, 1)
 V2_2 = Version(2, 2)
+V2_3 = Version(2, 3)
 V2_4 = Version(2, 4)
 V2_5 = Version(2, 5)
 V2_6 = Version(2, 6)
@@ -73,6 +80,21 @@ _NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})")  # longer is no version of ours
 
 class NotAcceptable(Exception):
     """The requested microversion is malformed or not supported."""
+
+
+def needs(what: str, version: Version) -> str:
+    """The one wording of "this needs a later microversion"."""
+    return f"{what} needs microversion {version} or later."
+
+
+def require(
+    version: Version, needed: Version, what: str, error: type[Exception] = InvalidInput
+) -> None:
+    """Refuse what a request asks for (a field, a filter, a way of looking up) when its
+    microversion ``version`` is older than ``needed``: ``error`` (a 400 unless told)
+    says ``what`` needs ``needed``. Whole routes take ``api.common.requires`` instead."""
+    if version < needed:
+        raise error(needs(what, needed))
 
 
 def negotiate(header: str | None) -> Version:

@@ -1,6 +1,6 @@
 """Intel FPGA cards (PAC Arria10, N3000, D5005, OFS, integrated Xeon+FPGA).
 
-Both driver stacks are read (hardware.md §3): the kernel's DFL layout
+Both driver stacks are read (docs/design/hardware.md §3): the kernel's DFL layout
 (``fpga_region/region*/dfl-fme.*``, PR regions with ``compat_id``) and the older
 OPAE ``intel-fpga`` layout (``fpga/intel-fpga-dev.*/intel-fpga-fme.*/pr/interface_id``).
 Each PF becomes one device with one ``region<i>`` deployable per PR region. The

@@ -9,7 +9,7 @@ What a GPU offers, first match wins:
 * MIG enabled (NVML): one ``mig/<profile>`` deployable per profile with existing
   MIG devices; handles of type MIG (the ``MIG-...`` uuid).
 * vGPU types (sysfs): one ``vgpu/<type>`` deployable per type, across the three
-  forms of hardware.md §2.2: mdev types on the PF (pre-Ampere), mdev types on the
+  forms of docs/design/hardware.md §2.2: mdev types on the PF (pre-Ampere), mdev types on the
   SR-IOV VFs, and the vendor-specific VFIO form (``nvidia/creatable_vgpu_types``
   on each VF). mdev capacity is ``available_instances`` plus the mdevs that exist;
   existing ones are handles ``in_use`` with their uuid, free ones get a uuid

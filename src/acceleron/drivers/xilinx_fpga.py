@@ -1,4 +1,4 @@
-"""Xilinx (AMD) Alveo cards: vendor 10ee, class 0x1200xx (hardware.md §4).
+"""Xilinx (AMD) Alveo cards: vendor 10ee, class 0x1200xx (docs/design/hardware.md §4).
 
 An Alveo card shows two PFs in one slot: the management PF (``.0``, kernel driver
 ``xclmgmt``) and the user PF (``.1``, ``xocl``). They are merged into one device
