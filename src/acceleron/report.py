@@ -69,7 +69,7 @@ def from_json(data: Any) -> HostReport:
 # Longest value of each string field: the columns they are stored in.
 _LENGTHS = {
     "pci_address": 32, "type": 32, "vendor_id": 16, "vendor_name": 64, "product_id": 16,
-    "model": 255, "driver": 64, "key": 255, "kind": 32, "accelerator_type": 32,
+    "model": 255, "driver": 64, "key": 255, "kind": 32, "accelerator_type": 32, "memory_type": 32,
     "region_type": 64, "bitstream_id": 36, "function_uuids": 64, "traits": 255,
     "address": 255, "hostname": 255, "agent_version": 64,
 }  # fmt: skip

@@ -13,8 +13,9 @@ naming the driver and the device it came from (pass ``origin=``).
 Resource classes (spec 001)::
 
     CUSTOM_ACCELERATOR_<TYPE>            CUSTOM_ACCELERATOR_FPGA
-    CUSTOM_ACCELERATOR_MEMORY_<TYPE>     CUSTOM_ACCELERATOR_MEMORY_GPU (the accelerator
-                                         type: drivers report no memory type)
+    CUSTOM_ACCELERATOR_MEMORY_<MEMORY>   CUSTOM_ACCELERATOR_MEMORY_HBM (the memory type,
+                                         DDR, HBM, GDDR...; the accelerator type, _GPU,
+                                         where the driver cannot tell)
     FPGA, PGPU, VGPU                     upstream Cyborg's standard classes, with standard=True
 
 Traits::
@@ -180,8 +181,8 @@ def accelerator_class(device_type: str, *, standard: bool = False, origin: Origi
 
 
 def memory_class(kind: str, *, origin: Origin = UNKNOWN) -> str:
-    """``CUSTOM_ACCELERATOR_MEMORY_<KIND>``: spec 001 names the memory type (``_DDR``);
-    drivers report none, so the sync passes the accelerator type (``_GPU``)."""
+    """``CUSTOM_ACCELERATOR_MEMORY_<KIND>``: spec 001 names the memory type (``_DDR``,
+    ``_HBM``); where the driver cannot tell, the sync passes the accelerator type."""
     return custom("ACCELERATOR", "MEMORY", kind, origin=origin)
 
 

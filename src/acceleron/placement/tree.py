@@ -138,7 +138,10 @@ def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]
     }  # fmt: skip
     if dep.memory_mb:
         memory = dep.memory_mb * total
-        result[names.memory_class(kind, origin=origin)] = Inventory(
+        # Spec 001 names the class after the memory (DDR, HBM...); where the driver
+        # cannot tell, after the accelerator type (CUSTOM_ACCELERATOR_MEMORY_GPU).
+        named = dep.memory_type or kind
+        result[names.memory_class(named, origin=origin)] = Inventory(
             total=memory, reserved=memory if reserved else 0, max_unit=dep.memory_mb
         )
     return result
