@@ -91,6 +91,7 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
     _, traits = client.get_traits(region)
     assert traits == {
         "OWNER_CYBORG", "CUSTOM_FPGA_INTEL", "CUSTOM_FPGA_INTEL_PAC_ARRIA10", "CUSTOM_PROGRAMMABLE",
+        "CUSTOM_FPGA_INTEL_ARRIA10",  # spec 001's family trait: the family, not the product
         # Every id in both spellings: 32 hex digits, and spec 004's groups.
         *(f"CUSTOM_FPGA_INTEL_REGION_{i}" for i in spellings(REGION_ID)),
         *(f"CUSTOM_FPGA_REGION_INTEL_{i}" for i in spellings(REGION_ID)),
@@ -612,3 +613,45 @@ def test_spec_001_afaas_flavors_in_spec_001_spelling_on_the_published_tree(
         "others1": f"function:{function}=required",
     }
     assert candidates(granular)[0] == {programmed, blank, region_uuid(db, 1), region_uuid(db, 3)}
+
+
+def nested_card() -> Any:
+    """An FPGA whose region0 holds a VF pool (spec 003's tree: region0/vfs under region0)."""
+    from acceleron.drivers.base import AttachHandle
+    from acceleron.drivers.base import Deployable as Dep
+    from acceleron.drivers.base import Device as Dev
+
+    vfs = Dep("region0/vfs", "vf_pool", 2, accelerator_type="FPGA_VF",
+              attach_handles=(AttachHandle("PCI", "0000:5e:00.2"),
+                              AttachHandle("PCI", "0000:5e:00.3")))  # fmt: skip
+    handle = AttachHandle("PCI", "0000:5e:00.1")
+    region = Dep("region0", "region", 1, programmable=True, region_type=REGION_TYPE,
+                 attach_handles=(handle,), children=(vfs,))  # fmt: skip
+    return Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
+               deployables=(region,))  # fmt: skip
+
+
+def test_a_nested_deployable_is_a_child_provider_of_its_region(
+    db: Database, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Published under its region; a provider an older sync put under the device (a
+    sibling of its region) is moved there, keeping its allocations."""
+    inventory.reconcile(db, HostReport(HOST, "1.0", (nested_card(),)))
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    client = PlacementClient(placement)
+    card = names.provider_uuid(HOST, "0000:5e:00.0")
+    region = names.provider_uuid(HOST, "0000:5e:00.0", "region0")
+    vfs = names.provider_uuid(HOST, "0000:5e:00.0", "region0/vfs")
+    parents = {rp.uuid: rp.parent_uuid for rp in client.get_tree(card)}
+    assert parents[region] == card and parents[vfs] == region
+    # As an older Acceleron left it: the pool beside its region, in use.
+    client.move_provider(vfs, names.provider_name(HOST, "0000:5e:00.0", "region0/vfs"), card)
+    consumer = str(uuid.uuid4())
+    allocate(placement, vfs, consumer, "CUSTOM_ACCELERATOR_FPGA_VF")
+    plan = sync.sync_host(HOST, force=True, dry_run=True)
+    assert [(a.op, a.uuid) for a in plan.actions] == [("move", vfs)]
+    sync.sync_host(HOST, force=True)
+    assert {rp.uuid: rp.parent_uuid for rp in client.get_tree(card)}[vfs] == region
+    assert client.get_consumer_allocations(consumer) == {vfs: {"CUSTOM_ACCELERATOR_FPGA_VF": 1}}
+    assert sync.sync_host(HOST, force=True).actions == []
