@@ -305,3 +305,14 @@ class TestProviders:
         assert len(second) == names.PROVIDER_NAME_MAX
         assert first != second
         assert first == names.provider_name(host, "0000:5e:00.0", "vgpu-type-" + "a" * 40)
+
+
+def test_the_family_trait_names_the_family_not_the_product() -> None:
+    assert names.family_trait("FPGA", "INTEL", "PAC_ARRIA10") == "CUSTOM_FPGA_INTEL_ARRIA10"
+    assert names.family_trait("fpga", "intel", "pac arria10") == "CUSTOM_FPGA_INTEL_ARRIA10"
+    assert names.family_trait("FPGA", "INTEL", "PAC_D5005") == "CUSTOM_FPGA_INTEL_STRATIX10"
+    assert names.family_trait("GPU", "NVIDIA", "H100") == "CUSTOM_GPU_NVIDIA_HOPPER"
+    assert names.family_trait("FPGA", "XILINX", "U250") == "CUSTOM_FPGA_XILINX_ULTRASCALE_PLUS"
+    assert names.family_trait("FPGA", "INTEL", "OFS") is None  # not in the table
+    assert names.family_trait("FPGA", "Intel/Altera", "X") is None
+    assert names.product_trait("FPGA", "INTEL", "PAC_ARRIA10") == "CUSTOM_FPGA_INTEL_PAC_ARRIA10"

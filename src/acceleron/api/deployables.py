@@ -124,6 +124,12 @@ class DeployableOut(BaseModel):
     accelerator_type: str | None = Field(None, description="From 2.5.")
     programmable: bool | None = Field(None, description="From 2.5.")
     memory_mb: int | None = Field(None, description="From 2.5.")
+    memory_type: str | None = Field(
+        None,
+        description="From 2.10. The memory's family (DDR, HBM, GDDR...), which names its "
+        "resource class CUSTOM_ACCELERATOR_MEMORY_<memory_type>; null when the driver "
+        "cannot tell (the class is then named after the accelerator type).",
+    )
     traits: list[str] | None = Field(None, description="From 2.5.")
     resource_class: str | None = Field(None, description="From 2.5.")
     program_phase: str | None = Field(None, description="From 2.5. While being programmed.")
@@ -188,6 +194,8 @@ def view(dep: DeployableInfo, version: microversion.Version, base: str) -> dict[
         data.update((field, getattr(row, field)) for field in _RICH_FIELDS)
         data["attributes"] = dep.attributes
         data["attach_handles"] = [handle_view(h) for h in dep.handles]
+    if version >= microversion.V2_10:
+        data["memory_type"] = row.memory_type
     return data
 
 

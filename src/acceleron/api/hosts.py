@@ -39,8 +39,14 @@ class HostOut(BaseModel):
     generation: int = Field(description="Bumped whenever the host's inventory changes.")
     placement_synced: bool | None = Field(
         None,
-        description="From 2.8: whether Placement shows the host's latest inventory (null: "
-        "this API publishes to no Placement).",
+        description="From 2.8: whether Placement shows the host's latest inventory, all of "
+        "it: false while a device is left out (see placement_errors) (null: this API "
+        "publishes to no Placement).",
+    )
+    placement_errors: list[str] | None = Field(
+        None,
+        description="From 2.10: why the last sync left devices out of Placement (an "
+        "invalid name, say); empty when it published everything.",
     )
     created_at: str | None
     updated_at: str | None
@@ -75,7 +81,10 @@ def view(host: Row[Any], call: Call) -> dict[str, Any]:
     if call.version >= microversion.V2_8:
         placement = call.request.app.state.placement
         publishing = placement is not None and placement.mode != "disabled"
-        data["placement_synced"] = host.synced_generation >= host.generation if publishing else None
+        synced = host.synced_generation >= host.generation and not host.placement_errors
+        data["placement_synced"] = synced if publishing else None
+    if call.version >= microversion.V2_10:
+        data["placement_errors"] = list(host.placement_errors or [])
     return data
 
 

@@ -76,7 +76,7 @@ class ReconcileOut(BaseModel):
 
 
 class ActionOut(BaseModel):
-    op: str = Field(description="create, inventories, traits, delete, retire or remove_flat")
+    op: str = Field(description="create, move, inventories, traits, delete, retire or remove_flat")
     uuid: str
     name: str
     detail: str

@@ -46,6 +46,8 @@ COMMANDS = {
     "deployable list": "inventory:ListDeployables",
     "deployable show": "inventory:ShowDeployable",
     "deployable program": "programming:ProgramDeployable",
+    "host list": "hosts:ListHosts",
+    "host show": "hosts:ShowHost",
     "placement sync": "placement:Sync",
     "placement migrate-to-nested": "placement:MigrateToNested",
     "placement reconcile": "placement:Reconcile",

@@ -95,6 +95,8 @@ class Host(TimestampMixin, Base):
     # Bumped on each inventory change; Placement sync compares it with synced_generation.
     generation: Mapped[int] = mapped_column(BigInteger, default=0)
     synced_generation: Mapped[int] = mapped_column(BigInteger, default=-1)
+    # Why the last sync left devices out of Placement (empty: it published them all).
+    placement_errors: Mapped[list[Any]] = mapped_column(default=list)
 
 
 class Device(TimestampMixin, Base):
@@ -146,6 +148,8 @@ class Deployable(TimestampMixin, Base):
     accelerator_type: Mapped[str | None] = mapped_column(String(W["accelerator_type"]))
     programmable: Mapped[bool] = mapped_column(Boolean, default=False)
     memory_mb: Mapped[int | None] = mapped_column(Integer)
+    # The kind of that memory (DDR, HBM, GDDR...), naming its resource class; None: unknown.
+    memory_type: Mapped[str | None] = mapped_column(String(32))
     # The resource class Placement sync last published it as.
     resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
     traits: Mapped[list[Any]] = mapped_column(default=list)

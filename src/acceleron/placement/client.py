@@ -324,6 +324,13 @@ class PlacementClient:
             raise self._failure(response, doing)
         return self._seen(Provider.from_json(response.json()))
 
+    def move_provider(self, uuid: str, name: str, parent_uuid: str | None) -> Provider:
+        """Give a provider another parent (Placement 1.37+ allows re-parenting)."""
+        body: JSON = {"name": name, "parent_provider_uuid": parent_uuid}
+        doing = f"moving provider {name!r} under {parent_uuid}"
+        response = self._call("PUT", f"/resource_providers/{uuid}", doing, body)
+        return self._seen(Provider.from_json(response.json()))
+
     def delete_provider(self, uuid: str) -> bool:
         """Delete one provider; False if it was already gone.
 
