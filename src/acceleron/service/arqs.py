@@ -30,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
+    Select,
     bindparam,
     case,
     delete,
@@ -128,6 +129,10 @@ _VIEW = (
     .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
     .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
 )
+
+
+# What a bind reads first: the requests with their profiles' groups (one statement).
+_VIEW_WITH_GROUPS = _VIEW.add_columns(PROFILES.c.groups.label("profile_groups"))
 
 
 def _privileged(context: RequestContext) -> bool:
@@ -368,12 +373,6 @@ class _Prepared:
     program: Bitstream | None
 
 
-def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[str, str]]]:
-    ids = {a.device_profile_id for a in arqs}
-    query = select(PROFILES.c.id, PROFILES.c.groups).where(PROFILES.c.id.in_(ids))
-    return {row.id: row.groups for row in conn.execute(query)}
-
-
 def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
     """The requests ``where`` selects, their rows locked until the transaction ends
     (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
@@ -384,15 +383,17 @@ def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
 
 
 def _visible_arqs(
-    conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
+    conn: Connection,
+    context: RequestContext,
+    uuids: Sequence[str],
+    lock: bool = False,
+    view: Select[Any] = _VIEW,
 ) -> dict[str, Row[Any]]:
     """The requests named, as the caller sees them (NotFound for any it does not);
     ``lock``: inside a write transaction, locked first (``_lock``)."""
     if lock:
         _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
-    found = {
-        a.uuid: a for a in conn.execute(_VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)))
-    }
+    found = {a.uuid: a for a in conn.execute(view.where(ARQS.c.uuid.in_(uuids), _visible(context)))}
     missing = [u for u in uuids if u not in found]
     if missing:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(missing)}.")
@@ -409,15 +410,14 @@ def _prepare(
     before its write transaction starts."""
     uuids = _check_uuids([b.arq_uuid for b in bindings])
     with db.reader() as conn:
-        arqs = _visible_arqs(conn, context, uuids)
-        groups = _groups(conn, arqs.values())
+        arqs = _visible_arqs(conn, context, uuids, view=_VIEW_WITH_GROUPS)
         deployables = {
             b.arq_uuid: _deployable_for(conn, b.device_rp_uuid, b.hostname) for b in bindings
         }
     prepared = []
     for b in bindings:
         arq = arqs[b.arq_uuid]
-        group = groups[arq.device_profile_id][arq.device_profile_group_id]
+        group = arq.profile_groups[arq.device_profile_group_id]
         dep = deployables[b.arq_uuid]
         # A request with no project sees public bitstreams only ("" owns none).
         project = b.project_id or arq.project_id or ""
