@@ -25,6 +25,7 @@ from acceleron.api import (
     attributes,
     auth,
     bitstreams,
+    claims,
     deployables,
     device_profiles,
     devices,
@@ -112,6 +113,7 @@ def create_app(
     # Routes are matched in order: Nova's and the agents' hot paths first.
     app.include_router(arqs.router)
     app.include_router(tasks.router)
+    app.include_router(claims.router)
     app.include_router(device_profiles.router)
     app.include_router(hosts.router)
     app.include_router(devices.router)
