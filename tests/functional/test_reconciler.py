@@ -145,7 +145,7 @@ def test_a_claim_that_fails_halfway_drops_its_allocation(
         url = stack.enter_context(serve(create_app(conf, db)))
         claimer = Claimer(api_adapter(url), StopsTheApiAfterAllocating(placement, stack.close))
         with pytest.raises(ClaimFailed, match="cannot be reached"):
-            claimer.claim("fpga", consumer)
+            claimer.claim_here("fpga", consumer)  # the flow run by the client
     assert held(placement, consumer) == {}
     assert reconciler(db, placement).run() == []
 

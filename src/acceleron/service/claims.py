@@ -31,7 +31,13 @@ from acceleron.bitstreams.model import Query
 from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, Claim, Deployable, Device, table, utcnow
 from acceleron.db.session import Database
-from acceleron.exceptions import AllocationConflict, Conflict, InvalidInput, NotFound
+from acceleron.exceptions import (
+    AllocationConflict,
+    Conflict,
+    Disabled,
+    InvalidInput,
+    NotFound,
+)
 from acceleron.placement import names, tree
 from acceleron.placement.client import AllocationRequest, PlacementClient
 from acceleron.scheduler import query, weigher
@@ -99,7 +105,10 @@ def begin(
             if profile is None:
                 raise NotFound(f"Device profile {profile_name!r} not found.")
             if not profile.enabled:
-                raise Conflict(f"Device profile {profile_name!r} is disabled: no new claims.")
+                raise Disabled(
+                    f"Device profile {profile_name!r} is disabled: it takes no new requests "
+                    f"(`acceleron profile enable {profile_name}` allows them again)."
+                )
             conn.execute(
                 insert(CLAIMS).values(
                     consumer=consumer,
