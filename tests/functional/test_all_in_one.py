@@ -232,9 +232,8 @@ def test_a_consumer_that_holds_a_claim_is_told_so(
     claim(aio, capsys, name, consumer)
     code = main(["--os-url", aio.url, "claim", "--profile", name, "--consumer", consumer])
     assert (code, *capsys.readouterr()) == (1, "", (
-        f"Consumer {consumer} already holds allocations in Placement (1 "
-        f"CUSTOM_ACCELERATOR_QAT): release them first (`acceleron release --consumer "
-        f"{consumer}`), or claim for another consumer uuid.\n"
+        f"Consumer {consumer} already holds a claim: release it first (`acceleron "
+            f"release --consumer {consumer}`), or claim for another consumer uuid.\n"
     ))  # fmt: skip
     assert len(chosen(aio, consumer)) == 1  # what it held is untouched
     release(aio, capsys, consumer)

@@ -25,6 +25,7 @@ from acceleron.api import (
     attributes,
     auth,
     bitstreams,
+    claims,
     deployables,
     device_profiles,
     devices,
@@ -109,6 +110,10 @@ def create_app(
     app.state.stopping = threading.Event()  # set when the server begins to stop
     errors.install(app)
     app.include_router(versions.router)
+    # Routes are matched in order: Nova's and the agents' hot paths first.
+    app.include_router(arqs.router)
+    app.include_router(tasks.router)
+    app.include_router(claims.router)
     app.include_router(device_profiles.router)
     app.include_router(hosts.router)
     app.include_router(devices.router)
@@ -117,8 +122,6 @@ def create_app(
     app.include_router(attributes.router)
     app.include_router(placement_api.router)
     app.include_router(bitstreams.router)
-    app.include_router(arqs.router)
-    app.include_router(tasks.router)
     if placement is not None and placement.mode == "embedded":
         app.mount("/placement", EmbeddedPlacement(placement, app.state.auth))
     app.add_middleware(ApiMiddleware, client_timeout=conf.api.client_timeout)

@@ -60,6 +60,7 @@ VERSIONS: list[str] = [
     #          group's accel:attach_target); before 2.11, a bound request whose target
     #          is not VM shows no attach handle, so that a client attaching every handle
     #          it sees (Nova) leaves it alone.
+    "2.12",  # Claims: POST /v2/claims, GET and DELETE /v2/claims/{consumer} (docs/claims.md).
 ]
 
 V2_0 = Version(2, 0)
@@ -74,6 +75,7 @@ V2_8 = Version(2, 8)
 V2_9 = Version(2, 9)
 V2_10 = Version(2, 10)
 V2_11 = Version(2, 11)
+V2_12 = Version(2, 12)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

@@ -311,6 +311,22 @@ class InstanceBinding(Base):
     created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
 
 
+class Claim(TimestampMixin, Base):
+    """A server-side claim (``POST /v2/claims``): a consumer's accelerators, allocated in
+    Placement and bound by the API. States: docs/claims.md."""
+
+    __tablename__ = "claims"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    consumer: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    project_id: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    device_profile_name: Mapped[str] = mapped_column(String(NAME_LEN))
+    state: Mapped[str] = mapped_column(String(16))
+    hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+
+
 class PlacementProvider(TimestampMixin, Base):
     """A resource provider Acceleron owns in Placement, as it last wrote it.
 

@@ -35,6 +35,7 @@ from acceleron.scheduler import functions, query, weigher
 
 LOG = logging.getLogger(__name__)
 MICROVERSION = "2.11"  # attach_target
+CLAIMS = "2.12"  # server-side claims
 ATTEMPTS = 5  # choices made again after an allocation conflict
 Progress = Callable[[Sequence[Mapping[str, Any]]], None]
 
@@ -90,10 +91,69 @@ class Claimer:
         profile: str,
         consumer: str,
         *,
+        project_id: str | None = None,
+        user_id: str = "acceleron",
+        progress: Progress | None = None,
+    ) -> Claim:
+        """Claim through the API (``POST /v2/claims``, 2.12: the API allocates, binds and
+        undoes on failure), then follow it while regions are programmed. Against an API
+        older than 2.12, the same flow runs here (``claim_here``). ``project_id``: the
+        project to claim for (admins and services; default: the caller's)."""
+        consumer = _check_consumer(consumer)
+        if not self._server_claims():
+            return self.claim_here(profile, consumer, project_id=project_id or "acceleron",
+                                   user_id=user_id, progress=progress)  # fmt: skip
+        body = {"device_profile_name": profile, "consumer_uuid": consumer}
+        if project_id:
+            body["project_id"] = project_id
+        response = self._call("POST", "/v2/claims", json=body, microversion=CLAIMS)
+        if response.status_code != 201:
+            raise ClaimFailed(f"{_held_hint(response, consumer)}")
+        claim: dict[str, Any] = response.json()
+        deadline = time.monotonic() + self.timeout
+        while claim["state"] == "binding":
+            if progress is not None:
+                progress(claim["accelerator_requests"])
+            if time.monotonic() >= deadline:
+                self._release_claim(consumer)
+                raise ClaimFailed(f"The binds of {consumer} did not end within {self.timeout:g} s.")
+            time.sleep(self.poll)
+            claim = self._json("GET", f"/v2/claims/{consumer}", microversion=CLAIMS)
+        if claim["state"] != "bound":
+            self._release_claim(consumer)
+            raise ClaimFailed(f"The accelerators could not be bound: {claim['failure_reason']}")
+        LOG.info("Claimed %s for %s on %s", profile, consumer, claim["hostname"])
+        arqs = claim["accelerator_requests"]
+        return Claim(consumer, claim["hostname"], {}, tuple(arqs))
+
+    def _server_claims(self) -> bool:
+        """Whether the API takes claims itself (2.12 or later)."""
+        response = self._call("GET", "/v2")
+        if response.status_code != 200:
+            return False
+        version = response.json().get("max_version") or response.json().get("version", "")
+        try:
+            major, minor = (int(p) for p in str(version).split("."))
+        except ValueError:
+            return False
+        return (major, minor) >= (2, 12)
+
+    def _release_claim(self, consumer: str) -> None:
+        response = self._call("DELETE", f"/v2/claims/{consumer}", microversion=CLAIMS)
+        if response.status_code not in (204, 404):
+            LOG.error("Releasing the claim of %s: %s", consumer, detail(response))
+
+    def claim_here(
+        self,
+        profile: str,
+        consumer: str,
+        *,
         project_id: str = "acceleron",
         user_id: str = "acceleron",
         progress: Progress | None = None,
     ) -> Claim:
+        """The claim flow on this side of the API, over HTTP and Placement (for APIs
+        older than 2.12)."""
         consumer = _check_consumer(consumer)
         groups = self._groups(profile)
         request, hostname = self._allocate(groups, consumer, project_id, user_id)
@@ -232,8 +292,16 @@ class Claimer:
 
     def release(self, consumer: str) -> tuple[int, bool]:
         """Delete the consumer's requests and its allocation: (requests, whether an
-        allocation was dropped)."""
+        allocation was dropped). A claim the API made is released by the API."""
         consumer = _check_consumer(consumer)
+        if self._server_claims():
+            shown = self._call("GET", f"/v2/claims/{consumer}", microversion=CLAIMS)
+            if shown.status_code == 200:
+                count = len(shown.json()["accelerator_requests"])
+                response = self._call("DELETE", f"/v2/claims/{consumer}", microversion=CLAIMS)
+                if response.status_code != 204:
+                    raise ClaimFailed(f"Cannot release the claim: {detail(response)}")
+                return count, True
         held = self._json("GET", "/v2/accelerator_requests", params={"instance": consumer})
         response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
         if response.status_code != 204:
@@ -257,11 +325,12 @@ class Claimer:
 
     # --- HTTP ---------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, microversion: str = MICROVERSION,
+              **kwargs: Any) -> Any:  # fmt: skip
         from keystoneauth1 import exceptions as ks_exc
 
         try:
-            return self.api.request(path, method, microversion=MICROVERSION,
+            return self.api.request(path, method, microversion=microversion,
                                     raise_exc=False, **kwargs)  # fmt: skip
         except ks_exc.ClientException as error:
             raise ClaimFailed(f"The accelerator API cannot be reached: {error}") from error
@@ -326,6 +395,19 @@ def wait_resolved(
         if time.monotonic() >= deadline:
             raise error(f"The binds of {instance} did not end within {timeout:g} s.")
         time.sleep(poll)
+
+
+def _held_hint(response: Any, consumer: str) -> str:
+    """Why the API refused a claim; for a consumer that has one, what to do."""
+    text = detail(response)
+    if response.status_code == 409 and "has a claim already" in text:
+        return (
+            f"Consumer {consumer} already holds a claim: release it first (`acceleron "
+            f"release --consumer {consumer}`), or claim for another consumer uuid."
+        )
+    if 400 <= response.status_code < 500:  # the API's own words say what is wrong
+        return str(parse_error(response.text, response.reason).detail)
+    return f"Cannot claim: {text}"
 
 
 def _check_consumer(consumer: str) -> str:

@@ -30,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
+    Select,
     bindparam,
     case,
     delete,
@@ -142,6 +143,10 @@ def attach_target(arq: Row[Any]) -> str:
     group = groups[index] if 0 <= index < len(groups) else {}
     target: str = group.get(f"accel:{ATTACH_TARGET_KEY}", "VM")
     return target
+
+
+# What a bind reads first: the requests with their profiles' groups (one statement).
+_VIEW_WITH_GROUPS = _VIEW.add_columns(PROFILES.c.groups.label("profile_groups"))
 
 
 def _privileged(context: RequestContext) -> bool:
@@ -409,12 +414,6 @@ class _Prepared:
     choices: tuple[tuple[Row[Any], Bitstream | None], ...]
 
 
-def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[str, str]]]:
-    ids = {a.device_profile_id for a in arqs}
-    query = select(PROFILES.c.id, PROFILES.c.groups).where(PROFILES.c.id.in_(ids))
-    return {row.id: row.groups for row in conn.execute(query)}
-
-
 def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
     """The requests ``where`` selects, their rows locked until the transaction ends
     (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
@@ -425,15 +424,17 @@ def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
 
 
 def _visible_arqs(
-    conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
+    conn: Connection,
+    context: RequestContext,
+    uuids: Sequence[str],
+    lock: bool = False,
+    view: Select[Any] = _VIEW,
 ) -> dict[str, Row[Any]]:
     """The requests named, as the caller sees them (NotFound for any it does not);
     ``lock``: inside a write transaction, locked first (``_lock``)."""
     if lock:
         _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
-    found = {
-        a.uuid: a for a in conn.execute(_VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)))
-    }
+    found = {a.uuid: a for a in conn.execute(view.where(ARQS.c.uuid.in_(uuids), _visible(context)))}
     missing = [u for u in uuids if u not in found]
     if missing:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(missing)}.")
@@ -451,12 +452,9 @@ def _prepare(
     before its write transaction starts."""
     uuids = _check_uuids([b.arq_uuid for b in bindings])
     with db.reader() as conn:
-        arqs = _visible_arqs(conn, context, uuids)
-        groups = _groups(conn, arqs.values())
+        arqs = _visible_arqs(conn, context, uuids, view=_VIEW_WITH_GROUPS)
         group_of = {
-            b.arq_uuid: groups[arqs[b.arq_uuid].device_profile_id][
-                arqs[b.arq_uuid].device_profile_group_id
-            ]
+            b.arq_uuid: arqs[b.arq_uuid].profile_groups[arqs[b.arq_uuid].device_profile_group_id]
             for b in bindings
         }
         deployables = {

@@ -430,6 +430,10 @@ class PlacementService:
         """The embedded Placement's WSGI application (mode = embedded)."""
         return inprocess.placement_app(self._embedded_connection)
 
+    def client(self) -> PlacementClient:
+        """A Placement client of its own (for one thread: clients are not shared)."""
+        return self._new_client()
+
     def syncer(self) -> Syncer:
         """A syncer with a client of its own (clients are not shared between threads); all
         of this service's syncers take turns."""
