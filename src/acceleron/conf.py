@@ -391,6 +391,41 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+QUOTA_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "driver",
+        default="config",
+        choices=[
+            (
+                "config",
+                "Limits from this section (limits, project_limits); a resource class "
+                "without one is unlimited.",
+            ),
+            (
+                "unified_limits",
+                "Keystone's unified limits, read through oslo.limit with the [oslo_limit] "
+                "options (Nova's and Glance's convention): a resource class without a "
+                "registered or project limit gets none (limit 0).",
+            ),
+        ],
+        help="Where each project's limits per accelerator resource class come from. "
+        "Resource names are class:<RESOURCE_CLASS>, e.g. class:CUSTOM_ACCELERATOR_FPGA.",
+    ),
+    cfg.ListOpt(
+        "limits",
+        default=[],
+        help="driver = config: every project's limits, as class:<RESOURCE_CLASS>=<count> "
+        "items, e.g. class:CUSTOM_ACCELERATOR_FPGA=4,class:CUSTOM_ACCELERATOR_VGPU=16. "
+        "-1 means unlimited.",
+    ),
+    cfg.MultiStrOpt(
+        "project_limits",
+        default=[],
+        help="driver = config: one project's limits, overriding `limits` for it, as "
+        "'<project_id> class:<RESOURCE_CLASS>=<count>[,class:...=<count>]' (repeatable).",
+    ),
+]
+
 FAKE_DRIVER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "inventory_file",
@@ -469,6 +504,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("placement", PLACEMENT_OPTS),
     ("binding", BINDING_OPTS),
     ("reconciler", RECONCILER_OPTS),
+    ("quota", QUOTA_OPTS),
 ]
 
 

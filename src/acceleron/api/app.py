@@ -30,6 +30,7 @@ from acceleron.api import (
     devices,
     errors,
     hosts,
+    quotas,
     tasks,
     versions,
 )
@@ -43,6 +44,7 @@ from acceleron.exceptions import AcceleronError
 from acceleron.placement import inprocess
 from acceleron.service import arqs as arq_service
 from acceleron.service import nova
+from acceleron.service import quotas as quota_service
 from acceleron.service.nova import NovaNotifier
 from acceleron.service.placement import PlacementService
 
@@ -100,6 +102,7 @@ def create_app(
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
+    app.state.quotas = quota_service.from_conf(conf)
     app.state.threads = Threads.from_conf(conf)
     app.state.uploads = UploadSlots(conf.bitstreams.max_uploads_per_project)
     app.state.stopping = threading.Event()  # set when the server begins to stop
@@ -115,6 +118,7 @@ def create_app(
     app.include_router(bitstreams.router)
     app.include_router(arqs.router)
     app.include_router(tasks.router)
+    app.include_router(quotas.router)
     if placement is not None and placement.mode == "embedded":
         app.mount("/placement", EmbeddedPlacement(placement, app.state.auth))
     app.add_middleware(ApiMiddleware, client_timeout=conf.api.client_timeout)

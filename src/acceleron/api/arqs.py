@@ -30,6 +30,7 @@ from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
 from acceleron.service import arqs as service
+from acceleron.service import quotas
 
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
@@ -127,6 +128,11 @@ def _service_token(call: Call) -> bool:
     return (noauth and privileged) or context.has_service_token
 
 
+def _limits(call: Call) -> quotas.Limits:
+    limits: quotas.Limits = call.request.app.state.quotas
+    return limits
+
+
 def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
     call.request.app.state.nova.notify(resolved)
 
@@ -139,7 +145,9 @@ def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
 )
 async def create_arqs(body: Annotated[ArqCreate, Body()], call: CallDep) -> Response:
     call.authorize("arq:create")
-    created = await call.run(service.create, call.context, body.device_profile_name)
+    limits = _limits(call)
+    run = call.run if limits.driver == "config" else call.run_blocking
+    created = await run(service.create, call.context, body.device_profile_name, limits)
     base = call.base_url
     return json_response({"arqs": [view(a, call.version, base) for a in created]}, 201)
 
@@ -233,7 +241,9 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
                 "Binding accelerator requests needs a service token (X-Service-Token from the "
                 "compute service) beside the user's."
             )
-        resolved = await call.run_with_store(service.bind, call.context, work, call.bitstreams)
+        limits = _limits(call)
+        run = call.run_with_store if limits.driver == "config" else call.run_blocking
+        resolved = await run(service.bind, call.context, work, call.bitstreams, limits)
         _notify(call, resolved)
     else:
         await call.run(service.unbind, call.context, work, _service_token(call))

@@ -50,6 +50,7 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.DatabaseUnavailable, 503, "acceleron.database_unavailable"),
     (exc.Overloaded, 503, "acceleron.overloaded"),
     (exc.OverLimit, 429, "acceleron.over_limit"),
+    (exc.QuotaExceeded, 403, "acceleron.quota_exceeded"),
 ]
 # Seconds a client is told to wait (Retry-After) before trying again, by error.
 RETRY_AFTER: dict[type[exc.AcceleronError], int] = {

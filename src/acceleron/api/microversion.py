@@ -50,6 +50,8 @@ VERSIONS: list[str] = [
     #         asynchronous with phases; agent tasks (/v2/hosts/{host}/tasks).
     "2.9",  # POST /v2/placement/reconcile: allocations no request holds, and requests
     #         holding handles for consumers without allocations, found and freed.
+    "2.14",  # GET /v2/quotas/{project_id}: a project's usage against its limit for each
+    #          accelerator resource class (limits named class:<RESOURCE_CLASS>).
 ]
 
 V2_2 = Version(2, 2)
@@ -59,6 +61,7 @@ V2_6 = Version(2, 6)
 V2_7 = Version(2, 7)
 V2_8 = Version(2, 8)
 V2_9 = Version(2, 9)
+V2_14 = Version(2, 14)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

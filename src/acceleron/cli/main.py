@@ -58,6 +58,7 @@ COMMANDS = {
     "arq show": "arqs:ShowArq",
     "arq delete": "arqs:DeleteArq",
     "arq program": "programming:ProgramArq",
+    "quota show": "quotas:ShowQuota",
     "claim": "claim:Claim",
     "release": "claim:Release",
 }

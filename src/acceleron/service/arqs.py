@@ -23,6 +23,7 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -66,7 +67,7 @@ from acceleron.exceptions import (
     Locked,
     NotFound,
 )
-from acceleron.service import inventory, programming, tasks
+from acceleron.service import inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import could_exist, is_uuid_like
 
 LOG = logging.getLogger(__name__)
@@ -179,19 +180,32 @@ def get(db: Database, context: RequestContext, uuid: str) -> Row[Any]:
 # --- creating ------------------------------------------------------------------------
 
 
-def amounts(groups: Sequence[Mapping[str, str]]) -> list[int]:
-    """How many accelerators each group asks for (the sum of its resources amounts)."""
-    return [sum(int(v) for k, v in g.items() if k.startswith("resources:")) for g in groups]
-
-
 @retry_on_deadlock
-def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row[Any]]:
-    """One ARQ per accelerator the profile asks for, tagged with its group's index."""
+def create(
+    db: Database,
+    context: RequestContext,
+    profile_name: Any,
+    limits: quotas.Limits | None = None,
+) -> list[Row[Any]]:
+    """One ARQ per accelerator the profile asks for, tagged with its group's index and
+    the accelerator's resource class. With ``limits``: QuotaExceeded when the project's
+    accelerators of a class, with these, would pass its limit."""
     if not isinstance(profile_name, str):
         raise InvalidInput("device_profile_name: name the device profile to request.")
     # An empty name is a profile that does not exist (404), as upstream answers it.
     if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
+    project = context.project_id
+    counted = limits is not None and limits.enforcing and bool(project)
+    limit_of: dict[str, int | None] = {}
+    if counted:  # read before the transaction: Keystone may be asked
+        assert limits is not None and project
+        with db.reader() as conn:
+            groups = conn.execute(
+                select(PROFILES.c.groups).where(PROFILES.c.name == profile_name)
+            ).scalar()
+        wanted = {rc for g in groups or [] for rc in quotas.resource_classes(g)}
+        limit_of = limits.limits(project, wanted)
     with db.writer() as conn:
         profile = conn.execute(select(PROFILES).where(PROFILES.c.name == profile_name)).first()
         if profile is None:
@@ -202,13 +216,16 @@ def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row
             {
                 "uuid": str(uuidlib.uuid4()),
                 "state": "Initial",
-                "project_id": context.project_id,
+                "project_id": project,
                 "device_profile_id": profile.id,
                 "device_profile_group_id": index,
+                "resource_class": resource_class,
             }
-            for index, count in enumerate(amounts(profile.groups))
-            for _ in range(count)
+            for index, group in enumerate(profile.groups)
+            for resource_class in quotas.resource_classes(group)
         ]
+        if counted and project:
+            quotas.check(conn, project, Counter(r["resource_class"] for r in rows), limit_of)
         conn.execute(insert(ARQS), rows)
         created = list(
             conn.execute(
@@ -366,6 +383,12 @@ class _Prepared:
     arq: Row[Any]
     deployable: Row[Any]
     program: Bitstream | None
+    limits: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+
+    @property
+    def project(self) -> str:
+        """The project the bound request will belong to (what its quota counts)."""
+        return self.binding.project_id or self.arq.project_id or ""
 
 
 def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[str, str]]]:
@@ -404,9 +427,10 @@ def _prepare(
     context: RequestContext,
     bindings: Sequence[Binding],
     store: BitstreamStore | None,
+    limits: quotas.Limits | None = None,
 ) -> list[_Prepared]:
-    """Everything a bind needs that is read (and looked up in the bitstream store)
-    before its write transaction starts."""
+    """Everything a bind needs that is read (and looked up in the bitstream store, and
+    the limits of its projects) before its write transaction starts."""
     uuids = _check_uuids([b.arq_uuid for b in bindings])
     with db.reader() as conn:
         arqs = _visible_arqs(conn, context, uuids)
@@ -422,7 +446,14 @@ def _prepare(
         # A request with no project sees public bitstreams only ("" owns none).
         project = b.project_id or arq.project_id or ""
         prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store, project)))
-    return prepared
+    if limits is None or not limits.enforcing:
+        return prepared
+    classes: dict[str, set[str]] = {}
+    for p in prepared:
+        if p.project and p.arq.resource_class:
+            classes.setdefault(p.project, set()).add(p.arq.resource_class)
+    found = {project: limits.limits(project, wanted) for project, wanted in classes.items()}
+    return [dataclasses.replace(p, limits=found.get(p.project, {})) for p in prepared]
 
 
 def _check(bindings: Sequence[Binding], context: RequestContext) -> None:
@@ -444,16 +475,20 @@ def bind(
     context: RequestContext,
     bindings: Sequence[Binding],
     store: BitstreamStore | None = None,
+    limits: quotas.Limits | None = None,
 ) -> list[Resolved]:
     """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
-    already ended (Nova is told of those now; the others end with their tasks)."""
+    already ended (Nova is told of those now; the others end with their tasks). With
+    ``limits``: QuotaExceeded, and nothing bound, when a project would hold more than
+    its limit of a resource class."""
     if not bindings:
         raise InvalidInput("Name at least one accelerator request to bind.")
     _check(bindings, context)
-    prepared = _prepare(db, context, bindings, store)
+    prepared = _prepare(db, context, bindings, store, limits)
     try:
         with db.writer() as conn:
             prepared = _relock(conn, prepared)
+            _count_quotas(conn, prepared)
             _claim_instances(conn, prepared)
             resolved = [r for p in prepared for r in _bind_one(conn, p)]
     except IntegrityError as error:  # a concurrent bind of the same instance won
@@ -471,6 +506,21 @@ def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
     if gone:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
     return [dataclasses.replace(p, arq=rows[p.arq.id]) for p in prepared]
+
+
+def _count_quotas(conn: Connection, prepared: Sequence[_Prepared]) -> None:
+    """The accelerators this bind starts holding, per project and class, against the
+    project's limits; each project's row locked first (in one order) so that racing
+    binds of a project count one after the other."""
+    starting: dict[str, Counter[str]] = {}
+    for p in prepared:
+        if p.limits and p.arq.resource_class and p.arq.state not in HOLDING and not _is_retry(p):
+            starting.setdefault(p.project, Counter())[p.arq.resource_class] += 1
+    for project in sorted(starting):
+        quotas.lock(conn, project)
+    for project, counts in sorted(starting.items()):
+        limits = next(p.limits for p in prepared if p.project == project and p.limits)
+        quotas.check(conn, project, counts, limits)
 
 
 def _is_retry(p: _Prepared) -> bool:
