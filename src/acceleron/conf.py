@@ -202,6 +202,15 @@ AGENT_OPTS: list[cfg.Opt] = [
         min=1,
         help="Seconds between two full scans and reports, udev events aside.",
     ),
+    cfg.PortOpt(
+        "metrics_port",
+        default=0,
+        help="Serve the agent's Prometheus metrics (tasks, programming phases, bitstream "
+        "cache, reports) on this port at /metrics; 0: not served.",
+    ),
+    cfg.HostAddressOpt(
+        "metrics_host", default="127.0.0.1", help="Address the agent's metrics listen on."
+    ),
     cfg.URIOpt(
         "api_endpoint",
         schemes=["http", "https"],
@@ -426,6 +435,23 @@ QUOTA_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+METRICS_OPTS: list[cfg.Opt] = [
+    cfg.BoolOpt(
+        "enabled",
+        default=True,
+        help="Serve Prometheus metrics at GET /metrics on the API's port (no token asked: "
+        "restrict it where the API is published, if need be).",
+    ),
+    cfg.IntOpt(
+        "refresh_interval",
+        default=15,
+        min=1,
+        help="Seconds between two refreshes of the state gauges (requests by state, "
+        "devices, regions, handles, sync lag, report age) from the database; a scrape "
+        "never queries the database.",
+    ),
+]
+
 FAKE_DRIVER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "inventory_file",
@@ -505,6 +531,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("binding", BINDING_OPTS),
     ("reconciler", RECONCILER_OPTS),
     ("quota", QUOTA_OPTS),
+    ("metrics", METRICS_OPTS),
 ]
 
 

@@ -14,11 +14,11 @@ COLUMNS = ("resource", "limit", "usage")
 
 
 class ShowQuota(Lister):
-    """Show a project's usage against its limit for each accelerator resource class
-    (limits named class:<RESOURCE_CLASS>; an empty limit is unlimited).
+    """Show a project's usage against its limit for each accelerator resource class.
 
-    Without --project: the project of the credentials (with Keystone), or the
-    all-in-one's project, admin.
+    Limits are named class:<RESOURCE_CLASS>; an empty limit is unlimited. Without
+    --project: the project of the credentials (with Keystone), or the all-in-one's
+    project, admin.
 
         acceleron quota show --project 3f2a...
     """

@@ -43,6 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from acceleron import metrics
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Bitstream, fold_uuid
 from acceleron.context import RequestContext
@@ -88,6 +89,7 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 # What Nova waits for: an ARQ it may stop waiting on.
 RESOLVED = ("Bound", "BindFailed", "Deleting")
 SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
+PROGRAM_PHASES = ("fetch", "verify", "program")  # what an agent's program task reports
 
 
 def can_move(source: str, target: str) -> bool:
@@ -604,6 +606,7 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
     # Nothing to wait for: BindStarted and Bound in one statement of one transaction.
     _move(conn, arq, "Bound", via="BindStarted", **{**values, "phase": None, "progress": 100})
     _refresh_deployable(conn, dep.id)
+    _observe_bind(values["bind_started_at"], "bound")
     LOG.info(
         "Bound %s to %s %s for instance %s", arq.uuid, b.hostname, handle.address, b.instance_uuid
     )
@@ -644,6 +647,12 @@ def _vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
     return {"pci_address": pci_address, "deployable": key, "mdev_uuid": address}
 
 
+def _observe_bind(started: dt.datetime | None, outcome: str) -> None:
+    if started is not None:
+        seconds = max(0.0, (utcnow() - started).total_seconds())
+        metrics.BIND_SECONDS.labels(outcome).observe(seconds)
+
+
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     """End a bind in BindFailed, its handle freed and its tasks cancelled."""
     arq = conn.execute(select(ARQS).where(ARQS.c.id == arq_id)).one()
@@ -651,6 +660,7 @@ def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     _free_handle(conn, arq.id)
     _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
     _refresh_deployable(conn, arq.deployable_id)
+    _observe_bind(arq.bind_started_at, "failed")
     LOG.warning("Bind of %s failed: %s", arq.uuid, reason)
     return [Resolved(arq.instance_uuid, arq.uuid, "failed")]
 
@@ -889,6 +899,9 @@ def _mirror_progress(conn: Connection, task: Row[Any]) -> None:
     if task.state == "done":
         values.update(program_phase=None, program_progress=100, program_error=None)
         values.update(_programmed(task))
+        for phase, seconds in (task.result or {}).get("phase_seconds", {}).items():
+            if isinstance(seconds, int | float) and phase in PROGRAM_PHASES:
+                metrics.PROGRAM_PHASE_SECONDS.labels(phase).observe(max(0.0, seconds))
     elif task.state == "failed":
         values.update(program_phase="failed", program_error=(task.error or "")[:4000])
     conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.id == task.deployable_id).values(values))
@@ -939,6 +952,7 @@ def _bind_end(conn: Connection, task: Row[Any]) -> list[Resolved]:
         return []
     _move(conn, arq, "Bound", phase=None, progress=100)
     _refresh_deployable(conn, arq.deployable_id)
+    _observe_bind(arq.bind_started_at, "bound")
     LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, task.kind)
     return [Resolved(arq.instance_uuid, arq.uuid, "completed")]
 
