@@ -427,11 +427,12 @@ QUOTA_OPTS: list[cfg.Opt] = [
         "items, e.g. class:CUSTOM_ACCELERATOR_FPGA=4,class:CUSTOM_ACCELERATOR_VGPU=16. "
         "-1 means unlimited.",
     ),
-    cfg.MultiStrOpt(
+    cfg.ListOpt(
         "project_limits",
         default=[],
-        help="driver = config: one project's limits, overriding `limits` for it, as "
-        "'<project_id> class:<RESOURCE_CLASS>=<count>[,class:...=<count>]' (repeatable).",
+        help="driver = config: limits of single projects, overriding `limits` for them, as "
+        "<project_id>/class:<RESOURCE_CLASS>=<count> items, e.g. "
+        "3f2a.../class:CUSTOM_ACCELERATOR_FPGA=8.",
     ),
 ]
 

@@ -101,15 +101,14 @@ class ConfigLimits:
     def from_conf(cls, conf: cfg.ConfigOpts) -> ConfigLimits:
         default = _parse_items(conf.quota.limits, "[quota] limits")
         projects: dict[str, dict[str, int | None]] = {}
-        for line in conf.quota.project_limits:
-            project, _, rest = line.strip().partition(" ")
-            if not project or not rest.strip():
+        for item in conf.quota.project_limits:
+            project, sep, rest = item.strip().partition("/")
+            if not project or not sep:
                 raise ConfigError(
-                    f"[quota] project_limits: {line!r} is not '<project_id> "
-                    "class:<RESOURCE_CLASS>=<count>[,...]'."
+                    f"[quota] project_limits: {item!r} is not "
+                    "<project_id>/class:<RESOURCE_CLASS>=<count>."
                 )
-            items = [i for i in rest.split(",") if i.strip()]
-            projects.setdefault(project, {}).update(_parse_items(items, "[quota] project_limits"))
+            projects.setdefault(project, {}).update(_parse_items([rest], "[quota] project_limits"))
         return cls(default, projects)
 
     @property

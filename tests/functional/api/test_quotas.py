@@ -56,7 +56,7 @@ def pool(db: Database, conf: cfg.ConfigOpts) -> Any:
 def api(conf: cfg.ConfigOpts, db: Database) -> Iterator[TestClient]:
     """Every project may hold 2 QAT VFs; project p2 may hold 3."""
     conf.set_override("limits", [f"class:{QAT}=2"], group="quota")
-    conf.set_override("project_limits", [f"p2 class:{QAT}=3"], group="quota")
+    conf.set_override("project_limits", [f"p2/class:{QAT}=3"], group="quota")
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
         yield client
 
@@ -200,7 +200,8 @@ def test_racing_binds_never_pass_the_limit_together(
         ("limits", ["class:X=two"]),
         ("limits", ["class:X=-2"]),
         ("project_limits", ["p1"]),
-        ("project_limits", ["p1 X=3"]),
+        ("project_limits", ["p1/X=3"]),
+        ("project_limits", ["/class:X=3"]),
     ],
 )
 def test_bad_limits_are_named(conf: cfg.ConfigOpts, option: str, value: list[str]) -> None:
@@ -211,7 +212,7 @@ def test_bad_limits_are_named(conf: cfg.ConfigOpts, option: str, value: list[str
 
 def test_config_limits_per_project(conf: cfg.ConfigOpts) -> None:
     conf.set_override("limits", [f"class:{QAT}=2", "class:CUSTOM_X=-1"], group="quota")
-    conf.set_override("project_limits", [f"p2 class:{QAT}=5, class:CUSTOM_Y=1"], group="quota")
+    conf.set_override("project_limits", [f"p2/class:{QAT}=5", "p2/class:CUSTOM_Y=1"], "quota")
     limits = quotas.from_conf(conf)
     assert limits.enforcing
     assert limits.limits("p1", [QAT, "CUSTOM_X", "CUSTOM_Y"]) == {
