@@ -164,3 +164,7 @@ class QuotaExceeded(AcceleronError):
         self.limit = limit
         self.usage = usage
         self.requested = requested
+
+
+class QuotaUnavailable(AcceleronError):
+    """The limits cannot be read (Keystone, with ``[quota] driver = unified_limits``)."""

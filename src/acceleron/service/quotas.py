@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from oslo_config import cfg
 from sqlalchemy import Connection, func, insert, select, update
@@ -31,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, QuotaProject, table
 from acceleron.db.session import Database
-from acceleron.exceptions import ConfigError, InvalidInput, QuotaExceeded
+from acceleron.exceptions import ConfigError, InvalidInput, QuotaExceeded, QuotaUnavailable
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, PROJECTS = table(AcceleratorRequest), table(DeviceProfile), table(QuotaProject)
@@ -129,9 +131,11 @@ class ConfigLimits:
 class UnifiedLimits:
     """Keystone's unified limits through oslo.limit (``[oslo_limit]``: the endpoint and
     the credentials to read limits with). oslo.limit reads the global configuration, so
-    it is loaded from the same files as Acceleron's own."""
+    it is loaded from the same files as Acceleron's own. What Keystone answered is kept
+    for ``CACHE_SECONDS``: a changed limit applies within that time."""
 
     driver = "unified_limits"
+    CACHE_SECONDS = 30.0
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         from oslo_limit import limit
@@ -139,19 +143,39 @@ class UnifiedLimits:
         files = list(conf.config_file or [])
         limit.CONF([], project="acceleron", default_config_files=files,
                    default_config_dirs=[])  # fmt: skip
+        limit._SDK_CONNECTION = None  # oslo.limit's connection follows the files just read
         self._limit = limit
+        self._enforcer: Any = None
+        self._expires = 0.0
+        self._lock = threading.Lock()
 
     @property
     def enforcing(self) -> bool:
         return True
 
+    def _current(self) -> Any:
+        with self._lock:
+            now = time.monotonic()
+            if self._enforcer is None or now >= self._expires:
+                # The usage callback is never called: limits are read, and counted here.
+                self._enforcer = self._limit.Enforcer(
+                    lambda _project, resources: dict.fromkeys(resources, 0)
+                )
+                self._expires = now + self.CACHE_SECONDS
+            return self._enforcer
+
     def limits(self, project: str, classes: Collection[str]) -> dict[str, int | None]:
         if not classes:
             return {}
         names = {resource_name(c): c for c in classes}
-        # The usage callback is never called: get_project_limits reads limits only.
-        enforcer = self._limit.Enforcer(lambda _project, resources: dict.fromkeys(resources, 0))
-        found = enforcer.get_project_limits(project, list(names))
+        try:
+            found = self._current().get_project_limits(project, list(names))
+        except Exception as error:  # oslo.limit, keystoneauth and openstacksdk errors
+            with self._lock:
+                self._enforcer = None
+            raise QuotaUnavailable(
+                f"Keystone's limits cannot be read ([oslo_limit]): {error}"
+            ) from error
         return {names[name]: None if value < 0 else value for name, value in found}
 
 
