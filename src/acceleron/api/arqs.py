@@ -38,6 +38,7 @@ from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
 from acceleron.placement import tree
 from acceleron.service import arqs as service
+from acceleron.service import quotas
 from acceleron.service.placement import PlacementService
 
 router = APIRouter(
@@ -146,6 +147,11 @@ def _service_token(call: Call) -> bool:
     return (noauth and privileged) or context.has_service_token
 
 
+def limits_of(call: Call) -> quotas.Limits:
+    limits: quotas.Limits = call.request.app.state.quotas
+    return limits
+
+
 def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
     call.request.app.state.nova.notify(resolved)
 
@@ -158,7 +164,9 @@ def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
 )
 async def create_arqs(body: Annotated[ArqCreate, Body()], call: CallDep) -> Response:
     call.authorize("arq:create")
-    created = await call.run(service.create, call.context, body.device_profile_name)
+    limits = limits_of(call)
+    run = call.run if limits.driver == "config" else call.run_blocking
+    created = await run(service.create, call.context, body.device_profile_name, limits)
     base = call.base_url
     return json_response({"arqs": [view(a, call.version, base) for a in created]}, 201)
 
@@ -252,8 +260,10 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
                 "Binding accelerator requests needs a service token (X-Service-Token from the "
                 "compute service) beside the user's."
             )
-        resolved = await call.run_with_store(
-            service.bind, call.context, work, call.bitstreams, _flat_mode(call)
+        limits = limits_of(call)
+        run = call.run_with_store if limits.driver == "config" else call.run_blocking
+        resolved = await run(
+            service.bind, call.context, work, call.bitstreams, flat_mode_of(call), limits
         )
         _notify(call, resolved)
     else:
@@ -261,7 +271,7 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
     return Response(status_code=202)
 
 
-def _flat_mode(call: Call) -> tree.Options | None:
+def flat_mode_of(call: Call) -> tree.Options | None:
     """The Placement sync's options when it publishes flat: a bind may then name a
     compute node's provider (spec 001's fallback)."""
     placement: PlacementService | None = call.request.app.state.placement

@@ -15,19 +15,23 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import arqs as arqs_api
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Conflict
 from acceleron.service import claims
 from acceleron.service.placement import PlacementService
 
-router = APIRouter(prefix="/v2/claims", tags=["claims"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v2/claims",
+    tags=["claims"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_12, "Claims")],
+)
 
 
 class ClaimCreate(BaseModel):
@@ -69,11 +73,6 @@ def view(found: claims.ClaimView, call: Call) -> dict[str, Any]:
     }
 
 
-def _needs_2_12(call: Call) -> None:
-    if call.version < microversion.V2_12:
-        raise HTTPException(404, "Claims need microversion 2.12 or later.")
-
-
 def _placement(call: Call) -> PlacementService:
     service: PlacementService | None = call.request.app.state.placement
     if service is None:
@@ -84,7 +83,6 @@ def _placement(call: Call) -> PlacementService:
 @router.post("", status_code=201, responses={201: {"model": ClaimOut}},
              summary="Claim accelerators for a consumer (2.12)")  # fmt: skip
 async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> Response:
-    _needs_2_12(call)
     call.authorize("claim:create")
     placement = _placement(call)
     claim, groups = await call.run(
@@ -92,12 +90,13 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
     )
     store = call.bitstreams
     user = call.context.user_id or "acceleron"
+    flat_mode, limits = arqs_api.flat_mode_of(call), arqs_api.limits_of(call)
 
     def flow() -> None:  # blocking: Placement, and the bitstream store
         client = placement.client()
         try:
             request, hostname = claims.allocate(call.db, client, claim, groups, user, store)
-            claims.bind(call.db, call.context, claim, request, hostname, store)
+            claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)
         except BaseException:
             claims.undo(call.db, client, claim)
             raise
@@ -110,14 +109,12 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
 @router.get("/{consumer}", responses={200: {"model": ClaimOut}},
             summary="Show a consumer's claim (2.12)")  # fmt: skip
 async def show_claim(consumer: str, call: CallDep) -> Response:
-    _needs_2_12(call)
     call.authorize("claim:get")
     return json_response(view(await call.run(claims.show, call.context, consumer), call))
 
 
 @router.delete("/{consumer}", status_code=204, summary="Release a consumer's claim (2.12)")
 async def delete_claim(consumer: str, call: CallDep) -> Response:
-    _needs_2_12(call)
     call.authorize("claim:delete")
     placement = _placement(call)
     claim = await call.run(claims.lookup, call.context, consumer)

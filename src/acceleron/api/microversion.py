@@ -61,6 +61,9 @@ VERSIONS: list[str] = [
     #          is not VM shows no attach handle, so that a client attaching every handle
     #          it sees (Nova) leaves it alone.
     "2.12",  # Claims: POST /v2/claims, GET and DELETE /v2/claims/{consumer} (docs/claims.md).
+    "2.13",  # Reserved for device health (merged separately); nothing yet.
+    "2.14",  # GET /v2/quotas/{project_id}: a project's usage against its limit for each
+    #          accelerator resource class (limits named class:<RESOURCE_CLASS>).
 ]
 
 V2_0 = Version(2, 0)
@@ -76,6 +79,7 @@ V2_9 = Version(2, 9)
 V2_10 = Version(2, 10)
 V2_11 = Version(2, 11)
 V2_12 = Version(2, 12)
+V2_14 = Version(2, 14)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

@@ -170,6 +170,12 @@ TASK_RULES = [
     _rule("task:get", "rule:admin_or_service", "Show a task.", "GET", "/v2/tasks/{uuid}"),
 ]  # fmt: skip
 
+QUOTA_RULES = [
+    _rule("quota:get", "rule:project_reader_or_admin or rule:service_api",
+          "Show a project's usage against its limits (its readers, or an admin).",
+          "GET", "/v2/quotas/{project_id}"),
+]  # fmt: skip
+
 PLACEMENT_RULES = [
     _rule("placement:sync", "rule:admin_api",
           "Sync the inventory to Placement now, or plan it (dry run).",
@@ -214,6 +220,7 @@ def list_rules() -> list[policy.RuleDefault]:
         *CLAIM_RULES,
         *TASK_RULES,
         *BITSTREAM_RULES,
+        *QUOTA_RULES,
     ]
 
 

@@ -60,6 +60,7 @@ COMMANDS = {
     "arq show": "arqs:ShowArq",
     "arq delete": "arqs:DeleteArq",
     "arq program": "programming:ProgramArq",
+    "quota show": "quotas:ShowQuota",
     "claim": "claim:Claim",
     "release": "claim:Release",
 }

@@ -251,6 +251,8 @@ class AcceleratorRequest(TimestampMixin, Base):
     phase: Mapped[str | None] = mapped_column(String(32))
     progress: Mapped[int | None] = mapped_column(Integer)
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    # The resource class of the accelerator it asks for, what a project's quota counts.
+    resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
 
 
 class Bitstream(TimestampMixin, Base):
@@ -325,6 +327,19 @@ class Claim(TimestampMixin, Base):
     state: Mapped[str] = mapped_column(String(16))
     hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
     failure_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class QuotaProject(Base):
+    """One row per project whose accelerators are counted against its limits: a bind
+    takes its project's row (a row lock) before it counts, so that two racing binds of
+    one project count one after the other and never exceed a limit together."""
+
+    __tablename__ = "quota_projects"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class PlacementProvider(TimestampMixin, Base):

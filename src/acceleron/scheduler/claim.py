@@ -2,13 +2,15 @@
 
 A claim, for a consumer (a uuid: an instance, a job, a container):
 
-1. reads the device profile from the Acceleron API and asks Placement for allocation
-   candidates with the query Nova would build (:mod:`acceleron.scheduler.query`);
+1. reads the device profile from the Acceleron API, creates the accelerator requests
+   (a project over its quota is refused here, before anything is allocated), and asks
+   Placement for allocation candidates with the query Nova would build
+   (:mod:`acceleron.scheduler.query`);
 2. ranks them with spec 001's weigher (regions that already hold a wanted function
    first, then free capacity) and allocates the best for the consumer; when another
    consumer took that capacity meanwhile (409), it asks again, a few times;
-3. creates the accelerator requests and binds each to the provider Placement mapped its
-   group to, on that provider's compute node;
+3. binds each request to the provider Placement mapped its group to, on that
+   provider's compute node (the quota is counted again, against racing claims);
 4. waits while regions are programmed or vGPUs made, telling ``progress`` the phases;
 5. returns the attach handles. Anything failing on the way undoes what was done: the
    requests are deleted and the allocation dropped.
@@ -156,17 +158,24 @@ class Claimer:
         older than 2.12)."""
         consumer = _check_consumer(consumer)
         groups = self._groups(profile)
-        request, hostname = self._allocate(groups, consumer, project_id, user_id)
+        # The requests first: a project over its quota is refused before anything is
+        # allocated in Placement.
+        arqs = self._create(profile)
+        made = [a["uuid"] for a in arqs]
         try:
-            arqs = self._create(profile)
+            request, hostname = self._allocate(groups, consumer, project_id, user_id)
+        except BaseException:
+            self._undo(consumer, made, allocated=False)
+            raise
+        try:
             self._bind(arqs, request, hostname, consumer)
             bound = self._wait(consumer, progress)
         except BaseException:
-            self._undo(consumer)
+            self._undo(consumer, made)
             raise
         failed = [a for a in bound if a["state"] != "Bound"]
         if failed:
-            self._undo(consumer)
+            self._undo(consumer, made)
             reasons = "; ".join(f"{a['uuid']}: {a.get('failure_reason') or a['state']}"
                                 for a in failed)  # fmt: skip
             raise ClaimFailed(f"The accelerators could not be bound: {reasons}")
@@ -309,15 +318,20 @@ class Claimer:
         dropped = self.placement.delete_allocations(consumer)
         return len(held["arqs"]), dropped
 
-    def _undo(self, consumer: str) -> None:
-        """Undo what a claim did, every step whatever the others do: what cannot be
-        undone now is logged, and the API's reconciler frees it later."""
+    def _undo(self, consumer: str, arqs: Sequence[str], allocated: bool = True) -> None:
+        """Undo what a claim did, every step whatever the others do: the requests it made
+        (``arqs``, bound or not) and its allocation. What cannot be undone now is logged,
+        and the API's reconciler frees it later."""
         try:
-            response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
-            if response.status_code != 204:
+            response = self._call(
+                "DELETE", "/v2/accelerator_requests", params={"arqs": ",".join(arqs)}
+            )
+            if response.status_code not in (204, 404):  # 404: deleted meanwhile
                 raise ClaimFailed(f"cannot delete its requests: {detail(response)}")
         except ClaimFailed as error:
             LOG.error("Undoing the claim of %s: %s", consumer, error)
+        if not allocated:
+            return
         try:
             self.placement.delete_allocations(consumer)
         except PlacementError as error:

@@ -42,6 +42,7 @@ from acceleron.placement import names, tree
 from acceleron.placement.client import AllocationRequest, PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import arqs as arq_service
+from acceleron.service import quotas
 from acceleron.service.device_profiles import could_exist
 
 LOG = logging.getLogger(__name__)
@@ -262,18 +263,30 @@ def bind(
     request: AllocationRequest,
     hostname: str,
     store: BitstreamStore | None,
+    flat_mode: tree.Options | None = None,
+    limits: quotas.Limits | None = None,
 ) -> None:
     """Create the claim's requests and bind each to the provider Placement mapped its
-    group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do)."""
+    group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do).
+    ``flat_mode`` and ``limits`` as for ``arqs.bind``; requests created here are deleted
+    again when the bind is refused (over a quota, say)."""
     owner = dataclasses.replace(context, project_id=claim.project_id)
-    created = arq_service.create(db, owner, claim.device_profile_name)
-    bindings = []
-    for arq in created:
-        mapped = request.mappings.get(f"{query.GROUP_PREFIX}{arq.device_profile_group_id}")
-        if not mapped:
-            raise Conflict(f"Placement mapped no provider to group {arq.device_profile_group_id}.")
-        bindings.append(arq_service.Binding(arq.uuid, hostname, mapped[0], claim.consumer))
-    resolved = arq_service.bind(db, owner, bindings, store)
+    created = arq_service.create(db, owner, claim.device_profile_name, limits)
+    try:
+        bindings = []
+        for arq in created:
+            mapped = request.mappings.get(f"{query.GROUP_PREFIX}{arq.device_profile_group_id}")
+            if not mapped:
+                group = arq.device_profile_group_id
+                raise Conflict(f"Placement mapped no provider to group {group}.")
+            bindings.append(arq_service.Binding(arq.uuid, hostname, mapped[0], claim.consumer))
+        resolved = arq_service.bind(db, owner, bindings, store, flat_mode, limits)
+    except Exception:
+        try:
+            arq_service.delete_arqs(db, owner, [a.uuid for a in created])
+        except Exception:  # the claim's undo deletes what is left by instance
+            LOG.exception("A refused claim of %s: deleting its requests failed", claim.consumer)
+        raise
     failed = [r for r in resolved if r.status == "failed"]
     if failed:
         reasons = _reasons(db, [r.arq_uuid for r in failed])

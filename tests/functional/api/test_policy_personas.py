@@ -85,6 +85,7 @@ ALLOWED: dict[str, set[str]] = {
     "bitstream:publicize": ADMIN,
     "bitstream:upload": MEMBER_OR_ADMIN,
     "bitstream:delete": MEMBER_OR_ADMIN,
+    "quota:get": READ_ALL,
 }
 
 # Upstream's new defaults for the rules it has, personas as above (a system-scoped
@@ -252,6 +253,7 @@ PROBES: dict[str, Probe] = {
     "bitstream:upload": _upload,
     "bitstream:delete": lambda c, h: c.client.delete(f"/v2/bitstreams/{c.public_bitstream()}",
                                                      headers=h),
+    "quota:get": lambda c, h: c.client.get(f"/v2/quotas/{PROJECT}", headers=h),
 }  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """claims: Acceleron's server-side claims (POST /v2/claims), one per consumer
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-24
 """
 
