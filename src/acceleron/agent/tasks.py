@@ -272,7 +272,6 @@ class TaskRunner:
             raise TaskFailed(f"driver {driver.name} cannot program {device.pci_address}")
         phases = _Phases()
         with phases.timed("fetch"):
-            self._progress(task, "fetch", 0)
             path = self._fetch(task, bitstream)
         with phases.timed("verify"):
             self._progress(task, "verify", 0)

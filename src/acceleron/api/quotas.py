@@ -13,15 +13,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import CallDep, json_response
+from acceleron.api.common import CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import quotas as service
 
-router = APIRouter(prefix="/v2/quotas", tags=["quotas"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v2/quotas",
+    tags=["quotas"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_14, "The quotas API")],
+)
 
 
 class QuotaOut(BaseModel):
@@ -47,8 +51,6 @@ class QuotasWrapped(BaseModel):
     summary="Show a project's usage against its limits (2.14)",
 )
 async def show_quotas(project_id: Annotated[str, Path(max_length=255)], call: CallDep) -> Response:
-    if call.version < microversion.V2_14:
-        raise HTTPException(404, "The quotas API needs microversion 2.14 or later.")
     call.authorize("quota:get", {"project_id": project_id})
     limits: service.Limits = call.request.app.state.quotas
     run = call.run if limits.driver == "config" else call.run_blocking

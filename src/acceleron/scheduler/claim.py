@@ -126,7 +126,8 @@ class Claimer:
             raise ClaimFailed(f"The accelerators could not be bound: {claim['failure_reason']}")
         LOG.info("Claimed %s for %s on %s", profile, consumer, claim["hostname"])
         arqs = claim["accelerator_requests"]
-        return Claim(consumer, claim["hostname"], {}, tuple(arqs))
+        held = self.placement.get_consumer_allocations(consumer)  # what the API allocated
+        return Claim(consumer, claim["hostname"], held, tuple(arqs))
 
     def _server_claims(self) -> bool:
         """Whether the API takes claims itself (2.12 or later)."""

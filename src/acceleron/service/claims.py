@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Query
 from acceleron.context import RequestContext
-from acceleron.db.models import AcceleratorRequest, Claim, Deployable, Device, table, utcnow
+from acceleron.db.models import AcceleratorRequest, Claim, Deployable, Device, Host, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     AllocationConflict,
@@ -47,7 +47,7 @@ from acceleron.service.device_profiles import could_exist
 
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
-DEPLOYABLES, DEVICES = table(Deployable), table(Device)
+DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
 STATES = ("allocating", "binding", "bound", "failed")
 ATTEMPTS = 5  # choices made again after an allocation conflict
 # How many candidates are asked for first, among the regions that hold a wanted function.
@@ -240,13 +240,16 @@ def allocate(
 
 
 def _hostname(db: Database, request: AllocationRequest) -> str:
-    """The host of the accelerators chosen (one host), from Acceleron's own records."""
+    """The host of the accelerators chosen (one host), from Acceleron's own records: the
+    host of each deployable's provider, or (flat mode) of each compute node's."""
+    providers = list(request.allocations)
     with db.reader() as conn:
         hosts = set(
             conn.execute(
                 select(DEVICES.c.hostname)
                 .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-                .where(DEPLOYABLES.c.rp_uuid.in_(list(request.allocations)))
+                .where(DEPLOYABLES.c.rp_uuid.in_(providers))
+                .union(select(HOSTS.c.hostname).where(HOSTS.c.rp_uuid.in_(providers)))
             ).scalars()
         )
     if len(hosts) != 1:

@@ -172,7 +172,7 @@ def test_racing_binds_never_pass_the_limit_together(
         barrier.wait()
         binding = service.Binding(arq, HOST, pool.rp_uuid, str(uuid.uuid4()))
         try:
-            service.bind(db, caller, [binding], None, limits)
+            service.bind(db, caller, [binding], None, limits=limits)
             won.append(arq)
         except QuotaExceeded as error:
             refused.append((error.limit, error.usage, error.requested))
