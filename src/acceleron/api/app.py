@@ -34,6 +34,7 @@ from acceleron.api import (
     hosts,
     quotas,
     tasks,
+    ui,
     versions,
 )
 from acceleron.api import placement as placement_api
@@ -124,6 +125,7 @@ def create_app(
     app.include_router(arqs.router)
     app.include_router(tasks.router)
     app.include_router(quotas.router)
+    app.include_router(ui.router)
     if conf.metrics.enabled:
         app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":
