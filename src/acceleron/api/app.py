@@ -35,6 +35,7 @@ from acceleron.api import (
     hosts,
     quotas,
     tasks,
+    ui,
     versions,
     wakeup,
 )
@@ -131,6 +132,7 @@ def create_app(
     app.include_router(placement_api.router)
     app.include_router(bitstreams.router)
     app.include_router(quotas.router)
+    app.include_router(ui.router)
     if conf.metrics.enabled:
         app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":

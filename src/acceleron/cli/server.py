@@ -216,6 +216,8 @@ def banner(conf: cfg.ConfigOpts, url: str) -> str:
         f"Acceleron all-in-one ({auth})",
         f"  API        {url}/v2",
         f"  Placement  {url}/placement{token}",
+        f"  page       {url}/ui",
+        *([f"  metrics    {url}/metrics"] if conf.metrics.enabled else []),
         f"  agent      {conf.host}, drivers {', '.join(conf.agent.enabled_drivers)}",
         f"  data       {conf.state_path}",
         "Try, in another terminal"
