@@ -186,6 +186,14 @@ def test_a_server_side_claim_that_fails_halfway_is_undone(
         assert list(held(placement, consumer)) == [made.json()["accelerator_requests"][0][
             "device_rp_uuid"]]  # fmt: skip
         assert client.delete(f"/v2/claims/{consumer}", headers=LATEST).status_code == 204
+        # A consumer that holds another's allocation is refused, and what it holds stays.
+        other = str(uuid.uuid4())
+        region = published["regions"][1].rp_uuid
+        allocate(placement, other, {region: {FPGA: 1}})
+        body = {"device_profile_name": "fpga", "consumer_uuid": other}
+        refused = client.post("/v2/claims", json=body, headers=LATEST)
+        assert refused.status_code == 409 and "holds allocations" in refused.text
+        assert held(placement, other) == {region: {FPGA: 1}}
     assert held(placement, consumer) == {}
 
 

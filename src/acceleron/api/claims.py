@@ -94,11 +94,16 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
 
     def flow() -> None:  # blocking: Placement, and the bitstream store
         client = placement.client()
+        allocated = False
         try:
             request, hostname = claims.allocate(call.db, client, claim, groups, user, store)
+            allocated = True
             claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)
+        except claims.MaybeAllocated:
+            claims.undo(call.db, client, claim, True)
+            raise
         except BaseException:
-            claims.undo(call.db, client, claim)
+            claims.undo(call.db, client, claim, allocated)
             raise
 
     await call.outbound(flow)
@@ -117,6 +122,6 @@ async def show_claim(consumer: str, call: CallDep) -> Response:
 async def delete_claim(consumer: str, call: CallDep) -> Response:
     call.authorize("claim:delete")
     placement = _placement(call)
-    claim = await call.run(claims.lookup, call.context, consumer)
-    await call.outbound(claims.undo, call.db, placement.client(), claim)
+    claim = await call.run(claims.release, call.context, consumer)
+    await call.outbound(claims.undo, call.db, placement.client(), claim, True)
     return Response(status_code=204)

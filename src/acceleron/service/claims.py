@@ -37,6 +37,8 @@ from acceleron.exceptions import (
     Disabled,
     InvalidInput,
     NotFound,
+    PlacementError,
+    PlacementUnavailable,
 )
 from acceleron.placement import names, tree
 from acceleron.placement.client import AllocationRequest, PlacementClient
@@ -56,6 +58,11 @@ HOLDERS_LIMIT = 10
 
 class NoCapacity(Conflict):
     """No host has what the profile asks for free."""
+
+
+class MaybeAllocated(PlacementUnavailable):
+    """Placement failed while allocating for a new consumer: the allocation may have
+    been made (an answer lost on the way back), so an undo drops it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +233,11 @@ def allocate(
             placement.put_allocations(
                 claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
             )
-        except AllocationConflict as error:
+        except PlacementError as error:
+            if not isinstance(error, AllocationConflict):
+                raise MaybeAllocated(error.message) from error
+            # A new consumer's allocation refused: capacity taken, or the consumer is not
+            # new (Placement refuses it every time: say so, and never touch what it holds).
             if placement.get_consumer_allocations(claim.consumer):
                 raise Conflict(
                     f"Consumer {claim.consumer} holds allocations in Placement already: "
@@ -278,22 +289,23 @@ def bind(
     try:
         bindings = []
         for arq in created:
-            mapped = request.mappings.get(f"{query.GROUP_PREFIX}{arq.device_profile_group_id}")
+            group = arq.device_profile_group_id
+            mapped = request.mappings.get(f"{query.GROUP_PREFIX}{group}")
             if not mapped:
-                group = arq.device_profile_group_id
                 raise Conflict(f"Placement mapped no provider to group {group}.")
             bindings.append(arq_service.Binding(arq.uuid, hostname, mapped[0], claim.consumer))
         resolved = arq_service.bind(db, owner, bindings, store, flat_mode, limits)
-    except Exception:
+        failed = [r for r in resolved if r.status == "failed"]
+        if failed:
+            reasons = _reasons(db, [r.arq_uuid for r in failed])
+            raise Conflict(f"The accelerators could not be bound: {reasons}")
+    except BaseException:
+        # Exactly the requests this claim made go (never another's of the same consumer).
         try:
-            arq_service.delete_arqs(db, owner, [a.uuid for a in created])
-        except Exception:  # the claim's undo deletes what is left by instance
-            LOG.exception("A refused claim of %s: deleting its requests failed", claim.consumer)
+            arq_service.delete_arqs(db, _owner_context(claim), [a.uuid for a in created])
+        except Exception:
+            LOG.exception("Undoing the claim of %s: deleting its requests failed", claim.consumer)
         raise
-    failed = [r for r in resolved if r.status == "failed"]
-    if failed:
-        reasons = _reasons(db, [r.arq_uuid for r in failed])
-        raise Conflict(f"The accelerators could not be bound: {reasons}")
     state = "bound" if len(resolved) == len(created) else "binding"
     with db.writer() as conn:
         conn.execute(
@@ -311,19 +323,29 @@ def _reasons(db: Database, uuids: Sequence[str]) -> str:
         return "; ".join(f"{r.uuid}: {r.failure_reason}" for r in rows)
 
 
-def undo(db: Database, placement: PlacementClient | None, claim: Row[Any]) -> None:
+def _owner_context(claim: Row[Any]) -> RequestContext:
+    """The claim's project, as the service acts for it (it sees that project's only)."""
+    return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
+
+
+def undo(db: Database, placement: PlacementClient | None, claim: Row[Any], allocated: bool) -> None:
     """Undo what a claim did, every step whatever the others do (what cannot be undone
-    now is logged; the reconciler frees a leaked allocation later)."""
-    admin = RequestContext("claims", roles=frozenset({"admin"}))
-    try:
-        arq_service.delete_for_instance(db, admin, claim.consumer)
-    except Exception:
-        LOG.exception("Undoing the claim of %s: deleting its requests failed", claim.consumer)
-    if placement is not None:
+    now is logged; the reconciler frees a leaked allocation later). ``allocated``:
+    whether this claim made the consumer's allocation (one it did not make, say another
+    consumer's of the same uuid, is never dropped). The claim's requests are deleted as
+    its project's: another project's are never touched."""
+    if claim.state != "allocating":  # an established claim: its requests are bound
+        try:
+            arq_service.delete_for_instance(db, _owner_context(claim), claim.consumer, True)
+        except Exception:
+            LOG.exception("Releasing the claim of %s: deleting its requests failed",
+                          claim.consumer)  # fmt: skip
+    if placement is not None and allocated:
         try:
             placement.delete_allocations(claim.consumer)
         except Exception:
-            LOG.exception("Undoing the claim of %s: dropping its allocation failed", claim.consumer)
+            LOG.exception("Undoing the claim of %s: dropping its allocation failed",
+                          claim.consumer)  # fmt: skip
     with db.writer() as conn:
         conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
 
@@ -369,5 +391,9 @@ def show(db: Database, context: RequestContext, consumer: str) -> ClaimView:
 
 
 def release(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
-    """The claim to release (the caller undoes it with ``undo``), checked visible."""
-    return lookup(db, context, consumer)
+    """The claim to release (the caller undoes it with ``undo``), checked visible; one
+    still being made cannot be released yet."""
+    claim = lookup(db, context, consumer)
+    if claim.state == "allocating":
+        raise Conflict(f"The claim of {claim.consumer} is being made: release it once made.")
+    return claim
