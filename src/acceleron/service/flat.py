@@ -8,9 +8,9 @@ provider as ``device_rp_uuid``. Placement checked the host as a whole; which dev
 serves the request is Acceleron's choice. :func:`candidates` lists the host's
 deployables that could: each one's own classes and traits (the ones nested mode would
 publish on its provider) must satisfy the group — every class with enough for one
-request (its ``max_unit``), every required trait, no forbidden one. Those that need
-no programming come first, then the rest, in id order; the bind takes the first with
-a free handle, under the same row lock and conditional update as a nested bind
+request (its ``max_unit``), every required trait, no forbidden one. Those that need no
+programming come first, then the rest, in id order; the bind takes the first with a free
+handle, under the same row lock and conditional update as a nested bind
 (``arqs._bind_one``).
 """
 
