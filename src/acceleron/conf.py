@@ -148,7 +148,10 @@ PROFILE_OPTS: list[cfg.Opt] = [
         "max_accelerators",
         default=128,
         min=1,
-        help="Most accelerators (the sum of resources amounts) one device profile may ask for.",
+        help=(
+            "Most accelerators (the sum of resources amounts, memory classes left out) one "
+            "device profile may ask for."
+        ),
     ),
 ]
 

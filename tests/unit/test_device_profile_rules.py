@@ -276,3 +276,13 @@ def test_bad_mappings(data: Any, fragment: str) -> None:
     with pytest.raises(InvalidInput) as info:
         dp.NameMapping.from_dict(data)
     assert fragment in info.value.message
+
+
+def test_memory_is_not_counted_as_accelerators() -> None:
+    """A memory class asks for MB: 16 GiB of HBM beside one GPU is one accelerator."""
+    groups = [{"resources:CUSTOM_ACCELERATOR_GPU": "1",
+               "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "16384"}]  # fmt: skip
+    assert dp.normalize_groups(groups, LIMITS) == groups
+    assert "asks for 11 accelerators" in _error(
+        [{"resources:CUSTOM_ACCELERATOR_GPU": "11", "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "1"}]
+    )

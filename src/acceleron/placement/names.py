@@ -203,6 +203,11 @@ def memory_class(kind: str, *, origin: Origin = UNKNOWN) -> str:
     return custom("ACCELERATOR", "MEMORY", kind, origin=origin)
 
 
+def is_memory_class(name: str) -> bool:
+    """Whether ``name`` is an accelerator memory class (counted in MB, not accelerators)."""
+    return name.startswith("CUSTOM_ACCELERATOR_MEMORY_")
+
+
 # Traits
 
 

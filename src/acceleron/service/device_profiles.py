@@ -158,8 +158,9 @@ def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str
                 f"are translated."
             )
         out[new_key] = new_value
-    amount = sum(int(v) for k, v in out.items() if k.startswith("resources:"))
-    if amount == 0:
+    amounts = {k.removeprefix("resources:"): int(v) for k, v in out.items()
+               if k.startswith("resources:")}  # fmt: skip
+    if sum(amounts.values()) == 0:
         raise InvalidInput(
             f"groups[{index}] asks for no resource: every group needs at least one "
             f"'resources:<class>' entry."
@@ -170,7 +171,8 @@ def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str
             f"groups[{index}] names its bitstream in more than one way "
             f"({', '.join('accel:' + s for s in selectors)}): give only one."
         )
-    return out, amount
+    # Memory (in MB) is no accelerator: only the other classes count toward the limit.
+    return out, sum(n for rc, n in amounts.items() if not placement_names.is_memory_class(rc))
 
 
 def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
