@@ -15,7 +15,7 @@ its ``root`` directory (``/`` on a real host, a fake sysfs tree in tests).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +25,21 @@ DEVICE_TYPES = ("FPGA", "GPU", "QAT", "AICHIP", "NIC", "SSD", "PCI")
 KINDS = ("device", "region", "vf_pool", "vgpu_type", "mig_profile")
 # Attach handle types: PCI and MDEV as upstream; MIG is Acceleron's; TEST_PCI from the fake driver.
 HANDLE_TYPES = ("PCI", "MDEV", "MIG", "TEST_PCI")
+# Health states, best first: a device or deployable that is unhealthy takes no new work.
+HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
+HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY)
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    """What the hardware says about a device's health: ``healthy``, ``degraded`` (it
+    works, an operator should look) or ``unhealthy`` (nothing new may land on it), with
+    the reason. ``deployables`` holds the faults scoped to one deployable by its key (an
+    FPGA port's region, a MIG profile whose GPU instance failed)."""
+
+    state: str = HEALTHY
+    reason: str | None = None
+    deployables: Mapping[str, Health] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,14 +93,8 @@ class Device:
     std_board_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     vendor_board_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     deployables: tuple[Deployable, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Health:
-    """A device's health as the driver sees it: "ok", "degraded" or "failed"."""
-
-    state: str
-    reason: str | None = None
+    # Filled in by the agent from the driver's health() at each scan.
+    health: Health = dataclasses.field(default_factory=Health)
 
 
 @runtime_checkable
@@ -99,7 +108,20 @@ class Driver(Protocol):
         a device that vanishes or cannot be read mid-scan is left out (and logged)."""
         ...
 
-    def health(self, device: Device) -> Health: ...
+    def health(self, device: Device) -> Health:
+        """The device's health now, from what the hardware exposes. Never raises for a
+        fault: a device it cannot read is itself the fault."""
+        ...
+
+
+@runtime_checkable
+class Watching(Protocol):
+    """A driver that hears of faults as they happen (NVML's XID events): it records them
+    for health() and calls ``notify`` so that the agent scans at once."""
+
+    def start_watch(self, notify: Callable[[], None]) -> None: ...
+
+    def stop_watch(self) -> None: ...
 
 
 @runtime_checkable

@@ -29,7 +29,17 @@ import yaml
 from oslo_config import cfg
 
 from acceleron.drivers import gbs
-from acceleron.drivers.base import DEVICE_TYPES, AttachHandle, Deployable, Device, Health
+from acceleron.drivers.base import (
+    DEGRADED,
+    DEVICE_TYPES,
+    HEALTH_STATES,
+    HEALTHY,
+    UNHEALTHY,
+    AttachHandle,
+    Deployable,
+    Device,
+    Health,
+)
 from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import vgpu_trait
 from acceleron.drivers.sysfs import (
@@ -198,11 +208,22 @@ class FakeDriver:
         ]
 
     def health(self, device: Device) -> Health:
+        """The inventory's ``health`` for the device, unless the state file injects a
+        fault: ``{"<address>": {"health": {"state": ..., "reason": ..., "deployables":
+        {"<key>": {"state": ..., "reason": ...}}}}}`` (what tests write to break a device)."""
         entry = dict(self._placed()).get(device.pci_address)
         if entry is None:
-            return Health("failed", f"no simulated device at {device.pci_address}")
-        state = entry.get("health", "ok")
-        return Health(state, None if state == "ok" else "set in the fake inventory")
+            return Health(UNHEALTHY, f"no simulated device at {device.pci_address}")
+        injected = self._load_state().get(device.pci_address, {}).get("health")
+        if isinstance(injected, dict):
+            parts = injected.get("deployables") or {}
+            return Health(
+                _state(injected.get("state")),
+                injected.get("reason"),
+                {k: Health(_state(v.get("state")), v.get("reason")) for k, v in parts.items()},
+            )
+        state = _state(entry.get("health"))
+        return Health(state, None if state == HEALTHY else "set in the fake inventory")
 
     def program(self, device: Device, deployable_key: str, bitstream: Path) -> None:
         """Check the image fits the region, then record its functions in the state file."""
@@ -401,3 +422,12 @@ def _mig(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable:
 
 def _test_pci(address: str) -> AttachHandle:
     return pci_handle(address, type="TEST_PCI")
+
+
+_OLD_WORDS = {"ok": HEALTHY, "failed": UNHEALTHY}
+
+
+def _state(word: Any) -> str:
+    """A health word of the inventory; ``ok`` and ``failed`` (the old words) still read."""
+    state = _OLD_WORDS.get(str(word or HEALTHY), str(word or HEALTHY))
+    return state if state in HEALTH_STATES else DEGRADED
