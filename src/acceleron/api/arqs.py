@@ -72,6 +72,11 @@ class ArqOut(BaseModel):
     phase: str | None = Field(None, description="From 2.8: the bind's current phase.")
     progress: int | None = Field(None, description="From 2.8: percent of that phase done.")
     failure_reason: str | None = Field(None, description="From 2.8: why the bind failed.")
+    health: dict[str, Any] | None = Field(
+        None,
+        description="From 2.13: the health ({state, reason}) of the deployable and device a "
+        "bound request holds; the request stays Bound when they fail, this shows it.",
+    )
     created_at: str | None
     updated_at: str | None
     links: list[Link]
@@ -101,6 +106,8 @@ def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, A
     }
     if version >= microversion.V2_8:
         data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
+    if version >= microversion.V2_13:
+        data["health"] = service.health_of(arq)
     return data
 
 

@@ -50,6 +50,12 @@ VERSIONS: list[str] = [
     #         asynchronous with phases; agent tasks (/v2/hosts/{host}/tasks).
     "2.9",  # POST /v2/placement/reconcile: allocations no request holds, and requests
     #         holding handles for consumers without allocations, found and freed.
+    "2.13",  # Health and maintenance: devices and deployables show health (healthy,
+    #          degraded, unhealthy: "ok"/"failed" before), its reason and since when, and
+    #          maintenance reason and since; devices filter on health; POST
+    #          /v2/devices/{uuid}/maintenance and /v2/deployables/{uuid}/maintenance
+    #          (admin); GET /v2/devices/{uuid}/binds (the drain); accelerator requests
+    #          show the health of what they are bound to.
 ]
 
 V2_2 = Version(2, 2)
@@ -59,6 +65,7 @@ V2_6 = Version(2, 6)
 V2_7 = Version(2, 7)
 V2_8 = Version(2, 8)
 V2_9 = Version(2, 9)
+V2_13 = Version(2, 13)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

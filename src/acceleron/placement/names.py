@@ -65,6 +65,33 @@ _TOKEN_RE = re.compile(r"[A-Z0-9_]+")
 
 PROGRAMMABLE = "CUSTOM_PROGRAMMABLE"
 OWNER = "OWNER_CYBORG"
+# On a provider in maintenance that some device profile tolerates (docs/health.md).
+MAINTENANCE = "CUSTOM_ACCELERON_MAINTENANCE"
+REASON_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def reason_name(reason: str | None) -> str:
+    """The name of a maintenance reason, what tolerations match: the text before the first
+    ``:``, lower case (``burn-in: new card`` is ``burn-in``)."""
+    return (reason or "").split(":", 1)[0].strip().lower()
+
+
+def tolerated(reason: str | None, tolerations: Iterable[str]) -> bool:
+    """Whether a maintenance with ``reason`` is one of ``tolerations`` (names)."""
+    name = reason_name(reason)
+    return bool(name) and name in {t.strip().lower() for t in tolerations}
+
+
+def maintenance_traits(reason: str | None) -> set[str]:
+    """The traits of a provider whose maintenance is tolerated: the general one, and one
+    naming the reason (``CUSTOM_ACCELERON_MAINTENANCE_BURN_IN``) when it can be a name."""
+    name = reason_name(reason)
+    traits = {MAINTENANCE}
+    if REASON_NAME_RE.fullmatch(name):
+        traits.add(custom("ACCELERON_MAINTENANCE", name))
+    return traits
+
+
 FUNCTIONALITIES = ("COMPUTE", "NETWORK", "STORAGE")
 # Upstream Cyborg's standard classes by device type (used with standard=True).
 STANDARD_CLASSES = {"FPGA": "FPGA", "GPU": "PGPU", "PGPU": "PGPU", "VGPU": "VGPU"}

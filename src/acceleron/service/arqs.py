@@ -61,13 +61,17 @@ from acceleron.exceptions import (
     Conflict,
     Disabled,
     Forbidden,
+    InMaintenance,
     InUse,
     InvalidInput,
     Locked,
     NotFound,
+    Unhealthy,
 )
+from acceleron.placement import names
 from acceleron.service import inventory, programming, tasks
 from acceleron.service.device_profiles import could_exist, is_uuid_like
+from acceleron.service.placement import tolerations
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
@@ -116,6 +120,9 @@ class Resolved:
 
 # --- reading -----------------------------------------------------------------------
 
+# The deployable and device a request is bound to, for its health.
+_HEALTH_DEP = DEPLOYABLES.alias("bound_deployable")
+_HEALTH_DEV = DEVICES.alias("bound_device")
 _VIEW = (
     select(
         ARQS,
@@ -124,10 +131,29 @@ _VIEW = (
         HANDLES.c.type.label("attach_handle_type"),
         HANDLES.c.address.label("attach_handle_address"),
         HANDLES.c.attach_info.label("attach_handle_info"),
+        _HEALTH_DEP.c.health.label("deployable_health"),
+        _HEALTH_DEP.c.health_reason.label("deployable_health_reason"),
+        _HEALTH_DEV.c.health.label("device_health"),
+        _HEALTH_DEV.c.health_reason.label("device_health_reason"),
     )
     .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
     .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
+    .outerjoin(_HEALTH_DEP, _HEALTH_DEP.c.id == ARQS.c.deployable_id)
+    .outerjoin(_HEALTH_DEV, _HEALTH_DEV.c.id == _HEALTH_DEP.c.device_id)
 )
+
+
+def health_of(arq: Row[Any]) -> dict[str, Any] | None:
+    """The health of what a request is bound to (its deployable, with its device's): the
+    condition shown on a request whose device fails under it; None when not bound."""
+    if arq.state not in ("BindStarted", "Bound") or arq.device_health is None:
+        return None
+    found = [(arq.device_health, arq.device_health_reason),
+             (arq.deployable_health, arq.deployable_health_reason)]  # fmt: skip
+    rank = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+    state = max((s for s, _ in found), key=lambda s: rank.get(s, 1))
+    reasons = [r for s, r in found if s == state and r]
+    return {"state": state, "reason": "; ".join(reasons) or None}
 
 
 def _privileged(context: RequestContext) -> bool:
@@ -320,12 +346,38 @@ def _deployable_for(conn: Connection, rp_uuid: str, hostname: str) -> Row[Any]:
         raise InvalidInput(
             f"device_rp_uuid: {rp_uuid} is on host {dep.device_hostname!r}, not {hostname!r}."
         )
-    if dep.device_state != "present" or dep.device_status != "enabled":
+    if dep.device_state != "present":
         raise Conflict(
-            f"Device {dep.pci_address} of {hostname} is {dep.device_state}/{dep.device_status}: "
-            f"nothing new can be bound to it."
+            f"Device {dep.pci_address} of {hostname} is {dep.device_state}: nothing new can be "
+            f"bound to it."
         )
     return dep
+
+
+def check_usable(dep: Row[Any], group: Mapping[str, str]) -> None:
+    """Refuse a bind to a device or deployable that is unhealthy, or in maintenance that
+    the request's group does not tolerate (``accel:tolerations``)."""
+    for what, health, reason in (
+        (f"Device {dep.pci_address}", dep.device_health, dep.device_health_reason),
+        (dep.name, dep.health, dep.health_reason),
+    ):
+        if health == "unhealthy":
+            why = reason or "no reason given"
+            raise Unhealthy(
+                f"{what} of {dep.device_hostname} is unhealthy ({why}): nothing new can be "
+                f"bound to it."
+            )
+    for what, status, reason in (
+        (f"Device {dep.pci_address}", dep.device_status, dep.device_maintenance_reason),
+        (dep.name, dep.status, dep.maintenance_reason),
+    ):
+        if status == "maintaining" and not names.tolerated(reason, tolerations(group)):
+            said = f" ({reason})" if reason else ""
+            raise InMaintenance(
+                f"{what} of {dep.device_hostname} is in maintenance{said}: nothing new can be "
+                f"bound to it unless its device profile tolerates that reason "
+                f"(accel:tolerations)."
+            )
 
 
 def _same_id(a: str | None, b: str | None) -> bool:
@@ -419,6 +471,8 @@ def _prepare(
         arq = arqs[b.arq_uuid]
         group = groups[arq.device_profile_id][arq.device_profile_group_id]
         dep = deployables[b.arq_uuid]
+        if not _is_retry(_Prepared(b, arq, dep, None)):
+            check_usable(dep, group)
         # A request with no project sees public bitstreams only ("" owns none).
         project = b.project_id or arq.project_id or ""
         prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store, project)))
