@@ -50,11 +50,12 @@ def maintenance(client: ApiClient, path: str, on: bool, reason: str | None) -> d
 
 
 class Maintenance(ShowOne):
-    """Put a device or one region in maintenance (new binds refused, its Placement
-    inventory reserved; existing binds stay), or take it out again.
+    """Put a device or one region in maintenance with a reason, or take it out again.
 
-    The reason is kept with the time. Its name, the text before the first ':', is what a
-    device profile's accel:tolerations names to still land there ('burn-in: new card').
+    In maintenance, new binds are refused and its Placement inventory is reserved;
+    existing binds stay. The reason is kept with the time. Its name, the text before
+    the first ':', is what a device profile's accel:tolerations names to still land
+    there ('burn-in: new card').
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
