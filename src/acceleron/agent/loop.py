@@ -221,7 +221,7 @@ def serve(agent: Agent, watch_udev: bool = True, worker: Worker | None = None) -
     every report is the full state, so the next start simply sends a new one; a task
     in progress is taken up again at the next start.
     """
-    watcher = UdevWatcher(agent.schedule.event) if watch_udev else None
+    watcher = UdevWatcher(agent.schedule.event, agent.schedule.urgent) if watch_udev else None
     watching = [d for d in agent.drivers if isinstance(d, Watching)]
     previous = {sig: signal.signal(sig, _raise_stopping) for sig in STOP_SIGNALS}
     thread = threading.Thread(target=worker.run, name="tasks", daemon=True) if worker else None
