@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from acceleron.drivers.base import DEGRADED, HEALTH_STATES, HEALTHY, UNHEALTHY, Device, Health
-from acceleron.drivers.sysfs import Sysfs, read_function
+from acceleron.drivers.sysfs import PCI_DEVICES, Sysfs, normalize_hex_id, read_function
 
 Clock = Callable[[], float]
 DEFAULT_HOLD = 600.0
@@ -137,13 +137,20 @@ def scoped(key: str, found: Iterable[Health]) -> Health:
 
 def pci_health(sysfs: Sysfs, device: Device, events: EventHold | None = None) -> Health:
     """What every PCI device shows: gone or changed identity (unhealthy), no kernel
-    driver bound (degraded), and PCIe AER errors when ``events`` is given."""
-    fn = read_function(sysfs, device.pci_address)
-    if fn is None:
-        return Health(UNHEALTHY, f"PCI device {device.pci_address} is gone or unreadable")
-    if fn.vendor != device.vendor_id or fn.device != device.product_id:
-        return Health(UNHEALTHY, f"PCI device {device.pci_address} is now {fn.vendor}:{fn.device}")
-    found = [] if events is None else aer_health(sysfs, fn.path, device.pci_address, events)
-    if fn.driver is None:
+    driver bound (degraded), and PCIe AER errors when ``events`` is given. Reads only
+    the few files it needs (a full read_function costs ten times more)."""
+    path = sysfs.path(PCI_DEVICES, device.pci_address)
+    vendor = normalize_hex_id(sysfs.read(path / "vendor"))
+    product = normalize_hex_id(sysfs.read(path / "device"))
+    driver = sysfs.link_name(path / "driver")
+    if vendor is None or product is None:  # gone, or listed under another spelling
+        fn = read_function(sysfs, device.pci_address)
+        if fn is None:
+            return Health(UNHEALTHY, f"PCI device {device.pci_address} is gone or unreadable")
+        path, vendor, product, driver = fn.path, fn.vendor, fn.device, fn.driver
+    if vendor != device.vendor_id or product != device.product_id:
+        return Health(UNHEALTHY, f"PCI device {device.pci_address} is now {vendor}:{product}")
+    found = [] if events is None else aer_health(sysfs, path, device.pci_address, events)
+    if driver is None:
         found.append(Health(DEGRADED, f"no kernel driver is bound to {device.pci_address}"))
     return worst(found)

@@ -41,6 +41,7 @@ from acceleron.drivers.sysfs import (
     read_function,
     scan,
     still_present,
+    suffix_index,
     virtual_functions,
 )
 
@@ -148,20 +149,25 @@ class IntelFpgaDriver:
         and each port's ``errors/errors`` for the region the port belongs to (unhealthy:
         the port is held in reset until the error is cleared). ``first_error`` is quoted."""
         found = [pci_health(self.sysfs, device, self.events)]
-        fn = read_function(self.sysfs, device.pci_address)
-        if fn is None:
+        pf = self.sysfs.resolve(self.sysfs.path("sys/bus/pci/devices", device.pci_address))
+        if pf is None:
             return worst(found)
         fme_errors = next(
             (fme / "errors"
-             for region in self.sysfs.children(fn.path / "fpga_region", "region")
+             for region in self.sysfs.children(pf / "fpga_region", "region")
              for fme in self.sysfs.children(region, "dfl-fme.")),
             None,
         )  # fmt: skip
         if fme_errors is not None:
             found.append(_fme_health(self.sysfs, fme_errors, device.pci_address))
-        fme = read_fme(self.sysfs, fn.path)
-        regions = len(fme.region_types) if fme is not None else 0
-        ports = _port_dirs(self.sysfs, fn, virtual_functions(self.sysfs, fn))
+        regions = sum(1 for dep in device.deployables if dep.kind == "region")
+        vfs = [
+            vf
+            for link in self.sysfs.children(pf, "virtfn")
+            if suffix_index(link.name) is not None and (vf := self.sysfs.resolve(link))
+        ]
+        ports: list[Path | None] = [*_port_paths(self.sysfs, pf)]
+        ports += [next(iter(_port_paths(self.sysfs, vf)), None) for vf in vfs]
         for index, port in enumerate(ports):
             if port is None or not regions:
                 continue
@@ -261,11 +267,6 @@ def read_ports(sysfs: Sysfs, pf: PciFunction, vfs: Sequence[PciFunction]) -> lis
         Port(address, None if port is None else normalize_uuid(sysfs.read(port / "afu_id")))
         for address, port in _ports(sysfs, pf, vfs)
     ]
-
-
-def _port_dirs(sysfs: Sysfs, pf: PciFunction, vfs: Sequence[PciFunction]) -> list[Path | None]:
-    """The port directories in read_ports' order (None: a VF without a readable port)."""
-    return [port for _, port in _ports(sysfs, pf, vfs)]
 
 
 def _ports(
