@@ -209,8 +209,9 @@ class FakeDriver:
 
     def health(self, device: Device) -> Health:
         """The inventory's ``health`` for the device, unless the state file injects a
-        fault: ``{"<address>": {"health": {"state": ..., "reason": ..., "deployables":
-        {"<key>": {"state": ..., "reason": ...}}}}}`` (what tests write to break a device)."""
+        fault: ``{"devices": {"<address>": {"health": {"state": ..., "reason": ...,
+        "deployables": {"<key>": {"state": ..., "reason": ...}}}}}}`` (what tests write to
+        break a device)."""
         entry = dict(self._placed()).get(device.pci_address)
         if entry is None:
             return Health(UNHEALTHY, f"no simulated device at {device.pci_address}")

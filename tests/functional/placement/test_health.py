@@ -227,3 +227,27 @@ def test_tolerations_are_checked(db: Database) -> None:
 
     with pytest.raises(InvalidInput, match="maintenance reason names"):
         device_profiles.create(db, name="bad", groups=[{**FPGA, "accel:tolerations": "a b"}])
+
+
+def test_the_agent_reports_a_fault_injected_in_the_fake_driver(
+    live_api: str, tmp_path: Path
+) -> None:
+    import json
+
+    import requests
+
+    from tests.functional.test_agent import agent_conf, make_agent
+
+    host = f"compute-{uuid.uuid4().hex[:8]}"
+    conf = agent_conf(tmp_path, live_api, host)
+    agent = make_agent(conf)
+    assert agent.report_once()
+    address = agent.drivers[0].discover()[0].pci_address
+    fault = {"state": "unhealthy", "reason": "injected", "deployables": {}}
+    Path(conf.fake.state_file).write_text(json.dumps({"devices": {address: {"health": fault}}}))
+    assert agent.report_once()
+    listed = requests.get(f"{live_api}/v2/devices", headers=V2_13, timeout=10,
+                          params={"hostname": host, "health": "unhealthy"}).json()  # fmt: skip
+    assert [(d["pci_address"], d["health_reason"]) for d in listed["devices"]] == [
+        (address, "injected")
+    ]
