@@ -294,3 +294,17 @@ class TestProviders:
         assert len(second) == names.PROVIDER_NAME_MAX
         assert first != second
         assert first == names.provider_name(host, "0000:5e:00.0", "vgpu-type-" + "a" * 40)
+
+
+def test_maintenance_reasons_tolerations_and_traits() -> None:
+    assert names.reason_name("Burn-In: new HBM") == "burn-in"
+    assert names.tolerated("burn-in: new HBM", ["BURN-IN", "x"])
+    assert not names.tolerated("reflash", ["burn-in"]) and not names.tolerated("", ["burn-in"])
+    assert names.maintenance_traits("burn-in: x") == {
+        "CUSTOM_ACCELERON_MAINTENANCE", "CUSTOM_ACCELERON_MAINTENANCE_BURN_IN"}  # fmt: skip
+    assert names.maintenance_traits("why? it broke") == {"CUSTOM_ACCELERON_MAINTENANCE"}
+    groups = [{"resources:FPGA": "1"}, {"resources:FPGA": "1", "accel:tolerations": "burn-in"}]
+    assert names.untolerant(groups) == [
+        {"resources:FPGA": "1", "trait:CUSTOM_ACCELERON_MAINTENANCE": "forbidden"},
+        groups[1],
+    ]

@@ -50,7 +50,7 @@ import functools
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import os_resource_classes
@@ -74,6 +74,31 @@ def reason_name(reason: str | None) -> str:
     """The name of a maintenance reason, what tolerations match: the text before the first
     ``:``, lower case (``burn-in: new card`` is ``burn-in``)."""
     return (reason or "").split(":", 1)[0].strip().lower()
+
+
+TOLERATIONS_KEY = "accel:tolerations"
+
+
+def tolerations(group: object) -> list[str]:
+    """The maintenance reasons a device profile group tolerates (``accel:tolerations``,
+    names separated by commas)."""
+    if not isinstance(group, Mapping):
+        return []
+    value = group.get(TOLERATIONS_KEY)
+    return [n.strip().lower() for n in str(value).split(",") if n.strip()] if value else []
+
+
+def untolerant(groups: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """The groups as Acceleron's own claims query them: a group that tolerates no
+    maintenance also forbids ``MAINTENANCE``, so it does not land on a provider whose
+    maintenance another profile tolerates (its bind would be refused)."""
+    out = []
+    for group in groups:
+        group = dict(group)
+        if not tolerations(group) and not any(k.endswith(f":{MAINTENANCE}") for k in group):
+            group[f"trait:{MAINTENANCE}"] = "forbidden"
+        out.append(group)
+    return out
 
 
 def tolerated(reason: str | None, tolerations: Iterable[str]) -> bool:

@@ -155,6 +155,8 @@ class Syncer:
             )
             tolerated = tolerated_reasons(conn) if maintained else frozenset()
         compute, created = self.compute_node(host, dry_run=dry_run)
+        if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
+            self.client.ensure_traits([names.MAINTENANCE])
         options = dataclasses.replace(self.options, tolerated=tolerated)
         try:
             result, errors = self._publish(hostname, compute, devices, deployables, known,
@@ -271,16 +273,7 @@ class Syncer:
 
 
 PROFILES = table(DeviceProfile)
-TOLERATIONS_KEY = "accel:tolerations"
-
-
-def tolerations(group: Any) -> list[str]:
-    """The maintenance reasons a request group tolerates (``accel:tolerations``, names
-    separated by commas)."""
-    if not isinstance(group, dict):
-        return []
-    value = group.get(TOLERATIONS_KEY)
-    return [n.strip().lower() for n in str(value).split(",") if n.strip()] if value else []
+tolerations = names.tolerations
 
 
 def tolerated_reasons(conn: Connection) -> frozenset[str]:
