@@ -8,8 +8,13 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= data
 HOST ?=
 PORT ?=
+# pytest-xdist workers for `make test` and `make check` (a number, or auto: one per core).
+WORKERS ?= auto
+# Examples per API operation in the schemathesis fuzz test: CI's depth, and the short pass.
+FUZZ_EXAMPLES ?= 40
+CHECK_FUZZ_EXAMPLES ?= 5
 
-.PHONY: run test lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e
+.PHONY: run test check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,9 +26,16 @@ $(STAMP): pyproject.toml requirements.lock
 run: $(STAMP)
 	$(BIN)/acceleron all-in-one --data-dir $(DATA_DIR)$(if $(HOST), --host $(HOST))$(if $(PORT), --port $(PORT))
 
-## Set up and run every check CI runs: lint, format, types and the whole test suite.
+## Set up and run every check CI runs: lint, format, types and the whole test suite
+## (in parallel: one database of each backend per worker).
 test: $(STAMP) lint typecheck
-	$(BIN)/pytest
+	ACCELERON_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -n $(WORKERS) --dist worksteal
+
+## The inner loop (under a minute): lint, format, and the tests on SQLite that start no
+## servers, with a short fuzz pass. `make test` before pushing.
+check: $(STAMP) lint
+	ACCELERON_TEST_DATABASES=sqlite ACCELERON_FUZZ_EXAMPLES=$(CHECK_FUZZ_EXAMPLES) \
+	  $(BIN)/pytest -q -n $(WORKERS) --dist worksteal -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -8,14 +8,21 @@
   a report with one device changed. Statements are counted per verb; the exit
   status is 1 if the unchanged report (digest or full diff) wrote anything.
 
-    .venv/bin/python bench/discovery.py [--database URL]
+Discovery is timed side by side with a baseline, the same tree scanned by the code of
+another commit (``--baseline``, by default the last one before discovery was cut down:
+sysfs read once per device), alternating rounds of each in fresh processes.
+
+    .venv/bin/python bench/discovery.py [--database URL] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +45,7 @@ from acceleron.report import HostReport  # noqa: E402
 from acceleron.service import inventory  # noqa: E402
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
+BASELINE = "d178f91"  # main before sysfs was read once per device
 
 
 def sysfs_spec(per_kind: int = 16) -> dict[str, Any]:
@@ -94,7 +102,8 @@ def ms(times: list[float]) -> str:
     return f"median {statistics.median(times) * 1000:7.1f} ms  (min {min(times) * 1000:.1f})"
 
 
-def bench_discovery(work: Path) -> None:
+def discovery_times(work: Path, repeat: int) -> tuple[int, int, list[float]]:
+    """Scan a fresh fake tree ``repeat`` times: accelerators, handles, seconds each."""
     root = build_sysfs(work / "sysfs", sysfs_spec())
     conf = confmod.load([], config_files=[], overrides={
         "DEFAULT": {"host": "bench", "state_path": str(work)},
@@ -107,10 +116,38 @@ def bench_discovery(work: Path) -> None:
         with shared_scan():  # as the agent runs a discovery cycle
             return [d for drv in drivers for d in drv.discover()]
 
-    devices, times = timed(discover, 20)
+    discover()  # warm: imports, first directory reads
+    devices, times = timed(discover, repeat)
     handles = sum(len(dep.attach_handles) for d in devices for dep in walk(d.deployables))
-    print(f"discovery, {len(devices)} accelerators ({handles} attach handles), 4 sysfs drivers:")
-    print(f"    {ms(times)}")
+    return len(devices), handles, times
+
+
+def _timed_in_process(source: Path | None, repeat: int) -> tuple[int, int, list[float]]:
+    """``discovery_times`` in a fresh process, on ``source`` (a checkout's src) or this one."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, __file__, "--discovery-only", str(repeat)], env=env,
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    count, handles, times = json.loads(out.splitlines()[-1])
+    return count, handles, times
+
+
+def bench_discovery(baseline: str, rounds: int = 3, repeat: int = 7) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", baseline, "src"],
+                                 check=True, capture_output=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        before: list[float] = []
+        after: list[float] = []
+        for _ in range(rounds):
+            before += _timed_in_process(Path(tmp) / "src", repeat)[2]
+            count, handles, times = _timed_in_process(None, repeat)
+            after += times
+    print(f"discovery, {count} accelerators ({handles} attach handles), 4 sysfs drivers, "
+          f"{rounds} alternating rounds of {repeat}:")  # fmt: skip
+    print(f"    baseline ({baseline})  {ms(before)}")
+    print(f"    this tree          {ms(after)}")
 
 
 def fake_report(work: Path, count: int) -> HostReport:
@@ -185,10 +222,16 @@ def _apply_without_digest(db: Database, report: HostReport) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", help="SQLAlchemy URL (default: a fresh SQLite file)")
+    parser.add_argument("--baseline", default=BASELINE, help="commit to compare discovery with")
+    parser.add_argument("--discovery-only", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.discovery_only:  # a child of bench_discovery: print the figures as JSON
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(discovery_times(Path(tmp), args.discovery_only)))
+        return
+    bench_discovery(args.baseline)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        bench_discovery(work)
         problems = bench_reconcile(work, args.database)
     for problem in problems:
         print(f"FAILED: {problem}", file=sys.stderr)

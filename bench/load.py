@@ -126,16 +126,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def all_in_one(extra_args: tuple[str, ...] = ()) -> Iterator[str]:
-    """Start ``acceleron all-in-one`` as ``make run`` does, in a fresh data directory."""
+def all_in_one(extra_args: tuple[str, ...] = (), config: str = "") -> Iterator[str]:
+    """Start ``acceleron all-in-one`` as ``make run`` does, in a fresh data directory;
+    ``config``: the text of a configuration file to start it with."""
     port = free_port()
     acceleron = Path(sys.executable).parent / "acceleron"
     with tempfile.TemporaryDirectory() as data_dir:
         log = open(Path(data_dir) / "server.log", "w")  # noqa: SIM115
         env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+        conf_file = Path(data_dir) / "acceleron.conf"
+        conf_file.write_text(config)
         process = subprocess.Popen(
-            [str(acceleron), "all-in-one", "--data-dir", data_dir, "--port", str(port),
-             *extra_args],
+            [str(acceleron), "--config-file", str(conf_file), "all-in-one", "--data-dir",
+             data_dir, "--port", str(port), *extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"

@@ -1,12 +1,15 @@
 """Shared fixtures: real databases, migrated once per run, emptied after each test.
 
 Tests that take ``db`` (or anything built on it) run once per backend: SQLite,
-PostgreSQL and MariaDB. Each run creates its own database on the servers at
-127.0.0.1 and drops it at the end. A backend whose server is not there is
-skipped with a message, unless ``ACCELERON_TEST_DATABASES`` (for example
-``sqlite,postgresql,mysql``, as CI sets it) demands it: then the run fails.
-Server URLs can be changed with ``ACCELERON_TEST_POSTGRESQL_URL`` and
-``ACCELERON_TEST_MYSQL_URL``.
+PostgreSQL and MariaDB. Each run, and under pytest-xdist each worker of a run,
+creates its own database (a SQLite file, a database on the servers at 127.0.0.1)
+and drops it at the end, so workers never share one. A backend whose server is not
+there is skipped with a message.
+
+``ACCELERON_TEST_DATABASES`` (for example ``sqlite,postgresql,mysql``, as CI sets it,
+or ``sqlite`` as ``make check`` does) selects the backends: only those run, and each
+of them is demanded, so a server that is not there fails the run. Server URLs can be
+changed with ``ACCELERON_TEST_POSTGRESQL_URL`` and ``ACCELERON_TEST_MYSQL_URL``.
 """
 
 from __future__ import annotations
@@ -46,10 +49,21 @@ def demanded_backends() -> set[str]:
     return wanted
 
 
+def selected_backends() -> tuple[str, ...]:
+    """The backends the ``db`` tests run on: those demanded, or all three."""
+    demanded = demanded_backends()
+    return tuple(b for b in BACKENDS if b in demanded) if demanded else BACKENDS
+
+
+def worker_id() -> str:
+    """This pytest-xdist worker's name (``gw0``...), or ``main`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
 def _create_server_database(backend: str) -> str:
     """Create a fresh database on the server; return its URL. Raises if unreachable."""
     server = make_url(SERVERS[backend])
-    name = f"acceleron_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    name = f"acceleron_test_{worker_id()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     engine = create_engine(server, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
@@ -80,11 +94,11 @@ def _drop_server_database(backend: str, url: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="session", params=selected_backends())
 def database_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """The URL of an empty database of one backend, for this test run only."""
+    """The URL of an empty database of one backend, for this test run (or worker) only."""
     backend: str = request.param
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'acceleron.sqlite'}"

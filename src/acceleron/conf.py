@@ -93,6 +93,25 @@ API_OPTS: list[cfg.Opt] = [
         help="Seconds a request waits for a thread for database work before it is "
         "answered 503 acceleron.overloaded (with Retry-After).",
     ),
+    cfg.StrOpt(
+        "task_wakeup",
+        default="notify",
+        choices=[
+            (
+                "notify",
+                "wake an agent's long poll as soon as a task is queued for its host: "
+                "in-process, and on PostgreSQL across API processes with LISTEN/NOTIFY",
+            ),
+            (
+                "local",
+                "wake it in-process only; tasks queued by another API process are found by polling",
+            ),
+            ("poll", "no wake-up: a waiting poll looks at the database every 0.25 s"),
+        ],
+        help="How an agent waiting for work (POST /v2/hosts/{host}/tasks/claim?wait=) "
+        "learns that a task was queued for it. Polling stays the fallback (every 0.25 s "
+        "where no signal reaches the process, every 5 s as a safety net where one does).",
+    ),
 ]
 
 DATABASE_OPTS: list[cfg.Opt] = [

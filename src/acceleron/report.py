@@ -2,7 +2,7 @@
 
 An agent sends one full, idempotent report of its host with
 ``PUT /v2/hosts/{hostname}/report`` (microversion 2.5): every device its
-drivers found, as the frozen dataclasses of ``acceleron.drivers.base``. The API
+drivers found, as the frozen dataclasses of ``acceleron.vocabulary``. The API
 validates it (``from_json``) and reconciles its inventory with it. Sending the
 same report twice changes nothing.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pydantic
 
-from acceleron.drivers.base import DEVICE_TYPES, HANDLE_TYPES, KINDS, Device, walk
 from acceleron.exceptions import InvalidInput
+from acceleron.vocabulary import DEVICE_TYPES, HANDLE_TYPES, KINDS, WIDTHS, Device, walk
 
 REPORT_VERSION = 1
 
@@ -66,13 +66,6 @@ def from_json(data: Any) -> HostReport:
     return report
 
 
-# Longest value of each string field: the columns they are stored in.
-_LENGTHS = {
-    "pci_address": 32, "type": 32, "vendor_id": 16, "vendor_name": 64, "product_id": 16,
-    "model": 255, "driver": 64, "key": 255, "kind": 32, "accelerator_type": 32,
-    "region_type": 64, "bitstream_id": 36, "function_uuids": 64, "traits": 255,
-    "address": 255, "hostname": 255, "agent_version": 64,
-}  # fmt: skip
 _TEXT_MAX = 65_535  # attribute values and JSON-held strings
 _INT_RANGE = (-1, 2**31 - 1)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -109,7 +102,7 @@ def check_values(obj: Any, where: str = "") -> None:
             for index, item in enumerate(value):
                 check_values(item, f"{here}.{index}.")
         else:
-            _check_value(value, here, _LENGTHS.get(field.name, _TEXT_MAX))
+            _check_value(value, here, WIDTHS.get(field.name, _TEXT_MAX))
 
 
 def check(devices: Sequence[Device]) -> None:

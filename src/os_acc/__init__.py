@@ -14,7 +14,8 @@ or the one given to ``configure()``::
     os_acc.unplug(instance_info)  # -> how many were released
 
 ``operations.rule_for(name)`` says whether an instance operation plugs, unplugs,
-leaves accelerators alone, or is refused.
+checks or records accelerators, leaves them alone, or is refused; ``before(name, ...)``
+and ``after(name, ...)`` do what it says.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from os_acc.connector import (
     AgentUnavailable,
     Connector,
     CyborgAgentUnavailable,
+    NotReady,
     OsAccError,
     PlugFailed,
 )
@@ -37,13 +39,18 @@ __all__ = [
     "AgentUnavailable",
     "Connector",
     "CyborgAgentUnavailable",
+    "NotReady",
     "OsAccError",
     "PlugFailed",
     "UnsupportedOperation",
+    "after",
+    "before",
+    "check",
     "configure",
     "initialize",
     "operations",
     "plug",
+    "record",
     "unplug",
 ]
 
@@ -87,3 +94,34 @@ def plug(
 def unplug(instance_info: Mapping[str, Any]) -> int:
     """Release the instance's accelerators; how many were released."""
     return _default().unplug(instance_info)
+
+
+def check(instance_info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The instance's accelerators, once each is bound here, present and healthy;
+    NotReady naming those that are not."""
+    return _default().check(instance_info)
+
+
+def record(instance_info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The state of each of the instance's accelerators now (for a crash dump)."""
+    return _default().record(instance_info)
+
+
+def before(
+    operation: str,
+    instance_info: Mapping[str, Any],
+    selected_rp: Mapping[str, Any] | None = None,
+    flavor_extra_specs: Mapping[str, str] | None = None,
+) -> Any:
+    """What the rule of an instance operation asks before it (plug, unplug, check...)."""
+    return _default().before(operation, instance_info, selected_rp, flavor_extra_specs)
+
+
+def after(
+    operation: str,
+    instance_info: Mapping[str, Any],
+    selected_rp: Mapping[str, Any] | None = None,
+    flavor_extra_specs: Mapping[str, str] | None = None,
+) -> Any:
+    """What the rule of an instance operation asks once it is done."""
+    return _default().after(operation, instance_info, selected_rp, flavor_extra_specs)

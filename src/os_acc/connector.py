@@ -10,7 +10,8 @@ uses) or a client given to it. Its three calls:
   requests of the flavor (``accel:device_profile=<name>``, or spec 001's inline
   extra specs), binds them to the providers chosen, waits while a region is
   programmed or a vGPU made, and returns one entry per accelerator: ``pci_id``
-  (the BDF, as the spec says) with the attach handle's type, uuid and info;
+  (the BDF, as the spec says; only for what is attached to the VM) with the attach
+  handle's type, uuid and info and the ``attach_target``;
 * ``unplug(instance_info)`` releases the instance's accelerators; how many.
 
 A Connector holds no state between calls but its HTTP session, so one may be
@@ -31,13 +32,14 @@ from urllib.parse import quote
 from acceleron.agent.client import ReportClient, ReportError
 from acceleron.exceptions import InvalidInput
 from acceleron.scheduler.claim import bind_body, detail, wait_resolved
-from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
+from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_accelerator_class
+from os_acc import operations
 
 if TYPE_CHECKING:
     from oslo_config import cfg
 
 LOG = logging.getLogger(__name__)
-MICROVERSION = "2.8"
+MICROVERSION = "2.11"  # attach_target
 PROFILE_KEY = "accel:device_profile"
 # accel: keys a device profile takes (spec 002); the inline specs may give others.
 PROFILE_ACCEL_KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
@@ -56,6 +58,14 @@ CyborgAgentUnavailable = AgentUnavailable  # the name spec 000 gives it
 
 class PlugFailed(OsAccError):
     """The accelerators could not be attached; nothing is left held."""
+
+
+class NotReady(OsAccError):
+    """``check()`` found accelerators of the instance that are not as its requests say."""
+
+    def __init__(self, message: str, accelerators: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.accelerators = accelerators  # what check() would have returned
 
 
 class Connector:
@@ -134,19 +144,116 @@ class Connector:
         LOG.info("Unplugged %d accelerator(s) from %s", count, instance)
         return count
 
+    def before(
+        self,
+        operation: str,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None = None,
+        flavor_extra_specs: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Do what ``operations.rule_for(operation)`` asks before the operation; what that
+        call returns (None for nothing). UnsupportedOperation for a refused one."""
+        action = operations.rule_for(operation).before
+        return self._do(action, instance_info, selected_rp, flavor_extra_specs)
+
+    def after(
+        self,
+        operation: str,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None = None,
+        flavor_extra_specs: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Do what the rule of ``operation`` asks once the operation is done."""
+        action = operations.rule_for(operation).after
+        return self._do(action, instance_info, selected_rp, flavor_extra_specs)
+
+    def _do(
+        self,
+        action: operations.Action,
+        instance_info: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None,
+        flavor_extra_specs: Mapping[str, str] | None,
+    ) -> Any:
+        Action = operations.Action
+        if action is Action.PLUG:
+            if selected_rp is None or flavor_extra_specs is None:
+                raise PlugFailed("Plugging needs selected_rp and flavor_extra_specs.")
+            return self.plug(instance_info, selected_rp, flavor_extra_specs)
+        if action is Action.UNPLUG:
+            return self.unplug(instance_info)
+        if action is Action.CHECK:
+            return self.check(instance_info)
+        if action is Action.RECORD:
+            return self.record(instance_info)
+        return None
+
+    def check(self, instance_info: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The instance's accelerators (``record()``'s entries), once each is found bound
+        to the instance on this host, its handle and device present, the device enabled
+        and healthy, and an FPGA region not being programmed; ``NotReady`` naming every
+        one that is not."""
+        accelerators = self.record(instance_info)
+        problems = [f"{a['arq_uuid']}: {'; '.join(a['problems'])}"
+                    for a in accelerators if a["problems"]]  # fmt: skip
+        if problems:
+            raise NotReady(
+                f"Accelerators of instance {_instance_uuid(instance_info)} are not ready: "
+                + " | ".join(problems),
+                accelerators,
+            )
+        return accelerators
+
+    def record(self, instance_info: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The state of each of the instance's accelerators now, in group order: the
+        request, its attach handle, the device (and, for an FPGA region, what it holds),
+        and ``problems`` (empty when it is bound here and healthy). What a crash dump is
+        read against; JSON-serialisable."""
+        instance = _instance_uuid(instance_info)
+        arqs = self._json("GET", "/v2/accelerator_requests", params={"instance": instance})
+        held = sorted(arqs["arqs"], key=lambda a: (a["device_profile_group_id"], a["uuid"]))
+        deployables = self._deployables({a["hostname"] for a in held if a.get("hostname")})
+        devices: dict[str, dict[str, Any]] = {}
+        entries = []
+        for arq in held:
+            found = _deployable_of(arq, deployables)
+            device = None
+            if found is not None:
+                uuid = found[0]["device_uuid"]
+                if uuid not in devices:
+                    devices[uuid] = self._json("GET", f"/v2/devices/{quote(uuid, safe='')}")
+                device = devices[uuid]
+            entries.append(accelerator_state(arq, found, device, self.hostname))
+        LOG.info("Recorded the state of %d accelerator(s) of %s", len(entries), instance)
+        return entries
+
     # --- steps ------------------------------------------------------------------------
+
+    def _deployables(self, hosts: set[str]) -> list[dict[str, Any]]:
+        """Every deployable of those hosts, page after page."""
+        found: list[dict[str, Any]] = []
+        for host in sorted(hosts):
+            params: dict[str, str] = {"hostname": host}
+            while True:
+                page = self._json("GET", "/v2/deployables", params=params)
+                found.extend(page["deployables"])
+                if not page.get("deployables_links") or not page["deployables"]:
+                    break
+                params = {"hostname": host, "marker": page["deployables"][-1]["uuid"]}
+        return found
 
     def _profile(self, extra_specs: Mapping[str, str]) -> str:
         """The device profile the flavor names, or one made for its inline specs."""
         named = extra_specs.get(PROFILE_KEY)
-        if named:
-            return named
         try:
-            groups = [_profile_group(g) for g in groups_from_flavor(extra_specs).groups]
+            inline = groups_from_flavor(extra_specs).groups
         except InvalidInput as error:
             raise PlugFailed(
                 f"The flavor's accelerator extra specs are invalid: {error}"
             ) from error
+        if named:
+            _refuse_inline_beside(named, inline)
+            return named
+        groups = [_profile_group(g) for g in inline]
         if not groups:
             raise PlugFailed("The flavor asks for no accelerator: nothing to plug.")
         return self._ensure_profile(groups)
@@ -233,17 +340,92 @@ def providers_by_group(selected_rp: Mapping[str, Any], groups: set[int]) -> dict
 def attachment(arq: Mapping[str, Any]) -> dict[str, Any]:
     """What plug() returns for one bound request."""
     info = arq.get("attach_handle_info") or {}
+    target = arq.get("attach_target") or "VM"
     pci_id = None
-    if all(k in info for k in ("domain", "bus", "device", "function")):
+    # Only what goes to the VM gets a pci_id: what a compute service attaches.
+    if target == "VM" and all(k in info for k in ("domain", "bus", "device", "function")):
         pci_id = f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
     return {
         "pci_id": pci_id,
         "arq_uuid": arq["uuid"],
         "device_profile_group_id": arq["device_profile_group_id"],
+        "attach_target": target,
         "attach_handle_type": arq["attach_handle_type"],
         "attach_handle_uuid": arq["attach_handle_uuid"],
         "attach_handle_info": info,
     }
+
+
+def _deployable_of(
+    arq: Mapping[str, Any], deployables: Sequence[Mapping[str, Any]]
+) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """The deployable holding the request's attach handle, and that handle."""
+    wanted = arq.get("attach_handle_uuid")
+    if not wanted:
+        return None
+    for deployable in deployables:
+        for handle in deployable.get("attach_handles") or ():
+            # An mdev's request shows the mdev's uuid, the handle's address.
+            if wanted in (handle["uuid"], handle["address"]):
+                return deployable, handle
+    return None
+
+
+def accelerator_state(
+    arq: Mapping[str, Any],
+    found: tuple[Mapping[str, Any], Mapping[str, Any]] | None,
+    device: Mapping[str, Any] | None,
+    hostname: str,
+) -> dict[str, Any]:
+    """One entry of ``record()``: what the request, its handle and device say now, and
+    what is wrong with them (``problems``)."""
+    problems = []
+    if arq["state"] != "Bound":
+        problems.append(f"state {arq['state']}, not Bound")
+    elif arq.get("hostname") != hostname:
+        problems.append(f"bound on host {arq.get('hostname')}, not {hostname}")
+    entry: dict[str, Any] = {
+        "arq_uuid": arq["uuid"],
+        "device_profile_name": arq["device_profile_name"],
+        "device_profile_group_id": arq["device_profile_group_id"],
+        "state": arq["state"],
+        "attach_target": arq.get("attach_target", "VM"),
+        "attach_handle_type": arq.get("attach_handle_type"),
+        "attach_handle_uuid": arq.get("attach_handle_uuid"),
+        "attach_handle_info": arq.get("attach_handle_info"),
+        "device": None,
+        "deployable": None,
+        "problems": problems,
+    }
+    if arq["state"] != "Bound":
+        return entry
+    if found is None:
+        problems.append("its attach handle is not among the host's deployables")
+        return entry
+    deployable, handle = found
+    if handle.get("state") != "present":
+        problems.append(f"attach handle {handle['address']} is {handle.get('state')}")
+    entry["deployable"] = {
+        k: deployable.get(k)
+        for k in ("uuid", "name", "kind", "key", "accelerator_type", "region_type",
+                  "bitstream_id", "function_uuids", "program_phase", "program_error")
+    }  # fmt: skip
+    phase = deployable.get("program_phase")
+    if phase == "failed":
+        problems.append(f"the last programming of {deployable['name']} failed: "
+                        f"{deployable.get('program_error')}")  # fmt: skip
+    elif phase:
+        problems.append(f"{deployable['name']} is being programmed ({phase})")
+    if device is not None:
+        entry["device"] = {
+            k: device.get(k)
+            for k in ("uuid", "type", "vendor", "model", "pci_address", "status", "state",
+                      "health", "driver_name")
+        }  # fmt: skip
+        for field, good in (("status", "enabled"), ("state", "present"), ("health", "ok")):
+            if device.get(field) not in (good, None):
+                problems.append(f"device {device.get('pci_address')} is {device[field]}")
+    return entry
 
 
 def _profile_group(group: Mapping[str, str]) -> dict[str, str]:
@@ -251,6 +433,28 @@ def _profile_group(group: Mapping[str, str]) -> dict[str, str]:
     kept = {k: v for k, v in group.items() if not k.startswith("accel:")}
     kept.update({k: v for k, v in group.items() if k[6:] in PROFILE_ACCEL_KEYS})
     return kept
+
+
+def _refuse_inline_beside(profile: str, inline: Sequence[Mapping[str, str]]) -> None:
+    """PlugFailed when the flavor asks for accelerators inline as well as by profile.
+
+    Nova would schedule both, but ask for the profile's accelerators only: what the
+    inline groups got from Placement would be allocated and never attached.
+    Groups of other resources (a NIC's VFs, say) are Nova's and are left alone.
+    """
+    asking = [g for g in inline if any(_is_accelerator_entry(k) for k in g)]
+    if asking:
+        keys = ", ".join(sorted({k for g in asking for k in g}))
+        raise PlugFailed(
+            f"The flavor names device profile {profile!r} and also asks for accelerators "
+            f"inline ({keys}): put them in the device profile, or drop "
+            f"{PROFILE_KEY} and ask inline only."
+        )
+
+
+def _is_accelerator_entry(key: str) -> bool:
+    kind, _, name = key.partition(":")
+    return kind == "accel" or (kind == "resources" and is_accelerator_class(name))
 
 
 def _instance_uuid(instance_info: Mapping[str, Any]) -> str:

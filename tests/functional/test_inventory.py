@@ -22,13 +22,13 @@ from acceleron.db.models import (
     table,
 )
 from acceleron.db.session import Database, StatementCounter
-from acceleron.drivers.base import AttachHandle as Handle
-from acceleron.drivers.base import Deployable as Dep
-from acceleron.drivers.base import Device as Dev
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service import inventory
+from acceleron.vocabulary import AttachHandle as Handle
+from acceleron.vocabulary import Deployable as Dep
+from acceleron.vocabulary import Device as Dev
 
 DEVICES, DEPLOYABLES, HANDLES = table(Device), table(Deployable), table(AttachHandle)
 ATTRIBUTES, HOSTS = table(Attribute), table(Host)

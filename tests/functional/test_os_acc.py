@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,15 @@ import pytest
 
 import os_acc
 from acceleron import conf as confmod
-from os_acc import AgentUnavailable, Connector, PlugFailed
+from os_acc import (
+    AgentUnavailable,
+    Connector,
+    NotReady,
+    PlugFailed,
+    UnsupportedOperation,
+    operations,
+)
+from os_acc.operations import Action
 from tests.fixtures.host import Host, call, get, profile, upload
 
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"
@@ -144,7 +153,158 @@ def test_bad_input_is_a_clear_plug_failure(host: Host) -> None:
     nowhere = {"uuid": str(uuid.uuid4())}
     with pytest.raises(PlugFailed, match="not the resource provider"):
         plug(vm, nowhere, {"accel:device_profile": name})
+    inline = {"accel:device_profile": name, "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
+              "trait1:CUSTOM_PROGRAMMABLE": "required"}  # fmt: skip
+    with pytest.raises(PlugFailed, match=r"also asks for accelerators inline \(resources:"):
+        plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")}, inline)
     leftovers = [a for a in get(host.url, "/v2/accelerator_requests")["arqs"]
                  if a["device_profile_name"] == name]  # fmt: skip
     assert leftovers == []
     assert call(host.url, "GET", "/v2/device_profiles").ok
+
+
+def test_a_profile_beside_groups_of_other_resources_is_plugged(host: Host) -> None:
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    specs = {"accel:device_profile": name, "resources1:SRIOV_NET_VF": "1",
+             "trait1:CUSTOM_PHYSNET_A": "required"}  # fmt: skip  # a NIC's VF: Nova's own
+    vm = instance()
+    plugged = connector(host).plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")}, specs)
+    assert [p["device_profile_group_id"] for p in plugged] == [0]
+    assert connector(host).unplug(vm) == 1
+
+
+# --- instance operations: each rule, done by before() and after() ----------------------
+
+
+@pytest.mark.parametrize("operation", list(operations.OPERATIONS))
+def test_every_instance_operation_does_what_its_rule_says(host: Host, operation: str) -> None:
+    rule = operations.OPERATIONS[operation]
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
+    specs = {"accel:device_profile": name}
+    selected = {"uuid": rp_of(host, "vf_pool", "vf_pool")}
+    shared, vm = connector(host), instance()
+    if rule.before is not Action.PLUG:  # an instance that has its accelerators
+        shared.before("boot", vm, selected, specs)
+    if rule.before is Action.REFUSE:
+        with pytest.raises(UnsupportedOperation, match="not supported"):
+            shared.before(operation, vm, selected, specs)
+        return
+    done = shared.before(operation, vm, selected, specs)
+    held = get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"]
+    assert len(held) == (0 if rule.before is Action.UNPLUG else 1)
+    if rule.before is Action.UNPLUG:
+        assert done == 1
+    elif rule.before is Action.PLUG:
+        assert [p["pci_id"] is not None for p in done] == [True]
+    elif rule.before in (Action.CHECK, Action.RECORD):
+        assert [a["arq_uuid"] for a in done] == [held[0]["uuid"]]
+        assert done[0]["problems"] == [] and done[0]["device"]["type"] == "QAT"
+    else:
+        assert done is None
+    done = shared.after(operation, vm, selected, specs)
+    after = get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"]
+    assert len(after) == (1 if rule.after is Action.PLUG else len(held))
+    assert all(a["state"] == "Bound" for a in after)
+    if rule.after is Action.PLUG:
+        assert [p["pci_id"] is not None for p in done] == [True]
+    else:
+        assert rule.after is Action.NOTHING and done is None
+    shared.unplug(vm)
+
+
+def test_plugging_around_an_operation_needs_the_provider_and_specs(host: Host) -> None:
+    with pytest.raises(PlugFailed, match="needs selected_rp and flavor_extra_specs"):
+        connector(host).after("resize", instance())
+
+
+def test_set_admin_password_checks_each_accelerator(host: Host) -> None:
+    """A device out of service and a region being programmed are named; then it passes."""
+    tenant = {"X-Roles": "member", "X-Project-Id": "tenant-a"}
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"},
+                              {"resources:CUSTOM_ACCELERATOR_QAT": "1"}])  # fmt: skip
+    selected = {"device_profile_0": [rp_of(host, "region0", "region")],
+                "device_profile_1": [rp_of(host, "vf_pool", "vf_pool")]}  # fmt: skip
+    shared, vm = connector(host), instance(project_id="tenant-a")
+    shared.plug(vm, selected, {"accel:device_profile": name})
+    checked = shared.before("set_admin_password", vm)
+    assert [(a["deployable"]["kind"], a["problems"]) for a in checked] == [
+        ("region", []),
+        ("vf_pool", []),
+    ]
+    qat = checked[1]["device"]["uuid"]
+    assert call(host.url, "POST", f"/v2/devices/{qat}/disable").ok
+    with pytest.raises(NotReady, match=r"device \S+ is maintaining") as refused:
+        shared.check(vm)
+    assert refused.value.accelerators[0]["problems"] == []
+    assert call(host.url, "POST", f"/v2/devices/{qat}/enable").ok
+    bitstream = upload(host.url, REGION0_TYPE, uuid.uuid4().hex, REGION0_TYPE, headers=tenant)
+    fpga_arq = checked[0]["arq_uuid"]
+    started = call(host.url, "POST", f"/v2/accelerator_requests/{fpga_arq}/program",
+                   json={"bitstream_id": bitstream}, headers=tenant)  # fmt: skip
+    assert started.status_code == 202, started.text
+    with pytest.raises(NotReady, match=r"region0 is being programmed \(queued\)"):
+        shared.check(vm)
+    host.run_tasks(lambda: not host.region()["program_phase"])
+    assert [a["problems"] for a in shared.check(vm)] == [[], []]
+    assert shared.unplug(vm) == 2
+
+
+def test_trigger_crash_dump_records_each_accelerator(host: Host) -> None:
+    """The record names the vGPU (found by its mdev) and its GPU; it is JSON."""
+    vgpu = host.vgpu()
+    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_VGPU": "1"}])
+    vm = instance()
+    with host.working():
+        connector(host).plug(vm, {"uuid": vgpu["rp_uuid"]}, {"accel:device_profile": name})
+    recorded = connector(host).before("trigger_crash_dump", vm)
+    assert len(recorded) == 1
+    entry = recorded[0]
+    assert entry["attach_handle_type"] == "MDEV" and entry["problems"] == []
+    assert entry["deployable"]["uuid"] == vgpu["uuid"]
+    assert (entry["device"]["type"], entry["device"]["health"]) == ("GPU", "ok")
+    assert json.loads(json.dumps(recorded)) == recorded
+    with host.working():
+        assert connector(host).unplug(vm) == 1
+    assert connector(host).record(vm) == []  # nothing left: nothing to record
+
+
+# --- attach_target -----------------------------------------------------------------
+
+
+def test_attach_target_says_where_each_accelerator_goes(host: Host) -> None:
+    """VM: plug gives its pci_id; host and none: no pci_id, so nothing attaches them to
+    the instance. Before 2.11 (Nova) their requests show no handle; from 2.11 all do."""
+    qat = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
+    name = profile(host.url, [qat, {**qat, "accel:attach_target": "host"},
+                              {**qat, "accel:attach_target": "none"}])  # fmt: skip
+    vm = instance()
+    plugged = connector(host).plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")},
+                                   {"accel:device_profile": name})  # fmt: skip
+    assert [(p["attach_target"], p["pci_id"] is not None) for p in plugged] == [
+        ("VM", True),
+        ("host", False),
+        ("none", False),
+    ]
+    assert all(p["attach_handle_type"] == "TEST_PCI" for p in plugged)
+    assert "bus" in plugged[1]["attach_handle_info"]  # the host's software finds it so
+
+    def listed(version: str) -> list[dict[str, Any]]:
+        header = {"OpenStack-API-Version": f"accelerator {version}"}
+        params = {"instance": vm["uuid"]}
+        response = call(host.url, "GET", "/v2/accelerator_requests", params=params, headers=header)
+        assert response.ok, response.text
+        arqs: list[dict[str, Any]] = response.json()["arqs"]
+        return sorted(arqs, key=lambda a: a["device_profile_group_id"])
+
+    nova = listed("2.0")
+    assert [a["state"] for a in nova] == ["Bound"] * 3
+    assert [a["attach_handle_type"] for a in nova] == ["TEST_PCI", None, None]
+    assert [a["attach_handle_info"] is None for a in nova] == [False, True, True]
+    assert all("attach_target" not in a for a in listed("2.9"))
+    latest = listed("2.11")
+    assert [a["attach_target"] for a in latest] == ["VM", "host", "none"]
+    assert all(a["attach_handle_type"] == "TEST_PCI" for a in latest)
+    record = connector(host).record(vm)
+    assert [r["attach_target"] for r in record] == ["VM", "host", "none"]
+    assert all(r["problems"] == [] for r in record)
+    assert connector(host).unplug(vm) == 3

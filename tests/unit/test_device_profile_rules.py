@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from acceleron import uuids
 from acceleron.exceptions import InvalidInput
 from acceleron.service import device_profiles as dp
 
@@ -149,13 +150,17 @@ def test_descriptions() -> None:
 
 
 def test_uuid_like() -> None:
-    assert dp.is_uuid_like(FID)
-    assert dp.is_uuid_like(FID.upper())
-    assert dp.is_uuid_like(FID.replace("-", ""))
-    assert not dp.is_uuid_like("my-profile")
-    assert not dp.is_uuid_like(FID[:-1])
-    assert not dp.is_uuid_like("{" + FID + "}")
-    assert not dp.is_uuid_like(FID + "\n")
+    assert uuids.is_uuid_like(FID)
+    assert uuids.is_uuid_like(FID.upper())
+    assert uuids.is_uuid_like(FID.replace("-", ""))
+    assert not uuids.is_uuid_like("my-profile")
+    assert not uuids.is_uuid_like(FID[:-1])
+    assert not uuids.is_uuid_like("{" + FID + "}")
+    assert not uuids.is_uuid_like(FID + "\n")
+    assert not uuids.is_uuid_like(FID[:8] + FID[9:])  # dashes all or none
+    assert uuids.canonical(FID.upper().replace("-", "")) == FID.lower()
+    with pytest.raises(ValueError):
+        uuids.canonical("urn:uuid:" + FID)
 
 
 def test_a_trailing_newline_cannot_name_a_profile() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.report import HostReport
 from acceleron.service import inventory
+from acceleron.vocabulary import AttachHandle, Deployable, Device
 
 
 def row(**values: Any) -> Any:

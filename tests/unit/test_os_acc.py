@@ -25,6 +25,19 @@ DOC = Path(__file__).parents[2] / "docs" / "instance-operations.md"
         ("rebuild", Action.NOTHING, Action.NOTHING),
         ("resize", Action.UNPLUG, Action.PLUG),
         ("cold_migrate", Action.UNPLUG, Action.PLUG),
+        ("migrate", Action.UNPLUG, Action.PLUG),
+        ("confirm_resize", Action.NOTHING, Action.NOTHING),
+        ("revert_resize", Action.UNPLUG, Action.PLUG),
+        ("rescue", Action.NOTHING, Action.NOTHING),
+        ("unrescue", Action.NOTHING, Action.NOTHING),
+        ("create_image", Action.NOTHING, Action.NOTHING),
+        ("backup", Action.NOTHING, Action.NOTHING),
+        ("shelve_offload", Action.UNPLUG, Action.NOTHING),
+        ("soft_delete", Action.UNPLUG, Action.NOTHING),
+        ("force_delete", Action.UNPLUG, Action.NOTHING),
+        ("restore", Action.PLUG, Action.NOTHING),
+        ("set_admin_password", Action.CHECK, Action.NOTHING),
+        ("trigger_crash_dump", Action.RECORD, Action.NOTHING),
     ],
 )
 def test_spec_000_operations(operation: str, before: Action, after: Action) -> None:
@@ -36,6 +49,14 @@ def test_spec_000_operations(operation: str, before: Action, after: Action) -> N
 def test_unsupported_operations_are_refused_with_the_reason(operation: str) -> None:
     with pytest.raises(UnsupportedOperation, match=r"not supported .* with accelerators: "):
         operations.rule_for(operation)
+
+
+def test_where_nova_refuses_an_operation_the_table_says_so() -> None:
+    """Nova 34 answers 400 to these for servers with accelerators (nova-contract.md)."""
+    refused = {name for name, rule in operations.OPERATIONS.items() if rule.nova}
+    assert refused == {"resize", "confirm_resize", "revert_resize", "cold_migrate", "migrate",
+                       "suspend", "resume", "live_migrate"}  # fmt: skip
+    assert "| `migrate` | unplug | plug | refused by Nova |" in operations.markdown()
 
 
 def test_unknown_operations_are_refused() -> None:
@@ -66,6 +87,11 @@ def test_an_attachment_carries_the_pci_id() -> None:
     }
     assert attachment(arq)["pci_id"] == "0000:5e:00.1"
     assert attachment({**arq, "attach_handle_info": {"mig_uuid": "MIG-1"}})["pci_id"] is None
+    assert attachment(arq)["attach_target"] == "VM"  # as before 2.11
+    for target in ("host", "none"):  # not the VM's: nothing for Nova to attach
+        found = attachment({**arq, "attach_target": target})
+        assert (found["pci_id"], found["attach_target"]) == (None, target)
+        assert found["attach_handle_info"]["bus"] == "5e"
 
 
 def test_inline_groups_keep_what_a_profile_takes() -> None:

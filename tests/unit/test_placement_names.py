@@ -171,29 +171,40 @@ class TestTraits:
             names.region_type_trait("fpga", "intel", REGION, form=TraitForm.SPEC_001)
             == f"CUSTOM_FPGA_REGION_INTEL_{REGION_TOKEN}"
         )
+        bare = REGION_TOKEN.replace("_", "")
         assert names.region_type_traits("fpga", "intel", REGION) == (
+            f"CUSTOM_FPGA_INTEL_REGION_{bare}",
             f"CUSTOM_FPGA_INTEL_REGION_{REGION_TOKEN}",
+            f"CUSTOM_FPGA_REGION_INTEL_{bare}",
             f"CUSTOM_FPGA_REGION_INTEL_{REGION_TOKEN}",
         )
 
     def test_function_forms(self) -> None:
+        bare = FUNCTION_TOKEN.replace("_", "")
         assert names.function_traits("fpga", "intel", FUNCTION) == (
+            f"CUSTOM_FPGA_INTEL_FUNCTION_{bare}",
             f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_TOKEN}",
+            f"CUSTOM_FPGA_FUNCTION_INTEL_{bare}",
             f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_TOKEN}",
+            f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{bare}",
             f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION_TOKEN}",
         )
         upstream = names.function_trait("fpga", "intel", FUNCTION, form=TraitForm.UPSTREAM)
         assert upstream == f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION_TOKEN}"
 
-    def test_ids_get_no_separator_inserted(self) -> None:
-        """As upstream publishes them: a flavor written for upstream Cyborg matches."""
+    def test_ids_are_published_in_both_spellings_however_reported(self) -> None:
+        """Upstream's (32 hex digits: a flavor written for upstream Cyborg matches) and
+        spec 004's (groups joined by underscores), from either spelling."""
         compact = "ce48969398f05f33946d560708be108a"
-        assert names.function_traits("fpga", "intel", compact)[-1] == (
-            "CUSTOM_FPGA_FUNCTION_ID_INTEL_CE48969398F05F33946D560708BE108A"
+        assert names.function_traits("fpga", "intel", compact)[-2:] == (
+            "CUSTOM_FPGA_FUNCTION_ID_INTEL_CE48969398F05F33946D560708BE108A",
+            "CUSTOM_FPGA_FUNCTION_ID_INTEL_CE489693_98F0_5F33_946D_560708BE108A",
         )
-        assert names.region_type_trait("fpga", "intel", compact) != names.region_type_trait(
-            "fpga", "intel", str(uuid.UUID(compact))
-        )
+        for spelling in (str(uuid.UUID(compact)), str(uuid.UUID(compact)).upper(), compact):
+            assert names.region_type_traits("fpga", "intel", spelling) == (
+                names.region_type_traits("fpga", "intel", compact)
+            )
+        assert names.id_spellings("not-a-uuid") == ("NOT_A_UUID",)
 
     def test_bad_region_id_names_driver_and_device(self) -> None:
         with pytest.raises(InvalidPlacementName) as caught:

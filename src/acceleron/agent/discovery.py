@@ -19,9 +19,10 @@ import logging
 from collections.abc import Sequence
 
 import acceleron
-from acceleron.drivers.base import DEGRADED, HEALTHY, Device, Driver, Health
+from acceleron.drivers.base import Driver
 from acceleron.drivers.sysfs import shared_scan
 from acceleron.report import HostReport
+from acceleron.vocabulary import DEGRADED, HEALTHY, Device, Health
 
 LOG = logging.getLogger(__name__)
 

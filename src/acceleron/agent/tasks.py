@@ -44,16 +44,10 @@ from acceleron.agent.loop import backoff_delay
 from acceleron.bitstreams import transfer
 from acceleron.bitstreams.model import Bitstream
 from acceleron.drivers import gbs
-from acceleron.drivers.base import (
-    AttachHandle,
-    Device,
-    Driver,
-    Mediated,
-    Programmable,
-    walk,
-)
+from acceleron.drivers.base import Driver, Mediated, Programmable
 from acceleron.drivers.sysfs import normalize_uuid, shared_scan
 from acceleron.exceptions import AcceleronError
+from acceleron.vocabulary import AttachHandle, Device, walk
 
 LOG = logging.getLogger(__name__)
 PROGRESS_EVERY = 0.5  # seconds between two progress reports of one phase
@@ -265,10 +259,10 @@ class TaskRunner:
     def _program(self, task: Mapping[str, Any]) -> dict[str, Any]:
         params = task["params"]
         bitstream = _bitstream(params["bitstream"])
+        self._progress(task, "fetch", 0)  # first: the request shows at once that work began
         driver, device = self._find(params["pci_address"])
         if not isinstance(driver, Programmable):
             raise TaskFailed(f"driver {driver.name} cannot program {device.pci_address}")
-        self._progress(task, "fetch", 0)
         path = self._fetch(task, bitstream)
         self._progress(task, "verify", 0)
         functions = _verify(path, bitstream, params.get("region_type"))

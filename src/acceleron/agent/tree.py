@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from acceleron.drivers.base import Deployable, Device
 from acceleron.report import HostReport
+from acceleron.vocabulary import Deployable, Device
 
 INDENT = "  "
 

@@ -32,6 +32,7 @@ from acceleron.api import (
     hosts,
     tasks,
     versions,
+    wakeup,
 )
 from acceleron.api import placement as placement_api
 from acceleron.api.capacity import Threads, UploadSlots
@@ -73,12 +74,14 @@ def create_app(
                                  daemon=True).start()  # fmt: skip
             service.worker.start()
         app.state.nova.start()
+        app.state.task_wakeup.start()
         workers = [asyncio.create_task(reap_binds(app))]
         if service is not None and conf.reconciler.interval:
             workers.append(asyncio.create_task(reconcile(app)))
         yield
         for worker in workers:
             worker.cancel()
+        app.state.task_wakeup.stop()
         app.state.nova.stop()
         if service is not None:
             service.worker.stop()
@@ -102,6 +105,7 @@ def create_app(
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
     app.state.threads = Threads.from_conf(conf)
     app.state.uploads = UploadSlots(conf.bitstreams.max_uploads_per_project)
+    app.state.task_wakeup = wakeup.TaskWakeup(database, conf.api.task_wakeup)
     app.state.stopping = threading.Event()  # set when the server begins to stop
     errors.install(app)
     app.include_router(versions.router)
@@ -168,6 +172,7 @@ class Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._app.state.stopping.set()
+        self._app.state.task_wakeup.wake_all()
         for stop in self._on_stop:
             stop()
         super().handle_exit(sig, frame)

@@ -29,7 +29,9 @@ from acceleron.api.common import Call, CallDep, json_response, same_uuid, split_
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
+from acceleron.placement import tree
 from acceleron.service import arqs as service
+from acceleron.service.placement import PlacementService
 
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
@@ -72,6 +74,12 @@ class ArqOut(BaseModel):
     phase: str | None = Field(None, description="From 2.8: the bind's current phase.")
     progress: int | None = Field(None, description="From 2.8: percent of that phase done.")
     failure_reason: str | None = Field(None, description="From 2.8: why the bind failed.")
+    attach_target: str | None = Field(
+        None,
+        description="From 2.11: where the accelerator is attached, from its group's "
+        "accel:attach_target: VM (the default), host or none. Before 2.11 a request whose "
+        "target is not VM shows no attach handle.",
+    )
     health: dict[str, Any] | None = Field(
         None,
         description="From 2.13: the health ({state, reason}) of the deployable and device a "
@@ -87,7 +95,10 @@ class ArqList(BaseModel):
 
 
 def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
-    bound = arq.state == "Bound"
+    target = service.attach_target(arq)
+    # Before 2.11 a client cannot tell where a handle goes, and Nova attaches every PCI
+    # or MDEV handle it sees to the instance: show none for the host's or nobody's.
+    bound = arq.state == "Bound" and (target == "VM" or version >= microversion.V2_11)
     data: dict[str, Any] = {
         "uuid": arq.uuid,
         "state": arq.state,
@@ -106,6 +117,8 @@ def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, A
     }
     if version >= microversion.V2_8:
         data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
+    if version >= microversion.V2_11:
+        data["attach_target"] = target
     if version >= microversion.V2_13:
         data["health"] = service.health_of(arq)
     return data
@@ -240,11 +253,22 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
                 "Binding accelerator requests needs a service token (X-Service-Token from the "
                 "compute service) beside the user's."
             )
-        resolved = await call.run_with_store(service.bind, call.context, work, call.bitstreams)
+        resolved = await call.run_with_store(
+            service.bind, call.context, work, call.bitstreams, _flat_mode(call)
+        )
         _notify(call, resolved)
     else:
         await call.run(service.unbind, call.context, work, _service_token(call))
     return Response(status_code=202)
+
+
+def _flat_mode(call: Call) -> tree.Options | None:
+    """The Placement sync's options when it publishes flat: a bind may then name a
+    compute node's provider (spec 001's fallback)."""
+    placement: PlacementService | None = call.request.app.state.placement
+    if placement is None or placement.mode == "disabled" or placement.options.nested:
+        return None
+    return placement.options
 
 
 class ProgramRequest(BaseModel):

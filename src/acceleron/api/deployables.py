@@ -40,12 +40,12 @@ from acceleron.api.devices import (
 )
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.drivers.base import DEVICE_TYPES, KINDS
 from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
 from acceleron.service import health, programming
 from acceleron.service.deployables import DeployableInfo
+from acceleron.vocabulary import DEVICE_TYPES, KINDS
 
 PATH = "/v2/deployables"
 SPEC003_PATH = "/accelerators/deployable"

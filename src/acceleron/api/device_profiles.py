@@ -24,6 +24,7 @@ from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
 from acceleron.service import device_profiles as service
+from acceleron.uuids import is_uuid_like
 
 router = APIRouter(
     prefix="/v2/device_profiles", tags=["device profiles"], responses=ERROR_RESPONSES
@@ -112,7 +113,7 @@ async def list_device_profiles(
 )
 async def show_device_profile(ident: str, call: CallDep) -> Response:
     call.authorize("device_profile:get_one")
-    if call.version < microversion.V2_2 and not service.is_uuid_like(ident):
+    if call.version < microversion.V2_2 and not is_uuid_like(ident):
         raise microversion.NotAcceptable(
             f"{ident!r} is not a uuid: looking a device profile up by name needs "
             f"microversion 2.2 or later."

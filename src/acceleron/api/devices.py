@@ -32,12 +32,12 @@ from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.drivers.base import DEVICE_TYPES
 from acceleron.exceptions import InvalidInput
 from acceleron.service import devices as service
 from acceleron.service import health
 from acceleron.service.listing import Listed, Page, make_page
 from acceleron.service.placement import PlacementService
+from acceleron.vocabulary import DEVICE_TYPES
 
 router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPONSES)
 

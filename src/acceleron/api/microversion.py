@@ -50,6 +50,11 @@ VERSIONS: list[str] = [
     #         asynchronous with phases; agent tasks (/v2/hosts/{host}/tasks).
     "2.9",  # POST /v2/placement/reconcile: allocations no request holds, and requests
     #         holding handles for consumers without allocations, found and freed.
+    "2.10",  # Reserved for another change (merged separately); nothing yet.
+    "2.11",  # Accelerator requests show attach_target (VM, host or none, from the
+    #          group's accel:attach_target); before 2.11, a bound request whose target
+    #          is not VM shows no attach handle, so that a client attaching every handle
+    #          it sees (Nova) leaves it alone.
     "2.13",  # Health and maintenance: devices and deployables show health (healthy,
     #          degraded, unhealthy: "ok"/"failed" before), its reason and since when, and
     #          maintenance reason and since; devices filter on health; POST
@@ -65,6 +70,7 @@ V2_6 = Version(2, 6)
 V2_7 = Version(2, 7)
 V2_8 = Version(2, 8)
 V2_9 = Version(2, 9)
+V2_11 = Version(2, 11)
 V2_13 = Version(2, 13)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))

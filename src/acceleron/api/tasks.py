@@ -8,7 +8,6 @@ The end of a task binds or fails its accelerator request, and Nova is told.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any, Literal
 
@@ -18,13 +17,12 @@ from sqlalchemy import Row
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from acceleron.api import microversion, middleware
+from acceleron.api import microversion, middleware, wakeup
 from acceleron.api.common import Call, CallDep, json_response, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import arqs, tasks
 
 router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
-POLL = 0.25  # seconds between two looks while an agent waits for work
 
 
 class TaskOut(BaseModel):
@@ -91,14 +89,18 @@ async def claim_tasks(
     _needs_2_8(call)
     call.authorize("task:claim")
     deadline = time.monotonic() + wait
-    stopping = call.request.app.state.stopping
-    while True:
-        found = await call.run(tasks.claim, hostname)
-        if found or time.monotonic() >= deadline or stopping.is_set():
-            if not found:
-                middleware.routine(call.request)
-            return json_response({"tasks": [view(t) for t in found]})
-        await asyncio.sleep(POLL)
+    state = call.request.app.state
+    waker: wakeup.TaskWakeup = state.task_wakeup
+    with waker.waiting(hostname) as woken:  # a task queued from now on wakes this poll
+        while True:
+            woken.clear()
+            found = await call.run(tasks.claim, hostname)
+            left = deadline - time.monotonic()
+            if found or left <= 0 or state.stopping.is_set():
+                if not found:
+                    middleware.routine(call.request)
+                return json_response({"tasks": [view(t) for t in found]})
+            await wakeup.sleep(woken, min(left, waker.interval))
 
 
 @router.get("/v2/tasks/{uuid}", responses={200: {"model": TaskOut}}, summary="Show a task (2.8)")

@@ -44,9 +44,9 @@ from acceleron.bitstreams.model import (
     NewBitstream,
     Query,
     canonical_uuid,
-    is_uuid,
 )
 from acceleron.exceptions import BitstreamNotFound, BitstreamStoreError
+from acceleron.uuids import is_uuid_like
 
 PAGE_SIZE = 200
 # Properties openstacksdk adds to the images it creates, for its own bookkeeping.
@@ -106,7 +106,7 @@ class GlanceStore(BitstreamStore):
         return self.get(bitstream.id)
 
     def _get(self, bitstream_id: str) -> Bitstream | None:
-        if not is_uuid(bitstream_id):
+        if not is_uuid_like(bitstream_id):
             return None
         response = self._request("GET", f"/images/{canonical_uuid(bitstream_id, 'id')}")
         return None if response.status_code == 404 else _to_bitstream(response.json())
@@ -123,7 +123,7 @@ class GlanceStore(BitstreamStore):
         )
 
     def _remove(self, bitstream_id: str) -> bool:
-        if not is_uuid(bitstream_id):
+        if not is_uuid_like(bitstream_id):
             return False
         image_url = f"/images/{canonical_uuid(bitstream_id, 'id')}"
         return self._request("DELETE", image_url).status_code != 404

@@ -11,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from acceleron.exceptions import InvalidInput
+from acceleron.uuids import canonical, is_uuid_like
 
 NAME_MAX = 255
 VALUE_MAX = 255
-_HEX32_RE = re.compile(r"[0-9a-f]{32}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 # The metadata every store understands, by the Glance image property it maps to.
@@ -52,15 +51,11 @@ def fold_uuid(value: str) -> str:
     return value.strip().lower().replace("-", "")
 
 
-def is_uuid(value: str) -> bool:
-    return _HEX32_RE.fullmatch(fold_uuid(value)) is not None
-
-
 def canonical_uuid(value: str, field: str) -> str:
     """``value`` as a lower-case dashed UUID, or InvalidInput naming ``field``."""
-    if not is_uuid(value):
+    if not is_uuid_like(value.strip()):
         raise InvalidInput(f"{field}: {value!r} is not a UUID (32 hex digits, dashes optional).")
-    return str(uuid.UUID(hex=fold_uuid(value)))
+    return canonical(value.strip())
 
 
 def _optional_uuid(value: str | None, field: str) -> str | None:

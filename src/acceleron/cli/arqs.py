@@ -10,9 +10,9 @@ from acceleron.cli.client import api_client
 from acceleron.cli.inventory import _List, raw, show
 
 PATH = "/v2/accelerator_requests"
-VERSION = "2.8"
+VERSION = "2.11"
 COLUMNS = ("uuid", "state", "device_profile_name", "device_profile_group_id", "hostname",
-           "instance_uuid", "attach_handle_type", "phase")  # fmt: skip
+           "instance_uuid", "attach_handle_type", "attach_target", "phase")  # fmt: skip
 
 
 class ListArqs(_List):

@@ -146,7 +146,7 @@ class Claim(Lister):
                 progress=Progress(self.app.stderr),
             )
         self.app.stderr.write(f"Claimed on {claim.hostname} for {claim.consumer}.\n")
-        columns = ("arq", "group", "type", "uuid", "info")
+        columns = ("arq", "group", "type", "uuid", "info", "target")
         rows = [
             tuple(JsonColumn(h[c]) if c == "info" else h[c] for c in columns)
             for h in claim.attach_handles

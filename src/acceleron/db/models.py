@@ -35,6 +35,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from acceleron import vocabulary
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -43,10 +45,13 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-UUID_LEN = 36
+# Column widths of what hosts report come from the vocabulary (and the report is
+# checked against them); other widths are stated here.
+UUID_LEN = vocabulary.UUID_LEN
+NAME_LEN = vocabulary.NAME_LEN
+W = vocabulary.WIDTHS
 # Microseconds on every backend (MariaDB's DATETIME drops them unless told).
 Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-NAME_LEN = 255
 
 
 # Every table on MariaDB/MySQL: full Unicode, and binary collation so that names
@@ -80,10 +85,10 @@ class Host(TimestampMixin, Base):
     __table_args__ = table_args()
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    hostname: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
+    hostname: Mapped[str] = mapped_column(String(W["hostname"]), unique=True)
     # Placement resource provider of the compute node this host is.
     rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
-    agent_version: Mapped[str | None] = mapped_column(String(64))
+    agent_version: Mapped[str | None] = mapped_column(String(W["agent_version"]))
     # Digest of the last report applied: an identical report is a no-op.
     report_digest: Mapped[str | None] = mapped_column(String(64))
     last_report_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
@@ -101,13 +106,15 @@ class Device(TimestampMixin, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
     hostname: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
-    pci_address: Mapped[str] = mapped_column(String(32))
-    type: Mapped[str] = mapped_column(String(32), index=True)  # FPGA, GPU, QAT, AICHIP, ...
-    vendor: Mapped[str] = mapped_column(String(16), index=True)  # PCI vendor id, e.g. "8086"
-    vendor_name: Mapped[str] = mapped_column(String(64))  # e.g. "INTEL", used in traits
-    product_id: Mapped[str] = mapped_column(String(16))
-    model: Mapped[str] = mapped_column(String(NAME_LEN))  # product / family, e.g. "PAC_ARRIA10"
-    driver_name: Mapped[str] = mapped_column(String(64))
+    pci_address: Mapped[str] = mapped_column(String(W["pci_address"]))
+    type: Mapped[str] = mapped_column(String(W["type"]), index=True)  # FPGA, GPU, QAT, AICHIP, ...
+    # PCI vendor id, e.g. "8086"
+    vendor: Mapped[str] = mapped_column(String(W["vendor_id"]), index=True)
+    # e.g. "INTEL", used in traits
+    vendor_name: Mapped[str] = mapped_column(String(W["vendor_name"]))
+    product_id: Mapped[str] = mapped_column(String(W["product_id"]))
+    model: Mapped[str] = mapped_column(String(W["model"]))  # product / family, e.g. "PAC_ARRIA10"
+    driver_name: Mapped[str] = mapped_column(String(W["driver"]))
     std_board_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     vendor_board_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     numa_node: Mapped[int | None] = mapped_column(Integer)
@@ -136,22 +143,24 @@ class Deployable(TimestampMixin, Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("deployables.id"))
     root_id: Mapped[int | None] = mapped_column(ForeignKey("deployables.id"))
     # Stable id inside the device (e.g. "region0", "vgpu/nvidia-222"): the diff key.
-    key: Mapped[str] = mapped_column(String(NAME_LEN))
+    key: Mapped[str] = mapped_column(String(W["key"]))
     name: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
-    kind: Mapped[str] = mapped_column(String(32))  # device, region, vf_pool, vgpu_type, mig_profile
+    # device, region, vf_pool, vgpu_type, mig_profile
+    kind: Mapped[str] = mapped_column(String(W["kind"]))
     num_accelerators: Mapped[int] = mapped_column(Integer, default=0)
     # What it accelerates (GPU, VGPU, MIG...; None: the device's type), for the class.
-    accelerator_type: Mapped[str | None] = mapped_column(String(32))
+    accelerator_type: Mapped[str | None] = mapped_column(String(W["accelerator_type"]))
     programmable: Mapped[bool] = mapped_column(Boolean, default=False)
     memory_mb: Mapped[int | None] = mapped_column(Integer)
     # The resource class Placement sync last published it as.
     resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
     traits: Mapped[list[Any]] = mapped_column(default=list)
     rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
-    driver_name: Mapped[str] = mapped_column(String(64))
-    bitstream_id: Mapped[str | None] = mapped_column(String(UUID_LEN))
-    region_type: Mapped[str | None] = mapped_column(String(64))
-    function_uuid: Mapped[str | None] = mapped_column(String(64))  # the first of function_uuids
+    driver_name: Mapped[str] = mapped_column(String(W["driver"]))
+    bitstream_id: Mapped[str | None] = mapped_column(String(W["bitstream_id"]))
+    region_type: Mapped[str | None] = mapped_column(String(W["region_type"]))
+    # the first of function_uuids
+    function_uuid: Mapped[str | None] = mapped_column(String(W["function_uuids"]))
     # Every function it implements (AFU ids, in the driver's order); spec 004 wants a trait each.
     function_uuids: Mapped[list[Any]] = mapped_column(default=list)
     # Spec 003: whether it can be handed to users, its availability and its instance.
@@ -202,7 +211,7 @@ class AttachHandle(TimestampMixin, Base):
     uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
     deployable_id: Mapped[int] = mapped_column(ForeignKey("deployables.id", ondelete="CASCADE"))
     type: Mapped[str] = mapped_column(String(16))  # PCI, MDEV, MIG, TEST_PCI
-    address: Mapped[str] = mapped_column(String(NAME_LEN))  # BDF, mdev uuid or MIG uuid
+    address: Mapped[str] = mapped_column(String(W["address"]))  # BDF, mdev uuid or MIG uuid
     attach_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     in_use: Mapped[bool] = mapped_column(Boolean, default=False)
     # Busy on the host outside Acceleron (the driver says so, e.g. an existing mdev).

@@ -6,6 +6,12 @@ success and rolled back on error. Service code speaks SQLAlchemy Core (the ORM
 models in ``models.py`` are the table definitions): plain rows cost half of what
 ORM objects do, which matters on the API's hot paths.
 
+A write may ``signal`` (channel, payload) to whoever listens once it commits: the
+listeners registered on the Database in this process (``listen``) and, where
+``notify_channels`` is on (PostgreSQL), every process that LISTENs on the channel
+(``pg_notify`` is sent inside the transaction, so PostgreSQL delivers it at the
+commit and never for a rollback).
+
 On SQLite the writer takes the write lock when it begins (``BEGIN IMMEDIATE``)
 so concurrent writers queue on ``busy_timeout`` instead of failing half-way
 when a read lock cannot be upgraded; WAL lets readers run beside a writer.
@@ -24,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
@@ -35,6 +41,17 @@ LOG = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+Signal = tuple[str, str]  # channel, payload
+Listener = Callable[[frozenset[Signal]], None]
+_SIGNALS = "acceleron.signals"  # Connection.info key: what this transaction signals
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+
+def signal(conn: Connection, channel: str, payload: str) -> None:
+    """Tell the listeners of ``channel`` about ``payload`` once this write transaction
+    commits (nothing is told if it rolls back)."""
+    conn.info.setdefault(_SIGNALS, set()).add((channel, payload))
 
 
 def _json_dumps(value: Any) -> str:
@@ -126,16 +143,45 @@ class Database:
             )
             self._read_engine = self.engine
             self._write_lock = contextlib.nullcontext()
+        self._listeners: list[Listener] = []
+        # Send each signal with pg_notify too (PostgreSQL only): other processes hear it.
+        self.notify_channels = False
 
     @property
     def backend(self) -> str:
         return self.url.get_backend_name()
 
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener`` (in the committing thread) with what each write signalled."""
+        self._listeners.append(listener)
+
+    def unlisten(self, listener: Listener) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
     @contextlib.contextmanager
     def writer(self) -> Iterator[Connection]:
-        """One read-write transaction."""
-        with self._write_lock, _outage_as_domain_error(), self.engine.begin() as connection:
-            yield connection
+        """One read-write transaction; what it signalled is told once it commits."""
+        with self._write_lock, _outage_as_domain_error(), self.engine.connect() as connection:
+            try:
+                with connection.begin():
+                    yield connection
+                    signals = connection.info.pop(_SIGNALS, None)
+                    if signals and self.notify_channels:
+                        for channel, payload in sorted(signals):
+                            connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
+            finally:
+                connection.info.pop(_SIGNALS, None)  # a rollback's signals are dropped
+        if signals:
+            self.tell(frozenset(signals))
+
+    def tell(self, signals: frozenset[Signal]) -> None:
+        """Hand signals to this process's listeners (a listener's error is logged)."""
+        for listener in list(self._listeners):
+            try:
+                listener(signals)
+            except Exception:
+                LOG.exception("A listener of %s failed", sorted(signals))
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Connection]:

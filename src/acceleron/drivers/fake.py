@@ -29,17 +29,6 @@ import yaml
 from oslo_config import cfg
 
 from acceleron.drivers import gbs
-from acceleron.drivers.base import (
-    DEGRADED,
-    DEVICE_TYPES,
-    HEALTH_STATES,
-    HEALTHY,
-    UNHEALTHY,
-    AttachHandle,
-    Deployable,
-    Device,
-    Health,
-)
 from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import vgpu_trait
 from acceleron.drivers.sysfs import (
@@ -50,6 +39,17 @@ from acceleron.drivers.sysfs import (
     pci_handle_info,
     trait_part,
     vendor_name,
+)
+from acceleron.vocabulary import (
+    DEGRADED,
+    DEVICE_TYPES,
+    HEALTH_STATES,
+    HEALTHY,
+    UNHEALTHY,
+    AttachHandle,
+    Deployable,
+    Device,
+    Health,
 )
 
 LOG = logging.getLogger(__name__)

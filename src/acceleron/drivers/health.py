@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from acceleron.drivers.base import DEGRADED, HEALTH_STATES, HEALTHY, UNHEALTHY, Device, Health
 from acceleron.drivers.sysfs import PCI_DEVICES, Sysfs, normalize_hex_id, read_function
+from acceleron.vocabulary import DEGRADED, HEALTH_STATES, HEALTHY, UNHEALTHY, Device, Health
 
 Clock = Callable[[], float]
 DEFAULT_HOLD = 600.0

@@ -24,7 +24,6 @@ from pathlib import Path
 from oslo_config import cfg
 
 from acceleron.drivers import command, gbs
-from acceleron.drivers.base import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, TargetNotFound
 from acceleron.drivers.health import EventHold, hex_value, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
@@ -44,6 +43,7 @@ from acceleron.drivers.sysfs import (
     suffix_index,
     virtual_functions,
 )
+from acceleron.vocabulary import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 

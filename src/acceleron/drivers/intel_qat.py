@@ -14,7 +14,6 @@ from typing import Any
 
 from oslo_config import cfg
 
-from acceleron.drivers.base import UNHEALTHY, Deployable, Device, Health
 from acceleron.drivers.health import EventHold, pci_health, worst
 from acceleron.drivers.sysfs import (
     INTEL_QAT,
@@ -28,6 +27,7 @@ from acceleron.drivers.sysfs import (
     trait_part,
     virtual_functions,
 )
+from acceleron.vocabulary import UNHEALTHY, Deployable, Device, Health
 
 MODELS = {
     "0435": "DH895XCC",

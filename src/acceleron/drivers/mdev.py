@@ -17,9 +17,9 @@ import errno
 import logging
 from pathlib import Path
 
-from acceleron.drivers.base import AttachHandle
 from acceleron.drivers.errors import DriverError, TargetNotFound
 from acceleron.drivers.sysfs import Sysfs, format_bdf
+from acceleron.vocabulary import AttachHandle
 
 LOG = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from typing import Any
 from oslo_config import cfg
 
 from acceleron.drivers import mdev, nvml
-from acceleron.drivers.base import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 from acceleron.drivers.health import EventHold, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
@@ -50,6 +49,7 @@ from acceleron.drivers.sysfs import (
     trait_part,
     virtual_functions,
 )
+from acceleron.vocabulary import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from typing import Any
 import os_traits
 from oslo_config import cfg
 
-from acceleron.drivers.base import DEVICE_TYPES, Deployable, Device, Health
 from acceleron.drivers.errors import DriverConfigError
 from acceleron.drivers.health import EventHold, pci_health
 from acceleron.drivers.sysfs import (
@@ -41,6 +40,7 @@ from acceleron.drivers.sysfs import (
     scan,
     trait_part,
 )
+from acceleron.vocabulary import DEVICE_TYPES, Deployable, Device, Health
 
 _FIELDS = ("domain", "bus", "slot", "function")
 _SPECIAL_TAGS = ("traits", "device_type")

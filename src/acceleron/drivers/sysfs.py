@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import re
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from acceleron.drivers.base import AttachHandle, Device
+from acceleron.vocabulary import AttachHandle, Device
 
 LOG = logging.getLogger(__name__)
 
@@ -142,39 +143,40 @@ class Sysfs:
 
     def realpath(self, path: Path) -> Path:
         """``realpath`` that never leaves the root: absolute link targets and ``..``
-        are taken relative to the root, as a chroot would."""
-        pending = list(self._relative(path).parts)
+        are taken relative to the root, as a chroot would. (Strings, not Path objects:
+        discovery resolves thousands of links.)"""
+        root = str(self.root).rstrip("/")
+        pending = self._relative(path).split("/")
+        pending.reverse()  # a stack: the next component last
         done: list[str] = []
         hops = 0
         while pending:
-            part = pending.pop(0)
+            part = pending.pop()
             if part in ("", "."):
                 continue
             if part == "..":
                 if done:
                     done.pop()
                 continue
-            candidate = self.root.joinpath(*done, part)
-            if not candidate.is_symlink():
+            target = _readlink("/".join((root, *done, part)))
+            if target is None:  # not a link, or not there: taken as it is
                 done.append(part)
                 continue
             hops += 1
             if hops > _MAX_LINKS:
                 raise OSError(errno.ELOOP, "too many levels of symbolic links", str(path))
-            target = PurePosixPath(os.readlink(candidate))
-            if target.is_absolute():
+            if target.startswith("/"):
                 done = []
-                target = target.relative_to("/")
-            pending[:0] = list(target.parts)
-        return self.root.joinpath(*done)
+            pending.extend(reversed(target.split("/")))
+        return Path("/".join((root, *done))) if done else self.root
 
-    def _relative(self, path: Path) -> PurePosixPath:
-        if path.is_absolute():
-            try:
-                return PurePosixPath(path.relative_to(self.root))
-            except ValueError:
-                return PurePosixPath(path.relative_to("/"))
-        return PurePosixPath(path)
+    def _relative(self, path: Path) -> str:
+        """``path`` relative to the root (an absolute path outside it: relative to /)."""
+        text = str(path)
+        if not text.startswith("/"):
+            return text
+        root = str(self.root).rstrip("/") + "/"
+        return text[len(root) :] if text.startswith(root) else text.lstrip("/")
 
     def resolve(self, path: Path) -> Path | None:
         """``realpath`` of an existing path, or ``None`` when it (or its target) is gone."""
@@ -182,12 +184,18 @@ class Sysfs:
             target = self.realpath(path)
         except OSError:
             return None
-        return target if target.exists() else None
+        return target if os.path.exists(target) else None
 
     def read(self, path: Path) -> str | None:
         """The stripped content of an attribute file; ``None`` when it cannot be read."""
+        return self.read_file(str(path))
+
+    @staticmethod
+    def read_file(path: str) -> str | None:
+        """``read`` of a path given as a string (the scan's hot path)."""
         try:
-            return path.read_text(errors="strict").strip()
+            with open(path, encoding="utf-8", errors="strict") as file:
+                return file.read().strip()
         except (OSError, UnicodeDecodeError) as error:
             if not isinstance(error, FileNotFoundError):
                 LOG.debug("cannot read %s: %s", path, error)
@@ -224,6 +232,27 @@ class Sysfs:
                 yield path / name
 
 
+# Within a discovery cycle (``shared_scan``): each path's link target, or None for a path
+# that is no link. Resolving a device's links walks the same directories again and again.
+_LINKS: contextvars.ContextVar[dict[str, str | None] | None] = contextvars.ContextVar(
+    "sysfs_links", default=None
+)
+
+
+def _readlink(path: str) -> str | None:
+    links = _LINKS.get()
+    if links is not None and path in links:
+        return links[path]
+    try:
+        target: str | None = os.readlink(path)
+    except OSError:  # not a link (EINVAL), or not there
+        target = None
+    if links is not None:
+        links[path] = target
+    return target
+
+
+@functools.lru_cache(maxsize=4096)  # sysfs repeats its names on every device
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name))
 
@@ -282,7 +311,7 @@ def _pci_dir(sysfs: Sysfs, address: str) -> Path | None:
     """The real directory of a function, found by its bus link (any domain width)."""
     devices = sysfs.path(PCI_DEVICES)
     link = devices / address
-    if not link.exists():  # e.g. listed with an upper-case or longer domain
+    if not os.path.exists(link):  # e.g. listed with an upper-case or longer domain
         names = (n for n in sysfs.listdir(devices) if _names_address(n, address))
         link = next((devices / n for n in names), link)
     return sysfs.resolve(link)
@@ -295,50 +324,67 @@ def _names_address(name: str, address: str) -> bool:
 
 
 def read_function(sysfs: Sysfs, address: str) -> PciFunction | None:
-    """The record of one function, or ``None`` when it is gone or its ids cannot be read."""
+    """The record of one function, or ``None`` when it is gone or its ids cannot be read.
+    Its directory is listed once, and only the attributes it holds are opened."""
     path = _pci_dir(sysfs, address)
     if path is None:
         return None
-    vendor = normalize_hex_id(sysfs.read(path / "vendor"))
-    device = normalize_hex_id(sysfs.read(path / "device"))
-    class_code = normalize_hex_id(sysfs.read(path / "class"), width=6)
+    base = str(path)
+    try:
+        names = set(os.listdir(base))
+    except OSError:
+        return None
+
+    def attribute(name: str) -> str | None:
+        return sysfs.read_file(f"{base}/{name}") if name in names else None
+
+    def number(name: str) -> int | None:
+        value = attribute(name)
+        try:
+            return None if value is None else int(value)
+        except ValueError:
+            return None
+
+    vendor = normalize_hex_id(attribute("vendor"))
+    device = normalize_hex_id(attribute("device"))
+    class_code = normalize_hex_id(attribute("class"), width=6)
     if vendor is None or device is None or class_code is None:
         LOG.info("PCI device %s vanished or is unreadable; skipping it", address)
         return None
+    numa_node = number("numa_node")
     return PciFunction(
         address=address,
         path=path,
         vendor=vendor,
         device=device,
         class_code=class_code,
-        subsystem_vendor=normalize_hex_id(sysfs.read(path / "subsystem_vendor")),
-        subsystem_device=normalize_hex_id(sysfs.read(path / "subsystem_device")),
-        revision=normalize_hex_id(sysfs.read(path / "revision"), width=2),
-        numa_node=_numa_node(sysfs, path),
-        driver=sysfs.link_name(path / "driver"),
-        iommu_group=_int_or_none(sysfs.link_name(path / "iommu_group")),
-        sriov_totalvfs=sysfs.read_int(path / "sriov_totalvfs"),
-        sriov_numvfs=sysfs.read_int(path / "sriov_numvfs") or 0,
-        vf_addresses=tuple(_linked_addresses(sysfs, path, "virtfn")),
-        physfn=next(iter(_linked_addresses(sysfs, path, "physfn")), None),
+        subsystem_vendor=normalize_hex_id(attribute("subsystem_vendor")),
+        subsystem_device=normalize_hex_id(attribute("subsystem_device")),
+        revision=normalize_hex_id(attribute("revision"), width=2),
+        numa_node=numa_node if numa_node is not None and numa_node >= 0 else None,
+        driver=sysfs.link_name(path / "driver") if "driver" in names else None,
+        iommu_group=_int_or_none(sysfs.link_name(path / "iommu_group"))
+        if "iommu_group" in names
+        else None,
+        sriov_totalvfs=number("sriov_totalvfs"),
+        sriov_numvfs=number("sriov_numvfs") or 0,
+        vf_addresses=tuple(_linked_addresses(sysfs, path, names, "virtfn")),
+        physfn=next(iter(_linked_addresses(sysfs, path, names, "physfn")), None),
     )
-
-
-def _numa_node(sysfs: Sysfs, path: Path) -> int | None:
-    node = sysfs.read_int(path / "numa_node")
-    return node if node is not None and node >= 0 else None
 
 
 def _int_or_none(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def _linked_addresses(sysfs: Sysfs, path: Path, prefix: str) -> Iterator[str]:
-    """Addresses that ``prefix*`` links point at (``virtfnN``, ``physfn``); links whose
-    target is gone (a VF removed mid-scan) are skipped."""
-    for link in sysfs.children(path, prefix):
-        if prefix == "virtfn" and suffix_index(link.name) is None:
+def _linked_addresses(sysfs: Sysfs, path: Path, names: set[str], prefix: str) -> Iterator[str]:
+    """Addresses that ``prefix*`` links among ``names`` point at (``virtfnN``,
+    ``physfn``), naturally sorted; links whose target is gone (a VF removed mid-scan)
+    are skipped."""
+    for name in sorted((n for n in names if n.startswith(prefix)), key=natural_key):
+        if prefix == "virtfn" and suffix_index(name) is None:
             continue
+        link = path / name
         target = sysfs.resolve(link)
         if target is None or not is_bdf(target.name):
             LOG.info("%s points at a PCI device that is gone; skipping it", link)
@@ -346,8 +392,10 @@ def _linked_addresses(sysfs: Sysfs, path: Path, prefix: str) -> Iterator[str]:
         yield normalize_bdf(target.name)
 
 
-# Scans shared by every driver within one discovery cycle (see ``shared_scan``).
-_SHARED: contextvars.ContextVar[dict[Path, list[PciFunction]] | None] = contextvars.ContextVar(
+# Scans shared by every driver within one discovery cycle (see ``shared_scan``): per
+# root, every function read, by address.
+_Scanned = tuple[list[PciFunction], dict[str, PciFunction]]
+_SHARED: contextvars.ContextVar[dict[Path, _Scanned] | None] = contextvars.ContextVar(
     "shared_scan", default=None
 )
 
@@ -355,11 +403,14 @@ _SHARED: contextvars.ContextVar[dict[Path, list[PciFunction]] | None] = contextv
 @contextlib.contextmanager
 def shared_scan() -> Iterator[None]:
     """Within the block, ``scan`` reads the host's PCI functions once per root, however
-    many drivers ask: one discovery cycle of the agent is one block."""
-    token = _SHARED.set({})
+    many drivers ask, and ``virtual_functions`` takes the VFs from that scan; a link is
+    read once: one discovery cycle of the agent is one block, and reads each function
+    once."""
+    token, links = _SHARED.set({}), _LINKS.set({})
     try:
         yield
     finally:
+        _LINKS.reset(links)
         _SHARED.reset(token)
 
 
@@ -367,11 +418,11 @@ def scan(sysfs: Sysfs) -> list[PciFunction]:
     """Every readable PCI function of the host, VFs included, sorted by address."""
     shared = _SHARED.get()
     if shared is not None and sysfs.root in shared:
-        return shared[sysfs.root]
+        return shared[sysfs.root][0]
     found = (read_function(sysfs, address) for address in pci_addresses(sysfs))
     functions = [fn for fn in found if fn is not None]
     if shared is not None:
-        shared[sysfs.root] = functions
+        shared[sysfs.root] = (functions, {fn.address: fn for fn in functions})
     return functions
 
 
@@ -386,9 +437,15 @@ def still_present(sysfs: Sysfs, fn: PciFunction) -> bool:
 
 
 def virtual_functions(sysfs: Sysfs, pf: PciFunction) -> list[PciFunction]:
-    """The PF's VFs that are there and readable, in ``virtfn`` order (read afresh)."""
-    vfs = (read_function(sysfs, address) for address in pf.vf_addresses)
-    return [vf for vf in vfs if vf is not None]
+    """The PF's VFs that are there and readable, in ``virtfn`` order: from this
+    discovery cycle's scan when there is one (``shared_scan``), else read afresh."""
+    shared = _SHARED.get()
+    scanned = None if shared is None else shared.get(sysfs.root)
+    if scanned is not None:
+        found = (scanned[1].get(address) for address in pf.vf_addresses)
+    else:
+        found = (read_function(sysfs, address) for address in pf.vf_addresses)
+    return [vf for vf in found if vf is not None]
 
 
 def owning_function(sysfs: Sysfs, path: Path) -> str | None:

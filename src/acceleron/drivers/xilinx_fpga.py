@@ -19,7 +19,6 @@ from typing import Any
 from oslo_config import cfg
 
 from acceleron.drivers import command
-from acceleron.drivers.base import DEGRADED, UNHEALTHY, Deployable, Device, Health, walk
 from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.health import EventHold, hex_value, pci_health, worst
 from acceleron.drivers.sysfs import (
@@ -34,6 +33,7 @@ from acceleron.drivers.sysfs import (
     scan,
     still_present,
 )
+from acceleron.vocabulary import DEGRADED, UNHEALTHY, Deployable, Device, Health, walk
 
 LOG = logging.getLogger(__name__)
 

@@ -2,14 +2,13 @@
 
 Pure functions, no I/O. Every name is normalised the way spec 004 asks — upper case,
 spaces and hyphens become underscores — and then checked against Placement's rules. A
-region type or function id is published as the driver reports it, upper-cased, with no
-separator added: ``ce48969398f0...`` becomes ``CE48969398F0...`` (upstream Cyborg's
-spelling, so existing flavors match) and a hyphenated UUID keeps its groups, hyphens
-becoming underscores. Placement's rules: a custom name matches ``^CUSTOM_[A-Z0-9_]+$``
-and has at most 255 characters; a standard trait or class must be one os-traits /
-os-resource-classes knows. A value that cannot be made valid raises
-:class:`~acceleron.exceptions.InvalidPlacementName` naming the driver and the device it
-came from (pass ``origin=``).
+region type or function UUID is published in two spellings, however the driver reported
+it: its 32 hex digits, ``CE48969398F0...`` (upstream Cyborg's, so existing flavors
+match), and spec 004's, its groups joined by underscores, ``CE489693_98F0_...``.
+Placement's rules: a custom name matches ``^CUSTOM_[A-Z0-9_]+$`` and has at most 255
+characters; a standard trait or class must be one os-traits / os-resource-classes knows.
+A value that cannot be made valid raises :class:`~acceleron.exceptions.InvalidPlacementName`
+naming the driver and the device it came from (pass ``origin=``).
 
 Resource classes (spec 001)::
 
@@ -27,6 +26,8 @@ Traits::
     function           spec 004: CUSTOM_<TYPE>_<VENDOR>_FUNCTION_<ID>
                        spec 001: CUSTOM_<TYPE>_FUNCTION_<VENDOR>_<ID>
                        upstream: CUSTOM_<TYPE>_FUNCTION_ID_<VENDOR>_<ID>
+                       each form with both spellings of a UUID <ID>: 32 hex digits
+                       (CE48969398F0...) and spec 004's groups (CE489693_98F0_...)
     programmable       CUSTOM_PROGRAMMABLE
     functionality      CUSTOM_<TYPE>_COMPUTE | _NETWORK | _STORAGE
     owner              OWNER_CYBORG (standard; Acceleron speaks Cyborg's API)
@@ -178,6 +179,21 @@ def fold_key(value: str, *, what: str = "a key", origin: Origin = UNKNOWN) -> st
     return bare if _HEX_ID_RE.match(bare) else token
 
 
+def is_custom(name: str) -> bool:
+    """Whether ``name`` is a valid custom trait or resource class name."""
+    return CUSTOM_RE.fullmatch(name) is not None and len(name) <= NAME_MAX
+
+
+def is_trait(name: str) -> bool:
+    """Whether Placement accepts ``name`` as a trait: standard (os-traits) or custom."""
+    return is_custom(name) or name in _standard_traits()
+
+
+def is_resource_class(name: str) -> bool:
+    """Whether Placement accepts ``name`` as a resource class: standard or custom."""
+    return is_custom(name) or name in os_resource_classes.STANDARDS
+
+
 def check_custom(name: str, *, what: str = "name", origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a valid custom trait or resource class name, else an error."""
     if not CUSTOM_RE.fullmatch(name):
@@ -196,7 +212,7 @@ def check_trait(name: str, *, origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a standard trait os-traits knows or a valid custom trait."""
     if name.startswith("CUSTOM_"):
         return check_custom(name, what="trait", origin=origin)
-    if name not in _standard_traits():
+    if not is_trait(name):
         raise _fail(origin, "trait", name, "it is neither a standard trait nor CUSTOM_*.")
     return name
 
@@ -205,7 +221,7 @@ def check_resource_class(name: str, *, origin: Origin = UNKNOWN) -> str:
     """``name`` if it is a standard resource class or a valid custom one."""
     if name.startswith("CUSTOM_"):
         return check_custom(name, what="resource class", origin=origin)
-    if name not in os_resource_classes.STANDARDS:
+    if not is_resource_class(name):
         raise _fail(origin, "resource class", name, "it is neither standard nor CUSTOM_*.")
     return name
 
@@ -294,22 +310,42 @@ def _unique(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def id_spellings(value: str, *, what: str = "an id", origin: Origin = UNKNOWN) -> tuple[str, ...]:
+    """Both spellings of a UUID for a trait: its 32 hex digits (upstream Cyborg's, what
+    drivers report) and spec 004's, its groups joined by underscores; ``ce48...08a``
+    gives ``CE48...08A`` and ``CE489693_98F0_5F33_946D_560708BE108A``, however it was
+    reported. Any other id has one spelling, :func:`normalize`'s."""
+    token = normalize(value, what=what, origin=origin)
+    bare = token.replace("_", "")
+    if not _HEX_ID_RE.match(bare):
+        return (token,)
+    return (bare, "_".join((bare[:8], bare[8:12], bare[12:16], bare[16:20], bare[20:])))
+
+
 def region_type_traits(
     device_type: str, vendor: str, region_type: str, *, origin: Origin = UNKNOWN
 ) -> tuple[str, ...]:
-    """The region type trait in every form, so flavors written either way match."""
+    """The region type trait in every form (spec 004, spec 001 = upstream), each with
+    both spellings of the id (:func:`id_spellings`), so flavors written any way match."""
     forms = (TraitForm.SPEC_004, TraitForm.SPEC_001)
+    spellings = id_spellings(region_type, what="a region id", origin=origin)
     return _unique(
-        region_type_trait(device_type, vendor, region_type, form=f, origin=origin) for f in forms
+        region_type_trait(device_type, vendor, ident, form=f, origin=origin)
+        for f in forms
+        for ident in spellings
     )
 
 
 def function_traits(
     device_type: str, vendor: str, function_id: str, *, origin: Origin = UNKNOWN
 ) -> tuple[str, ...]:
-    """The function trait in every form (spec 004, spec 001, upstream Cyborg)."""
+    """The function trait in every form (spec 004, spec 001, upstream Cyborg), each with
+    both spellings of the id."""
+    spellings = id_spellings(function_id, what="a function id", origin=origin)
     return _unique(
-        function_trait(device_type, vendor, function_id, form=f, origin=origin) for f in TraitForm
+        function_trait(device_type, vendor, ident, form=f, origin=origin)
+        for f in TraitForm
+        for ident in spellings
     )
 
 

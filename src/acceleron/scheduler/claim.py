@@ -35,7 +35,7 @@ from acceleron.placement.client import AllocationRequest, Candidates, PlacementC
 from acceleron.scheduler import functions, query, weigher
 
 LOG = logging.getLogger(__name__)
-MICROVERSION = "2.8"
+MICROVERSION = "2.11"  # attach_target
 ATTEMPTS = 5  # choices made again after an allocation conflict
 Progress = Callable[[Sequence[Mapping[str, Any]]], None]
 
@@ -60,6 +60,7 @@ class Claim:
                 "type": a["attach_handle_type"],
                 "uuid": a["attach_handle_uuid"],
                 "info": a["attach_handle_info"],
+                "target": a.get("attach_target", "VM"),
             }
             for a in self.arqs
         ]

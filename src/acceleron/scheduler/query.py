@@ -193,7 +193,8 @@ class FlavorRequest:
         )
 
 
-def _is_accelerator_class(name: str) -> bool:
+def is_accelerator_class(name: str) -> bool:
+    """Whether a resource class may be an accelerator's: custom, or FPGA/PGPU/VGPU..."""
     return name.startswith("CUSTOM_") or name in _ACCELERATOR_STANDARD
 
 
@@ -283,7 +284,7 @@ def _split_flavor_resources(sections: dict[str, dict[str, str]]) -> dict[str, in
     moved: dict[str, int] = {}
     for key in [k for k in unsuffixed if k.startswith("resources:")]:
         rc = key.partition(":")[2]
-        if not _is_accelerator_class(rc) and rc in os_resource_classes.STANDARDS:
+        if not is_accelerator_class(rc) and rc in os_resource_classes.STANDARDS:
             moved[rc] = _amount(unsuffixed.pop(key), f"flavor extra spec 'resources:{rc}'")
     if unsuffixed and not any(k.startswith("resources:") for k in unsuffixed):
         sections.pop("", None)  # traits of the host itself, not of an accelerator

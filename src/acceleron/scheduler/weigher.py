@@ -18,10 +18,10 @@ wraps the same rule as a Nova host weigher.
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from acceleron.placement.client import AllocationRequest, Candidates
+from acceleron.uuids import is_uuid_like
 
 
 def fold_function(function_id: str) -> str:
@@ -46,17 +46,9 @@ def wanted_functions(groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset
     found: dict[str, frozenset[str]] = {}
     for index, group in enumerate(groups):
         function = group.get("accel:function_id")
-        if function and _is_uuid(function):
+        if function and is_uuid_like(function):
             found[f"device_profile_{index}"] = frozenset({function})
     return found
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def score(

@@ -68,10 +68,10 @@ from acceleron.exceptions import (
     NotFound,
     Unhealthy,
 )
-from acceleron.placement import names
-from acceleron.service import inventory, programming, tasks
-from acceleron.service.device_profiles import could_exist, is_uuid_like
-from acceleron.service.placement import tolerations
+from acceleron.placement import names, tree
+from acceleron.service import flat, inventory, programming, tasks
+from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
+from acceleron.uuids import is_uuid_like
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
@@ -127,6 +127,7 @@ _VIEW = (
     select(
         ARQS,
         PROFILES.c.name.label("device_profile_name"),
+        PROFILES.c.groups.label("device_profile_groups"),
         HANDLES.c.uuid.label("attach_handle_uuid"),
         HANDLES.c.type.label("attach_handle_type"),
         HANDLES.c.address.label("attach_handle_address"),
@@ -154,6 +155,17 @@ def health_of(arq: Row[Any]) -> dict[str, Any] | None:
     state = max((s for s, _ in found), key=lambda s: rank.get(s, 1))
     reasons = [r for s, r in found if s == state and r]
     return {"state": state, "reason": "; ".join(reasons) or None}
+
+
+def attach_target(arq: Row[Any]) -> str:
+    """Where the request's accelerator is attached (spec 002's ``accel:attach_target``):
+    ``VM`` (the default), ``host`` (the host uses it: infrastructure offload) or ``none``
+    (nothing attaches it: the instance reaches it indirectly)."""
+    groups = arq.device_profile_groups or []
+    index = arq.device_profile_group_id
+    group = groups[index] if 0 <= index < len(groups) else {}
+    target: str = group.get(f"accel:{ATTACH_TARGET_KEY}", "VM")
+    return target
 
 
 def _privileged(context: RequestContext) -> bool:
@@ -335,22 +347,53 @@ _FREE_HANDLES = (
 )
 
 
-def _deployable_for(conn: Connection, rp_uuid: str, hostname: str) -> Row[Any]:
-    """The deployable behind a resource provider Placement chose, on the host named."""
+def _deployables_for(
+    conn: Connection,
+    rp_uuid: str,
+    hostname: str,
+    group: Mapping[str, str],
+    flat_mode: tree.Options | None,
+) -> list[Row[Any]]:
+    """The deployables behind a resource provider Placement chose, on the host named:
+    the one whose provider it is, or in flat mode (``flat_mode``: the sync's options),
+    when it is the host's compute node, every one there that can serve ``group``."""
     dep = conn.execute(_DEPLOYABLE, {"rp": rp_uuid}).first()
     if dep is None:
-        raise InvalidInput(
-            f"device_rp_uuid: {rp_uuid} is not the resource provider of an accelerator."
-        )
+        compute_of = flat.compute_host(conn, rp_uuid)
+        if compute_of is None:
+            raise InvalidInput(
+                f"device_rp_uuid: {rp_uuid} is not the resource provider of an accelerator."
+            )
+        if compute_of != hostname:
+            raise InvalidInput(
+                f"device_rp_uuid: {rp_uuid} is the compute node of host {compute_of!r}, "
+                f"not of {hostname!r}."
+            )
+        if flat_mode is None:
+            raise InvalidInput(
+                f"device_rp_uuid: {rp_uuid} is the compute node of {hostname!r}, but "
+                f"accelerators are published as nested providers ([placement] nested = "
+                f"true): bind to the accelerator's own provider."
+            )
+        return [
+            _usable(d, hostname, group) for d in flat.candidates(conn, hostname, group, flat_mode)
+        ]
     if dep.device_hostname != hostname:
         raise InvalidInput(
             f"device_rp_uuid: {rp_uuid} is on host {dep.device_hostname!r}, not {hostname!r}."
         )
+    return [_usable(dep, hostname, group)]
+
+
+def _usable(dep: Row[Any], hostname: str, group: Mapping[str, str]) -> Row[Any]:
+    """A deployable a bind may use: its device present, healthy, and not in maintenance
+    (or in one the request's group tolerates)."""
     if dep.device_state != "present":
         raise Conflict(
             f"Device {dep.pci_address} of {hostname} is {dep.device_state}: nothing new can be "
             f"bound to it."
         )
+    check_usable(dep, group)
     return dep
 
 
@@ -371,7 +414,7 @@ def check_usable(dep: Row[Any], group: Mapping[str, str]) -> None:
         (f"Device {dep.pci_address}", dep.device_status, dep.device_maintenance_reason),
         (dep.name, dep.status, dep.maintenance_reason),
     ):
-        if status == "maintaining" and not names.tolerated(reason, tolerations(group)):
+        if status == "maintaining" and not names.tolerated(reason, names.tolerations(group)):
             said = f" ({reason})" if reason else ""
             raise InMaintenance(
                 f"{what} of {dep.device_hostname} is in maintenance{said}: nothing new can be "
@@ -416,8 +459,9 @@ def program_for(
 class _Prepared:
     binding: Binding
     arq: Row[Any]
-    deployable: Row[Any]
-    program: Bitstream | None
+    # The deployables the bind may take a handle of, in order, each with the bitstream
+    # to load first (None: none): one in nested mode, the fitting ones in flat mode.
+    choices: tuple[tuple[Row[Any], Bitstream | None], ...]
 
 
 def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[str, str]]]:
@@ -456,6 +500,7 @@ def _prepare(
     context: RequestContext,
     bindings: Sequence[Binding],
     store: BitstreamStore | None,
+    flat_mode: tree.Options | None = None,
 ) -> list[_Prepared]:
     """Everything a bind needs that is read (and looked up in the bitstream store)
     before its write transaction starts."""
@@ -463,20 +508,47 @@ def _prepare(
     with db.reader() as conn:
         arqs = _visible_arqs(conn, context, uuids)
         groups = _groups(conn, arqs.values())
+        group_of = {
+            b.arq_uuid: groups[arqs[b.arq_uuid].device_profile_id][
+                arqs[b.arq_uuid].device_profile_group_id
+            ]
+            for b in bindings
+        }
         deployables = {
-            b.arq_uuid: _deployable_for(conn, b.device_rp_uuid, b.hostname) for b in bindings
+            b.arq_uuid: _deployables_for(
+                conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
+            )
+            for b in bindings
         }
     prepared = []
     for b in bindings:
         arq = arqs[b.arq_uuid]
-        group = groups[arq.device_profile_id][arq.device_profile_group_id]
-        dep = deployables[b.arq_uuid]
-        if not _is_retry(_Prepared(b, arq, dep, None)):
-            check_usable(dep, group)
         # A request with no project sees public bitstreams only ("" owns none).
         project = b.project_id or arq.project_id or ""
-        prepared.append(_Prepared(b, arq, dep, program_for(group, dep, store, project)))
+        choices = _choices(group_of[b.arq_uuid], deployables[b.arq_uuid], store, project)
+        prepared.append(_Prepared(b, arq, tuple(choices)))
     return prepared
+
+
+def _choices(
+    group: Mapping[str, str],
+    deployables: Sequence[Row[Any]],
+    store: BitstreamStore | None,
+    project: str,
+) -> list[tuple[Row[Any], Bitstream | None]]:
+    """Each deployable with what must be loaded into it first; one that cannot serve
+    the request (not programmable, lacking the function) is left out, and when that
+    leaves none the first one's reason is the answer."""
+    choices: list[tuple[Row[Any], Bitstream | None]] = []
+    refusal: Conflict | None = None
+    for dep in deployables:
+        try:
+            choices.append((dep, program_for(group, dep, store, project)))
+        except Conflict as error:
+            refusal = refusal or error
+    if not choices and refusal is not None:
+        raise refusal
+    return flat.ordered(choices)
 
 
 def _check(bindings: Sequence[Binding], context: RequestContext) -> None:
@@ -498,13 +570,16 @@ def bind(
     context: RequestContext,
     bindings: Sequence[Binding],
     store: BitstreamStore | None = None,
+    flat_mode: tree.Options | None = None,
 ) -> list[Resolved]:
     """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
-    already ended (Nova is told of those now; the others end with their tasks)."""
+    already ended (Nova is told of those now; the others end with their tasks).
+    ``flat_mode``: the Placement sync's options when it publishes flat (a bind may then
+    name the compute node's provider; see ``service.flat``)."""
     if not bindings:
         raise InvalidInput("Name at least one accelerator request to bind.")
     _check(bindings, context)
-    prepared = _prepare(db, context, bindings, store)
+    prepared = _prepare(db, context, bindings, store, flat_mode)
     try:
         with db.writer() as conn:
             prepared = _relock(conn, prepared)
@@ -569,10 +644,27 @@ def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Row[Any] | N
     return None
 
 
+def _take(
+    conn: Connection, arq_id: int, choices: Sequence[tuple[Row[Any], Bitstream | None]]
+) -> tuple[Row[Any], Bitstream | None, Row[Any] | None]:
+    """A handle of the first choice that has one free, each choice's region locked first
+    (binds of one region queue there); the last choice with no handle when none has."""
+    last = len(choices) - 1
+    for index, (dep, program) in enumerate(choices):
+        if index < last and conn.execute(_FREE_HANDLES, {"deployable": dep.id}).first() is None:
+            continue  # full: not worth queueing on its lock
+        programming.lock(conn, dep.id)
+        handle = _allocate(conn, arq_id, dep.id)
+        if handle is not None or index == last:
+            return dep, program, handle
+    raise AssertionError("no choices")  # _prepare gives at least one
+
+
 def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
-    arq, b, dep = p.arq, p.binding, p.deployable
+    arq, b = p.arq, p.binding
     if _is_retry(p):
         return []
+    dep, program, handle = _take(conn, arq.id, p.choices)
     values: dict[str, Any] = {
         "hostname": b.hostname,
         "device_rp_uuid": b.device_rp_uuid,
@@ -585,8 +677,6 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
     }
     if b.project_id is not None:
         values["project_id"] = b.project_id
-    programming.lock(conn, dep.id)  # binds of one region queue here, then take a handle
-    handle = _allocate(conn, arq.id, dep.id)
     if handle is None:
         _move(conn, arq, "BindStarted", **values)
         return _fail(
@@ -595,13 +685,13 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
             f"no free attach handle on {dep.name}: its inventory in "
             f"Placement and on the host disagree; the next report will fix it",
         )
-    busy = p.program and programming.busy_reason(
-        conn, dep.id, p.program.id, arq.id, values.get("project_id", arq.project_id) or ""
+    busy = program and programming.busy_reason(
+        conn, dep.id, program.id, arq.id, values.get("project_id", arq.project_id) or ""
     )
     if busy:
         _move(conn, arq, "BindStarted", **values)
         return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
-    if _queue_work(conn, arq.id, b.hostname, dep, handle, p.program):
+    if _queue_work(conn, arq.id, b.hostname, dep, handle, program):
         _move(conn, arq, "BindStarted", **{**values, "phase": "queued"})
         _refresh_deployable(conn, dep.id)
         return []

@@ -24,8 +24,11 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
+    Text,
     and_,
     bindparam,
+    cast,
+    func,
     literal,
     not_,
     or_,
@@ -81,13 +84,42 @@ MAX_ATTRIBUTE_FILTERS = 16
 MAX_DEPTH = 8
 
 
-def check_hex_id(value: str, param: str) -> str:
-    """Region types and function ids are stored as 32 lower-case hex digits: a
-    uuid in any spelling is taken in that form."""
+def fold_id(value: str, param: str) -> str:
+    """A region type or function id as the look-ups compare them: a uuid in any
+    spelling as its 32 lower-case hex digits, anything else in lower case without
+    hyphens and underscores (drivers report either spelling, users write either)."""
     try:
         return uuidlib.UUID(value).hex
     except ValueError:
-        return check_text(64)(value, param)
+        return check_text(64)(value, param).strip().lower().replace("-", "").replace("_", "")
+
+
+def _folded(column: ColumnElement[Any]) -> ColumnElement[str]:
+    """``fold_id`` of a column, in SQL (the same on every backend)."""
+    return func.lower(func.replace(func.replace(column, "-", ""), "_", ""))
+
+
+def _like_escape(value: str) -> str:
+    return value.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
+@dataclasses.dataclass(frozen=True)
+class IdFilter(Filter):
+    """A region type or function id, matched however it was reported or is written
+    (``fold_id``); with ``listed``, a JSON list column, also any id of that list."""
+
+    listed: ColumnElement[Any] | None = None
+
+    def condition(self, value: str, param: str) -> ColumnElement[bool]:
+        if value in NULL_WORDS:
+            return self.column.is_(None)
+        wanted = fold_id(value, param)
+        match: ColumnElement[bool] = _folded(self.column) == wanted
+        if self.listed is not None:
+            # The list as JSON text holds each id in double quotes: '["ab-cd", "ef"]'.
+            text = _folded(cast(self.listed, Text))
+            match = or_(match, text.like(f'%"{_like_escape(wanted)}"%', escape="!"))
+        return match
 
 
 FILTERS: dict[str, Filter] = {
@@ -104,8 +136,9 @@ FILTERS: dict[str, Filter] = {
     "rp_uuid": Filter(DEPLOYABLES.c.rp_uuid, check_uuid),
     "driver_name": Filter(DEPLOYABLES.c.driver_name),
     "bitstream_id": Filter(DEPLOYABLES.c.bitstream_id),
-    "region_type": Filter(DEPLOYABLES.c.region_type, check_hex_id),
-    "function_uuid": Filter(DEPLOYABLES.c.function_uuid, check_hex_id),
+    "region_type": IdFilter(DEPLOYABLES.c.region_type),
+    # Any function the deployable holds, not only the first (function_uuid).
+    "function_uuid": IdFilter(DEPLOYABLES.c.function_uuid, listed=DEPLOYABLES.c.function_uuids),
 }
 
 

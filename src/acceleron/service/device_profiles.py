@@ -18,8 +18,6 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import os_resource_classes
-import os_traits
 from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select
 from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
@@ -27,6 +25,8 @@ from sqlalchemy.exc import IntegrityError
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
+from acceleron.placement import names as placement_names
+from acceleron.uuids import is_uuid_like
 
 LOG = logging.getLogger(__name__)
 
@@ -35,10 +35,10 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 # bitstream_name carries the file suffix the spec asks for ("nlb.gbs"), hence the dot.
 _BITSTREAM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_CUSTOM_RE = re.compile(r"CUSTOM_[A-Z0-9_]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 TRAIT_VALUES = ("required", "forbidden")
 ATTACH_TARGETS = ("VM", "host", "none")
+ATTACH_TARGET_KEY = "attach_target"  # accel:attach_target; VM when absent
 BITSTREAM_SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
 
 
@@ -53,18 +53,9 @@ def normalize_placement_name(raw: str) -> str:
     return raw.upper().replace("-", "_")
 
 
-_UUID_RE = re.compile(
-    r"[0-9a-f]{8}(-?)[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{4}\1[0-9a-f]{12}", re.IGNORECASE
-)
-
-
-def _is_uuid(value: str) -> bool:
-    return _UUID_RE.fullmatch(value) is not None
-
-
 def _check_resource_class(name: str, where: str) -> str:
     rc = normalize_placement_name(name)
-    if rc in os_resource_classes.STANDARDS or (_CUSTOM_RE.fullmatch(rc) and len(rc) <= NAME_MAX):
+    if placement_names.is_resource_class(rc):
         return rc
     raise InvalidInput(
         f"{where}: {rc!r} is not a resource class Placement knows: use a standard class "
@@ -74,22 +65,12 @@ def _check_resource_class(name: str, where: str) -> str:
 
 def _check_trait(name: str, where: str) -> str:
     trait = normalize_placement_name(name)
-    if (_CUSTOM_RE.fullmatch(trait) and len(trait) <= NAME_MAX) or trait in _standard_traits():
+    if placement_names.is_trait(trait):
         return trait
     raise InvalidInput(
         f"{where}: {trait!r} is neither a standard trait nor a custom trait named "
         f"CUSTOM_<A-Z, 0-9, _>."
     )
-
-
-_TRAITS: frozenset[str] = frozenset()
-
-
-def _standard_traits() -> frozenset[str]:
-    global _TRAITS
-    if not _TRAITS:
-        _TRAITS = frozenset(os_traits.get_traits())
-    return _TRAITS
 
 
 def _check_amount(value: str, where: str) -> str:
@@ -103,7 +84,7 @@ def _check_amount(value: str, where: str) -> str:
 
 
 def _check_uuid_value(value: str, where: str) -> str:
-    if not _is_uuid(value):
+    if not is_uuid_like(value):
         raise InvalidInput(f"{where}: {value!r} is not a UUID.")
     return value
 
@@ -146,7 +127,7 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     "bitstream_name": _check_token(_BITSTREAM_NAME_RE),
     "function_id": _check_uuid_value,
     "function_name": _check_token(_TOKEN_RE),
-    "attach_target": _check_attach_target,
+    ATTACH_TARGET_KEY: _check_attach_target,
     # Maintenance reasons (names, comma-separated) a request may still land on: docs/health.md.
     "tolerations": _check_reason_names,
 }
@@ -238,7 +219,7 @@ def check_name(name: Any) -> str:
             f"name: {name[:64]!r} may only hold letters, digits, '-' and '_' "
             f"(1 to {NAME_MAX} characters)."
         )
-    if _is_uuid(name):
+    if is_uuid_like(name):
         raise InvalidInput(
             f"name: {name!r} looks like a UUID; profiles are looked up by name or uuid, "
             f"so a name may not be one."
@@ -258,13 +239,9 @@ def check_description(description: Any) -> str | None:
     return description
 
 
-def is_uuid_like(value: str) -> bool:
-    return _is_uuid(value)
-
-
 def could_exist(ident: str) -> bool:
     """Whether a profile could have this uuid or name; others are not looked up at all."""
-    return _is_uuid(ident) or (len(ident) <= NAME_MAX and NAME_RE.fullmatch(ident) is not None)
+    return is_uuid_like(ident) or (len(ident) <= NAME_MAX and NAME_RE.fullmatch(ident) is not None)
 
 
 # --- storage -----------------------------------------------------------------

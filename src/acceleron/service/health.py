@@ -25,9 +25,9 @@ from acceleron.db.models import (
     utcnow,
 )
 from acceleron.db.session import Database
-from acceleron.drivers.base import HEALTH_STATES
 from acceleron.exceptions import InvalidInput, NotFound
 from acceleron.service.listing import Filter, check_uuid
+from acceleron.vocabulary import HEALTH_STATES
 
 LOG = logging.getLogger(__name__)
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)

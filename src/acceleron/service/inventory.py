@@ -28,9 +28,9 @@ from typing import Any, Generic, TypeVar
 import orjson
 from sqlalchemy import Connection, Row, Table, bindparam, delete, insert, select, update
 
+from acceleron import vocabulary
 from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, Host, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock
-from acceleron.drivers import base
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service.attributes import AGENT
@@ -91,7 +91,7 @@ class Outcome:
 # --- desired state from a report -------------------------------------------------
 
 
-def _device_values(host: str, device: base.Device) -> dict[str, Any]:
+def _device_values(host: str, device: vocabulary.Device) -> dict[str, Any]:
     return {
         "uuid": names.provider_uuid(host, device.pci_address),
         "hostname": host,
@@ -113,15 +113,17 @@ def _device_values(host: str, device: base.Device) -> dict[str, Any]:
 REASON_MAX = 4000
 
 
-def _health_values(health: base.Health | None) -> dict[str, Any]:
+def _health_values(health: vocabulary.Health | None) -> dict[str, Any]:
     """The health columns a verdict sets (``health_since`` is stamped on a change)."""
-    health = health or base.Health()
-    state = health.state if health.state in base.HEALTH_STATES else base.DEGRADED
-    reason = health.reason[:REASON_MAX] if health.reason and state != base.HEALTHY else None
-    return {"health": state, "health_reason": reason}
+    health = health or vocabulary.Health()
+    state = health.state if health.state in vocabulary.HEALTH_STATES else vocabulary.DEGRADED
+    reason = health.reason if state != vocabulary.HEALTHY else None
+    return {"health": state, "health_reason": reason[:REASON_MAX] if reason else None}
 
 
-def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> dict[str, Any]:
+def _deployable_values(
+    host: str, device: vocabulary.Device, dep: vocabulary.Deployable
+) -> dict[str, Any]:
     functions = list(dict.fromkeys(dep.function_uuids))
     uuid = names.provider_uuid(host, device.pci_address, dep.key)
     values = {
@@ -148,7 +150,9 @@ def _deployable_values(host: str, device: base.Device, dep: base.Deployable) -> 
     return values
 
 
-def _handle_values(host: str, where: tuple[str, str], handle: base.AttachHandle) -> dict[str, Any]:
+def _handle_values(
+    host: str, where: tuple[str, str], handle: vocabulary.AttachHandle
+) -> dict[str, Any]:
     return {
         "uuid": names.provider_uuid(host, where[0], f"{where[1]}#{handle.address}"),
         "type": handle.type,
@@ -204,8 +208,8 @@ def desired_state(report: HostReport) -> Desired:
 
 
 def _with_parents(
-    deployables: Sequence[base.Deployable], parent: str | None
-) -> Iterator[tuple[str | None, base.Deployable]]:
+    deployables: Sequence[vocabulary.Deployable], parent: str | None
+) -> Iterator[tuple[str | None, vocabulary.Deployable]]:
     for dep in deployables:
         yield parent, dep
         yield from _with_parents(dep.children, dep.key)
@@ -361,16 +365,16 @@ def _stamp_health(found: Diff[Any], what: str) -> None:
     now = utcnow()
     for key, values in found.added.items():
         values["health_since"] = now
-        if values["health"] != base.HEALTHY:
+        if values["health"] != vocabulary.HEALTHY:
             LOG.warning("New %s %s is %s: %s", what, key, values["health"], values["health_reason"])
     for key, (row, changes) in found.changed.items():
         if "health" not in changes:
             continue
         changes["health_since"] = now
-        log = LOG.info if changes["health"] == base.HEALTHY else LOG.warning
+        log = LOG.info if changes["health"] == vocabulary.HEALTHY else LOG.warning
         log("Health of %s %s: %s -> %s%s", what, key, row.health, changes["health"],
             f" ({changes.get('health_reason') or row.health_reason})"
-            if changes["health"] != base.HEALTHY else "")  # fmt: skip
+            if changes["health"] != vocabulary.HEALTHY else "")  # fmt: skip
 
 
 def _depth(key: tuple[str, str], parents: Mapping[tuple[str, str], str | None]) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from acceleron.db.models import Task, table, utcnow
-from acceleron.db.session import Database, retry_on_deadlock
+from acceleron.db.session import Database, retry_on_deadlock, signal
 from acceleron.exceptions import Conflict, InvalidInput, NotFound
 
 TASKS = table(Task)
@@ -29,6 +29,9 @@ OPEN = ("pending", "running")
 FINISHED = ("done", "failed", "cancelled")
 # Phases an agent reports, in order, for a programming task.
 PHASES = ("queued", "fetch", "verify", "program", "report")
+# Signalled with the host's name when a task is queued for it: the host's agent, waiting
+# for work in a long poll, is woken (``Database.listen``; PostgreSQL's LISTEN across APIs).
+CHANNEL = "acceleron_tasks"
 
 _BY_UUID = select(TASKS).where(TASKS.c.uuid == bindparam("uuid"))
 _OPEN_FOR_HOST = (
@@ -62,6 +65,7 @@ def create(
             deployable_id=deployable_id,
         )
     )
+    signal(conn, CHANNEL, hostname)
     return uuid
 
 

@@ -567,3 +567,40 @@ def test_an_intel_fpgas_fim_version_is_an_attribute_filter(
     assert listed(api, PATH, fim_bitstream_id="0x23000410010309") == ["region0", "region0"]
     assert listed(api, PATH, fim_bitstream_id="0x24") == []
     assert listed(api, PATH, bitstream_id="None", type="FPGA") == ["region0", "region0"]
+
+
+def test_ids_are_found_however_they_are_written(api: TestClient, db: Database) -> None:
+    """A region reported with hyphenated, upper-case ids (spec 004's example) is found
+    by ?region_type= and ?function_uuid= written with or without hyphens, in any case,
+    and by each of its functions, not only the first."""
+    from acceleron.vocabulary import AttachHandle
+    from acceleron.vocabulary import Deployable as Dep
+    from acceleron.vocabulary import Device as Dev
+
+    region_type = "15FB0D4B-8A2C-4E7A-9B1D-2C3E4F5A6B7C"
+    first, second = "0AB1C2D3-0000-4000-8000-00000000000A", "b7c8d9e0-1111-4111-8111-11111111111b"
+    card = Dev(
+        "0000:42:00.0", "FPGA", "10ee", "XILINX", "5001", "U250", "xilinx_fpga",
+        deployables=(Dep("region0", "region", 1, programmable=True, region_type=region_type,
+                         function_uuids=(first, second),
+                         attach_handles=(AttachHandle("PCI", "0000:42:00.1"),)),),
+    )  # fmt: skip
+    inventory.reconcile(db, HostReport("host-x", "1.0", (card,)))
+    for value in (
+        region_type,
+        region_type.lower(),
+        region_type.replace("-", ""),
+        region_type.replace("-", "").lower(),
+        region_type.replace("-", "_"),
+    ):
+        assert listed(api, PATH, region_type=value) == ["region0"], value
+    for value in (
+        first,
+        first.lower().replace("-", ""),
+        second,
+        second.upper(),
+        second.replace("-", ""),
+    ):
+        assert listed(api, PATH, function_uuid=value) == ["region0"], value
+    assert listed(api, PATH, function_uuid="0ab1c2d3") == []
+    assert listed(api, PATH, function_uuid="100%") == []

@@ -19,12 +19,12 @@ from tests.functional.conftest import LATEST
 
 from acceleron.db.models import AttachHandle, Deployable, Device, table
 from acceleron.db.session import Database
-from acceleron.drivers.base import AttachHandle as Handle
-from acceleron.drivers.base import Deployable as Dep
-from acceleron.drivers.base import Device as Dev
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service import inventory
+from acceleron.vocabulary import AttachHandle as Handle
+from acceleron.vocabulary import Deployable as Dep
+from acceleron.vocabulary import Device as Dev
 
 PATH = "/v2/devices"
 V2_0: dict[str, str] = {}

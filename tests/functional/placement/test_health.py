@@ -18,13 +18,13 @@ from sqlalchemy import select
 
 from acceleron.db.models import Deployable, Device, table
 from acceleron.db.session import Database
-from acceleron.drivers.base import Health
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.report import HostReport
 from acceleron.service import device_profiles, inventory
 from acceleron.service.placement import Syncer
+from acceleron.vocabulary import Health
 from tests.fixtures.placement import CountingAdapter
 from tests.functional.placement.test_sync import HOST, syncer
 

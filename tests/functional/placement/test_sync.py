@@ -34,6 +34,11 @@ FUNCTION_ID = "D8424DC4A4A3C413F89E433683F9040B"
 SECOND_ID = "F7DF405CBD7ACF7222F144B0B93ACD18"  # region0's other function
 
 
+def spellings(bare: str) -> tuple[str, str]:
+    """An id's two trait spellings: as is, and spec 004's (groups joined by "_")."""
+    return bare, f"{bare[:8]}_{bare[8:12]}_{bare[12:16]}_{bare[16:20]}_{bare[20:]}"
+
+
 def report(conf: cfg.ConfigOpts, host: str = HOST) -> HostReport:
     conf.set_override("host", host)
     return HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover()))
@@ -86,15 +91,16 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
     _, traits = client.get_traits(region)
     assert traits == {
         "OWNER_CYBORG", "CUSTOM_FPGA_INTEL", "CUSTOM_FPGA_INTEL_PAC_ARRIA10", "CUSTOM_PROGRAMMABLE",
-        f"CUSTOM_FPGA_INTEL_REGION_{REGION_ID}",
-        f"CUSTOM_FPGA_REGION_INTEL_{REGION_ID}",
-        f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}",
-        f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_ID}",
-        f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION_ID}",
+        # Every id in both spellings: 32 hex digits, and spec 004's groups.
+        *(f"CUSTOM_FPGA_INTEL_REGION_{i}" for i in spellings(REGION_ID)),
+        *(f"CUSTOM_FPGA_REGION_INTEL_{i}" for i in spellings(REGION_ID)),
+        *(f"CUSTOM_FPGA_INTEL_FUNCTION_{i}" for i in spellings(FUNCTION_ID)),
+        *(f"CUSTOM_FPGA_FUNCTION_INTEL_{i}" for i in spellings(FUNCTION_ID)),
+        *(f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{i}" for i in spellings(FUNCTION_ID)),
         # The region implements a second function: a trait for it too, in every spelling.
-        f"CUSTOM_FPGA_INTEL_FUNCTION_{SECOND_ID}",
-        f"CUSTOM_FPGA_FUNCTION_INTEL_{SECOND_ID}",
-        f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{SECOND_ID}",
+        *(f"CUSTOM_FPGA_INTEL_FUNCTION_{i}" for i in spellings(SECOND_ID)),
+        *(f"CUSTOM_FPGA_FUNCTION_INTEL_{i}" for i in spellings(SECOND_ID)),
+        *(f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{i}" for i in spellings(SECOND_ID)),
     }  # fmt: skip
     provider = client.get_provider(region)
     assert provider is not None and provider.name.startswith(f"{HOST}_0000:")

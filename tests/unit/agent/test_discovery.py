@@ -14,8 +14,8 @@ from acceleron.agent import discovery
 from acceleron.agent.client import connect
 from acceleron.agent.loop import Agent, Settings
 from acceleron.drivers import load_drivers
-from acceleron.drivers.base import Device, Health
 from acceleron.report import from_json, to_json
+from acceleron.vocabulary import Device, Health
 from tests.fixtures.sysfs import SCENARIO_6_1
 
 MakeTree = Callable[[str], Path]

@@ -11,8 +11,8 @@ import pytest
 import acceleron
 from acceleron.agent import discovery, tree
 from acceleron.cli.main import main
-from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.report import from_json
+from acceleron.vocabulary import AttachHandle, Deployable, Device
 from tests.fixtures.sysfs import SCENARIO_6_1
 
 MakeTree = Callable[[str], Path]

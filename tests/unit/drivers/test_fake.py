@@ -10,9 +10,10 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.drivers import gbs
-from acceleron.drivers.base import Health, spec004_view, walk
+from acceleron.drivers.base import spec004_view
 from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
 from acceleron.drivers.fake import FakeDriver, addresses
+from acceleron.vocabulary import Health, walk
 
 TYPE_A = "ce48969398f05f33946d560708be108a"
 TYPE_B = "9926ab6d6c925a68aabca7d84c545738"

@@ -13,13 +13,13 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.agent import discovery
-from acceleron.drivers.base import Health
 from acceleron.drivers.health import EventHold, counter_total, worst
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.intel_qat import IntelQatDriver
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver
 from acceleron.drivers.pci import PciDriver
 from acceleron.drivers.xilinx_fpga import XilinxFpgaDriver
+from acceleron.vocabulary import Health
 from tests.fixtures.sysfs import inject, write_aer
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 from tests.unit.drivers.test_intel_fpga import pac

@@ -13,10 +13,10 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.drivers import gbs, intel_fpga
-from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.errors import BitstreamError, ProgrammingError, TargetNotFound
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.sysfs import pci_handle
+from acceleron.vocabulary import Deployable, Device, Health
 from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 
 MakeTree = Callable[..., Path]

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from acceleron.drivers.base import Deployable, Device, Health
 from acceleron.drivers.intel_qat import IntelQatDriver
 from acceleron.drivers.sysfs import pci_handle
+from acceleron.vocabulary import Deployable, Device, Health
 from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads
 
 MakeTree = Callable[..., Path]

@@ -12,9 +12,9 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.drivers import nvidia_gpu, nvml
-from acceleron.drivers.base import AttachHandle, Deployable, Device
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver, vgpu_trait
 from acceleron.drivers.sysfs import pci_handle
+from acceleron.vocabulary import AttachHandle, Deployable, Device
 from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 

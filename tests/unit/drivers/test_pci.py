@@ -11,10 +11,10 @@ import pytest
 from oslo_config import cfg
 
 from acceleron import conf as confmod
-from acceleron.drivers.base import Deployable, Device
 from acceleron.drivers.errors import DriverConfigError
 from acceleron.drivers.pci import PciDriver, parse_device_specs
 from acceleron.drivers.sysfs import pci_handle
+from acceleron.vocabulary import Deployable, Device
 from tests.fixtures.sysfs import SCENARIO_6_1, load_spec, rebuild_sysfs
 
 MakeTree = Callable[..., Path]

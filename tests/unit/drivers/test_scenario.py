@@ -9,7 +9,8 @@ from pathlib import Path
 from oslo_config import cfg
 
 from acceleron.drivers import load_drivers
-from acceleron.drivers.base import Device, spec004_view, walk
+from acceleron.drivers.base import spec004_view
+from acceleron.vocabulary import Device, walk
 from tests.fixtures.sysfs import SCENARIO_6_1, load_spec
 
 MakeTree = Callable[..., Path]

@@ -14,10 +14,10 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.drivers import xilinx_fpga
-from acceleron.drivers.base import Deployable, Device
 from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.sysfs import pci_handle
 from acceleron.drivers.xilinx_fpga import XilinxFpgaDriver
+from acceleron.vocabulary import Deployable, Device
 from tests.fixtures.sysfs import deny_reads, scan_then_remove
 
 MakeTree = Callable[..., Path]

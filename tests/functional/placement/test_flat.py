@@ -1,0 +1,212 @@
+"""Flat mode (``[placement] nested = false``, spec 001's fallback) end to end, against
+the real Placement in-process on every database backend: a claim, Nova's bind naming
+the compute node's provider, and the move to nested providers, refused while an
+instance still holds accelerators."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from keystoneauth1 import adapter
+from oslo_config import cfg
+from sqlalchemy import select
+
+from acceleron.api.app import create_app
+from acceleron.db.models import AttachHandle, Deployable, table
+from acceleron.db.session import Database
+from acceleron.placement.client import PlacementClient
+from acceleron.scheduler.claim import Claimer
+from acceleron.service import device_profiles
+from acceleron.service.placement import PlacementService
+from tests.fixtures.server import serve
+from tests.fixtures.waiting import wait_for
+from tests.functional.placement.test_api import HOST, report
+from tests.functional.test_reconciler import api_adapter
+
+FPGA = "CUSTOM_ACCELERATOR_FPGA"
+LATEST = {"OpenStack-API-Version": "accelerator latest"}
+# The first region of each fake FPGA holds this function (and another); the second none.
+FUNCTION = "D8424DC4A4A3C413F89E433683F9040B"
+HANDLES, DEPLOYABLES = table(AttachHandle), table(Deployable)
+
+
+@pytest.fixture
+def flat(
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> Iterator[tuple[TestClient, str]]:
+    """An API publishing flat to the real Placement, host-1 reported and published; the
+    client and the compute node's uuid."""
+    conf.set_override("nested", False, "placement")
+    conf.set_override("mode", "embedded", "placement")
+    conf.set_override("embedded_connection", "sqlite://", "placement")
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+    client = PlacementClient(placement)
+    with TestClient(app, raise_server_exceptions=False) as api:
+        response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=LATEST)
+        assert response.status_code == 200, response.text
+
+        def compute() -> str | None:
+            found = client.find_provider(HOST)
+            if found is None or FPGA not in client.get_inventories(found.uuid)[1]:
+                return None
+            if f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION}" not in client.get_traits(found.uuid)[1]:
+                return None  # the traits come a moment after the inventory
+            return found.uuid
+
+        wait_for(lambda: compute() is not None)
+        device_profiles.create(db, name="fpga", groups=[{f"resources:{FPGA}": "1"}])
+        device_profiles.create(
+            db,
+            name="function",
+            groups=[{f"resources:{FPGA}": "1",
+                     f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION}": "required"}],
+        )  # fmt: skip
+        yield api, str(compute())
+
+
+def held_by(db: Database, arq: str) -> Any:
+    """The deployable whose handle the request holds."""
+    from acceleron.db.models import AcceleratorRequest
+
+    arqs = table(AcceleratorRequest)
+    with db.reader() as conn:
+        return conn.execute(
+            select(DEPLOYABLES)
+            .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
+            .join(arqs, arqs.c.id == HANDLES.c.arq_id)
+            .where(arqs.c.uuid == arq)
+        ).one()
+
+
+def nova_bind(api: TestClient, profile: str, rp: str, instance: str) -> dict[str, Any]:
+    """What Nova does: create the requests, bind them to the provider Placement chose."""
+    created = api.post("/v2/accelerator_requests", json={"device_profile_name": profile})
+    assert created.status_code == 201, created.text
+    arq = created.json()["arqs"][0]["uuid"]
+    ops = [
+        {"op": "add", "path": "/hostname", "value": HOST},
+        {"op": "add", "path": "/device_rp_uuid", "value": rp},
+        {"op": "add", "path": "/instance_uuid", "value": instance},
+    ]
+    response = api.patch("/v2/accelerator_requests", json={arq: ops})
+    assert response.status_code == 202, response.text
+    shown = api.get(f"/v2/accelerator_requests/{arq}", headers=LATEST)
+    body: dict[str, Any] = shown.json()
+    return body
+
+
+def test_a_claim_lands_on_a_region_that_holds_the_function(
+    flat: tuple[TestClient, str], conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> None:
+    api, compute = flat
+    consumer = str(uuid.uuid4())
+    with serve(api.app) as url:  # type: ignore[arg-type]
+        claim = Claimer(api_adapter(url), PlacementClient(placement)).claim("function", consumer)
+    assert claim.hostname == HOST and dict(claim.allocations) == {compute: {FPGA: 1}}
+    (arq,) = claim.arqs
+    assert arq["state"] == "Bound" and arq["device_rp_uuid"] == compute
+    region = held_by(db, arq["uuid"])
+    assert region.key == "region0" and FUNCTION.lower() in region.function_uuids
+
+
+def test_nova_binds_every_accelerator_the_compute_node_offers_and_no_more(
+    flat: tuple[TestClient, str], db: Database
+) -> None:
+    """Six FPGA slots on the host (two cards, 2 + 1 per card): six binds naming the
+    compute node each get a handle, from concurrent threads; the seventh fails."""
+    api, compute = flat
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        body = nova_bind(api, "fpga", compute, str(uuid.uuid4()))
+        with lock:
+            results.append(body)
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [r["state"] for r in results] == ["Bound"] * 6
+    with db.reader() as conn:
+        taken = conn.execute(select(HANDLES.c.id).where(HANDLES.c.arq_id.is_not(None))).all()
+    assert len(taken) == 6
+    seventh = nova_bind(api, "fpga", compute, str(uuid.uuid4()))
+    assert seventh["state"] == "BindFailed"
+    assert "no free attach handle" in seventh["failure_reason"]
+
+
+def test_a_function_bind_takes_the_region_holding_it(
+    flat: tuple[TestClient, str], db: Database
+) -> None:
+    api, compute = flat
+    bound = nova_bind(api, "function", compute, str(uuid.uuid4()))
+    assert bound["state"] == "Bound", bound
+    assert held_by(db, bound["uuid"]).key == "region0"
+
+
+def test_a_bind_naming_another_hosts_compute_node_or_in_nested_mode_is_refused(
+    flat: tuple[TestClient, str], conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> None:
+    api, compute = flat
+    created = api.post("/v2/accelerator_requests", json={"device_profile_name": "fpga"})
+    arq = created.json()["arqs"][0]["uuid"]
+
+    def bind(client: TestClient, host: str) -> Any:
+        ops = [
+            {"op": "add", "path": "/hostname", "value": host},
+            {"op": "add", "path": "/device_rp_uuid", "value": compute},
+            {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())},
+        ]
+        return client.patch("/v2/accelerator_requests", json={arq: ops})
+
+    wrong = bind(api, "host-2")
+    assert wrong.status_code == 400 and "compute node of host 'host-1'" in wrong.text
+    conf.set_override("nested", True, "placement")
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+    with TestClient(app, raise_server_exceptions=False) as nested:
+        app.state.placement.worker.stop()
+        refused = bind(nested, HOST)
+    assert refused.status_code == 400 and "nested = true" in refused.text
+
+
+def test_migrate_to_nested_waits_for_the_claims_to_go(
+    flat: tuple[TestClient, str], conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
+) -> None:
+    api, compute = flat
+    consumer = str(uuid.uuid4())
+    client = PlacementClient(placement)
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(serve(api.app))  # type: ignore[arg-type]
+        claimer = Claimer(api_adapter(url), client)
+        claimer.claim("fpga", consumer)
+        api.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+        conf.set_override("nested", True, "placement")
+        app = create_app(conf, db)
+        app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+        nested = stack.enter_context(TestClient(app, raise_server_exceptions=False))
+        app.state.placement.worker.stop()
+
+        def migrate() -> dict[str, Any]:
+            response = nested.post("/v2/placement/migrate-to-nested", json={}, headers=LATEST)
+            assert response.status_code == 200, response.text
+            (host,) = response.json()["hosts"]
+            return dict(host)
+
+        refused = migrate()
+        assert refused["actions"] == [] and "still has allocations" in refused["errors"][0]
+        assert FPGA in client.get_inventories(compute)[1]
+        assert claimer.release(consumer) == (1, True)
+        moved = migrate()
+        assert moved["errors"] == [] and moved["actions"][0]["op"] == "remove_flat"
+    assert FPGA not in client.get_inventories(compute)[1]
+    assert len(client.get_tree(compute)) == 15
