@@ -14,7 +14,11 @@ Placement embedded, the fake driver's agent) and measures:
    shows (queued, fetch, verify, program, report) until it is Bound; then again on
    the card's other region, where the host's cache spares the fetch.
 
-    .venv/bin/python bench/bind.py [--seconds 10] [--clients 16] [--size-mb 16]
+With ``--baseline REV`` the create + bind figure is first taken, the same way, on
+the code of commit ``REV`` (default ``d178f91``, before the bind path was cut down),
+and printed beside this tree's; ``--baseline none`` skips it.
+
+    .venv/bin/python bench/bind.py [--seconds 10] [--clients 16] [--size-mb 16] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -28,10 +32,21 @@ import uuid
 from typing import Any
 
 from acceleron.drivers import gbs
-from load import Result, all_in_one, body, call, exchange, report_fake_hosts, wait_synced
+from load import (
+    Result,
+    all_in_one,
+    body,
+    call,
+    checkout,
+    cpu_seconds,
+    exchange,
+    report_fake_hosts,
+    wait_synced,
+)
 
 HOST = "bench-host"
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
+BASELINE = "d178f91"  # main before the bind path was cut down
 REGION_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
 INVENTORY = "devices:\n  - {type: QAT, count: 128, product_id: '37c8', model: C62X, vfs: 32}\n"
 
@@ -82,9 +97,11 @@ def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, lis
         await asyncio.gather(*(_binder(url, name, rps, i, deadline, result, instances)
                                for i in range(clients)))  # fmt: skip
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds(url.pid)  # type: ignore[attr-defined]
     asyncio.run(main())
     result.seconds = time.perf_counter() - started
+    cpu = cpu_seconds(url.pid) - cpu  # type: ignore[attr-defined]
+    result.name += f", server CPU {cpu / max(result.requests, 1) * 1000:.2f} ms/bind"
     return result, instances
 
 
@@ -166,13 +183,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--size-mb", type=int, default=16, help="bitstream size")
+    parser.add_argument("--baseline", default=BASELINE, help="commit to compare with, or none")
     args = parser.parse_args()
+    baseline = None
+    if args.baseline != "none":
+        with checkout(args.baseline) as source, all_in_one(source=source) as url:
+            baseline, _ = create_and_bind(url, args.clients, args.seconds)
     with all_in_one() as url:
         bound, instances = create_and_bind(url, args.clients, args.seconds)
         states = bound_states(url)
         deleted = delete_all(url, instances, args.clients)
         timings = programming(url, args.size_mb)
     print(f"\n{args.clients} concurrent clients, {args.seconds:.0f} s")
+    if baseline is not None:
+        baseline.name = baseline.name.replace("create + bind (no programming)",
+                                              f"baseline ({args.baseline})")  # fmt: skip
+        print(baseline.line().replace("req/s", "binds/s"))
     print(bound.line().replace("req/s", "binds/s"))
     print(f"    requests after the run: {dict(states)}")
     print(deleted.line())

@@ -10,8 +10,18 @@ followed by its release:
 * Device as a Service: one QAT VF;
 * AFaaS pre-programmed: one FPGA region carrying a function trait.
 
+* AFaaS by function id: one FPGA region, the profile naming the function
+  (``accel:function_id``) that region0 of every card holds.
+
 A claim is the whole flow: allocation candidates from Placement, ranking, the
-allocation, the requests created and bound, the wait until they are Bound.
+allocation, the requests created and bound, the wait until they are Bound. Each is run
+twice: ``client``, the flow run by the client over HTTP and Placement (the baseline,
+``Claimer.claim_here``), and ``server``, one ``POST /v2/claims`` (2.12) followed until
+bound.
+
+Placement's share of a claim naming a function is shown on its own: the candidates query
+for every host, against the one a server-side claim sends first (the regions holding the
+function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
 """
@@ -53,7 +63,11 @@ PROFILES = {
             f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION.upper()}": "required",
         }
     ],
+    "afaas-by-function": [
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION},
+    ],
 }
+FLOWS = ("client", "server")
 
 
 def claimer(url: str) -> Claimer:
@@ -68,7 +82,7 @@ def claimer(url: str) -> Claimer:
     return Claimer(api, PlacementClient(placement), poll=0.01)
 
 
-def run(url: str, profile: str, clients: int, seconds: float) -> dict[str, Any]:
+def run(url: str, profile: str, clients: int, seconds: float, flow_name: str) -> dict[str, Any]:
     latencies: list[float] = []
     releases: list[float] = []
     failures: list[str] = []
@@ -80,7 +94,10 @@ def run(url: str, profile: str, clients: int, seconds: float) -> dict[str, Any]:
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
             try:
-                flow.claim(profile, consumer)
+                if flow_name == "client":
+                    flow.claim_here(profile, consumer)
+                else:
+                    flow.claim(profile, consumer)
             except Exception as error:  # counted and shown, the run goes on
                 failures.append(str(error))
                 continue
@@ -96,8 +113,32 @@ def run(url: str, profile: str, clients: int, seconds: float) -> dict[str, Any]:
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
-    return {"profile": profile, "clients": clients, "claims": len(latencies), "seconds": elapsed,
-            "latencies": latencies, "releases": releases, "failures": failures}  # fmt: skip
+    return {"profile": f"{profile} ({flow_name})", "clients": clients,
+            "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
+            "releases": releases, "failures": failures}  # fmt: skip
+
+
+def candidates_queries(url: str) -> dict[str, tuple[float, int]]:
+    """Placement's time for the query of every host against the holders-first one."""
+    from acceleron.placement import names
+    from acceleron.scheduler import query
+
+    groups = PROFILES["afaas-by-function"]
+    everything = query.profile_query(groups).params()
+    traits = ",".join(sorted(names.function_traits("FPGA", "Intel", FUNCTION)))
+    holders = [("limit", "10"), *everything, ("required" + query.GROUP_PREFIX + "0",
+                                              f"in:{traits}")]  # fmt: skip
+    client = claimer(url).placement
+    found = {}
+    for title, params in (("every host (client-side claim, baseline)", everything),
+                          ("holders first, limit 10 (server-side claim)", holders)):  # fmt: skip
+        times, count = [], 0
+        for _ in range(10):
+            started = time.perf_counter()
+            count = len(client.get_allocation_candidates(params).requests)
+            times.append(time.perf_counter() - started)
+        found[title] = (statistics.median(times) * 1000, count)
+    return found
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -121,14 +162,20 @@ def main() -> None:
               f"in Placement {synced:.1f} s later")  # fmt: skip
         for name, groups in PROFILES.items():
             call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": groups}])
+        candidates = candidates_queries(url)
         counts = [int(n) for n in args.clients.split(",")]
-        results = [run(url, name, n, args.seconds) for n in counts for name in PROFILES]
+        results = [run(url, name, n, args.seconds, flow) for n in counts for name in PROFILES
+                   for flow in FLOWS]  # fmt: skip
+    print(f"\nallocation candidates for one FPGA region of function {FUNCTION[:8]}…, "
+          f"{args.hosts} hosts, median of 10:")  # fmt: skip
+    for title, (ms, count) in candidates.items():
+        print(f"    {title:<46} {ms:8.1f} ms   {count:5d} candidates")
     print(f"\n{args.seconds:.0f} s per run; a claim is candidates + ranking + allocation + "
           "requests created and bound, each followed by its release")  # fmt: skip
     for r in results:
         lat = r["latencies"]
         print(
-            f"{r['profile']:<20} {r['clients']:2d} clients "
+            f"{r['profile']:<30} {r['clients']:2d} clients "
             f"{len(lat) / r['seconds']:6.1f} claims/s   "
             f"p50 {percentile(lat, 50):6.1f} ms   p99 {percentile(lat, 99):6.1f} ms   "
             f"(mean {statistics.mean(lat) * 1000:.1f} ms; release p50 "

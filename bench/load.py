@@ -125,15 +125,32 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class Url(str):
+    """A server's URL, with the process id of the server (for its CPU time)."""
+
+    pid: int = 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def all_in_one(extra_args: tuple[str, ...] = (), config: str = "") -> Iterator[str]:
+def all_in_one(
+    extra_args: tuple[str, ...] = (), config: str = "", source: Path | None = None
+) -> Iterator[Url]:
     """Start ``acceleron all-in-one`` as ``make run`` does, in a fresh data directory;
-    ``config``: the text of a configuration file to start it with."""
+    ``config``: the text of a configuration file to start it with; ``source``: the
+    ``src`` directory of another checkout to run instead of this one (a baseline)."""
     port = free_port()
     acceleron = Path(sys.executable).parent / "acceleron"
     with tempfile.TemporaryDirectory() as data_dir:
         log = open(Path(data_dir) / "server.log", "w")  # noqa: SIM115
         env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+        if source is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
         conf_file = Path(data_dir) / "acceleron.conf"
         conf_file.write_text(config)
         process = subprocess.Popen(
@@ -141,7 +158,8 @@ def all_in_one(extra_args: tuple[str, ...] = (), config: str = "") -> Iterator[s
              data_dir, "--port", str(port), *extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
+        url = Url(f"http://127.0.0.1:{port}")
+        url.pid = process.pid
         started = time.perf_counter()
         try:
             wait_ready(url, process)
@@ -151,6 +169,17 @@ def all_in_one(extra_args: tuple[str, ...] = (), config: str = "") -> Iterator[s
             process.terminate()
             process.wait(timeout=30)
             log.close()
+
+
+@contextmanager
+def checkout(rev: str) -> Iterator[Path]:
+    """The ``src`` directory of commit ``rev`` of this repository, in a temporary place."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "src"], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield Path(tmp) / "src"
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:

@@ -221,6 +221,15 @@ AGENT_OPTS: list[cfg.Opt] = [
         min=1,
         help="Seconds between two full scans and reports, udev events aside.",
     ),
+    cfg.PortOpt(
+        "metrics_port",
+        default=0,
+        help="Serve the agent's Prometheus metrics (tasks, programming phases, bitstream "
+        "cache, reports) on this port at /metrics; 0: not served.",
+    ),
+    cfg.HostAddressOpt(
+        "metrics_host", default="127.0.0.1", help="Address the agent's metrics listen on."
+    ),
     cfg.URIOpt(
         "api_endpoint",
         schemes=["http", "https"],
@@ -419,6 +428,59 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+QUOTA_OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "driver",
+        default="config",
+        choices=[
+            (
+                "config",
+                "Limits from this section (limits, project_limits); a resource class "
+                "without one is unlimited.",
+            ),
+            (
+                "unified_limits",
+                "Keystone's unified limits, read through oslo.limit with the [oslo_limit] "
+                "options (Nova's and Glance's convention): a resource class without a "
+                "registered or project limit gets none (limit 0).",
+            ),
+        ],
+        help="Where each project's limits per accelerator resource class come from. "
+        "Resource names are class:<RESOURCE_CLASS>, e.g. class:CUSTOM_ACCELERATOR_FPGA.",
+    ),
+    cfg.ListOpt(
+        "limits",
+        default=[],
+        help="driver = config: every project's limits, as class:<RESOURCE_CLASS>=<count> "
+        "items, e.g. class:CUSTOM_ACCELERATOR_FPGA=4,class:CUSTOM_ACCELERATOR_VGPU=16. "
+        "-1 means unlimited.",
+    ),
+    cfg.ListOpt(
+        "project_limits",
+        default=[],
+        help="driver = config: limits of single projects, overriding `limits` for them, as "
+        "<project_id>/class:<RESOURCE_CLASS>=<count> items, e.g. "
+        "3f2a.../class:CUSTOM_ACCELERATOR_FPGA=8.",
+    ),
+]
+
+METRICS_OPTS: list[cfg.Opt] = [
+    cfg.BoolOpt(
+        "enabled",
+        default=True,
+        help="Serve Prometheus metrics at GET /metrics on the API's port (no token asked: "
+        "restrict it where the API is published, if need be).",
+    ),
+    cfg.IntOpt(
+        "refresh_interval",
+        default=15,
+        min=1,
+        help="Seconds between two refreshes of the state gauges (requests by state, "
+        "devices, regions, handles, sync lag, report age) from the database; a scrape "
+        "never queries the database.",
+    ),
+]
+
 FAKE_DRIVER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "inventory_file",
@@ -507,6 +569,8 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("placement", PLACEMENT_OPTS),
     ("binding", BINDING_OPTS),
     ("reconciler", RECONCILER_OPTS),
+    ("quota", QUOTA_OPTS),
+    ("metrics", METRICS_OPTS),
 ]
 
 

@@ -154,3 +154,25 @@ class PlacementProviderInUse(PlacementError):
 
 class UnknownHost(Conflict):
     """A host reports, but the compute service (Placement) knows no compute node by its name."""
+
+
+class QuotaExceeded(AcceleronError):
+    """A project would hold more accelerators of a resource class than its limit allows.
+
+    ``resource`` is the limit's name (``class:<RESOURCE_CLASS>``); ``limit``, ``usage``
+    (what the project holds now) and ``requested`` (what the request adds) are counts.
+    """
+
+    def __init__(
+        self, message: str, *, project: str, resource: str, limit: int, usage: int, requested: int
+    ) -> None:
+        super().__init__(message)
+        self.project = project
+        self.resource = resource
+        self.limit = limit
+        self.usage = usage
+        self.requested = requested
+
+
+class QuotaUnavailable(AcceleronError):
+    """The limits cannot be read (Keystone, with ``[quota] driver = unified_limits``)."""

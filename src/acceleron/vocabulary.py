@@ -36,6 +36,7 @@ WIDTHS = {
     "key": NAME_LEN,  # deployables.key
     "kind": 32,  # deployables.kind
     "accelerator_type": 32,  # deployables.accelerator_type
+    "memory_type": 32,  # deployables.memory_type
     "region_type": 64,  # deployables.region_type
     "bitstream_id": UUID_LEN,  # deployables.bitstream_id
     "function_uuids": 64,  # deployables.function_uuid (each of them)
@@ -93,6 +94,9 @@ class Deployable:
     bitstream_id: str | None = None  # what is loaded: an id the vendor reports
     function_uuids: tuple[str, ...] = ()  # functions it implements (AFU ids), 32 lower hex
     memory_mb: int | None = None  # device-local memory, when the driver knows it
+    # Its kind, naming the memory class (spec 001): DDR, HBM, GDDR... (drivers.memory);
+    # None when the driver cannot tell (the class is then named after the accelerator type).
+    memory_type: str | None = None
     # Extra traits the driver asks for beyond those derived from the fields above
     # (e.g. a vGPU type's CUSTOM_NVIDIA_1EB8_T4_2B); Placement-valid names.
     traits: tuple[str, ...] = ()

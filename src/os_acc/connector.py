@@ -209,7 +209,9 @@ class Connector:
         and ``problems`` (empty when it is bound here and healthy). What a crash dump is
         read against; JSON-serialisable."""
         instance = _instance_uuid(instance_info)
-        arqs = self._json("GET", "/v2/accelerator_requests", params={"instance": instance})
+        arqs = self._json(
+            "GET", "/v2/accelerator_requests", OsAccError, params={"instance": instance}
+        )
         held = sorted(arqs["arqs"], key=lambda a: (a["device_profile_group_id"], a["uuid"]))
         deployables = self._deployables({a["hostname"] for a in held if a.get("hostname")})
         devices: dict[str, dict[str, Any]] = {}
@@ -220,7 +222,8 @@ class Connector:
             if found is not None:
                 uuid = found[0]["device_uuid"]
                 if uuid not in devices:
-                    devices[uuid] = self._json("GET", f"/v2/devices/{quote(uuid, safe='')}")
+                    path = f"/v2/devices/{quote(uuid, safe='')}"
+                    devices[uuid] = self._json("GET", path, OsAccError)
                 device = devices[uuid]
             entries.append(accelerator_state(arq, found, device, self.hostname))
         LOG.info("Recorded the state of %d accelerator(s) of %s", len(entries), instance)
@@ -234,7 +237,7 @@ class Connector:
         for host in sorted(hosts):
             params: dict[str, str] = {"hostname": host}
             while True:
-                page = self._json("GET", "/v2/deployables", params=params)
+                page = self._json("GET", "/v2/deployables", OsAccError, params=params)
                 found.extend(page["deployables"])
                 if not page.get("deployables_links") or not page["deployables"]:
                     break
@@ -308,10 +311,12 @@ class Connector:
         except ReportError as error:
             raise AgentUnavailable(f"The accelerator API cannot be reached: {error}") from error
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _json(
+        self, method: str, path: str, error: type[OsAccError] = PlugFailed, **kwargs: Any
+    ) -> dict[str, Any]:
         response = self._call(method, path, **kwargs)
         if response.status_code != 200:
-            raise PlugFailed(f"{method} {path}: {detail(response)}")
+            raise error(f"{method} {path}: {detail(response)}")
         body: dict[str, Any] = response.json()
         return body
 

@@ -2,12 +2,12 @@
 
 Where Nova allows the operation, the accelerators are checked after it; where it
 refuses, the refusal is checked and that nothing changed. What Nova 34 does, found
-here: stop/start, reboot, pause, lock, rescue, rebuild and shelve/unshelve keep the
-same accelerator requests; shelve-offload deletes them and unshelve makes new ones;
-evacuate (the host forced down) makes new ones on the other host; resize, cold
-migration, live migration and suspend are refused (400, "Feature not supported with
-instances that have accelerators.") and change nothing.
-"""
+here: stop/start, reboot, pause, lock, rescue, rebuild, shelve/unshelve, snapshots,
+backups, set admin password and crash dumps keep the same accelerator requests;
+shelve-offload deletes them and unshelve makes new ones; evacuate (the host forced
+down) makes new ones on the other host; resize, cold migration, live migration and
+suspend are refused (400, "Feature not supported with instances that have
+accelerators.") and change nothing."""
 
 from __future__ import annotations
 
@@ -82,6 +82,45 @@ def test_operations_that_keep_the_accelerators(admin: Any, server: Any) -> None:
         settle(admin, server.id, status)
         assert state(admin, server.id)[1:] == before[1:], action
     check_bound(admin, admin.compute.get_server(server.id), groups=1)
+
+
+def test_snapshot_backup_password_and_crash_dump_keep_the_accelerators(
+    admin: Any, server: Any
+) -> None:
+    """Nova lets a server with accelerators through create_image, backup, set admin
+    password and trigger crash dump, and leaves its requests and allocations as they
+    are (what Acceleron checks or records for the last two is os_acc's part)."""
+    before = state(admin, server.id)
+    tag = server.id[:8]
+    try:
+        # The fake driver never uploads the image's data: the images stay queued.
+        admin.compute.create_server_image(server.id, f"snap-{tag}")
+        quiet(admin, server.id)
+        admin.compute.backup_server(server.id, f"backup-{tag}", "daily", 1)
+        quiet(admin, server.id)
+        admin.compute.change_server_password(server.id, "s3cret-Pa55")
+        quiet(admin, server.id)
+        admin.compute.trigger_server_crash_dump(server.id)
+        quiet(admin, server.id)
+        assert state(admin, server.id)[1:] == before[1:]
+        done = {a.action: a.message for a in admin.compute.server_actions(server.id)}
+        for action in ("createImage", "createBackup", "changePassword", "trigger_crash_dump"):
+            assert action in done and done[action] is None, done  # no error recorded
+    finally:
+        for found in admin.image.images():
+            if found.name in (f"snap-{tag}", f"backup-{tag}"):
+                admin.image.delete_image(found.id, ignore_missing=True)
+
+
+def quiet(admin: Any, server_id: str, seconds: float = 120) -> None:
+    """Wait until the server is ACTIVE with no task under way."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = admin.compute.get_server(server_id)
+        if found.status == "ACTIVE" and found.task_state is None:
+            return
+        assert time.monotonic() < deadline, f"{server_id}: {found.status}, {found.task_state}"
+        time.sleep(1)
 
 
 def test_a_locked_server_refuses_its_member(admin: Any, server: Any) -> None:

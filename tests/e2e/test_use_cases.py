@@ -101,3 +101,22 @@ def test_two_servers_in_one_request(admin: Any, member: Any, flavors: Flavors, i
     assert len(handles) == 2  # one accelerator each
     delete_and_wait(member, *(s.id for s in servers))
     check_gone(admin, *(s.id for s in servers))
+
+
+def test_attach_targets_host_and_none(
+    admin: Any, member: Any, flavors: Flavors, image: str
+) -> None:
+    """Groups for the host and for nobody: Nova boots the server with them held and
+    Bound, and is shown no handle for them (it sends no microversion), so it attaches
+    only the VM's."""
+    flavor = flavors.make([QAT, {**QAT, "accel:attach_target": "host"},
+                           {**VGPU, "accel:attach_target": "none"}])  # fmt: skip
+    server = active(admin, boot(flavor, image)["id"])
+    found = check_bound(admin, server, groups=3)
+    assert [a["attach_target"] for a in found] == ["VM", "host", "none"]
+    assert [a["attach_handle_type"] for a in found] == ["TEST_PCI", "TEST_PCI", "MDEV"]
+    response = admin.accelerator.get("/accelerator_requests", params={"instance": server.id})
+    as_nova = sorted(response.json()["arqs"], key=lambda a: a["device_profile_group_id"])
+    assert [a["attach_handle_type"] for a in as_nova] == ["TEST_PCI", None, None]
+    delete_and_wait(member, server.id)
+    check_gone(admin, server.id)

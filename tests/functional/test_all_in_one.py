@@ -31,9 +31,13 @@ PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
 pytestmark = pytest.mark.slow
 
 
+QUOTA_PROJECT = "quota-p"  # may hold one QAT VF
+
+
 @pytest.fixture(scope="module")
 def aio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllInOne]:
-    with all_in_one(tmp_path_factory.mktemp("aio")) as server:
+    limits = {"OS_QUOTA__PROJECT_LIMITS": f"{QUOTA_PROJECT}/class:CUSTOM_ACCELERATOR_QAT=1"}
+    with all_in_one(tmp_path_factory.mktemp("aio"), config=limits) as server:
         yield server
 
 
@@ -232,9 +236,8 @@ def test_a_consumer_that_holds_a_claim_is_told_so(
     claim(aio, capsys, name, consumer)
     code = main(["--os-url", aio.url, "claim", "--profile", name, "--consumer", consumer])
     assert (code, *capsys.readouterr()) == (1, "", (
-        f"Consumer {consumer} already holds allocations in Placement (1 "
-        f"CUSTOM_ACCELERATOR_QAT): release them first (`acceleron release --consumer "
-        f"{consumer}`), or claim for another consumer uuid.\n"
+        f"Consumer {consumer} already holds a claim: release it first (`acceleron "
+            f"release --consumer {consumer}`), or claim for another consumer uuid.\n"
     ))  # fmt: skip
     assert len(chosen(aio, consumer)) == 1  # what it held is untouched
     release(aio, capsys, consumer)
@@ -323,16 +326,19 @@ def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
         assert api(server, "GET", f"/v2/bitstreams/{bitstream}")["status"] == "active"
 
 
-def claimer(aio: AllInOne) -> Any:
-    """The Python API of the claim flow, as a program without Nova uses it."""
+def claimer(aio: AllInOne, project: str | None = None) -> Any:
+    """The Python API of the claim flow, as a program without Nova uses it (as an admin
+    of ``project``, if given)."""
     from keystoneauth1 import adapter, session, token_endpoint
     from keystoneauth1.noauth import NoAuth
 
     from acceleron.placement.client import PlacementClient
     from acceleron.scheduler.claim import Claimer
 
+    headers = {"X-Project-Id": project, "X-Roles": "admin"} if project else {}
     api_adapter = adapter.Adapter(session.Session(auth=NoAuth()), endpoint_override=aio.url,
-                                  service_type="accelerator")  # fmt: skip
+                                  service_type="accelerator",
+                                  additional_headers=headers)  # fmt: skip
     placement_url = f"{aio.url}/placement"
     placement_session = session.Session(auth=token_endpoint.Token(placement_url, "admin"))
     placement_adapter = adapter.Adapter(
@@ -380,3 +386,42 @@ def test_on_a_database_server_the_data_directory_is_made(db: Database, tmp_path:
     with all_in_one(data, config=env) as server:  # ready: Placement has the host's inventory
         assert (data / "placement.sqlite").is_file()
         assert server.stop() == 0
+
+
+def test_claims_over_the_quota_are_refused_and_leave_nothing(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The project may hold one QAT VF: of two claims racing, one wins; the other is
+    refused with the limit, usage and request, and holds no allocation and no request;
+    `acceleron quota show` counts the one held."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from acceleron.scheduler.claim import ClaimFailed
+
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    consumers = [str(uuid.uuid4()) for _ in range(2)]
+
+    def attempt(consumer: str) -> str:
+        try:
+            claimer(aio, QUOTA_PROJECT).claim(name, consumer, project_id=QUOTA_PROJECT)
+            return "claimed"
+        except ClaimFailed as error:
+            return str(error)
+
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        outcomes = list(executor.map(attempt, consumers))
+    assert outcomes.count("claimed") == 1, outcomes
+    refused = next(o for o in outcomes if o != "claimed")  # at create, or at bind
+    assert "Quota exceeded for class:CUSTOM_ACCELERATOR_QAT in project quota-p: limit 1, " \
+           "usage 1, requested 1." in refused  # fmt: skip
+    winner, loser = consumers if outcomes[0] == "claimed" else consumers[::-1]
+    assert len(chosen(aio, winner)) == 1 and chosen(aio, loser) == []
+    held = api(aio, "GET", "/v2/accelerator_requests",
+               headers={"X-Project-Id": QUOTA_PROJECT, "X-Roles": "member"})["arqs"]  # fmt: skip
+    assert [(a["instance_uuid"], a["state"]) for a in held] == [(winner, "Bound")]
+    code = main(["--os-url", aio.url, "quota", "show", "--project", QUOTA_PROJECT,
+                 "-f", "json"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert {"resource": "class:CUSTOM_ACCELERATOR_QAT", "limit": 1, "usage": 1} in json.loads(out)
+    claimer(aio, QUOTA_PROJECT).release(winner)

@@ -294,6 +294,10 @@ def test_the_banner_says_how_callers_are_authenticated(tmp_path: Path, auth: str
     })  # fmt: skip
     text = banner(conf, "http://127.0.0.1:6666")  # the CLI's default: nothing to export
     assert "export" not in text
+    assert (
+        "  page       http://127.0.0.1:6666/ui\n  metrics    http://127.0.0.1:6666/metrics\n"
+        in text
+    )
     if auth == "keystone":
         assert text.startswith("Acceleron all-in-one (Keystone: callers need a token)\n")
         assert "X-Auth-Token" not in text and "with your OS_* credentials set" in text

@@ -13,7 +13,15 @@ from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.engine import make_url
 
 from acceleron.db import migrate
-from acceleron.db.models import Attribute, Base, Deployable, Device, Host, table
+from acceleron.db.models import (
+    AcceleratorRequest,
+    Attribute,
+    Base,
+    Deployable,
+    Device,
+    Host,
+    table,
+)
 from acceleron.db.session import Database
 from tests import conftest
 
@@ -174,3 +182,26 @@ def test_0009_renames_health_words_and_adds_maintenance(fresh_db: Database) -> N
         ("unhealthy", None),
     ]
     assert tuple(dep) == ("healthy", "enabled")
+
+
+def test_0010_gives_existing_requests_their_resource_class(fresh_db: Database) -> None:
+    migrate.upgrade(fresh_db, "0006")
+    created = dt.datetime(2026, 1, 1)
+    groups = '[{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}, {"resources:CUSTOM_A": "1", ' \
+             '"resources:CUSTOM_B": "1"}]'  # fmt: skip
+    with fresh_db.engine.begin() as conn:
+        _insert(conn, "device_profiles", {"id": 1, "uuid": "p", "name": "dp", "groups": groups,
+                                          "enabled": True, "created_at": created})  # fmt: skip
+        for row_id, group in ((1, 0), (2, 1), (3, 1)):
+            _insert(conn, "accelerator_requests", {
+                "id": row_id, "uuid": f"a{row_id}", "state": "Bound", "project_id": "p1",
+                "device_profile_id": 1, "device_profile_group_id": group,
+                "created_at": created,
+            })  # fmt: skip
+    migrate.upgrade(fresh_db)
+    arqs = table(AcceleratorRequest)
+    with fresh_db.reader() as conn:
+        found = conn.execute(select(arqs.c.id, arqs.c.resource_class).order_by(arqs.c.id)).all()
+    assert [tuple(row) for row in found] == [
+        (1, "CUSTOM_ACCELERATOR_FPGA"), (2, "CUSTOM_A"), (3, "CUSTOM_B"),
+    ]  # fmt: skip

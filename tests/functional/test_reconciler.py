@@ -21,6 +21,7 @@ from acceleron.api.app import create_app
 from acceleron.cli.main import main
 from acceleron.db.models import AttachHandle, Host, table
 from acceleron.db.session import Database
+from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler.claim import Claimer, ClaimFailed
 from acceleron.service import arqs, device_profiles
@@ -145,9 +146,55 @@ def test_a_claim_that_fails_halfway_drops_its_allocation(
         url = stack.enter_context(serve(create_app(conf, db)))
         claimer = Claimer(api_adapter(url), StopsTheApiAfterAllocating(placement, stack.close))
         with pytest.raises(ClaimFailed, match="cannot be reached"):
-            claimer.claim("fpga", consumer)
+            claimer.claim_here("fpga", consumer)  # the flow run by the client
     assert held(placement, consumer) == {}
     assert reconciler(db, placement).run() == []
+
+
+class FailsAfterAllocating(PlacementClient):
+    """The real client; its allocation is made, then the answer is lost."""
+
+    def put_allocations(self, consumer: str, allocations: Any, **kwargs: Any) -> None:
+        super().put_allocations(consumer, allocations, **kwargs)
+        raise PlacementUnavailable("the answer was lost on the way back")
+
+
+def test_a_server_side_claim_that_fails_halfway_is_undone(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """POST /v2/claims: Placement allocated, then the API fails: the allocation is dropped,
+    no request and no claim is left (and nothing for the reconciler)."""
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: FailsAfterAllocating(placement))
+    consumer = str(uuid.uuid4())
+    body = {"device_profile_name": "fpga", "consumer_uuid": consumer}
+    with TestClient(app) as client:
+        answer = client.post("/v2/claims", json=body, headers=LATEST)
+        assert answer.status_code == 503, answer.text
+        assert client.get(f"/v2/claims/{consumer}", headers=LATEST).status_code == 404
+        arqs_left = client.get("/v2/accelerator_requests", params={"instance": consumer})
+        assert arqs_left.json()["arqs"] == []
+    assert held(placement, consumer) == {}
+    assert reconciler(db, placement).run() == []
+    # The same claim through a working client succeeds, on every backend.
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
+    with TestClient(app) as client:
+        made = client.post("/v2/claims", json=body, headers=LATEST)
+        assert made.status_code == 201, made.text
+        assert made.json()["state"] == "bound" and made.json()["hostname"] == HOST
+        assert list(held(placement, consumer)) == [made.json()["accelerator_requests"][0][
+            "device_rp_uuid"]]  # fmt: skip
+        assert client.delete(f"/v2/claims/{consumer}", headers=LATEST).status_code == 204
+        # A consumer that holds another's allocation is refused, and what it holds stays.
+        other = str(uuid.uuid4())
+        region = published["regions"][1].rp_uuid
+        allocate(placement, other, {region: {FPGA: 1}})
+        body = {"device_profile_name": "fpga", "consumer_uuid": other}
+        refused = client.post("/v2/claims", json=body, headers=LATEST)
+        assert refused.status_code == 409 and "holds allocations" in refused.text
+        assert held(placement, other) == {region: {FPGA: 1}}
+    assert held(placement, consumer) == {}
 
 
 class StopsTheApiAfterAllocating(PlacementClient):

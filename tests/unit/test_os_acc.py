@@ -52,7 +52,7 @@ def test_unsupported_operations_are_refused_with_the_reason(operation: str) -> N
 
 
 def test_where_nova_refuses_an_operation_the_table_says_so() -> None:
-    """Nova 34 answers 400 to these for servers with accelerators (nova-contract.md)."""
+    """Nova 34 answers 400 to these for servers with accelerators (docs/design/nova-contract.md)."""
     refused = {name for name, rule in operations.OPERATIONS.items() if rule.nova}
     assert refused == {"resize", "confirm_resize", "revert_resize", "cold_migrate", "migrate",
                        "suspend", "resume", "live_migrate"}  # fmt: skip

@@ -319,3 +319,14 @@ def test_maintenance_reasons_tolerations_and_traits() -> None:
         {"resources:FPGA": "1", "trait:CUSTOM_ACCELERON_MAINTENANCE": "forbidden"},
         groups[1],
     ]
+
+
+def test_the_family_trait_names_the_family_not_the_product() -> None:
+    assert names.family_trait("FPGA", "INTEL", "PAC_ARRIA10") == "CUSTOM_FPGA_INTEL_ARRIA10"
+    assert names.family_trait("fpga", "intel", "pac arria10") == "CUSTOM_FPGA_INTEL_ARRIA10"
+    assert names.family_trait("FPGA", "INTEL", "PAC_D5005") == "CUSTOM_FPGA_INTEL_STRATIX10"
+    assert names.family_trait("GPU", "NVIDIA", "H100") == "CUSTOM_GPU_NVIDIA_HOPPER"
+    assert names.family_trait("FPGA", "XILINX", "U250") == "CUSTOM_FPGA_XILINX_ULTRASCALE_PLUS"
+    assert names.family_trait("FPGA", "INTEL", "OFS") is None  # not in the table
+    assert names.family_trait("FPGA", "Intel/Altera", "X") is None
+    assert names.product_trait("FPGA", "INTEL", "PAC_ARRIA10") == "CUSTOM_FPGA_INTEL_PAC_ARRIA10"

@@ -16,7 +16,7 @@ GZIP = "CUSTOM_FPGA_FUNCTION_INTEL_F7DF405C_BD7B_4A1B_9A41_2D0A8E3B7C5E"
 
 class TestProfileQuery:
     def test_nova_example_byte_for_byte(self) -> None:
-        """The example recorded from Nova in nova-contract.md."""
+        """The example recorded from Nova in docs/design/nova-contract.md."""
         groups = [
             {"resources:FPGA": "1", "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required"},
             {"resources:CUSTOM_ACCELERATOR_FOO": "2", "trait:CUSTOM_BAR": "forbidden"},

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from oslo_config import cfg
 
+from acceleron import metrics
 from acceleron.agent import discovery
 from acceleron.agent.client import ApiUnavailable, ReportClient, ReportRefused, UnknownHost
 from acceleron.agent.udev import UdevWatcher
@@ -163,10 +164,16 @@ class Agent:
         try:
             self.client.report(report)
         except UnknownHost:
+            metrics.AGENT_REPORTS.labels("failed").inc()
             raise
         except ReportRefused as error:
+            metrics.AGENT_REPORTS.labels("failed").inc()
             LOG.error("Report of %d device(s) not accepted: %s", len(report.devices), error)
             return False
+        except BaseException:
+            metrics.AGENT_REPORTS.labels("failed").inc()
+            raise
+        metrics.AGENT_REPORTS.labels("sent").inc()
         digest = report.digest()
         log = LOG.info if digest != self._last_digest else LOG.debug
         log("Reported %d device(s) of %s to %s", len(report.devices), report.hostname,

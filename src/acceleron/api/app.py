@@ -17,20 +17,25 @@ from oslo_config import cfg
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 import acceleron
+from acceleron import metrics
 from acceleron.api import (
     arqs,
     attributes,
     auth,
     bitstreams,
+    claims,
     deployables,
     device_profiles,
     devices,
     errors,
     hosts,
+    quotas,
     tasks,
+    ui,
     versions,
     wakeup,
 )
@@ -43,7 +48,8 @@ from acceleron.db import session as db_session
 from acceleron.exceptions import AcceleronError
 from acceleron.placement import inprocess
 from acceleron.service import arqs as arq_service
-from acceleron.service import nova
+from acceleron.service import nova, stats
+from acceleron.service import quotas as quota_service
 from acceleron.service.nova import NovaNotifier
 from acceleron.service.placement import PlacementService
 
@@ -76,6 +82,8 @@ def create_app(
         app.state.nova.start()
         app.state.task_wakeup.start()
         workers = [asyncio.create_task(reap_binds(app))]
+        if conf.metrics.enabled:
+            workers.append(asyncio.create_task(refresh_metrics(app)))
         if service is not None and conf.reconciler.interval:
             workers.append(asyncio.create_task(reconcile(app)))
         yield
@@ -103,12 +111,18 @@ def create_app(
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
+    app.state.quotas = quota_service.from_conf(conf)
+    app.state.metrics_refreshes = 0
     app.state.threads = Threads.from_conf(conf)
     app.state.uploads = UploadSlots(conf.bitstreams.max_uploads_per_project)
     app.state.task_wakeup = wakeup.TaskWakeup(database, conf.api.task_wakeup)
     app.state.stopping = threading.Event()  # set when the server begins to stop
     errors.install(app)
     app.include_router(versions.router)
+    # Routes are matched in order: Nova's and the agents' hot paths first.
+    app.include_router(arqs.router)
+    app.include_router(tasks.router)
+    app.include_router(claims.router)
     app.include_router(device_profiles.router)
     app.include_router(hosts.router)
     app.include_router(devices.router)
@@ -117,8 +131,10 @@ def create_app(
     app.include_router(attributes.router)
     app.include_router(placement_api.router)
     app.include_router(bitstreams.router)
-    app.include_router(arqs.router)
-    app.include_router(tasks.router)
+    app.include_router(quotas.router)
+    app.include_router(ui.router)
+    if conf.metrics.enabled:
+        app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":
         app.mount("/placement", EmbeddedPlacement(placement, app.state.auth))
     app.add_middleware(ApiMiddleware, client_timeout=conf.api.client_timeout)
@@ -142,6 +158,26 @@ async def reap_binds(app: FastAPI) -> None:
             LOG.exception("Reaping binds failed")
             continue
         app.state.nova.notify(resolved)
+
+
+async def serve_metrics(request: Request) -> Response:
+    """Prometheus' scrape: the values in memory (or the workers' files), no query."""
+    return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+
+
+async def refresh_metrics(app: FastAPI) -> None:
+    """The state gauges from the database, at once and every [metrics] refresh_interval."""
+    publishing = app.state.placement is not None
+    while True:
+        threads: Threads = app.state.threads
+        try:
+            await threads.database(True, stats.refresh, app.state.db, publishing)
+            app.state.metrics_refreshes += 1
+        except AcceleronError as error:  # the database is away: the next round tries again
+            LOG.warning("Refreshing the metrics failed: %s", error.message)
+        except Exception:  # nothing must end the refresher
+            LOG.exception("Refreshing the metrics failed")
+        await asyncio.sleep(app.state.conf.metrics.refresh_interval)
 
 
 async def reconcile(app: FastAPI) -> None:

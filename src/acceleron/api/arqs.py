@@ -1,6 +1,6 @@
 """``/v2/accelerator_requests``: what Nova (and os-acc) call to get accelerators.
 
-The shapes Nova's client expects, request by request (nova-contract.md):
+The shapes Nova's client expects, request by request (docs/design/nova-contract.md):
 
 * POST ``{device_profile_name}`` -> 201 ``{"arqs": [...]}``, one ARQ per accelerator,
   ``device_profile_group_id`` the index of its group in the profile;
@@ -21,22 +21,29 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from sqlalchemy import Row
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, same_uuid, split_list, timestamp
+from acceleron.api.common import (
+    Call,
+    CallDep,
+    json_response,
+    requires,
+    same_uuid,
+    split_list,
+    timestamp,
+)
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import Forbidden, InvalidInput
 from acceleron.placement import tree
 from acceleron.service import arqs as service
+from acceleron.service import quotas
 from acceleron.service.placement import PlacementService
 
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
 )
-V2_1 = microversion.Version(2, 1)
 BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
 
 
@@ -147,6 +154,11 @@ def _service_token(call: Call) -> bool:
     return (noauth and privileged) or context.has_service_token
 
 
+def limits_of(call: Call) -> quotas.Limits:
+    limits: quotas.Limits = call.request.app.state.quotas
+    return limits
+
+
 def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
     call.request.app.state.nova.notify(resolved)
 
@@ -159,7 +171,9 @@ def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
 )
 async def create_arqs(body: Annotated[ArqCreate, Body()], call: CallDep) -> Response:
     call.authorize("arq:create")
-    created = await call.run(service.create, call.context, body.device_profile_name)
+    limits = limits_of(call)
+    run = call.run if limits.driver == "config" else call.run_blocking
+    created = await run(service.create, call.context, body.device_profile_name, limits)
     base = call.base_url
     return json_response({"arqs": [view(a, call.version, base) for a in created]}, 201)
 
@@ -207,8 +221,8 @@ def _binding(uuid: str, ops: list[PatchOp], call: Call) -> service.Binding:
     missing = [f for f in BIND_FIELDS if not values.get(f)]
     if missing:
         raise InvalidInput(f"{uuid}: a bind needs {', '.join('/' + f for f in missing)}.")
-    if "project_id" in values and call.version < V2_1:
-        raise InvalidInput(f"{uuid}: /project_id needs microversion 2.1 or later.")
+    if "project_id" in values:
+        microversion.require(call.version, microversion.V2_1, f"{uuid}: /project_id")
     return service.Binding(
         uuid,
         str(values["hostname"]),
@@ -253,8 +267,10 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
                 "Binding accelerator requests needs a service token (X-Service-Token from the "
                 "compute service) beside the user's."
             )
-        resolved = await call.run_with_store(
-            service.bind, call.context, work, call.bitstreams, _flat_mode(call)
+        limits = limits_of(call)
+        run = call.run_with_store if limits.driver == "config" else call.run_blocking
+        resolved = await run(
+            service.bind, call.context, work, call.bitstreams, flat_mode_of(call), limits
         )
         _notify(call, resolved)
     else:
@@ -262,7 +278,7 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
     return Response(status_code=202)
 
 
-def _flat_mode(call: Call) -> tree.Options | None:
+def flat_mode_of(call: Call) -> tree.Options | None:
     """The Placement sync's options when it publishes flat: a bind may then name a
     compute node's provider (spec 001's fallback)."""
     placement: PlacementService | None = call.request.app.state.placement
@@ -284,6 +300,7 @@ class ProgramRequest(BaseModel):
 
 @router.post(
     "/{uuid}/program",
+    dependencies=[requires(microversion.V2_8, "Reprogramming a request")],
     status_code=202,
     responses={202: {"model": ArqOut}},
     summary="Reprogram the region of a bound accelerator request (2.8)",
@@ -295,8 +312,6 @@ class ProgramRequest(BaseModel):
 async def program_arq(
     uuid: str, body: Annotated[ProgramRequest, Body()], call: CallDep
 ) -> Response:
-    if call.version < microversion.V2_8:
-        raise HTTPException(404, "Reprogramming a request needs microversion 2.8 or later.")
     call.authorize("arq:program")
     selector = body.model_dump(exclude_none=True)
     if len(selector) != 1:

@@ -9,16 +9,20 @@
   ``attribute`` as openstacksdk sends it) adds an operator's attribute -> 201, the
   attribute unwrapped; DELETE ``/{uuid}`` removes one -> 204. Agents' attributes
   belong to their reports (service/attributes.py says how the two live together).
+
+An attribute's response has one schema per microversion that changed it
+(``Attribute_2_0``, ``Attribute_2_5``): typed dicts that both document the response
+and build it (``view``), so a renamed field fails the type check.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import Row
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion
 from acceleron.api.common import CallDep, json_response, timestamp
@@ -41,16 +45,26 @@ class AttributeQuery(PageQuery):
     sort_key: str | None = sort_key_field(service.SORT_KEYS)
 
 
-class AttributeOut(BaseModel):
+class Attribute_2_0(TypedDict):  # named after its microversion
+    """An attribute, 2.0 to 2.4. ``value`` is None for a parent of nested attributes."""
+
     uuid: str
     deployable_id: int
     key: str
-    value: str | None = Field(description="None for a parent of nested attributes.")
+    value: str | None
     created_at: str | None
     updated_at: str | None
     links: list[Link]
-    deployable_uuid: str | None = Field(None, description="From 2.5.")
-    parent_uuid: str | None = Field(None, description="From 2.5. The parent attribute's.")
+
+
+class Attribute_2_5(Attribute_2_0):
+    """An attribute, from 2.5: its deployable's uuid and its parent attribute's."""
+
+    deployable_uuid: str
+    parent_uuid: str | None
+
+
+AttributeOut: TypeAlias = Attribute_2_0 | Attribute_2_5
 
 
 class AttributeCreate(BaseModel):
@@ -78,19 +92,22 @@ class AttributeList(BaseModel):
     attributes_links: list[Link] | None = Field(None, description="The next page, if any.")
 
 
-def view(attribute: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "uuid": attribute.uuid,
-        "deployable_id": attribute.deployable_id,
-        "key": attribute.key,
-        "value": attribute.value,
-        "created_at": timestamp(attribute.created_at),
-        "updated_at": timestamp(attribute.updated_at),
-        "links": [{"href": f"{base}{PATH}/{attribute.uuid}", "rel": "self"}],
-    }
+def view(
+    attribute: service.AttributeRecord, version: microversion.Version, base: str
+) -> AttributeOut:
+    data = Attribute_2_0(
+        uuid=attribute.uuid,
+        deployable_id=attribute.deployable_id,
+        key=attribute.key,
+        value=attribute.value,
+        created_at=timestamp(attribute.created_at),
+        updated_at=timestamp(attribute.updated_at),
+        links=[Link(href=f"{base}{PATH}/{attribute.uuid}", rel="self")],
+    )
     if version >= microversion.V2_5:
-        data["deployable_uuid"] = attribute.deployable_uuid
-        data["parent_uuid"] = attribute.parent_uuid
+        return Attribute_2_5(
+            **data, deployable_uuid=attribute.deployable_uuid, parent_uuid=attribute.parent_uuid
+        )
     return data
 
 

@@ -41,7 +41,7 @@ from starlette.responses import Response, StreamingResponse
 from acceleron import bitstreams
 from acceleron.api import microversion
 from acceleron.api.capacity import UploadSlots
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.bitstreams import Bitstream, NewBitstream
@@ -49,7 +49,12 @@ from acceleron.bitstreams.model import PUBLIC
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.exceptions import Forbidden, InvalidInput
 
-router = APIRouter(prefix="/v2/bitstreams", tags=["bitstreams"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v2/bitstreams",
+    tags=["bitstreams"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_7, "The bitstreams API")],
+)
 
 HASH_HEADER = "X-Bitstream-Hash"
 OCTET_STREAM = "application/octet-stream"
@@ -134,11 +139,6 @@ def view(bitstream: Bitstream, base: str) -> dict[str, Any]:
 # --- who sees what ---------------------------------------------------------------------
 
 
-def _needs_2_7(call: Call) -> None:
-    if call.version < microversion.V2_7:
-        raise HTTPException(404, "The bitstreams API needs microversion 2.7 or later.")
-
-
 def _scope(call: Call) -> str | None:
     """The project whose view the caller gets; None: every project's (admins, agents)."""
     try:
@@ -213,7 +213,6 @@ def _spool_file(conf: Any) -> BinaryIO:
 
 @router.get("", responses={200: {"model": BitstreamList}}, summary="List bitstreams (2.7)")
 async def list_bitstreams(call: CallDep, query: Annotated[BitstreamQuery, Query()]) -> Response:
-    _needs_2_7(call)
     call.authorize("bitstream:get")
     criteria = bitstreams.Query(**query.model_dump(), status=None, project=_scope(call))
     found = await call.outbound(call.bitstreams.find, criteria)
@@ -222,7 +221,6 @@ async def list_bitstreams(call: CallDep, query: Annotated[BitstreamQuery, Query(
 
 @router.get("/{uuid}", responses={200: {"model": BitstreamOut}}, summary="Show a bitstream (2.7)")
 async def show_bitstream(uuid: str, call: CallDep) -> Response:
-    _needs_2_7(call)
     call.authorize("bitstream:get")
     bitstream = await _one(call, uuid)
     return json_response(view(bitstream, call.base_url))
@@ -235,7 +233,6 @@ async def show_bitstream(uuid: str, call: CallDep) -> Response:
     summary="Create a bitstream, status queued; PUT its data next (2.7)",
 )
 async def create_bitstream(body: Annotated[BitstreamIn, Body()], call: CallDep) -> Response:
-    _needs_2_7(call)
     call.authorize("bitstream:create")
     if body.visibility == PUBLIC:
         call.authorize("bitstream:publicize")
@@ -256,7 +253,6 @@ async def create_bitstream(body: Annotated[BitstreamIn, Body()], call: CallDep) 
     summary="Upload a queued bitstream's bytes, sent as application/octet-stream (2.7)",
 )
 async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
-    _needs_2_7(call)
     bitstream = await _one(call, uuid)
     call.authorize("bitstream:upload", _owner(bitstream))
     state = call.request.app.state
@@ -287,7 +283,6 @@ async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
     summary="Download a bitstream's bytes (2.7)",
 )
 async def download_bitstream_data(uuid: str, call: CallDep) -> Response:
-    _needs_2_7(call)
     call.authorize("bitstream:get")
     bitstream = await _one(call, uuid)
     stack = contextlib.ExitStack()
@@ -315,7 +310,6 @@ async def _outbound_chunks(
 
 @router.delete("/{uuid}", status_code=204, summary="Delete a bitstream (2.7)")
 async def delete_bitstream(uuid: str, call: CallDep) -> Response:
-    _needs_2_7(call)
     bitstream = await _one(call, uuid)
     call.authorize("bitstream:delete", _owner(bitstream))
     await call.outbound(call.bitstreams.delete, bitstream.id)

@@ -12,6 +12,8 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import Depends, Request
+from fastapi.params import Depends as DependsParam
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
@@ -132,6 +134,20 @@ async def _call(request: Request) -> Call:
 
 # One dependency per handler: FastAPI's dependency solving costs per dependency.
 CallDep = Annotated[Call, Depends(_call)]
+
+
+def requires(version: microversion.Version, what: str, status_code: int = 404) -> DependsParam:
+    """A route (or router) dependency: the route exists from microversion ``version``
+    on; an older request is answered ``status_code`` saying that ``what`` needs it.
+    It runs before the body is read and before policy: below its version the route
+    is not there. Use as ``dependencies=[requires(V2_7, "The bitstreams API")]``."""
+    message = microversion.needs(what, version)
+
+    async def check(request: Request) -> None:
+        if request.state.api_version < version:
+            raise HTTPException(status_code, message)
+
+    return DependsParam(check)
 
 
 def base_url(request: Request) -> str:

@@ -28,11 +28,10 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, same_uuid, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, same_uuid, timestamp
 from acceleron.api.devices import (
     MaintenanceIn,
     PageQuery,
-    needs_2_13,
     page_body,
     sort_key_field,
     wake_placement,
@@ -132,6 +131,12 @@ class DeployableOut(BaseModel):
     accelerator_type: str | None = Field(None, description="From 2.5.")
     programmable: bool | None = Field(None, description="From 2.5.")
     memory_mb: int | None = Field(None, description="From 2.5.")
+    memory_type: str | None = Field(
+        None,
+        description="From 2.10. The memory's family (DDR, HBM, GDDR...), which names its "
+        "resource class CUSTOM_ACCELERATOR_MEMORY_<memory_type>; null when the driver "
+        "cannot tell (the class is then named after the accelerator type).",
+    )
     traits: list[str] | None = Field(None, description="From 2.5.")
     resource_class: str | None = Field(None, description="From 2.5.")
     program_phase: str | None = Field(None, description="From 2.5. While being programmed.")
@@ -204,6 +209,8 @@ def view(dep: DeployableInfo, version: microversion.Version, base: str) -> dict[
         data.update((field, getattr(row, field)) for field in _RICH_FIELDS)
         data["attributes"] = dep.attributes
         data["attach_handles"] = [handle_view(h) for h in dep.handles]
+    if version >= microversion.V2_10:
+        data["memory_type"] = row.memory_type
     if version >= microversion.V2_13:
         with_health(data, row, version)
         data["status"] = row.status
@@ -247,11 +254,7 @@ async def _attribute(call: Call, uuid: str, key: str) -> dict[str, Any]:
     return {"attribute": {key: await call.run(service.attribute_of, uuid, key)}}
 
 
-def _needs_2_5(call: Call) -> None:
-    if call.version < microversion.V2_5:
-        raise HTTPException(
-            404, "Reading a deployable's attributes here needs microversion 2.5 or later."
-        )
+_ATTRIBUTES_2_5 = requires(microversion.V2_5, "Reading a deployable's attributes here")
 
 
 @router.get(
@@ -273,9 +276,9 @@ async def show_deployable(uuid: str, call: CallDep) -> Response:
     "/{uuid}/attributes",
     responses={200: {"model": DeployableAttributes}},
     summary="Show a deployable's attributes, nested (2.5)",
+    dependencies=[_ATTRIBUTES_2_5],
 )
 async def show_attributes(uuid: str, call: CallDep) -> Response:
-    _needs_2_5(call)
     call.authorize("attribute:get_all")
     return json_response({"attributes": await call.run(service.attributes_of, uuid)})
 
@@ -284,9 +287,9 @@ async def show_attributes(uuid: str, call: CallDep) -> Response:
     "/{uuid}/attributes/{key}",
     responses={200: {"model": DeployableAttribute}},
     summary="Show one attribute of a deployable; a dotted key names a nested one (2.5)",
+    dependencies=[_ATTRIBUTES_2_5],
 )
 async def show_attribute(uuid: str, key: str, call: CallDep) -> Response:
-    _needs_2_5(call)
     return json_response(await _attribute(call, uuid, key))
 
 
@@ -302,12 +305,12 @@ class ProgramOp(BaseModel):
 
 @router.post(
     "/{uuid}/maintenance",
+    dependencies=[requires(microversion.V2_13, "Deployable maintenance")],
     responses={200: {"model": DeployableOut}},
     summary="Put one deployable (a region) in maintenance with a reason, or take it out "
     "(admin; 2.13)",
 )
 async def deployable_maintenance(uuid: str, body: MaintenanceIn, call: CallDep) -> Response:
-    needs_2_13(call, "Deployable maintenance")
     call.authorize("deployable:maintenance")
     await call.run(health.set_deployable_maintenance, uuid, body.maintenance, body.reason)
     wake_placement(call)

@@ -5,21 +5,25 @@
 * DELETE takes a uuid, a name, a comma-separated list of names, or ``?value=`` (or
   ``?name=``, as spec 002 writes it);
 * from 2.4, profiles show ``enabled`` and PATCH changes description/enabled.
+
+A profile's response has one schema per microversion that changed it
+(``DeviceProfile_2_0``, ``DeviceProfile_2_4``): typed dicts that both document the
+response (OpenAPI) and build it (``view``), so a renamed field fails the type check.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, split_list, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
@@ -48,22 +52,32 @@ class DeviceProfileIn(BaseModel):
     enabled: bool | None = Field(None, description="From 2.4. Whether new requests may use it.")
 
 
-class DeviceProfileOut(BaseModel):
+class DeviceProfile_2_0(TypedDict):
+    """A device profile, 2.0 to 2.3."""
+
     uuid: str
     name: str
     description: str | None
     groups: list[dict[str, str]]
-    enabled: bool | None = Field(None, description="From 2.4.")
     created_at: str | None
     updated_at: str | None
     links: list[Link]
 
 
-class DeviceProfileWrapped(BaseModel):
+class DeviceProfile_2_4(DeviceProfile_2_0):
+    """A device profile, from 2.4: whether new requests may use it."""
+
+    enabled: bool
+
+
+DeviceProfileOut: TypeAlias = DeviceProfile_2_0 | DeviceProfile_2_4
+
+
+class DeviceProfileWrapped(TypedDict):
     device_profile: DeviceProfileOut
 
 
-class DeviceProfileList(BaseModel):
+class DeviceProfileList(TypedDict):
     device_profiles: list[DeviceProfileOut]
 
 
@@ -75,18 +89,18 @@ class PatchOp(BaseModel):
     value: str | bool | None = None
 
 
-def view(profile: service.Profile, version: microversion.Version, base: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "uuid": profile.uuid,
-        "name": profile.name,
-        "description": profile.description,
-        "groups": profile.groups,
-        "created_at": timestamp(profile.created_at),
-        "updated_at": timestamp(profile.updated_at),
-        "links": [{"href": f"{base}/v2/device_profiles/{profile.uuid}", "rel": "self"}],
-    }
+def view(profile: service.Profile, version: microversion.Version, base: str) -> DeviceProfileOut:
+    data = DeviceProfile_2_0(
+        uuid=profile.uuid,
+        name=profile.name,
+        description=profile.description,
+        groups=profile.groups,
+        created_at=timestamp(profile.created_at),
+        updated_at=timestamp(profile.updated_at),
+        links=[Link(href=f"{base}/v2/device_profiles/{profile.uuid}", rel="self")],
+    )
     if version >= microversion.V2_4:
-        data["enabled"] = profile.enabled
+        return DeviceProfile_2_4(**data, enabled=profile.enabled)
     return data
 
 
@@ -103,7 +117,8 @@ async def list_device_profiles(
     call.authorize("device_profile:get_all")
     profiles = await call.run(service.list_profiles, split_list(name))
     base = call.base_url
-    return json_response({"device_profiles": [view(p, call.version, base) for p in profiles]})
+    listed = DeviceProfileList(device_profiles=[view(p, call.version, base) for p in profiles])
+    return json_response(listed)
 
 
 @router.get(
@@ -113,13 +128,13 @@ async def list_device_profiles(
 )
 async def show_device_profile(ident: str, call: CallDep) -> Response:
     call.authorize("device_profile:get_one")
-    if call.version < microversion.V2_2 and not is_uuid_like(ident):
-        raise microversion.NotAcceptable(
-            f"{ident!r} is not a uuid: looking a device profile up by name needs "
-            f"microversion 2.2 or later."
-        )
+    if not is_uuid_like(ident):
+        what = f"{ident!r} is not a uuid: looking a device profile up by name"
+        microversion.require(call.version, microversion.V2_2, what, microversion.NotAcceptable)
     profile = await call.run(service.get, ident)
-    return json_response({"device_profile": view(profile, call.version, call.base_url)})
+    return json_response(
+        DeviceProfileWrapped(device_profile=view(profile, call.version, call.base_url))
+    )
 
 
 @router.post(
@@ -137,8 +152,8 @@ async def create_device_profile(
             f"The body must be a list holding exactly one device profile, not {len(body)}."
         )
     item = body[0]
-    if item.enabled is not None and call.version < microversion.V2_4:
-        raise InvalidInput("enabled: setting it needs microversion 2.4 or later.")
+    if item.enabled is not None:
+        microversion.require(call.version, microversion.V2_4, "enabled: setting it")
     profile = await call.run(
         functools.partial(
             service.create,
@@ -162,12 +177,11 @@ async def create_device_profile(
     "/{ident}",
     responses={200: {"model": DeviceProfileWrapped}},
     summary="Change a device profile's description or enabled flag (2.4)",
+    dependencies=[requires(microversion.V2_4, "Changing a device profile", 405)],
 )
 async def update_device_profile(
     ident: str, body: Annotated[list[PatchOp], Body()], call: CallDep
 ) -> Response:
-    if call.version < microversion.V2_4:
-        raise HTTPException(405, "Changing a device profile needs microversion 2.4 or later.")
     call.authorize("device_profile:update")
     if not body:
         raise InvalidInput("The body must be a non-empty list of patch operations.")
@@ -181,7 +195,9 @@ async def update_device_profile(
         else:
             changes[field] = op.value
     profile = await call.run(functools.partial(service.update, ident=ident, **changes))
-    return json_response({"device_profile": view(profile, call.version, call.base_url)})
+    return json_response(
+        DeviceProfileWrapped(device_profile=view(profile, call.version, call.base_url))
+    )
 
 
 @router.delete("/{ident}", status_code=204, summary="Delete device profiles by uuid or name(s)")

@@ -19,20 +19,20 @@ The paging parameters and links here are those of every inventory list.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import orjson
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Row
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.exceptions import InvalidInput
 from acceleron.service import devices as service
 from acceleron.service import health
 from acceleron.service.listing import Listed, Page, make_page
@@ -41,7 +41,6 @@ from acceleron.vocabulary import DEVICE_TYPES
 
 router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPONSES)
 
-V2_3 = microversion.Version(2, 3)
 # Filters that need 2.5: the fields they compare are shown from 2.5 only.
 FILTERS_2_5 = ("status", "state", "pci_address")
 FILTERS_2_13 = ("health",)
@@ -77,7 +76,7 @@ def sort_key_field(keys: tuple[str, ...]) -> Any:
 
 
 def page_body(
-    noun: str, items: list[dict[str, Any]], listed: Listed[Any], call: Call, path: str
+    noun: str, items: Sequence[Mapping[str, Any]], listed: Listed[Any], call: Call, path: str
 ) -> dict[str, Any]:
     """``{noun: items}``, with ``{noun}_links`` leading to the next page when there is one."""
     body: dict[str, Any] = {noun: items}
@@ -165,7 +164,7 @@ def view(device: Row[Any], version: microversion.Version, base: str) -> dict[str
         "updated_at": timestamp(device.updated_at),
         "links": [{"href": f"{base}/v2/devices/{device.uuid}", "rel": "self"}],
     }
-    if version >= V2_3:
+    if version >= microversion.V2_3:
         data["status"] = device.status
     if version >= microversion.V2_5:
         for field in ("id", "pci_address", "numa_node", "state", "health", "driver_name",
@@ -193,10 +192,10 @@ def with_health(
 def _filters(query: DeviceQuery, version: microversion.Version) -> dict[str, str | None]:
     filters: dict[str, str | None] = query.model_dump(include=set(service.FILTERS))
     late = [name for name in FILTERS_2_5 if filters[name] is not None]
-    if late and version < microversion.V2_5:
-        raise InvalidInput(f"{', '.join(late)}: filtering on it needs microversion 2.5 or later.")
-    if filters["health"] is not None and version < microversion.V2_13:
-        raise InvalidInput("health: filtering on it needs microversion 2.13 or later.")
+    if late:
+        microversion.require(version, microversion.V2_5, f"{', '.join(late)}: filtering on it")
+    if filters["health"] is not None:
+        microversion.require(version, microversion.V2_13, "health: filtering on it")
     return filters
 
 
@@ -254,11 +253,6 @@ class MaintenanceIn(BaseModel):
     )
 
 
-def needs_2_13(call: Call, what: str) -> None:
-    if call.version < microversion.V2_13:
-        raise HTTPException(404, f"{what} needs microversion 2.13 or later.")
-
-
 def wake_placement(call: Call) -> None:
     placement: PlacementService | None = call.request.app.state.placement
     if placement is not None:
@@ -267,11 +261,11 @@ def wake_placement(call: Call) -> None:
 
 @router.post(
     "/{uuid}/maintenance",
+    dependencies=[requires(microversion.V2_13, "Device maintenance")],
     responses={200: {"model": DeviceOut}},
     summary="Put a device in maintenance with a reason, or take it out (admin; 2.13)",
 )
 async def device_maintenance(uuid: str, body: MaintenanceIn, call: CallDep) -> Response:
-    needs_2_13(call, "Device maintenance")
     call.authorize("device:maintenance")
     device = await call.run(health.set_device_maintenance, uuid, body.maintenance, body.reason)
     wake_placement(call)
@@ -295,11 +289,11 @@ class BindsOut(BaseModel):
 
 @router.get(
     "/{uuid}/binds",
+    dependencies=[requires(microversion.V2_13, "The binds of a device")],
     responses={200: {"model": BindsOut}},
     summary="The accelerator requests holding a device's attach handles (the drain; 2.13)",
 )
 async def device_binds(uuid: str, call: CallDep) -> Response:
-    needs_2_13(call, "The binds of a device")
     call.authorize("device:get_one")
     device, binds = await call.run(health.device_with_binds, uuid)
     return json_response({

@@ -52,6 +52,8 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.DatabaseUnavailable, 503, "acceleron.database_unavailable"),
     (exc.Overloaded, 503, "acceleron.overloaded"),
     (exc.OverLimit, 429, "acceleron.over_limit"),
+    (exc.QuotaExceeded, 403, "acceleron.quota_exceeded"),
+    (exc.QuotaUnavailable, 503, "acceleron.quota_unavailable"),
 ]
 # Seconds a client is told to wait (Retry-After) before trying again, by error.
 RETRY_AFTER: dict[type[exc.AcceleronError], int] = {
@@ -60,6 +62,7 @@ RETRY_AFTER: dict[type[exc.AcceleronError], int] = {
     exc.PlacementUnavailable: 5,
     exc.Overloaded: 1,
     exc.OverLimit: 5,
+    exc.QuotaUnavailable: 5,
 }
 # Errors that come from HTTP itself rather than from the domain.
 HTTP_CODES = {

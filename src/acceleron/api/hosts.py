@@ -12,11 +12,10 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlalchemy import Row
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion, middleware
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import InvalidInput
 from acceleron.report import HostReport, check, check_values
@@ -24,7 +23,12 @@ from acceleron.service import hosts as service
 from acceleron.service import inventory
 from acceleron.service.placement import PlacementService
 
-router = APIRouter(prefix="/v2/hosts", tags=["hosts"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v2/hosts",
+    tags=["hosts"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_5, "The hosts API")],
+)
 
 
 class HostOut(BaseModel):
@@ -35,8 +39,14 @@ class HostOut(BaseModel):
     generation: int = Field(description="Bumped whenever the host's inventory changes.")
     placement_synced: bool | None = Field(
         None,
-        description="From 2.8: whether Placement shows the host's latest inventory (null: "
-        "this API publishes to no Placement).",
+        description="From 2.8: whether Placement shows the host's latest inventory, all of "
+        "it: false while a device is left out (see placement_errors) (null: this API "
+        "publishes to no Placement).",
+    )
+    placement_errors: list[str] | None = Field(
+        None,
+        description="From 2.10: why the last sync left devices out of Placement (an "
+        "invalid name, say); empty when it published everything.",
     )
     created_at: str | None
     updated_at: str | None
@@ -71,25 +81,21 @@ def view(host: Row[Any], call: Call) -> dict[str, Any]:
     if call.version >= microversion.V2_8:
         placement = call.request.app.state.placement
         publishing = placement is not None and placement.mode != "disabled"
-        data["placement_synced"] = host.synced_generation >= host.generation if publishing else None
+        synced = host.synced_generation >= host.generation and not host.placement_errors
+        data["placement_synced"] = synced if publishing else None
+    if call.version >= microversion.V2_10:
+        data["placement_errors"] = list(host.placement_errors or [])
     return data
-
-
-def _needs_2_5(call: Call) -> None:
-    if call.version < microversion.V2_5:
-        raise HTTPException(404, "The hosts API needs microversion 2.5 or later.")
 
 
 @router.get("", responses={200: {"model": HostList}}, summary="List reporting hosts (2.5)")
 async def list_hosts(call: CallDep) -> Response:
-    _needs_2_5(call)
     call.authorize("host:get")
     return json_response({"hosts": [view(h, call) for h in await call.run(service.list_hosts)]})
 
 
 @router.get("/{hostname}", responses={200: {"model": HostWrapped}}, summary="Show a host (2.5)")
 async def show_host(hostname: str, call: CallDep) -> Response:
-    _needs_2_5(call)
     call.authorize("host:get")
     return json_response({"host": view(await call.run(service.get, hostname), call)})
 
@@ -100,7 +106,6 @@ async def show_host(hostname: str, call: CallDep) -> Response:
     summary="Report a host's whole inventory (agents; 2.5)",
 )
 async def report_host(hostname: str, report: HostReport, call: CallDep) -> Response:
-    _needs_2_5(call)
     call.authorize("host:report")
     if report.hostname != hostname:
         raise InvalidInput(

@@ -5,15 +5,19 @@ a bare ``2.x`` is accepted too (older clients send it), ``latest`` means the
 newest, and a missing header means 2.0, which is what Nova sends. Anything
 else, or a version outside the list, is answered 406.
 
-Adding a version: append it here with what it changes, branch on it in the
-handler (``version >= V2_4``), add a test, and describe it in
-docs/api/microversions.md and the changelog.
+Adding a version: append it here with what it changes and add its ``V2_x``
+constant below (every one lives here), branch on it in the handler
+(``version >= V2_4``; a route that appears with it takes ``requires(V2_x, ...)``
+from ``acceleron.api.common``, a field ``require(...)``), add a test, and describe
+it in docs/api/microversions.md and the changelog.
 """
 
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
+
+from acceleron.exceptions import InvalidInput
 
 SERVICE_TYPE = "accelerator"
 HEADER = "OpenStack-API-Version"
@@ -50,28 +54,38 @@ VERSIONS: list[str] = [
     #         asynchronous with phases; agent tasks (/v2/hosts/{host}/tasks).
     "2.9",  # POST /v2/placement/reconcile: allocations no request holds, and requests
     #         holding handles for consumers without allocations, found and freed.
-    "2.10",  # Reserved for another change (merged separately); nothing yet.
+    "2.10",  # Deployables show memory_type (what names their memory class); hosts show
+    #          placement_errors (why devices were left out of Placement).
     "2.11",  # Accelerator requests show attach_target (VM, host or none, from the
     #          group's accel:attach_target); before 2.11, a bound request whose target
     #          is not VM shows no attach handle, so that a client attaching every handle
     #          it sees (Nova) leaves it alone.
+    "2.12",  # Claims: POST /v2/claims, GET and DELETE /v2/claims/{consumer} (docs/claims.md).
     "2.13",  # Health and maintenance: devices and deployables show health (healthy,
     #          degraded, unhealthy: "ok"/"failed" before), its reason and since when, and
     #          maintenance reason and since; devices filter on health; POST
     #          /v2/devices/{uuid}/maintenance and /v2/deployables/{uuid}/maintenance
     #          (admin); GET /v2/devices/{uuid}/binds (the drain); accelerator requests
     #          show the health of what they are bound to.
+    "2.14",  # GET /v2/quotas/{project_id}: a project's usage against its limit for each
+    #          accelerator resource class (limits named class:<RESOURCE_CLASS>).
 ]
 
+V2_0 = Version(2, 0)
+V2_1 = Version(2, 1)
 V2_2 = Version(2, 2)
+V2_3 = Version(2, 3)
 V2_4 = Version(2, 4)
 V2_5 = Version(2, 5)
 V2_6 = Version(2, 6)
 V2_7 = Version(2, 7)
 V2_8 = Version(2, 8)
 V2_9 = Version(2, 9)
+V2_10 = Version(2, 10)
 V2_11 = Version(2, 11)
+V2_12 = Version(2, 12)
 V2_13 = Version(2, 13)
+V2_14 = Version(2, 14)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
@@ -80,6 +94,21 @@ _NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})")  # longer is no version of ours
 
 class NotAcceptable(Exception):
     """The requested microversion is malformed or not supported."""
+
+
+def needs(what: str, version: Version) -> str:
+    """The one wording of "this needs a later microversion"."""
+    return f"{what} needs microversion {version} or later."
+
+
+def require(
+    version: Version, needed: Version, what: str, error: type[Exception] = InvalidInput
+) -> None:
+    """Refuse what a request asks for (a field, a filter, a way of looking up) when its
+    microversion ``version`` is older than ``needed``: ``error`` (a 400 unless told)
+    says ``what`` needs ``needed``. Whole routes take ``api.common.requires`` instead."""
+    if version < needed:
+        raise error(needs(what, needed))
 
 
 def negotiate(header: str | None) -> Version:

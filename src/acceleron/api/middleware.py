@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from acceleron import logs
+from acceleron import logs, metrics
 from acceleron.api import errors, microversion
 
 ACCESS_LOG = logging.getLogger("acceleron.api.access")
@@ -122,7 +122,9 @@ class ApiMiddleware:
             ACCESS_LOG.warning("The client stopped reading the answer for %g s: cut off",
                                self.client_timeout)  # fmt: skip
         finally:
-            _log_access(scope, status, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            _count(scope, status, seconds)
+            _log_access(scope, status, seconds)
             logs.REQUEST_ID.reset(token)
 
 
@@ -131,6 +133,24 @@ def routine(request: Request) -> None:
     report that changed nothing. They come every few seconds from every host, and ask
     nothing of an operator."""
     request.state.routine = True
+
+
+def route_of(scope: Scope) -> str:
+    """The route template that answered (``/v2/accelerator_requests/{uuid}``), so that
+    the metrics' labels stay few: the embedded Placement is one, an unknown path another."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str):
+        return path
+    if scope["path"].startswith("/placement"):
+        return "/placement"
+    return "unmatched"
+
+
+def _count(scope: Scope, status: int, seconds: float) -> None:
+    route, method = route_of(scope), scope["method"]
+    metrics.REQUESTS.labels(route, method, str(status)).inc()
+    metrics.REQUEST_SECONDS.labels(route, method).observe(seconds)
 
 
 def _log_access(scope: Scope, status: int, seconds: float) -> None:

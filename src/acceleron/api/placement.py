@@ -15,17 +15,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response
+from acceleron.api.common import Call, CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import Conflict
 from acceleron.service.placement import HostSync, PlacementService
 from acceleron.service.reconciler import Leak, Reconciler
 
-router = APIRouter(prefix="/v2/placement", tags=["placement"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v2/placement",
+    tags=["placement"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_6, "The placement API")],
+)
 
 
 class SyncRequest(BaseModel):
@@ -72,7 +76,7 @@ class ReconcileOut(BaseModel):
 
 
 class ActionOut(BaseModel):
-    op: str = Field(description="create, inventories, traits, delete, retire or remove_flat")
+    op: str = Field(description="create, move, inventories, traits, delete, retire or remove_flat")
     uuid: str
     name: str
     detail: str
@@ -107,8 +111,6 @@ def _view(results: Sequence[HostSync]) -> dict[str, Any]:
 
 
 def _service(call: Call) -> PlacementService:
-    if call.version < microversion.V2_6:
-        raise HTTPException(404, "The placement API needs microversion 2.6 or later.")
     call.authorize("placement:sync")
     service: PlacementService | None = call.request.app.state.placement
     if service is None:
@@ -159,14 +161,13 @@ def _leak_view(leak: Leak) -> dict[str, Any]:
     "/reconcile",
     responses={200: {"model": ReconcileOut}},
     summary="Find and free allocations and requests that no longer explain each other (2.9)",
+    dependencies=[requires(microversion.V2_9, "Reconciling")],
     description="Allocations of Acceleron's resources that no request holds, and requests "
     "holding handles for consumers that hold no allocation (docs/reconciler.md). A leak "
     "is freed once seen for [reconciler] grace seconds over two passes at least (the "
     "API's own periodic passes count).",
 )
 async def reconcile(body: Annotated[ReconcileRequest, Body()], call: CallDep) -> Response:
-    if call.version < microversion.V2_9:
-        raise HTTPException(404, "Reconciling needs microversion 2.9 or later.")
     _service(call)
     reconciler = reconciler_of(call.request.app.state)
     leaks = await call.outbound(functools.partial(reconciler.run, dry_run=body.dry_run))

@@ -159,12 +159,28 @@ ARQ_RULES = [
           "DELETE", "/v2/accelerator_requests"),
 ]  # fmt: skip
 
+# Claims (2.12): a project's own; admins and services may claim for another project.
+CLAIM_RULES = [
+    _rule("claim:create", "rule:project_member_or_service",
+          "Claim accelerators for a consumer (2.12).", "POST", "/v2/claims"),
+    _rule("claim:get", READERS, "Show a consumer's claim (2.12).",
+          "GET", "/v2/claims/{consumer}"),
+    _rule("claim:delete", "rule:project_member_or_service",
+          "Release a consumer's claim (2.12).", "DELETE", "/v2/claims/{consumer}"),
+]  # fmt: skip
+
 TASK_RULES = [
     _rule("task:claim", "rule:admin_or_service", "Take a host's tasks (agents).",
           "POST", "/v2/hosts/{hostname}/tasks/claim"),
     _rule("task:update", "rule:admin_or_service", "Report a task's progress (agents).",
           "PUT", "/v2/tasks/{uuid}"),
     _rule("task:get", "rule:admin_or_service", "Show a task.", "GET", "/v2/tasks/{uuid}"),
+]  # fmt: skip
+
+QUOTA_RULES = [
+    _rule("quota:get", "rule:project_reader_or_admin or rule:service_api",
+          "Show a project's usage against its limits (its readers, or an admin).",
+          "GET", "/v2/quotas/{project_id}"),
 ]  # fmt: skip
 
 PLACEMENT_RULES = [
@@ -208,8 +224,10 @@ def list_rules() -> list[policy.RuleDefault]:
         *INVENTORY_RULES,
         *PLACEMENT_RULES,
         *ARQ_RULES,
+        *CLAIM_RULES,
         *TASK_RULES,
         *BITSTREAM_RULES,
+        *QUOTA_RULES,
     ]
 
 

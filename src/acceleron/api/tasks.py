@@ -14,15 +14,18 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Row
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from acceleron.api import microversion, middleware, wakeup
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import arqs, tasks
 
-router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    tags=["tasks"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_8, "Agent tasks")],
+)
 
 
 class TaskOut(BaseModel):
@@ -71,11 +74,6 @@ def view(task: Row[Any]) -> dict[str, Any]:
     }
 
 
-def _needs_2_8(call: Call) -> None:
-    if call.version < microversion.V2_8:
-        raise HTTPException(404, "Agent tasks need microversion 2.8 or later.")
-
-
 @router.post(
     "/v2/hosts/{hostname}/tasks/claim",
     responses={200: {"model": TaskList}},
@@ -86,7 +84,6 @@ async def claim_tasks(
     call: CallDep,
     wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait for work.")] = 0,
 ) -> Response:
-    _needs_2_8(call)
     call.authorize("task:claim")
     deadline = time.monotonic() + wait
     state = call.request.app.state
@@ -105,7 +102,6 @@ async def claim_tasks(
 
 @router.get("/v2/tasks/{uuid}", responses={200: {"model": TaskOut}}, summary="Show a task (2.8)")
 async def show_task(uuid: str, call: CallDep) -> Response:
-    _needs_2_8(call)
     call.authorize("task:get")
     return json_response(view(await call.run(tasks.get, uuid)))
 
@@ -116,7 +112,6 @@ async def show_task(uuid: str, call: CallDep) -> Response:
     summary="Report a task's progress or end (agents; 2.8)",
 )
 async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: CallDep) -> Response:
-    _needs_2_8(call)
     call.authorize("task:update")
     task, resolved = await call.run(
         lambda db: arqs.finish_task(

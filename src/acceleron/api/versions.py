@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion
 from acceleron.api.common import base_url, json_response
@@ -20,7 +21,9 @@ from acceleron.api.errors import ERROR_RESPONSES
 router = APIRouter(tags=["versions"], responses=ERROR_RESPONSES)
 
 
-class Link(BaseModel):
+class Link(TypedDict):
+    """A link of a response: a typed dict, so views build it and the schema documents it."""
+
     rel: str
     href: str
 

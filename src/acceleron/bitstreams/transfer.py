@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from acceleron import metrics
 from acceleron.bitstreams.model import Bitstream
 from acceleron.exceptions import BitstreamCorrupt, BitstreamUnavailable
 
@@ -187,10 +188,14 @@ def fetch_to_cache(
     if file_is_intact(path, bitstream):
         LOG.debug("Bitstream %s: using the verified copy at %s", bitstream.describe(), path)
         os.utime(path)  # the last use, for whoever prunes the cache
+        metrics.BITSTREAM_CACHE.labels("hit").inc()
         return path
     if path.exists():
         LOG.warning("Bitstream %s: cached copy %s is damaged, fetching again", bitstream.id, path)
         path.unlink(missing_ok=True)
+        metrics.BITSTREAM_CACHE.labels("damaged").inc()
+    else:
+        metrics.BITSTREAM_CACHE.labels("miss").inc()
     with chunks() as data:
         write_verified(data, path, bitstream)
     LOG.info("Bitstream %s: fetched and verified into %s", bitstream.describe(), path)

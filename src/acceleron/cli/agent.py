@@ -113,6 +113,10 @@ class Agent(Command):
         runner = tasks.TaskRunner(
             tasks.Settings.from_conf(conf), agent.drivers, agent.client, agent.schedule.event
         )
+        if conf.agent.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(conf.agent.metrics_port, conf.agent.metrics_host)
         try:
             loop.serve(agent, conf.agent.udev, runner)
         except UnknownHost as error:

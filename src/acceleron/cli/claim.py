@@ -1,8 +1,10 @@
 """``acceleron claim`` and ``acceleron release``: accelerators without Nova.
 
-``claim`` asks Placement for candidates as Nova would, ranks them with spec 001's
-weigher, allocates, creates and binds the requests, follows any programming on
-stderr, and prints the attach handles. ``release`` undoes all of it.
+``claim`` asks the API for a claim (``POST /v2/claims``, docs/claims.md): the API asks
+Placement for candidates as Nova would, ranks them with spec 001's weigher, allocates,
+creates and binds the requests. The command follows any programming on stderr and
+prints the attach handles. ``release`` undoes all of it (``DELETE /v2/claims/{uuid}``).
+Against an API older than 2.12, the same flow runs in the command itself.
 
 Placement is reached at ``--placement-url`` (env ``ACCELERON_PLACEMENT_URL``): by
 default the all-in-one's, ``<API>/placement`` with its admin token, or the Keystone
@@ -127,7 +129,10 @@ class Claim(Lister):
         parser = super().get_parser(prog_name)
         parser.add_argument("--profile", required=True, help="Device profile name.")
         parser.add_argument("--consumer", required=True, help="Consumer uuid (yours).")
-        parser.add_argument("--project-id", default="acceleron", help="Placement project.")
+        parser.add_argument(
+            "--project-id",
+            help="Project to claim for (admins and services; default: the caller's).",
+        )
         parser.add_argument("--user-id", default="acceleron", help="Placement user.")
         parser.add_argument(
             "--timeout", type=float, default=600.0, metavar="SECONDS",

@@ -48,6 +48,8 @@ COMMANDS = {
     "deployable list": "inventory:ListDeployables",
     "deployable show": "inventory:ShowDeployable",
     "deployable program": "programming:ProgramDeployable",
+    "host list": "hosts:ListHosts",
+    "host show": "hosts:ShowHost",
     "placement sync": "placement:Sync",
     "placement migrate-to-nested": "placement:MigrateToNested",
     "placement reconcile": "placement:Reconcile",
@@ -60,6 +62,7 @@ COMMANDS = {
     "arq show": "arqs:ShowArq",
     "arq delete": "arqs:DeleteArq",
     "arq program": "programming:ProgramArq",
+    "quota show": "quotas:ShowQuota",
     "claim": "claim:Claim",
     "release": "claim:Release",
 }

@@ -84,6 +84,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     if workers > 1:  # uvicorn binds once more, for its worker processes
         sock.close()
         os.environ["ACCELERON_CONFIG_FILES"] = json.dumps(conf.config_file)
+        _metrics_directory()
         uvicorn.run(
             "acceleron.api.app:from_environment",
             factory=True,
@@ -100,6 +101,26 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
                                 timeout_graceful_shutdown=GRACE)  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end
             Server(config, app).run(sockets=[sock])
+
+
+def _metrics_directory() -> None:
+    """Where worker processes write their metrics for a scrape of any to add up: the
+    operator's PROMETHEUS_MULTIPROC_DIR (emptied: values of a previous run would count
+    again), else a directory of our own, removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from acceleron.metrics import MULTIPROC_ENV
+
+    directory = os.environ.get(MULTIPROC_ENV)
+    if directory:
+        for stale in Path(directory).glob("*.db"):
+            stale.unlink()
+    else:
+        directory = tempfile.mkdtemp(prefix="acceleron-metrics-")
+        atexit.register(shutil.rmtree, directory, True)
+        os.environ[MULTIPROC_ENV] = directory
 
 
 def _upgrade(conf: cfg.ConfigOpts, revision: str = "head") -> tuple[str | None, str | None]:
@@ -195,6 +216,8 @@ def banner(conf: cfg.ConfigOpts, url: str) -> str:
         f"Acceleron all-in-one ({auth})",
         f"  API        {url}/v2",
         f"  Placement  {url}/placement{token}",
+        f"  page       {url}/ui",
+        *([f"  metrics    {url}/metrics"] if conf.metrics.enabled else []),
         f"  agent      {conf.host}, drivers {', '.join(conf.agent.enabled_drivers)}",
         f"  data       {conf.state_path}",
         "Try, in another terminal"

@@ -95,6 +95,8 @@ class Host(TimestampMixin, Base):
     # Bumped on each inventory change; Placement sync compares it with synced_generation.
     generation: Mapped[int] = mapped_column(BigInteger, default=0)
     synced_generation: Mapped[int] = mapped_column(BigInteger, default=-1)
+    # Why the last sync left devices out of Placement (empty: it published them all).
+    placement_errors: Mapped[list[Any]] = mapped_column(default=list)
 
 
 class Device(TimestampMixin, Base):
@@ -152,6 +154,8 @@ class Deployable(TimestampMixin, Base):
     accelerator_type: Mapped[str | None] = mapped_column(String(W["accelerator_type"]))
     programmable: Mapped[bool] = mapped_column(Boolean, default=False)
     memory_mb: Mapped[int | None] = mapped_column(Integer)
+    # The kind of that memory (DDR, HBM, GDDR...), naming its resource class; None: unknown.
+    memory_type: Mapped[str | None] = mapped_column(String(32))
     # The resource class Placement sync last published it as.
     resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
     traits: Mapped[list[Any]] = mapped_column(default=list)
@@ -262,6 +266,8 @@ class AcceleratorRequest(TimestampMixin, Base):
     phase: Mapped[str | None] = mapped_column(String(32))
     progress: Mapped[int | None] = mapped_column(Integer)
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    # The resource class of the accelerator it asks for, what a project's quota counts.
+    resource_class: Mapped[str | None] = mapped_column(String(NAME_LEN))
 
 
 class Bitstream(TimestampMixin, Base):
@@ -320,6 +326,35 @@ class InstanceBinding(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     instance_uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class Claim(TimestampMixin, Base):
+    """A server-side claim (``POST /v2/claims``): a consumer's accelerators, allocated in
+    Placement and bound by the API. States: docs/claims.md."""
+
+    __tablename__ = "claims"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    consumer: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
+    project_id: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    device_profile_name: Mapped[str] = mapped_column(String(NAME_LEN))
+    state: Mapped[str] = mapped_column(String(16))
+    hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class QuotaProject(Base):
+    """One row per project whose accelerators are counted against its limits: a bind
+    takes its project's row (a row lock) before it counts, so that two racing binds of
+    one project count one after the other and never exceed a limit together."""
+
+    __tablename__ = "quota_projects"
+    __table_args__ = table_args()
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class PlacementProvider(TimestampMixin, Base):

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from oslo_config import cfg
 
-from acceleron.drivers import gbs
+from acceleron.drivers import gbs, memory
 from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import vgpu_trait
 from acceleron.drivers.sysfs import (
@@ -76,6 +76,7 @@ devices:
     model: T4
     numa_node: 0
     memory_mb: 15360
+    memory_type: GDDR6
     vgpu_types:
       - {name: nvidia-222, label: GRID T4-1B, instances: 16}
       - {name: nvidia-223, label: GRID T4-2B, instances: 8}
@@ -84,6 +85,7 @@ devices:
     model: H100
     numa_node: 1
     memory_mb: 81559
+    memory_type: HBM3
     mig_profiles:
       - {name: 1g.10gb, instances: 4, memory_mb: 9856}
       - {name: 3g.40gb, instances: 1, memory_mb: 40192}
@@ -96,7 +98,7 @@ devices:
 
 _DEVICE_KEYS = {
     "type", "count", "vendor_id", "product_id", "vendor_name", "model", "numa_node",
-    "memory_mb", "health", "regions", "vgpu_types", "mig_profiles", "vfs",
+    "memory_mb", "memory_type", "health", "regions", "vgpu_types", "mig_profiles", "vfs",
 }  # fmt: skip
 _SHAPES = ("regions", "vgpu_types", "mig_profiles", "vfs")
 _ITEM_KEYS = {
@@ -340,9 +342,19 @@ def _deployables(ctx: _Context, product_id: str) -> list[Deployable]:
     handle = _test_pci(ctx.address)
     return [
         Deployable(
-            "device", "device", 1, memory_mb=entry.get("memory_mb"), attach_handles=(handle,)
+            "device",
+            "device",
+            1,
+            memory_mb=entry.get("memory_mb"),
+            memory_type=_memory_type(entry),
+            attach_handles=(handle,),
         )
     ]
+
+
+def _memory_type(entry: Mapping[str, Any]) -> str | None:
+    """The device's ``memory_type`` (``HBM3``, ``GDDR6``...) as its memory family."""
+    return memory.family(str(entry.get("memory_type") or ""))
 
 
 def _regions(ctx: _Context) -> list[Deployable]:
@@ -416,6 +428,7 @@ def _mig(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable:
         num_accelerators=len(handles),
         accelerator_type="MIG",
         memory_mb=item.get("memory_mb"),
+        memory_type=_memory_type(ctx.entry),
         traits=(f"CUSTOM_NVIDIA_{product_id.upper()}_MIG_{trait_part(name)}",),
         attach_handles=handles,
     )

@@ -1,4 +1,4 @@
-"""The GBS header of Intel FPGA partial-reconfiguration bitstreams (hardware.md §3.4).
+"""The GBS header of Intel FPGA partial-reconfiguration bitstreams (docs/design/hardware.md §3.4).
 
 Layout: a 16-byte GUID (``XeonFPGA·GBSv001``), a little-endian u32 metadata length
 L, L bytes of UTF-8 JSON metadata, then the raw bitstream. Signed images (N3000,

@@ -1,6 +1,6 @@
 """Intel FPGA cards (PAC Arria10, N3000, D5005, OFS, integrated Xeon+FPGA).
 
-Both driver stacks are read (hardware.md §3): the kernel's DFL layout
+Both driver stacks are read (docs/design/hardware.md §3): the kernel's DFL layout
 (``fpga_region/region*/dfl-fme.*``, PR regions with ``compat_id``) and the older
 OPAE ``intel-fpga`` layout (``fpga/intel-fpga-dev.*/intel-fpga-fme.*/pr/interface_id``).
 Each PF becomes one device with one ``region<i>`` deployable per PR region. The
@@ -62,6 +62,9 @@ MODELS = {
     "bcbd": "XEON_FPGA",
     "bcbf": "XEON_FPGA",
 }
+# Device id -> the memory family on the card (PAC Arria10, N3000 and D5005 carry DDR4);
+# the FME does not say, and OFS or integrated parts vary.
+MEMORY = dict.fromkeys(("09c4", "09c5", "0b30", "0b31", "0b2b", "0b2c"), "DDR")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +122,7 @@ class IntelFpgaDriver:
             deployables: tuple[Deployable, ...] = (self._whole_device(fn),)
         else:
             ports = read_ports(self.sysfs, fn, vfs)
-            deployables = tuple(_regions(fme, ports))
+            deployables = tuple(_regions(fme, ports, MEMORY.get(fn.device)))
         if not still_present(self.sysfs, fn):
             return None
         return make_device(
@@ -309,21 +312,23 @@ def _port_paths(sysfs: Sysfs, path: Path) -> list[Path]:
 # Building the tree
 
 
-def _regions(fme: Fme, ports: Sequence[Port]) -> list[Deployable]:
+def _regions(fme: Fme, ports: Sequence[Port], memory_type: str | None) -> list[Deployable]:
     """One deployable per PR region. Ports map to regions by order; when there are
     fewer regions than ports (the usual single region), the rest share the last one."""
     per_region: list[list[Port]] = [[] for _ in fme.region_types]
     for index, port in enumerate(ports):
         per_region[min(index, len(per_region) - 1)].append(port)
     return [
-        _region(index, region_type, fme, members)
+        _region(index, region_type, fme, members, memory_type)
         for index, (region_type, members) in enumerate(
             zip(fme.region_types, per_region, strict=True)
         )
     ]
 
 
-def _region(index: int, region_type: str | None, fme: Fme, ports: list[Port]) -> Deployable:
+def _region(
+    index: int, region_type: str | None, fme: Fme, ports: list[Port], memory_type: str | None
+) -> Deployable:
     handles: dict[str, AttachHandle] = {}
     for port in ports:
         handles.setdefault(port.address, pci_handle(port.address))
@@ -335,6 +340,7 @@ def _region(index: int, region_type: str | None, fme: Fme, ports: list[Port]) ->
         programmable=True,
         region_type=region_type,
         function_uuids=tuple(functions),
+        memory_type=memory_type,
         attributes={
             "layout": fme.layout,
             "fim_bitstream_id": fme.bitstream_id,

@@ -1,4 +1,4 @@
-"""Intel QuickAssist (QAT) from sysfs (hardware.md §5).
+"""Intel QuickAssist (QAT) from sysfs (docs/design/hardware.md §5).
 
 Each PF (every id of §1.2, from DH895xCC to 402xx) is one device with one
 ``vf_pool`` deployable holding its VFs as PCI attach handles. The pool is there

@@ -1,4 +1,4 @@
-"""Making and removing vGPUs through sysfs (hardware.md §2.1 and §2.2).
+"""Making and removing vGPUs through sysfs (docs/design/hardware.md §2.1 and §2.2).
 
 Two of the three vGPU forms need a write before a workload can use a handle:
 

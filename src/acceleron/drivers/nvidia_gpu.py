@@ -9,7 +9,7 @@ What a GPU offers, first match wins:
 * MIG enabled (NVML): one ``mig/<profile>`` deployable per profile with existing
   MIG devices; handles of type MIG (the ``MIG-...`` uuid).
 * vGPU types (sysfs): one ``vgpu/<type>`` deployable per type, across the three
-  forms of hardware.md §2.2: mdev types on the PF (pre-Ampere), mdev types on the
+  forms of docs/design/hardware.md §2.2: mdev types on the PF (pre-Ampere), mdev types on the
   SR-IOV VFs, and the vendor-specific VFIO form (``nvidia/creatable_vgpu_types``
   on each VF). mdev capacity is ``available_instances`` plus the mdevs that exist;
   existing ones are handles ``in_use`` with their uuid, free ones get a uuid
@@ -32,7 +32,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from acceleron.drivers import mdev, nvml
+from acceleron.drivers import mdev, memory, nvml
 from acceleron.drivers.health import EventHold, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
@@ -69,6 +69,10 @@ MODELS = {
     "2330": "H100",
     "2331": "H100",
 }
+# PCI device id -> memory family, for a GPU whose NVML name does not say (or without
+# NVML): T4, A40 and L4 carry GDDR6, V100 HBM2, A100 HBM2/HBM2e, H100 HBM3/HBM2e.
+_HBM = ("1db1", "1db4", "1db5", "20b0", "20b2", "20b5", "20f1", "2330", "2331")
+MEMORY = {**dict.fromkeys(("1eb8", "2235", "27b8"), "GDDR"), **dict.fromkeys(_HBM, "HBM")}
 _SLOTS = uuid.UUID("6a1c3f2e-8d4b-5e7f-9a0b-1c2d3e4f5a6b")  # namespace of free mdev uuids
 
 
@@ -164,7 +168,9 @@ class NvidiaGpuDriver:
             driver=self.name,
             numa_node=gpu.numa_node,
             vendor_board_info=_board(gpu, version),
-            deployables=tuple(_mig(gpu) if gpu.mig_enabled else [_whole(gpu.address, gpu)]),
+            deployables=tuple(
+                _mig(gpu) if gpu.mig_enabled else [_whole(gpu.address, gpu, gpu.product_id)]
+            ),
         )
 
     def _deployables(self, fn: PciFunction, gpu: nvml.NvmlGpu | None) -> list[Deployable]:
@@ -176,7 +182,7 @@ class NvidiaGpuDriver:
             return vgpus
         if gpu is None:
             self._warn_mig_without_nvml(fn)
-        return [_whole(fn.address, gpu, in_use=passed_through(fn))]
+        return [_whole(fn.address, gpu, fn.device, in_use=passed_through(fn))]
 
     def _warn_mig_without_nvml(self, fn: PciFunction) -> None:
         """Once per GPU: MIG instances exist (the driver's /proc says so) but only NVML
@@ -358,12 +364,21 @@ def _mdev_handle(parent: str, mdev_type: str, mdev: str, slot: int, in_use: bool
 # -- whole GPUs and MIG ------------------------------------------------------------
 
 
-def _whole(address: str, gpu: nvml.NvmlGpu | None, in_use: bool = False) -> Deployable:
+def memory_type(gpu: nvml.NvmlGpu | None, product_id: str) -> str | None:
+    """The GPU's memory family: from NVML's name when it tells ("NVIDIA H100 80GB
+    HBM3"), else from the product table."""
+    return memory.family(gpu.name if gpu else None) or MEMORY.get(product_id)
+
+
+def _whole(
+    address: str, gpu: nvml.NvmlGpu | None, product_id: str, in_use: bool = False
+) -> Deployable:
     return Deployable(
         key="device",
         kind="device",
         num_accelerators=1,
         memory_mb=gpu.memory_mb if gpu else None,
+        memory_type=memory_type(gpu, product_id),
         attach_handles=(pci_handle(address, in_use=in_use),),
     )
 
@@ -398,6 +413,7 @@ def _mig(gpu: nvml.NvmlGpu) -> list[Deployable]:
                 num_accelerators=len(handles),
                 accelerator_type="MIG",
                 memory_mb=profile.memory_mb if profile else migs[0].memory_mb,
+                memory_type=memory_type(gpu, gpu.product_id),
                 traits=(f"CUSTOM_NVIDIA_{gpu.product_id.upper()}_MIG_{trait_part(name)}",),
                 attributes=_profile_attributes(profile),
                 attach_handles=handles,

@@ -6,7 +6,7 @@ tests), symlinks are resolved inside that root, and a file that cannot be read
 as ``None``: the device it belongs to is skipped, never the whole scan.
 
 Also here: PCI address (BDF) parsing and formatting, the id hygiene rules of
-``reference/hardware.md`` §7, the classification table of §1.2, and the small
+``docs/design/hardware.md`` §7, the classification table of §1.2, and the small
 builders (PCI attach handles, board info) that drivers share; health checks are in
 ``acceleron.drivers.health``.
 """
@@ -462,7 +462,7 @@ def owning_function(sysfs: Sysfs, path: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# Classification (hardware.md §1.2): ordered rules, the first match wins.
+# Classification (docs/design/hardware.md §1.2): ordered rules, the first match wins.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -595,7 +595,7 @@ def pci_handle_info(address: str) -> dict[str, str]:
 
 
 def passed_through(fn: PciFunction) -> bool:
-    """Bound to ``vfio-pci``: a VM most likely has it (hardware.md §7). A card reported
+    """Bound to ``vfio-pci``: a VM most likely has it (docs/design/hardware.md §7). A card reported
     whole for that reason has its handle marked in use on the host."""
     return fn.driver == "vfio-pci"
 

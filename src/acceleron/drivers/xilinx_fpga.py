@@ -1,4 +1,4 @@
-"""Xilinx (AMD) Alveo cards: vendor 10ee, class 0x1200xx (hardware.md §4).
+"""Xilinx (AMD) Alveo cards: vendor 10ee, class 0x1200xx (docs/design/hardware.md §4).
 
 An Alveo card shows two PFs in one slot: the management PF (``.0``, kernel driver
 ``xclmgmt``) and the user PF (``.1``, ``xocl``). They are merged into one device
@@ -39,6 +39,9 @@ LOG = logging.getLogger(__name__)
 
 # Management PF id -> board; the user PF is the next id (5000/5001 and so on).
 MODELS = {"5000": "U200", "5004": "U250", "500c": "U280", "5020": "U50"}
+# Product -> the memory family kernels use first: DDR4 on U200/U250; HBM2 on U280 (which
+# also has DDR4) and U50.
+MEMORY = {"5000": "DDR", "5004": "DDR", "500c": "HBM", "5020": "HBM"}
 USER_IDS = {"5001": "5000", "5005": "5004", "500d": "500c", "5021": "5020"}
 
 
@@ -99,6 +102,8 @@ class XilinxFpgaDriver:
         if xclbin == "0" * 32:  # XRT writes zeros when nothing is loaded
             xclbin = None
         handles = (pci_handle(user.address),) if user else ()
+        main = mgmt or user
+        product = USER_IDS.get(main.device, main.device) if main else ""
         return Deployable(
             key="region0",
             kind="region",
@@ -107,6 +112,7 @@ class XilinxFpgaDriver:
             region_type=self._first_uuid(mgmt, user, "interface_uuids"),
             bitstream_id=xclbin,
             function_uuids=(xclbin,) if xclbin else (),
+            memory_type=MEMORY.get(product),
             attributes={
                 "management_address": mgmt.address if mgmt else None,
                 "user_address": user.address if user else None,

@@ -34,6 +34,7 @@ import requests
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
 
+from acceleron import metrics
 from acceleron.exceptions import (
     AllocationConflict,
     PlacementError,
@@ -218,12 +219,17 @@ class PlacementClient:
         }
         if body is not None:
             kwargs["json"] = body
+        kind = metrics.placement_kind(path)
+        metrics.PLACEMENT_REQUESTS.labels(method, kind).inc()
         try:
             response: requests.Response = self._adapter.request(path, method, **kwargs)
         except _UNREACHABLE as error:
+            metrics.PLACEMENT_ERRORS.labels(kind, "unreachable").inc()
             raise PlacementUnavailable(
                 f"Placement is unreachable while {doing}: {error}"
             ) from error
+        if response.status_code >= 400:
+            metrics.PLACEMENT_ERRORS.labels(kind, _error_kind(response.status_code)).inc()
         if response.status_code >= 500:
             detail, code = _error_detail(response)
             raise PlacementUnavailable(
@@ -322,6 +328,13 @@ class PlacementClient:
             )
         if response.status_code >= 400:
             raise self._failure(response, doing)
+        return self._seen(Provider.from_json(response.json()))
+
+    def move_provider(self, uuid: str, name: str, parent_uuid: str | None) -> Provider:
+        """Give a provider another parent (Placement 1.37+ allows re-parenting)."""
+        body: JSON = {"name": name, "parent_provider_uuid": parent_uuid}
+        doing = f"moving provider {name!r} under {parent_uuid}"
+        response = self._call("PUT", f"/resource_providers/{uuid}", doing, body)
         return self._seen(Provider.from_json(response.json()))
 
     def delete_provider(self, uuid: str) -> bool:
@@ -697,3 +710,10 @@ def _descendants_deepest_first(providers: Sequence[Provider], uuid: str) -> list
         order.append(current)
         stack.extend(children.get(current, ()))
     return order[::-1]
+
+
+def _error_kind(status: int) -> str:
+    """A failed answer's label in acceleron_placement_errors."""
+    if status >= 500:
+        return "server_error"
+    return {409: "conflict", 404: "not_found"}.get(status, "refused")

@@ -13,14 +13,17 @@ naming the driver and the device it came from (pass ``origin=``).
 Resource classes (spec 001)::
 
     CUSTOM_ACCELERATOR_<TYPE>            CUSTOM_ACCELERATOR_FPGA
-    CUSTOM_ACCELERATOR_MEMORY_<TYPE>     CUSTOM_ACCELERATOR_MEMORY_GPU (the accelerator
-                                         type: drivers report no memory type)
+    CUSTOM_ACCELERATOR_MEMORY_<MEMORY>   CUSTOM_ACCELERATOR_MEMORY_HBM (the memory type,
+                                         DDR, HBM, GDDR...; the accelerator type, _GPU,
+                                         where the driver cannot tell)
     FPGA, PGPU, VGPU                     upstream Cyborg's standard classes, with standard=True
 
 Traits::
 
     device type        CUSTOM_<TYPE>_<VENDOR>                  CUSTOM_FPGA_INTEL
-    family / product   CUSTOM_<TYPE>_<VENDOR>_<PRODUCT>        CUSTOM_FPGA_INTEL_PAC_ARRIA10
+    product            CUSTOM_<TYPE>_<VENDOR>_<PRODUCT>        CUSTOM_FPGA_INTEL_PAC_ARRIA10
+    family (spec 001)  CUSTOM_<TYPE>_<VENDOR>_<FAMILY>         CUSTOM_FPGA_INTEL_ARRIA10
+                       (FAMILIES: product -> family, for the cards drivers support)
     region type        spec 004: CUSTOM_<TYPE>_<VENDOR>_REGION_<ID>
                        spec 001: CUSTOM_<TYPE>_REGION_<VENDOR>_<ID>   (= upstream Cyborg's)
     function           spec 004: CUSTOM_<TYPE>_<VENDOR>_FUNCTION_<ID>
@@ -247,8 +250,8 @@ def accelerator_class(device_type: str, *, standard: bool = False, origin: Origi
 
 
 def memory_class(kind: str, *, origin: Origin = UNKNOWN) -> str:
-    """``CUSTOM_ACCELERATOR_MEMORY_<KIND>``: spec 001 names the memory type (``_DDR``);
-    drivers report none, so the sync passes the accelerator type (``_GPU``)."""
+    """``CUSTOM_ACCELERATOR_MEMORY_<KIND>``: spec 001 names the memory type (``_DDR``,
+    ``_HBM``); where the driver cannot tell, the sync passes the accelerator type."""
     return custom("ACCELERATOR", "MEMORY", kind, origin=origin)
 
 
@@ -261,14 +264,52 @@ def device_type_trait(device_type: str, vendor: str, *, origin: Origin = UNKNOWN
 
 
 def product_trait(device_type: str, vendor: str, product: str, *, origin: Origin = UNKNOWN) -> str:
-    """``CUSTOM_<TYPE>_<VENDOR>_<PRODUCT>``, e.g. ``CUSTOM_FPGA_INTEL_PAC_ARRIA10``.
-
-    Spec 001's family trait (``CUSTOM_FPGA_INTEL_ARRIA10``) has the same form.
-    """
+    """``CUSTOM_<TYPE>_<VENDOR>_<PRODUCT>``, e.g. ``CUSTOM_FPGA_INTEL_PAC_ARRIA10``."""
     return custom(device_type, vendor, product, origin=origin)
 
 
-family_trait = product_trait
+# Spec 001's device family, by vendor and product (the model drivers report): what
+# software in an image is built for, not a product name. Cards missing here get no
+# family trait (their product trait still names them).
+FAMILIES = {
+    ("INTEL", "PAC_ARRIA10"): "ARRIA10",
+    ("INTEL", "PAC_N3000"): "ARRIA10",
+    ("INTEL", "XEON_FPGA"): "ARRIA10",
+    ("INTEL", "PAC_D5005"): "STRATIX10",
+    ("XILINX", "U200"): "ULTRASCALE_PLUS",
+    ("XILINX", "U250"): "ULTRASCALE_PLUS",
+    ("XILINX", "U280"): "ULTRASCALE_PLUS",
+    ("XILINX", "U50"): "ULTRASCALE_PLUS",
+    ("NVIDIA", "V100"): "VOLTA",
+    ("NVIDIA", "T4"): "TURING",
+    ("NVIDIA", "A100"): "AMPERE",
+    ("NVIDIA", "A40"): "AMPERE",
+    ("NVIDIA", "L4"): "ADA_LOVELACE",
+    ("NVIDIA", "H100"): "HOPPER",
+}
+
+
+def family_of(vendor: str, product: str) -> str | None:
+    """The family of a product in :data:`FAMILIES` (names compared normalised), if any;
+    a model that is itself one of the vendor's families is its own."""
+    try:
+        key = (normalize(vendor), normalize(product))
+    except InvalidPlacementName:
+        return None
+    if key in FAMILIES:
+        return FAMILIES[key]
+    known = {family for (maker, _), family in FAMILIES.items() if maker == key[0]}
+    return key[1] if key[1] in known else None
+
+
+def family_trait(
+    device_type: str, vendor: str, product: str, *, origin: Origin = UNKNOWN
+) -> str | None:
+    """Spec 001's family trait ``CUSTOM_<TYPE>_<VENDOR>_<FAMILY>``, e.g.
+    ``CUSTOM_FPGA_INTEL_ARRIA10`` for a PAC Arria10; None for a product not in
+    :data:`FAMILIES`."""
+    family = family_of(vendor, product)
+    return None if family is None else custom(device_type, vendor, family, origin=origin)
 
 
 def _id_trait(

@@ -6,6 +6,8 @@ each provider it owns):
 
 * one ``GET /resource_providers?in_tree=`` reads the tree and its generations;
 * a new provider costs at most three calls: create, inventories, traits;
+* a provider whose parent changed (a VF pool now nested in its region) is moved
+  under its new parent (one ``PUT``), keeping its inventory and allocations;
 * a provider whose generation and digest match the record costs nothing; one
   that changed (ours or someone else's doing) is read, and only what differs is
   written (a function trait swap is one ``PUT .../traits``);
@@ -51,7 +53,7 @@ class Known:
 
 @dataclasses.dataclass(frozen=True)
 class Action:
-    op: str  # create, inventories, traits, delete, retire
+    op: str  # create, move, inventories, traits, delete, retire
     uuid: str
     name: str
     detail: str = ""
@@ -109,8 +111,16 @@ def _sync_provider(
                 client.set_traits(want.uuid, want.traits)
             else:  # created meanwhile (another API replica): make it right
                 settled = _converge(client, want, result, dry_run)
-    elif _changed(known, actual, digest):
-        settled = _converge(client, want, result, dry_run)
+    else:
+        if actual.parent_uuid != want.parent_uuid:  # its place in the tree changed
+            result.actions.append(
+                Action("move", want.uuid, want.name, f"from {actual.parent_uuid} to "
+                       f"{want.parent_uuid}")
+            )  # fmt: skip
+            if not dry_run:
+                client.move_provider(want.uuid, want.name, want.parent_uuid)
+        if _changed(known, actual, digest):
+            settled = _converge(client, want, result, dry_run)
     generation = client.generation(want.uuid)
     if not dry_run and generation is not None:
         result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation,

@@ -5,11 +5,13 @@ Nested mode (spec 001, the default)::
     compute node RP (Nova's, found by the host name)
       └─ device RP  <host>_<PCI address>          one per card
            └─ deployable RP  <host>_<address>_<key>   one per region, vGPU type,
-                                                       MIG profile or VF pool
+                │                                      MIG profile or VF pool
+                └─ its children's RPs (a region's VF pool, region0/vfs)
 
-A deployable of kind ``device`` (a whole GPU, say) puts its inventory on the
-device RP itself. Every provider that has inventory carries the device type and
-product traits, so that a request group naming a resource class and those traits
+A deployable nested in another (spec 003's tree) is a child provider of its parent's
+provider. A deployable of kind ``device`` (a whole GPU, say) puts its inventory on the
+device RP itself. Every provider that has inventory carries the device type, product
+and family traits, so that a request group naming a resource class and those traits
 lands on one provider, as Nova asks; regions add their region type trait, a
 function trait per function they implement (spec 004's and spec 001's spellings
 both) and ``CUSTOM_PROGRAMMABLE``.
@@ -108,11 +110,13 @@ def _origin(device: Any) -> names.Origin:
 
 def device_traits(device: Any) -> set[str]:
     origin = _origin(device)
-    return {
+    traits = {
         names.OWNER,
         names.device_type_trait(device.type, device.vendor_name, origin=origin),
         names.product_trait(device.type, device.vendor_name, device.model, origin=origin),
     }
+    family = names.family_trait(device.type, device.vendor_name, device.model, origin=origin)
+    return traits | ({family} if family else set())
 
 
 def functions(dep: Any) -> list[str]:
@@ -168,7 +172,10 @@ def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]
     }  # fmt: skip
     if dep.memory_mb:
         memory = dep.memory_mb * total
-        result[names.memory_class(kind, origin=origin)] = Inventory(
+        # Spec 001 names the class after the memory (DDR, HBM...); where the driver
+        # cannot tell, after the accelerator type (CUSTOM_ACCELERATOR_MEMORY_GPU).
+        named = dep.memory_type or kind
+        result[names.memory_class(named, origin=origin)] = Inventory(
             total=memory, reserved=memory if reserved else 0, max_unit=dep.memory_mb
         )
     return result
@@ -205,7 +212,10 @@ def desired_tree(
         own: dict[str, Inventory] = {}
         traits = device_traits(device)
         children = []
-        for dep in by_device.get(device.id, []):
+        mine = by_device.get(device.id, [])
+        # A deployable's provider: the device's for a whole device, its own otherwise.
+        provider_of = {d.id: device_uuid if d.kind == "device" else d.uuid for d in mine}
+        for dep in _parents_first(mine):
             if dep.kind == "device":
                 _merge(own, inventories(device, dep, options))
                 traits |= deployable_traits(device, dep, options)
@@ -214,7 +224,7 @@ def desired_tree(
                 DesiredProvider(
                     uuid=dep.uuid,
                     name=dep.name,
-                    parent_uuid=device_uuid,
+                    parent_uuid=provider_of.get(dep.parent_id, device_uuid),
                     inventories=inventories(device, dep, options),
                     traits=frozenset(deployable_traits(device, dep, options)),
                 )
@@ -223,6 +233,21 @@ def desired_tree(
         providers.append(DesiredProvider(device_uuid, name, compute_uuid, own, frozenset(traits)))
         providers.extend(children)
     return providers
+
+
+def _parents_first(deployables: Sequence[Any]) -> list[Any]:
+    """A device's deployables, each after its parent (id order otherwise)."""
+    by_id = {d.id: d for d in deployables}
+
+    def depth(dep: Any) -> int:
+        level, seen = 0, {dep.id}
+        while dep.parent_id in by_id and dep.parent_id not in seen:
+            dep = by_id[dep.parent_id]
+            seen.add(dep.id)
+            level += 1
+        return level
+
+    return sorted(deployables, key=lambda d: (depth(d), d.id))
 
 
 def flat_contribution(

@@ -2,13 +2,15 @@
 
 A claim, for a consumer (a uuid: an instance, a job, a container):
 
-1. reads the device profile from the Acceleron API and asks Placement for allocation
-   candidates with the query Nova would build (:mod:`acceleron.scheduler.query`);
+1. reads the device profile from the Acceleron API, creates the accelerator requests
+   (a project over its quota is refused here, before anything is allocated), and asks
+   Placement for allocation candidates with the query Nova would build
+   (:mod:`acceleron.scheduler.query`);
 2. ranks them with spec 001's weigher (regions that already hold a wanted function
    first, then free capacity) and allocates the best for the consumer; when another
    consumer took that capacity meanwhile (409), it asks again, a few times;
-3. creates the accelerator requests and binds each to the provider Placement mapped its
-   group to, on that provider's compute node;
+3. binds each request to the provider Placement mapped its group to, on that
+   provider's compute node (the quota is counted again, against racing claims);
 4. waits while regions are programmed or vGPUs made, telling ``progress`` the phases;
 5. returns the attach handles. Anything failing on the way undoes what was done: the
    requests are deleted and the allocation dropped.
@@ -36,6 +38,7 @@ from acceleron.scheduler import functions, query, weigher
 
 LOG = logging.getLogger(__name__)
 MICROVERSION = "2.11"  # attach_target
+CLAIMS = "2.12"  # server-side claims
 ATTEMPTS = 5  # choices made again after an allocation conflict
 Progress = Callable[[Sequence[Mapping[str, Any]]], None]
 
@@ -91,23 +94,90 @@ class Claimer:
         profile: str,
         consumer: str,
         *,
+        project_id: str | None = None,
+        user_id: str = "acceleron",
+        progress: Progress | None = None,
+    ) -> Claim:
+        """Claim through the API (``POST /v2/claims``, 2.12: the API allocates, binds and
+        undoes on failure), then follow it while regions are programmed. Against an API
+        older than 2.12, the same flow runs here (``claim_here``). ``project_id``: the
+        project to claim for (admins and services; default: the caller's)."""
+        consumer = _check_consumer(consumer)
+        if not self._server_claims():
+            return self.claim_here(profile, consumer, project_id=project_id or "acceleron",
+                                   user_id=user_id, progress=progress)  # fmt: skip
+        body = {"device_profile_name": profile, "consumer_uuid": consumer}
+        if project_id:
+            body["project_id"] = project_id
+        response = self._call("POST", "/v2/claims", json=body, microversion=CLAIMS)
+        if response.status_code != 201:
+            raise ClaimFailed(f"{_held_hint(response, consumer)}")
+        claim: dict[str, Any] = response.json()
+        deadline = time.monotonic() + self.timeout
+        while claim["state"] == "binding":
+            if progress is not None:
+                progress(claim["accelerator_requests"])
+            if time.monotonic() >= deadline:
+                self._release_claim(consumer)
+                raise ClaimFailed(f"The binds of {consumer} did not end within {self.timeout:g} s.")
+            time.sleep(self.poll)
+            claim = self._json("GET", f"/v2/claims/{consumer}", microversion=CLAIMS)
+        if claim["state"] != "bound":
+            self._release_claim(consumer)
+            raise ClaimFailed(f"The accelerators could not be bound: {claim['failure_reason']}")
+        LOG.info("Claimed %s for %s on %s", profile, consumer, claim["hostname"])
+        arqs = claim["accelerator_requests"]
+        held = self.placement.get_consumer_allocations(consumer)  # what the API allocated
+        return Claim(consumer, claim["hostname"], held, tuple(arqs))
+
+    def _server_claims(self) -> bool:
+        """Whether the API takes claims itself (2.12 or later)."""
+        response = self._call("GET", "/v2")
+        if response.status_code != 200:
+            return False
+        version = response.json().get("max_version") or response.json().get("version", "")
+        try:
+            major, minor = (int(p) for p in str(version).split("."))
+        except ValueError:
+            return False
+        return (major, minor) >= (2, 12)
+
+    def _release_claim(self, consumer: str) -> None:
+        response = self._call("DELETE", f"/v2/claims/{consumer}", microversion=CLAIMS)
+        if response.status_code not in (204, 404):
+            LOG.error("Releasing the claim of %s: %s", consumer, detail(response))
+
+    def claim_here(
+        self,
+        profile: str,
+        consumer: str,
+        *,
         project_id: str = "acceleron",
         user_id: str = "acceleron",
         progress: Progress | None = None,
     ) -> Claim:
+        """The claim flow on this side of the API, over HTTP and Placement (for APIs
+        older than 2.12)."""
         consumer = _check_consumer(consumer)
         groups = self._groups(profile)
-        request, hostname = self._allocate(groups, consumer, project_id, user_id)
+        # The requests first: a project over its quota is refused before anything is
+        # allocated in Placement.
+        arqs = self._create(profile)
+        made = [a["uuid"] for a in arqs]
         try:
-            arqs = self._create(profile)
+            request, hostname = self._allocate(groups, consumer, project_id, user_id)
+        except BaseException:
+            self._undo(consumer, made, allocated=False)
+            raise
+        try:
             self._bind(arqs, request, hostname, consumer)
             bound = self._wait(consumer, progress)
         except BaseException:
-            self._undo(consumer)
+            self._undo(consumer, made)
             raise
         failed = [a for a in bound if a["state"] != "Bound"]
         if failed:
-            self._undo(consumer)
+            self._undo(consumer, made)
             reasons = "; ".join(f"{a['uuid']}: {a.get('failure_reason') or a['state']}"
                                 for a in failed)  # fmt: skip
             raise ClaimFailed(f"The accelerators could not be bound: {reasons}")
@@ -233,8 +303,16 @@ class Claimer:
 
     def release(self, consumer: str) -> tuple[int, bool]:
         """Delete the consumer's requests and its allocation: (requests, whether an
-        allocation was dropped)."""
+        allocation was dropped). A claim the API made is released by the API."""
         consumer = _check_consumer(consumer)
+        if self._server_claims():
+            shown = self._call("GET", f"/v2/claims/{consumer}", microversion=CLAIMS)
+            if shown.status_code == 200:
+                count = len(shown.json()["accelerator_requests"])
+                response = self._call("DELETE", f"/v2/claims/{consumer}", microversion=CLAIMS)
+                if response.status_code != 204:
+                    raise ClaimFailed(f"Cannot release the claim: {detail(response)}")
+                return count, True
         held = self._json("GET", "/v2/accelerator_requests", params={"instance": consumer})
         response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
         if response.status_code != 204:
@@ -242,15 +320,20 @@ class Claimer:
         dropped = self.placement.delete_allocations(consumer)
         return len(held["arqs"]), dropped
 
-    def _undo(self, consumer: str) -> None:
-        """Undo what a claim did, every step whatever the others do: what cannot be
-        undone now is logged, and the API's reconciler frees it later."""
+    def _undo(self, consumer: str, arqs: Sequence[str], allocated: bool = True) -> None:
+        """Undo what a claim did, every step whatever the others do: the requests it made
+        (``arqs``, bound or not) and its allocation. What cannot be undone now is logged,
+        and the API's reconciler frees it later."""
         try:
-            response = self._call("DELETE", f"/v2/accelerator_requests?instance={consumer}")
-            if response.status_code != 204:
+            response = self._call(
+                "DELETE", "/v2/accelerator_requests", params={"arqs": ",".join(arqs)}
+            )
+            if response.status_code not in (204, 404):  # 404: deleted meanwhile
                 raise ClaimFailed(f"cannot delete its requests: {detail(response)}")
         except ClaimFailed as error:
             LOG.error("Undoing the claim of %s: %s", consumer, error)
+        if not allocated:
+            return
         try:
             self.placement.delete_allocations(consumer)
         except PlacementError as error:
@@ -258,11 +341,12 @@ class Claimer:
 
     # --- HTTP ---------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, microversion: str = MICROVERSION,
+              **kwargs: Any) -> Any:  # fmt: skip
         from keystoneauth1 import exceptions as ks_exc
 
         try:
-            return self.api.request(path, method, microversion=MICROVERSION,
+            return self.api.request(path, method, microversion=microversion,
                                     raise_exc=False, **kwargs)  # fmt: skip
         except ks_exc.ClientException as error:
             raise ClaimFailed(f"The accelerator API cannot be reached: {error}") from error
@@ -327,6 +411,19 @@ def wait_resolved(
         if time.monotonic() >= deadline:
             raise error(f"The binds of {instance} did not end within {timeout:g} s.")
         time.sleep(poll)
+
+
+def _held_hint(response: Any, consumer: str) -> str:
+    """Why the API refused a claim; for a consumer that has one, what to do."""
+    text = detail(response)
+    if response.status_code == 409 and "has a claim already" in text:
+        return (
+            f"Consumer {consumer} already holds a claim: release it first (`acceleron "
+            f"release --consumer {consumer}`), or claim for another consumer uuid."
+        )
+    if 400 <= response.status_code < 500:  # the API's own words say what is wrong
+        return str(parse_error(response.text, response.reason).detail)
+    return f"Cannot claim: {text}"
 
 
 def _check_consumer(consumer: str) -> str:

@@ -23,6 +23,7 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
+    Select,
     bindparam,
     case,
     delete,
@@ -42,6 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from acceleron import metrics
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Bitstream, fold_uuid
 from acceleron.context import RequestContext
@@ -69,7 +72,7 @@ from acceleron.exceptions import (
     Unhealthy,
 )
 from acceleron.placement import names, tree
-from acceleron.service import flat, inventory, programming, tasks
+from acceleron.service import flat, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import is_uuid_like
 
@@ -91,6 +94,7 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 # What Nova waits for: an ARQ it may stop waiting on.
 RESOLVED = ("Bound", "BindFailed", "Deleting")
 SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
+PROGRAM_PHASES = ("fetch", "verify", "program")  # what an agent's program task reports
 
 
 def can_move(source: str, target: str) -> bool:
@@ -168,6 +172,10 @@ def attach_target(arq: Row[Any]) -> str:
     return target
 
 
+# What a bind reads first: the requests with their profiles' groups (one statement).
+_VIEW_WITH_GROUPS = _VIEW.add_columns(PROFILES.c.groups.label("profile_groups"))
+
+
 def _privileged(context: RequestContext) -> bool:
     """Admins and services (Nova, agents) see every project's ARQs, and so does a user's
     request that carries a service token: the compute service acting for the instance's
@@ -217,19 +225,32 @@ def get(db: Database, context: RequestContext, uuid: str) -> Row[Any]:
 # --- creating ------------------------------------------------------------------------
 
 
-def amounts(groups: Sequence[Mapping[str, str]]) -> list[int]:
-    """How many accelerators each group asks for (the sum of its resources amounts)."""
-    return [sum(int(v) for k, v in g.items() if k.startswith("resources:")) for g in groups]
-
-
 @retry_on_deadlock
-def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row[Any]]:
-    """One ARQ per accelerator the profile asks for, tagged with its group's index."""
+def create(
+    db: Database,
+    context: RequestContext,
+    profile_name: Any,
+    limits: quotas.Limits | None = None,
+) -> list[Row[Any]]:
+    """One ARQ per accelerator the profile asks for, tagged with its group's index and
+    the accelerator's resource class. With ``limits``: QuotaExceeded when the project's
+    accelerators of a class, with these, would pass its limit."""
     if not isinstance(profile_name, str):
         raise InvalidInput("device_profile_name: name the device profile to request.")
     # An empty name is a profile that does not exist (404), as upstream answers it.
     if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
+    project = context.project_id
+    counted = limits is not None and limits.enforcing and bool(project)
+    limit_of: dict[str, int | None] = {}
+    if counted:  # read before the transaction: Keystone may be asked
+        assert limits is not None and project
+        with db.reader() as conn:
+            groups = conn.execute(
+                select(PROFILES.c.groups).where(PROFILES.c.name == profile_name)
+            ).scalar()
+        wanted = {rc for g in groups or [] for rc in quotas.resource_classes(g)}
+        limit_of = limits.limits(project, wanted)
     with db.writer() as conn:
         profile = conn.execute(select(PROFILES).where(PROFILES.c.name == profile_name)).first()
         if profile is None:
@@ -240,13 +261,16 @@ def create(db: Database, context: RequestContext, profile_name: Any) -> list[Row
             {
                 "uuid": str(uuidlib.uuid4()),
                 "state": "Initial",
-                "project_id": context.project_id,
+                "project_id": project,
                 "device_profile_id": profile.id,
                 "device_profile_group_id": index,
+                "resource_class": resource_class,
             }
-            for index, count in enumerate(amounts(profile.groups))
-            for _ in range(count)
+            for index, group in enumerate(profile.groups)
+            for resource_class in quotas.resource_classes(group)
         ]
+        if counted and project:
+            quotas.check(conn, project, Counter(r["resource_class"] for r in rows), limit_of)
         conn.execute(insert(ARQS), rows)
         created = list(
             conn.execute(
@@ -462,12 +486,12 @@ class _Prepared:
     # The deployables the bind may take a handle of, in order, each with the bitstream
     # to load first (None: none): one in nested mode, the fitting ones in flat mode.
     choices: tuple[tuple[Row[Any], Bitstream | None], ...]
+    limits: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
 
-
-def _groups(conn: Connection, arqs: Iterable[Row[Any]]) -> dict[int, list[dict[str, str]]]:
-    ids = {a.device_profile_id for a in arqs}
-    query = select(PROFILES.c.id, PROFILES.c.groups).where(PROFILES.c.id.in_(ids))
-    return {row.id: row.groups for row in conn.execute(query)}
+    @property
+    def project(self) -> str:
+        """The project the bound request will belong to (what its quota counts)."""
+        return self.binding.project_id or self.arq.project_id or ""
 
 
 def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
@@ -480,15 +504,17 @@ def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
 
 
 def _visible_arqs(
-    conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
+    conn: Connection,
+    context: RequestContext,
+    uuids: Sequence[str],
+    lock: bool = False,
+    view: Select[Any] = _VIEW,
 ) -> dict[str, Row[Any]]:
     """The requests named, as the caller sees them (NotFound for any it does not);
     ``lock``: inside a write transaction, locked first (``_lock``)."""
     if lock:
         _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
-    found = {
-        a.uuid: a for a in conn.execute(_VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)))
-    }
+    found = {a.uuid: a for a in conn.execute(view.where(ARQS.c.uuid.in_(uuids), _visible(context)))}
     missing = [u for u in uuids if u not in found]
     if missing:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(missing)}.")
@@ -501,17 +527,15 @@ def _prepare(
     bindings: Sequence[Binding],
     store: BitstreamStore | None,
     flat_mode: tree.Options | None = None,
+    limits: quotas.Limits | None = None,
 ) -> list[_Prepared]:
-    """Everything a bind needs that is read (and looked up in the bitstream store)
-    before its write transaction starts."""
+    """Everything a bind needs that is read (and looked up in the bitstream store, and
+    the limits of its projects) before its write transaction starts."""
     uuids = _check_uuids([b.arq_uuid for b in bindings])
     with db.reader() as conn:
-        arqs = _visible_arqs(conn, context, uuids)
-        groups = _groups(conn, arqs.values())
+        arqs = _visible_arqs(conn, context, uuids, view=_VIEW_WITH_GROUPS)
         group_of = {
-            b.arq_uuid: groups[arqs[b.arq_uuid].device_profile_id][
-                arqs[b.arq_uuid].device_profile_group_id
-            ]
+            b.arq_uuid: arqs[b.arq_uuid].profile_groups[arqs[b.arq_uuid].device_profile_group_id]
             for b in bindings
         }
         deployables = {
@@ -527,7 +551,14 @@ def _prepare(
         project = b.project_id or arq.project_id or ""
         choices = _choices(group_of[b.arq_uuid], deployables[b.arq_uuid], store, project)
         prepared.append(_Prepared(b, arq, tuple(choices)))
-    return prepared
+    if limits is None or not limits.enforcing:
+        return prepared
+    classes: dict[str, set[str]] = {}
+    for p in prepared:
+        if p.project and p.arq.resource_class:
+            classes.setdefault(p.project, set()).add(p.arq.resource_class)
+    found = {project: limits.limits(project, wanted) for project, wanted in classes.items()}
+    return [dataclasses.replace(p, limits=found.get(p.project, {})) for p in prepared]
 
 
 def _choices(
@@ -571,18 +602,22 @@ def bind(
     bindings: Sequence[Binding],
     store: BitstreamStore | None = None,
     flat_mode: tree.Options | None = None,
+    limits: quotas.Limits | None = None,
 ) -> list[Resolved]:
     """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
     already ended (Nova is told of those now; the others end with their tasks).
     ``flat_mode``: the Placement sync's options when it publishes flat (a bind may then
-    name the compute node's provider; see ``service.flat``)."""
+    name the compute node's provider; see ``service.flat``). With ``limits``:
+    QuotaExceeded, and nothing bound, when a project would hold more than its limit of
+    a resource class."""
     if not bindings:
         raise InvalidInput("Name at least one accelerator request to bind.")
     _check(bindings, context)
-    prepared = _prepare(db, context, bindings, store, flat_mode)
+    prepared = _prepare(db, context, bindings, store, flat_mode, limits)
     try:
         with db.writer() as conn:
             prepared = _relock(conn, prepared)
+            _count_quotas(conn, prepared)
             _claim_instances(conn, prepared)
             resolved = [r for p in prepared for r in _bind_one(conn, p)]
     except IntegrityError as error:  # a concurrent bind of the same instance won
@@ -600,6 +635,21 @@ def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
     if gone:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
     return [dataclasses.replace(p, arq=rows[p.arq.id]) for p in prepared]
+
+
+def _count_quotas(conn: Connection, prepared: Sequence[_Prepared]) -> None:
+    """The accelerators this bind starts holding, per project and class, against the
+    project's limits; each project's row locked first (in one order) so that racing
+    binds of a project count one after the other."""
+    starting: dict[str, Counter[str]] = {}
+    for p in prepared:
+        if p.limits and p.arq.resource_class and p.arq.state not in HOLDING and not _is_retry(p):
+            starting.setdefault(p.project, Counter())[p.arq.resource_class] += 1
+    for project in sorted(starting):
+        quotas.lock(conn, project)
+    for project, counts in sorted(starting.items()):
+        limits = next(p.limits for p in prepared if p.project == project and p.limits)
+        quotas.check(conn, project, counts, limits)
 
 
 def _is_retry(p: _Prepared) -> bool:
@@ -698,6 +748,7 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
     # Nothing to wait for: BindStarted and Bound in one statement of one transaction.
     _move(conn, arq, "Bound", via="BindStarted", **{**values, "phase": None, "progress": 100})
     _refresh_deployable(conn, dep.id)
+    _observe_bind(values["bind_started_at"], "bound")
     LOG.info(
         "Bound %s to %s %s for instance %s", arq.uuid, b.hostname, handle.address, b.instance_uuid
     )
@@ -738,6 +789,12 @@ def _vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
     return {"pci_address": pci_address, "deployable": key, "mdev_uuid": address}
 
 
+def _observe_bind(started: dt.datetime | None, outcome: str) -> None:
+    if started is not None:
+        seconds = max(0.0, (utcnow() - started).total_seconds())
+        metrics.BIND_SECONDS.labels(outcome).observe(seconds)
+
+
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     """End a bind in BindFailed, its handle freed and its tasks cancelled."""
     arq = conn.execute(select(ARQS).where(ARQS.c.id == arq_id)).one()
@@ -745,6 +802,7 @@ def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     _free_handle(conn, arq.id)
     _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
     _refresh_deployable(conn, arq.deployable_id)
+    _observe_bind(arq.bind_started_at, "failed")
     LOG.warning("Bind of %s failed: %s", arq.uuid, reason)
     return [Resolved(arq.instance_uuid, arq.uuid, "failed")]
 
@@ -983,6 +1041,9 @@ def _mirror_progress(conn: Connection, task: Row[Any]) -> None:
     if task.state == "done":
         values.update(program_phase=None, program_progress=100, program_error=None)
         values.update(_programmed(task))
+        for phase, seconds in (task.result or {}).get("phase_seconds", {}).items():
+            if isinstance(seconds, int | float) and phase in PROGRAM_PHASES:
+                metrics.PROGRAM_PHASE_SECONDS.labels(phase).observe(max(0.0, seconds))
     elif task.state == "failed":
         values.update(program_phase="failed", program_error=(task.error or "")[:4000])
     conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.id == task.deployable_id).values(values))
@@ -1033,6 +1094,7 @@ def _bind_end(conn: Connection, task: Row[Any]) -> list[Resolved]:
         return []
     _move(conn, arq, "Bound", phase=None, progress=100)
     _refresh_deployable(conn, arq.deployable_id)
+    _observe_bind(arq.bind_started_at, "bound")
     LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, task.kind)
     return [Resolved(arq.instance_uuid, arq.uuid, "completed")]
 

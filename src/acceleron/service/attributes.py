@@ -15,10 +15,11 @@ reported value is the deployable's (in its nested attributes and in filters).
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Row, bindparam, delete, insert, literal, or_, select
 
@@ -40,9 +41,26 @@ from acceleron.service.listing import (
 ATTRIBUTES = table(Attribute)
 DEPLOYABLES = table(Deployable)
 _PARENT = ATTRIBUTES.alias("parent_attribute")
-# Attribute rows with the uuids of their deployable and parent attribute.
+
+
+class AttributeRecord(NamedTuple):
+    """One attribute row (any level of nesting) with the uuids of its deployable and
+    parent attribute, as reads and creates hand it out: ``AttributeRecord._make(row)``
+    of a ``_SELECT`` row (the same names, in the same order)."""
+
+    uuid: str
+    deployable_id: int
+    key: str
+    value: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    deployable_uuid: str
+    parent_uuid: str | None
+
+
+_make = AttributeRecord._make
 _SELECT = select(
-    ATTRIBUTES,
+    *(ATTRIBUTES.c[field] for field in AttributeRecord._fields[:6]),
     DEPLOYABLES.c.uuid.label("deployable_uuid"),
     _PARENT.c.uuid.label("parent_uuid"),
 ).select_from(
@@ -61,20 +79,21 @@ FILTERS: dict[str, Filter] = {
 
 def list_attributes(
     db: Database, filters: Mapping[str, str | None], page: Page
-) -> Listed[Row[Any]]:
-    """Attribute rows (every level of nesting) matching the filters, one page of them."""
+) -> Listed[AttributeRecord]:
+    """Attributes (every level of nesting) matching the filters, one page of them."""
     statement = _SELECT.where(*conditions(FILTERS, filters))
     with db.reader() as conn:
-        return paginate(conn, statement, ATTRIBUTES, page, SORT_KEYS, "attribute")
+        rows = paginate(conn, statement, ATTRIBUTES, page, SORT_KEYS, "attribute")
+    return Listed(list(map(_make, rows.items)), rows.more)
 
 
-def get(db: Database, uuid: str) -> Row[Any]:
+def get(db: Database, uuid: str) -> AttributeRecord:
     wanted = check_uuid(uuid, "uuid")
     with db.reader() as conn:
         attribute = conn.execute(_BY_UUID, {"uuid": wanted}).first()
     if attribute is None:
         raise NotFound(f"Attribute {wanted} not found.")
-    return attribute
+    return _make(attribute)
 
 
 # --- an operator's attributes ---------------------------------------------------------
@@ -98,7 +117,7 @@ def _deployable_id(conn: Any, deployable: int | str) -> int:
     return ident
 
 
-def create(db: Database, deployable: int | str, key: str, value: str) -> Row[Any]:
+def create(db: Database, deployable: int | str, key: str, value: str) -> AttributeRecord:
     """An operator's attribute on a deployable; Conflict if it has the key already."""
     check_text(NAME_LEN)(key, "key")
     if not key:
@@ -123,14 +142,16 @@ def create(db: Database, deployable: int | str, key: str, value: str) -> Row[Any
                 uuid=uuid, deployable_id=deployable_id, key=key, value=value, source=OPERATOR
             )
         )
-        return conn.execute(_BY_UUID, {"uuid": uuid}).one()
+        return _make(conn.execute(_BY_UUID, {"uuid": uuid}).one())
 
 
 def delete_attribute(db: Database, uuid: str) -> None:
     """Delete an operator's attribute. An agent's belongs to its reports (Conflict)."""
     wanted = check_uuid(uuid, "uuid")
     with db.writer() as conn:
-        found = conn.execute(_BY_UUID, {"uuid": wanted}).first()
+        found = conn.execute(
+            select(ATTRIBUTES.c.id, ATTRIBUTES.c.source).where(ATTRIBUTES.c.uuid == wanted)
+        ).first()
         if found is None:
             raise NotFound(f"Attribute {wanted} not found.")
         if found.source == AGENT:

@@ -12,13 +12,14 @@ maps ARQs to Placement groups by the group's index.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import re
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select
+from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select
 from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
 
@@ -246,20 +247,36 @@ def could_exist(ident: str) -> bool:
 
 # --- storage -----------------------------------------------------------------
 
-# Profiles are handed out as rows of the device_profiles table (attributes named
-# as the columns): what reads return, and what writes return too.
-Profile = Row[Any]
+
+class Profile(NamedTuple):
+    """A stored device profile, as every read and write hands it out. Built from a row
+    of ``_COLUMNS`` (the same names, in the same order) with ``Profile._make(row)``."""
+
+    id: int
+    uuid: str
+    name: str
+    description: str | None
+    groups: list[dict[str, str]]
+    enabled: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+
+
 _TABLE = table(DeviceProfile)
+_COLUMNS = [_TABLE.c[field] for field in Profile._fields]
 # The hot statements are built once: building a statement and its cache key on
 # every call costs more than running it (create: 480 us -> 200 us).
-_ALL = select(_TABLE).order_by(_TABLE.c.id)
+_SELECT = select(*_COLUMNS)
+_ALL = _SELECT.order_by(_TABLE.c.id)
 _BY_NAMES = _ALL.where(_TABLE.c.name.in_(bindparam("names", expanding=True)))
-_BY_UUID = select(_TABLE).where(_TABLE.c.uuid == bindparam("ident"))
-_BY_NAME = select(_TABLE).where(_TABLE.c.name == bindparam("ident"))
+_BY_UUID = _SELECT.where(_TABLE.c.uuid == bindparam("ident"))
+_BY_NAME = _SELECT.where(_TABLE.c.name == bindparam("ident"))
+_BY_ID = _SELECT.where(_TABLE.c.id == bindparam("id"))
 _CLASH = select(_TABLE.c.name).where(
     or_(_TABLE.c.name == bindparam("name"), _TABLE.c.uuid == bindparam("uuid"))
 )
-_INSERT = insert(_TABLE).returning(_TABLE)
+_INSERT = insert(_TABLE).returning(*_COLUMNS)
+_make = Profile._make
 
 
 def create(
@@ -285,7 +302,7 @@ def create(
             field = "name" if clash.name == values["name"] else "uuid"
             raise DuplicateName(f"A device profile with {field} {values[field]!r} already exists.")
         try:
-            profile = conn.execute(_INSERT, values).one()
+            profile = _make(conn.execute(_INSERT, values).one())
         except IntegrityError as exc:  # a concurrent create won the race
             raise DuplicateName(f"A device profile named {name!r} already exists.") from exc
     LOG.info("Created device profile %s (%s)", profile.name, profile.uuid)
@@ -295,8 +312,9 @@ def create(
 def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[Profile]:
     with db.reader() as conn:
         if names is None:
-            return list(conn.execute(_ALL))
-        return list(conn.execute(_BY_NAMES, {"names": [n for n in names if could_exist(n)]}))
+            return list(map(_make, conn.execute(_ALL)))
+        wanted = [n for n in names if could_exist(n)]
+        return list(map(_make, conn.execute(_BY_NAMES, {"names": wanted})))
 
 
 def get(db: Database, ident: str) -> Profile:
@@ -306,22 +324,21 @@ def get(db: Database, ident: str) -> Profile:
 
 
 def _get(conn: Connection, ident: str) -> Profile:
-    profile = None
+    row = None
     if could_exist(ident):
         query = _BY_UUID if is_uuid_like(ident) else _BY_NAME
-        profile = conn.execute(query, {"ident": ident}).first()
-    if profile is None:
+        row = conn.execute(query, {"ident": ident}).first()
+    if row is None:
         raise NotFound(f"Device profile {ident!r} not found.")
-    return profile
+    return _make(row)
 
 
 def _find_all(conn: Connection, idents: Iterable[str]) -> list[Profile]:
     wanted = list(dict.fromkeys(idents))
     uuids = [i for i in wanted if is_uuid_like(i)]
     names = [i for i in wanted if not is_uuid_like(i) and could_exist(i)]
-    found = list(
-        conn.execute(select(_TABLE).where(_TABLE.c.uuid.in_(uuids) | _TABLE.c.name.in_(names)))
-    )
+    rows = conn.execute(_SELECT.where(_TABLE.c.uuid.in_(uuids) | _TABLE.c.name.in_(names)))
+    found = list(map(_make, rows))
     known = {p.uuid for p in found} | {p.name for p in found}
     missing = [i for i in wanted if i not in known]
     if missing:
@@ -373,7 +390,7 @@ def update(
     with db.writer() as conn:
         profile = _get(conn, ident)
         conn.execute(update_(_TABLE).where(_TABLE.c.id == profile.id).values(changes))
-        profile = conn.execute(select(_TABLE).where(_TABLE.c.id == profile.id)).one()
+        profile = _make(conn.execute(_BY_ID, {"id": profile.id}).one())
     LOG.info("Updated device profile %s (%s)", profile.name,
              "enabled" if profile.enabled else "disabled")  # fmt: skip
     return profile
@@ -553,7 +570,7 @@ def rewrite_profiles(
     changes: list[Rewrite] = []
     used: set[str] = set()
     with db.writer() as conn:
-        for profile in conn.execute(_ALL).all():
+        for profile in map(_make, conn.execute(_ALL).all()):
             after, matched = _rewrite_profile(profile, mapping, limits)
             used |= matched
             if after == profile.groups:

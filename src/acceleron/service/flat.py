@@ -7,10 +7,11 @@ Placement maps each request group to the compute node and Nova binds with that
 provider as ``device_rp_uuid``. Placement checked the host as a whole; which device
 serves the request is Acceleron's choice. :func:`candidates` lists the host's
 deployables that could: each one's own classes and traits (the ones nested mode would
-publish on its provider) must satisfy the group — every class with enough accelerators,
-every required trait, no forbidden one. Those that need no programming come first,
-then the rest, in id order; the bind takes the first with a free handle, under the
-same row lock and conditional update as a nested bind (``arqs._bind_one``).
+publish on its provider) must satisfy the group — every class with enough for one
+request (its ``max_unit``), every required trait, no forbidden one. Those that need
+no programming come first, then the rest, in id order; the bind takes the first with
+a free handle, under the same row lock and conditional update as a nested bind
+(``arqs._bind_one``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _fits(want: query.RequestGroup, device: Any, dep: Any, options: tree.Options
     except InvalidPlacementName:
         return False  # such a device is not published: Placement counted none of it
     return (
-        all(rc in classes and classes[rc].total >= n for rc, n in want.resources.items())
+        all(rc in classes and classes[rc].max_unit >= n for rc, n in want.resources.items())
         and want.required <= traits
         and not want.forbidden & traits
     )

@@ -79,7 +79,9 @@ class NovaNotifier:
             self._thread.join(timeout)
 
     def notify(self, resolved: Sequence[Resolved]) -> None:
-        if resolved:
+        # Once it is known that no Nova is configured (the all-in-one), nothing is queued:
+        # waking the sender's thread for nothing costs the event loop a GIL hand-off.
+        if resolved and self._configured is not False:
             self._queue.put(list(resolved))
 
     def drain(self, timeout: float = 10.0) -> None:

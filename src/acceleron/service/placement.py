@@ -166,7 +166,7 @@ class Syncer:
             raise
         result.actions[:0] = created
         if not dry_run:
-            self._record(hostname, host.generation, compute, result.known)
+            self._record(hostname, host.generation, compute, result.known, errors)
         if result.actions and not dry_run:
             done = Counter(action.op for action in result.actions)
             LOG.info("Published %s to Placement: %s", hostname,
@@ -187,10 +187,9 @@ class Syncer:
     ) -> tuple[SyncResult, list[str]]:
         """The nested tree or the flat contribution, synced; and the devices left out."""
         if not options.nested:
-            flat = self._sync_flat(
-                compute, devices, deployables, known.get(compute), dry_run, options
-            )
-            return flat, []
+            good, errors = _publishable(hostname, devices, deployables, options)
+            flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run, options)
+            return flat, errors
         desired, errors = _desired(hostname, compute, devices, deployables, options)
         return sync_tree(self.client, compute, desired, known, dry_run=dry_run), errors
 
@@ -261,13 +260,22 @@ class Syncer:
         return compute, [Action("create", compute, host.hostname, "compute node (embedded)")]
 
     def _record(
-        self, hostname: str, generation: int, compute: str, known: dict[str, Known]
+        self,
+        hostname: str,
+        generation: int,
+        compute: str,
+        known: dict[str, Known],
+        errors: Sequence[str],
     ) -> None:
+        """What the sync wrote; ``errors``: the devices it left out, and why (the host is
+        not synced while there are any, though its next pass has nothing new to try)."""
         with self.db.writer() as conn:
             conn.execute(
                 update(HOSTS)
                 .where(HOSTS.c.hostname == hostname)
-                .values(synced_generation=generation, rp_uuid=compute)
+                .values(
+                    synced_generation=generation, rp_uuid=compute, placement_errors=list(errors)
+                )
             )
             _store_known(conn, hostname, known)
 
@@ -309,6 +317,27 @@ def _desired(
             LOG.error("Not publishing %s %s: %s", hostname, device.pci_address, error.message)
             errors.append(error.message)
     return providers, errors
+
+
+def _publishable(
+    hostname: str,
+    devices: Sequence[Row[Any]],
+    deployables: Sequence[Row[Any]],
+    options: tree.Options,
+) -> tuple[list[Row[Any]], list[str]]:
+    """Flat mode: the devices whose names can be made valid, and why the others cannot."""
+    good: list[Row[Any]] = []
+    errors: list[str] = []
+    for device in devices:
+        mine = [d for d in deployables if d.device_id == device.id]
+        try:
+            tree.flat_contribution([device], mine, options)
+        except InvalidPlacementName as error:
+            LOG.error("Not publishing %s %s: %s", hostname, device.pci_address, error.message)
+            errors.append(error.message)
+            continue
+        good.append(device)
+    return good, errors
 
 
 def _store_known(conn: Connection, hostname: str, known: dict[str, Known]) -> None:
@@ -431,6 +460,10 @@ class PlacementService:
     def embedded_app(self) -> inprocess.WSGIApp:
         """The embedded Placement's WSGI application (mode = embedded)."""
         return inprocess.placement_app(self._embedded_connection)
+
+    def client(self) -> PlacementClient:
+        """A Placement client of its own (for one thread: clients are not shared)."""
+        return self._new_client()
 
     def syncer(self) -> Syncer:
         """A syncer with a client of its own (clients are not shared between threads); all

@@ -69,7 +69,7 @@ def create(api: TestClient, name: str) -> list[dict[str, Any]]:
 def test_nova_boot_and_delete(
     api: TestClient, db: Database, inventory_of_host: dict[str, Any]
 ) -> None:
-    """The requests of nova-contract.md, in order, for one boot and delete."""
+    """The requests of docs/design/nova-contract.md, in order, for one boot and delete."""
     profile(db, "dp1", [*FPGA, {"resources:CUSTOM_ACCELERATOR_QAT": "2"}])
     assert (
         len(api.get("/v2/device_profiles", params={"name": "dp1"}).json()["device_profiles"]) == 1

@@ -75,6 +75,9 @@ ALLOWED: dict[str, set[str]] = {
     "arq:update": MEMBER_OR_SERVICE,
     "arq:program": MEMBER_OR_SERVICE,
     "arq:delete": MEMBER_OR_SERVICE,
+    "claim:create": MEMBER_OR_SERVICE,
+    "claim:get": READ_ALL,
+    "claim:delete": MEMBER_OR_SERVICE,
     "task:claim": ADMIN_OR_SERVICE,
     "task:update": ADMIN_OR_SERVICE,
     "task:get": ADMIN_OR_SERVICE,
@@ -84,6 +87,7 @@ ALLOWED: dict[str, set[str]] = {
     "bitstream:publicize": ADMIN,
     "bitstream:upload": MEMBER_OR_ADMIN,
     "bitstream:delete": MEMBER_OR_ADMIN,
+    "quota:get": READ_ALL,
 }
 
 # Upstream's new defaults for the rules it has, personas as above (a system-scoped
@@ -237,6 +241,11 @@ PROBES: dict[str, Probe] = {
         headers=h),
     "arq:delete": lambda c, h: c.client.delete(f"/v2/accelerator_requests/{some_uuid()}",
                                                headers=h),
+    "claim:create": lambda c, h: c.client.post(
+        "/v2/claims", json={"device_profile_name": "nope", "consumer_uuid": some_uuid()},
+        headers=h),
+    "claim:get": lambda c, h: c.client.get(f"/v2/claims/{some_uuid()}", headers=h),
+    "claim:delete": lambda c, h: c.client.delete(f"/v2/claims/{some_uuid()}", headers=h),
     "task:claim": lambda c, h: c.client.post(f"/v2/hosts/{HOST}/tasks/claim", headers=h),
     "task:update": lambda c, h: c.client.put(f"/v2/tasks/{some_uuid()}",
                                              json={"state": "running"}, headers=h),
@@ -250,6 +259,7 @@ PROBES: dict[str, Probe] = {
     "bitstream:upload": _upload,
     "bitstream:delete": lambda c, h: c.client.delete(f"/v2/bitstreams/{c.public_bitstream()}",
                                                      headers=h),
+    "quota:get": lambda c, h: c.client.get(f"/v2/quotas/{PROJECT}", headers=h),
 }  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""Version documents and what every response carries (nova-contract.md, transport)."""
+"""Version documents and what every response carries (docs/design/nova-contract.md, transport)."""
 
 from __future__ import annotations
 

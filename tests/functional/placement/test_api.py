@@ -208,3 +208,43 @@ def test_disabling_a_device_reserves_it_in_placement(
     assert response.json()["status"] == "enabled"
     wait_for(lambda: reserved() == 0)
     assert api.post(f"/v2/devices/{uuid.uuid4()}/enable", headers=V2_6).status_code == 404
+
+
+def test_a_host_that_left_a_device_out_is_not_synced_and_says_why(
+    make_api: MakeApi, conf: cfg.ConfigOpts, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The API (2.10) and ``acceleron host list/show`` show the error; deployables show
+    their memory type from 2.10."""
+    import json
+
+    from acceleron.cli.main import main
+    from tests.fixtures.server import serve
+
+    api = make_api("embedded")
+    body = report(conf)
+    body["devices"][0]["vendor_name"] = "Intel/Altera"  # no trait can be made of it
+    assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
+    latest = {"OpenStack-API-Version": "accelerator 2.10"}
+
+    def host(headers: dict[str, str]) -> dict[str, Any]:
+        shown: dict[str, Any] = api.get(f"/v2/hosts/{HOST}", headers=headers).json()["host"]
+        return shown
+
+    wait_for(lambda: host(latest)["placement_errors"] != [])
+    shown = host(latest)
+    assert shown["placement_synced"] is False
+    [error] = shown["placement_errors"]
+    assert "'Intel/Altera'" in error and body["devices"][0]["pci_address"] in error
+    older = host({"OpenStack-API-Version": "accelerator 2.9"})
+    assert older["placement_synced"] is False and "placement_errors" not in older
+    with serve(api.app) as url:  # type: ignore[arg-type]
+        assert main(["--os-url", url, "host", "list", "-f", "value", "-c", "hostname",
+                     "-c", "placement_synced", "-c", "placement_errors"]) == 0  # fmt: skip
+        out = capsys.readouterr().out
+        assert out.startswith(f"{HOST} False ") and "Intel/Altera" in out
+        assert main(["--os-url", url, "host", "show", HOST, "-f", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["placement_errors"] == [error]
+    gpus = api.get("/v2/deployables", params={"kind": "mig_profile"}, headers=latest).json()
+    assert {d["memory_type"] for d in gpus["deployables"]} == {"HBM"}
+    before = api.get("/v2/deployables", params={"kind": "mig_profile"}, headers=V2_6).json()
+    assert "memory_type" not in before["deployables"][0]

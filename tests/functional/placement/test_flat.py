@@ -20,6 +20,7 @@ from sqlalchemy import select
 from acceleron.api.app import create_app
 from acceleron.db.models import AttachHandle, Deployable, table
 from acceleron.db.session import Database
+from acceleron.exceptions import InvalidInput
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler.claim import Claimer
 from acceleron.service import device_profiles
@@ -210,3 +211,21 @@ def test_migrate_to_nested_waits_for_the_claims_to_go(
         assert moved["errors"] == [] and moved["actions"][0]["op"] == "remove_flat"
     assert FPGA not in client.get_inventories(compute)[1]
     assert len(client.get_tree(compute)) == 15
+
+
+def test_a_memory_request_takes_a_profile_with_that_much_per_unit(
+    flat: tuple[TestClient, str], db: Database
+) -> None:
+    """The compute node offers the H100's HBM summed over its MIG profiles; only the
+    3g.40gb profile has 20000 MB for one instance."""
+    from acceleron.placement.tree import Options
+    from acceleron.service import flat as service
+
+    group = {"resources:CUSTOM_ACCELERATOR_MIG": "1",
+             "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "20000"}  # fmt: skip
+    with db.reader() as conn:
+        found = service.candidates(conn, HOST, group, Options(nested=False))
+        assert [d.key for d in found] == ["mig/3g.40gb"]
+        with pytest.raises(InvalidInput, match="No accelerator on host 'host-1'"):
+            service.candidates(conn, HOST, {**group, "trait:CUSTOM_NOPE": "required"},
+                               Options(nested=False))  # fmt: skip

@@ -91,6 +91,7 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
     _, traits = client.get_traits(region)
     assert traits == {
         "OWNER_CYBORG", "CUSTOM_FPGA_INTEL", "CUSTOM_FPGA_INTEL_PAC_ARRIA10", "CUSTOM_PROGRAMMABLE",
+        "CUSTOM_FPGA_INTEL_ARRIA10",  # spec 001's family trait: the family, not the product
         # Every id in both spellings: 32 hex digits, and spec 004's groups.
         *(f"CUSTOM_FPGA_INTEL_REGION_{i}" for i in spellings(REGION_ID)),
         *(f"CUSTOM_FPGA_REGION_INTEL_{i}" for i in spellings(REGION_ID)),
@@ -300,7 +301,7 @@ def test_flat_mode_and_the_move_to_nested_providers(
     assert {rc: i.total for rc, i in invs.items()} == {
         "VCPU": 16, "CUSTOM_ACCELERATOR_FPGA": 6, "CUSTOM_ACCELERATOR_VGPU": 24,
         "CUSTOM_ACCELERATOR_MIG": 5, "CUSTOM_ACCELERATOR_QAT": 4,
-        "CUSTOM_ACCELERATOR_MEMORY_MIG": 4 * 9856 + 40192,
+        "CUSTOM_ACCELERATOR_MEMORY_HBM": 4 * 9856 + 40192,
     }  # fmt: skip
     _, traits = client.get_traits(compute.uuid)
     assert {"HW_CPU_X86_AVX2", "CUSTOM_FPGA_INTEL", "CUSTOM_PROGRAMMABLE"} <= traits
@@ -392,7 +393,7 @@ def test_flat_mode_removes_a_class_once_its_allocations_are_gone(
     flat.sync_host(HOST, force=True)
     assert set(client.get_inventories(compute)[1]) == {
         "VCPU", "MEMORY_MB", "CUSTOM_ACCELERATOR_FPGA", "CUSTOM_ACCELERATOR_VGPU",
-        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_MIG",
+        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_HBM",
     }  # fmt: skip
 
 
@@ -460,7 +461,7 @@ def test_standard_resource_classes_are_published_where_upstream_has_them(
     assert published["region0"] == {"FPGA": (2, 0, 2)}
     assert published["vgpu/nvidia-223"] == {"VGPU": (8, 0, 8)}
     assert set(published["mig/1g.10gb"]) == {  # no standard class: custom ones stay
-        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_MIG"
+        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_HBM"
     }  # fmt: skip
     assert published["vf_pool"] == {"CUSTOM_ACCELERATOR_QAT": (4, 0, 4)}
     upstream_flavor = [{"resources:FPGA": "1", f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}":
@@ -483,16 +484,25 @@ def test_memory_classes_in_nested_mode(
     published = inventories_by_key(client, compute.uuid)
     assert published["mig/1g.10gb"] == {
         "CUSTOM_ACCELERATOR_MIG": (4, 0, 4),
-        "CUSTOM_ACCELERATOR_MEMORY_MIG": (4 * 9856, 0, 9856),  # per unit: max_unit
+        "CUSTOM_ACCELERATOR_MEMORY_HBM": (4 * 9856, 0, 9856),  # per unit: max_unit
     }
-    assert published["mig/3g.40gb"]["CUSTOM_ACCELERATOR_MEMORY_MIG"] == (40192, 0, 40192)
+    assert published["mig/3g.40gb"]["CUSTOM_ACCELERATOR_MEMORY_HBM"] == (40192, 0, 40192)
     big = [{"resources:CUSTOM_ACCELERATOR_MIG": "1",
-            "resources:CUSTOM_ACCELERATOR_MEMORY_MIG": "20000"}]  # fmt: skip
+            "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "20000"}]  # fmt: skip
     found = client.get_allocation_candidates(profile_query(big).params())
     h100 = report(conf).devices[3].pci_address
     assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
         names.provider_uuid(HOST, h100, "mig/3g.40gb")
     }
+    # A driver that cannot tell the memory type: the class is named after the accelerator.
+    with db.writer() as conn:
+        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.key == "mig/3g.40gb")
+                     .values(memory_type=None))  # fmt: skip
+        conn.execute(update(HOSTS).values(generation=HOSTS.c.generation + 1))
+    syncer(db, counted).sync_host(HOST)
+    after = inventories_by_key(client, compute.uuid)["mig/3g.40gb"]
+    assert after == {"CUSTOM_ACCELERATOR_MIG": (1, 0, 1),
+                     "CUSTOM_ACCELERATOR_MEMORY_MIG": (40192, 0, 40192)}  # fmt: skip
 
 
 def test_a_device_whose_names_are_invalid_is_left_out_and_named(
@@ -512,6 +522,28 @@ def test_a_device_whose_names_are_invalid_is_left_out_and_named(
     assert compute is not None
     published = {rp.name for rp in client.get_tree(compute.uuid)}
     assert len(published) == 15 - 3 and not any(bad in name for name in published)
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
+    assert host.synced_generation == host.generation and host.placement_errors == [error]
+    # Fixed (the next report names it well): the errors go.
+    bump(db, vendor_name="INTEL")
+    assert syncer(db, counted).sync_host(HOST).errors == []
+    with db.reader() as conn:
+        assert conn.execute(select(HOSTS.c.placement_errors)).scalar_one() == []
+
+
+def test_flat_mode_leaves_out_a_device_whose_names_are_invalid(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    inventory.reconcile(db, report(conf))
+    bump(db, vendor_name="Intel/Altera")
+    result = syncer(db, counted, nested=False).sync_host(HOST)
+    [error] = result.errors
+    assert "'Intel/Altera'" in error
+    compute = PlacementClient(placement).find_provider(HOST)
+    assert compute is not None
+    fpga = PlacementClient(placement).get_inventories(compute.uuid)[1]["CUSTOM_ACCELERATOR_FPGA"]
+    assert fpga.total == 3  # the other card's two regions (2 + 1)
 
 
 def test_spec_001_flavors_find_the_providers_acceleron_published(
@@ -581,3 +613,45 @@ def test_spec_001_afaas_flavors_in_spec_001_spelling_on_the_published_tree(
         "others1": f"function:{function}=required",
     }
     assert candidates(granular)[0] == {programmed, blank, region_uuid(db, 1), region_uuid(db, 3)}
+
+
+def nested_card() -> Any:
+    """An FPGA whose region0 holds a VF pool (spec 003's tree: region0/vfs under region0)."""
+    from acceleron.vocabulary import AttachHandle
+    from acceleron.vocabulary import Deployable as Dep
+    from acceleron.vocabulary import Device as Dev
+
+    vfs = Dep("region0/vfs", "vf_pool", 2, accelerator_type="FPGA_VF",
+              attach_handles=(AttachHandle("PCI", "0000:5e:00.2"),
+                              AttachHandle("PCI", "0000:5e:00.3")))  # fmt: skip
+    handle = AttachHandle("PCI", "0000:5e:00.1")
+    region = Dep("region0", "region", 1, programmable=True, region_type=REGION_TYPE,
+                 attach_handles=(handle,), children=(vfs,))  # fmt: skip
+    return Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
+               deployables=(region,))  # fmt: skip
+
+
+def test_a_nested_deployable_is_a_child_provider_of_its_region(
+    db: Database, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Published under its region; a provider an older sync put under the device (a
+    sibling of its region) is moved there, keeping its allocations."""
+    inventory.reconcile(db, HostReport(HOST, "1.0", (nested_card(),)))
+    sync = syncer(db, counted)
+    sync.sync_host(HOST)
+    client = PlacementClient(placement)
+    card = names.provider_uuid(HOST, "0000:5e:00.0")
+    region = names.provider_uuid(HOST, "0000:5e:00.0", "region0")
+    vfs = names.provider_uuid(HOST, "0000:5e:00.0", "region0/vfs")
+    parents = {rp.uuid: rp.parent_uuid for rp in client.get_tree(card)}
+    assert parents[region] == card and parents[vfs] == region
+    # As an older Acceleron left it: the pool beside its region, in use.
+    client.move_provider(vfs, names.provider_name(HOST, "0000:5e:00.0", "region0/vfs"), card)
+    consumer = str(uuid.uuid4())
+    allocate(placement, vfs, consumer, "CUSTOM_ACCELERATOR_FPGA_VF")
+    plan = sync.sync_host(HOST, force=True, dry_run=True)
+    assert [(a.op, a.uuid) for a in plan.actions] == [("move", vfs)]
+    sync.sync_host(HOST, force=True)
+    assert {rp.uuid: rp.parent_uuid for rp in client.get_tree(card)}[vfs] == region
+    assert client.get_consumer_allocations(consumer) == {vfs: {"CUSTOM_ACCELERATOR_FPGA_VF": 1}}
+    assert sync.sync_host(HOST, force=True).actions == []

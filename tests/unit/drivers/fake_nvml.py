@@ -209,7 +209,7 @@ class FakeNvml:
 
 
 def h100(bus: int = 0x3B, **fields: Any) -> Gpu:
-    """An H100 SXM5 80GB as hardware.md §2.4 describes it."""
+    """An H100 SXM5 80GB as docs/design/hardware.md §2.4 describes it."""
     values: dict[str, Any] = {
         "bus_id": f"00000000:{bus:02X}:00.0".encode(),
         "domain": 0,

@@ -1,4 +1,4 @@
-"""The GBS header parser (hardware.md §3.4)."""
+"""The GBS header parser (docs/design/hardware.md §3.4)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from acceleron.drivers.errors import BitstreamError
 INTERFACE = "ce48969398f05f33946d560708be108a"
 AFU = "d8424dc4a4a3c413f89e433683f9040b"
 
-# The example metadata of hardware.md §3.4, byte for byte as a tool writes it.
+# The example metadata of docs/design/hardware.md §3.4, byte for byte as a tool writes it.
 EXAMPLE = (
     '{"version": 1, "platform-name": "PAC_A10", "afu-image": {"magic-no": 488605312, '
     '"interface-uuid": "ce489693-98f0-5f33-946d-560708be108a", "power": 50, '

@@ -56,6 +56,7 @@ def region(
     region_type: str | None = TYPE_A10,
     layout: str = "dfl",
     metadata: str | None = "0x0",
+    memory_type: str | None = "DDR",  # a PAC Arria10's DDR4, from the product table
 ) -> Deployable:
     return Deployable(
         key=key,
@@ -64,6 +65,7 @@ def region(
         programmable=True,
         region_type=region_type,
         function_uuids=functions,
+        memory_type=memory_type,
         attributes={
             "layout": layout,
             "fim_bitstream_id": "0x23000410010309",

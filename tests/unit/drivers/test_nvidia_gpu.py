@@ -141,6 +141,7 @@ def test_whole_gpu_without_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpt
         Deployable(
             key="device",
             kind="device",
+            memory_type="HBM",  # the H100: from NVML's name, else the product table
             num_accelerators=1,
             attach_handles=(pci_handle("10000:3b:00.0"),),
         ),
@@ -332,6 +333,7 @@ def test_nvml_enriches_a_whole_h100(sysfs_tree: MakeTree, driver_conf: cfg.Confi
         Deployable(
             key="device",
             kind="device",
+            memory_type="HBM",  # the H100: from NVML's name, else the product table
             num_accelerators=1,
             memory_mb=81559,
             attach_handles=(pci_handle("0000:3b:00.0"),),
@@ -368,6 +370,7 @@ def test_mig_instances(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> Non
         Deployable(
             key="mig/1g.10gb",
             kind="mig_profile",
+            memory_type="HBM",  # the H100: from NVML's name, else the product table
             num_accelerators=2,
             accelerator_type="MIG",
             memory_mb=9856,
@@ -378,6 +381,7 @@ def test_mig_instances(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> Non
         Deployable(
             key="mig/3g.40gb",
             kind="mig_profile",
+            memory_type="HBM",  # the H100: from NVML's name, else the product table
             num_accelerators=1,
             accelerator_type="MIG",
             memory_mb=40192,

@@ -1,4 +1,4 @@
-"""The whole host of hardware.md §6.1/§6.3 through every sysfs driver at once, and the
+"""The whole host of docs/design/hardware.md §6.1/§6.3 through every sysfs driver at once, and the
 use cases of spec 004: several device types and vendors on one host."""
 
 from __future__ import annotations

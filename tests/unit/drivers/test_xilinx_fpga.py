@@ -64,6 +64,7 @@ def test_mgmt_and_user_pfs_are_one_device(
         Deployable(
             key="region0",
             kind="region",
+            memory_type="DDR",  # the U250's DDR4, from the product table
             num_accelerators=1,
             programmable=True,
             region_type=SHELL.replace("-", ""),
@@ -129,6 +130,7 @@ def user_gone(device: Device) -> None:
         Deployable(
             key="region0",
             kind="region",
+            memory_type="DDR",  # the U250's DDR4, from the product table
             num_accelerators=0,
             programmable=True,
             region_type=SHELL.replace("-", ""),

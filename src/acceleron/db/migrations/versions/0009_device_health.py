@@ -5,7 +5,7 @@ words of devices.health). Deployables get a health of their own (a region whose 
 failed) and an operator status, so one region can be put in maintenance.
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0008
 Create Date: 2026-11-24
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy.dialects import mysql
 TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

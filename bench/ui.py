@@ -1,0 +1,73 @@
+"""How long the operator page (/ui) takes to show ``--hosts`` hosts in headless Chromium.
+
+Fills a SQLite database with the hosts (each the fake driver's five cards), serves the
+API from it (one process) and times, in Debian's chromium driven by Selenium, from
+asking for /ui to the page having drawn every host (its first load: the HTML, the
+script, and the API reads it makes), then one redraw.
+
+    .venv/bin/python bench/ui.py [--hosts 100] [--loads 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+from acceleron import conf as confmod
+from acceleron.api.app import create_app
+from acceleron.db import migrate
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.report import HostReport
+from acceleron.service import inventory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures
+from tests.fixtures.server import serve
+
+HOSTS = "return document.querySelectorAll('#tree .host').length;"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--loads", type=int, default=5)
+    args = parser.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="bench-ui-"))
+    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
+    db = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
+    migrate.upgrade(db)
+    for i in range(args.hosts):
+        conf.set_override("host", f"host-{i:03d}")
+        devices = tuple(FakeDriver(conf, Path("/")).discover())
+        inventory.reconcile(db, HostReport(f"host-{i:03d}", "1", devices))
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    service = Service(executable_path=shutil.which("chromedriver") or "chromedriver")
+    browser = webdriver.Chrome(options=options, service=service)
+    loads = []
+    try:
+        with serve(create_app(conf, db)) as url:
+            for _ in range(args.loads):
+                started = time.perf_counter()
+                browser.get(f"{url}/ui")
+                while browser.execute_script(HOSTS) < args.hosts:
+                    time.sleep(0.01)
+                loads.append(time.perf_counter() - started)
+    finally:
+        browser.quit()
+    print(f"hosts {args.hosts}: first draw median {statistics.median(loads):.2f} s, "
+          f"min {min(loads):.2f} s, max {max(loads):.2f} s over {len(loads)} loads")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""``/v2/claims`` (2.12): Acceleron's server-side claims, docs/claims.md.
+
+POST ``{device_profile_name, consumer_uuid[, project_id]}`` -> 201 with the claim: the
+API chooses the accelerators with Placement and spec 001's weigher, allocates them for
+the consumer (retrying when another consumer wins the capacity), creates and binds the
+accelerator requests, and undoes everything if a step fails. GET
+``/v2/claims/{consumer}`` follows it (state ``binding`` until the host's agent has
+programmed or prepared what it must, then ``bound``); DELETE releases it: requests
+deleted, allocation dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from acceleron.api import arqs as arqs_api
+from acceleron.api import microversion
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
+from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.versions import Link
+from acceleron.exceptions import Conflict
+from acceleron.service import claims
+from acceleron.service.placement import PlacementService
+
+router = APIRouter(
+    prefix="/v2/claims",
+    tags=["claims"],
+    responses=ERROR_RESPONSES,
+    dependencies=[requires(microversion.V2_12, "Claims")],
+)
+
+
+class ClaimCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device_profile_name: str = Field(max_length=255)
+    consumer_uuid: str = Field(max_length=64, description="What the accelerators are for.")
+    project_id: str | None = Field(
+        None, max_length=255, description="Admins and services: claim for this project."
+    )
+
+
+class ClaimOut(BaseModel):
+    consumer_uuid: str
+    project_id: str
+    device_profile_name: str
+    state: str = Field(description="allocating, binding, bound or failed (docs/claims.md).")
+    hostname: str | None
+    failure_reason: str | None
+    accelerator_requests: list[arqs_api.ArqOut]
+    created_at: str | None
+    updated_at: str | None
+    links: list[Link]
+
+
+def view(found: claims.ClaimView, call: Call) -> dict[str, Any]:
+    claim, base = found.claim, call.base_url
+    return {
+        "consumer_uuid": claim.consumer,
+        "project_id": claim.project_id,
+        "device_profile_name": claim.device_profile_name,
+        "state": found.state,
+        "hostname": claim.hostname,
+        "failure_reason": found.failure_reason,
+        "accelerator_requests": [arqs_api.view(a, call.version, base) for a in found.arqs],
+        "created_at": timestamp(claim.created_at),
+        "updated_at": timestamp(claim.updated_at),
+        "links": [{"href": f"{base}/v2/claims/{claim.consumer}", "rel": "self"}],
+    }
+
+
+def _placement(call: Call) -> PlacementService:
+    service: PlacementService | None = call.request.app.state.placement
+    if service is None:
+        raise Conflict("Placement is disabled: claims need [placement] mode remote or embedded.")
+    return service
+
+
+@router.post("", status_code=201, responses={201: {"model": ClaimOut}},
+             summary="Claim accelerators for a consumer (2.12)")  # fmt: skip
+async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> Response:
+    call.authorize("claim:create")
+    placement = _placement(call)
+    claim, groups = await call.run(
+        claims.begin, call.context, body.device_profile_name, body.consumer_uuid, body.project_id
+    )
+    store = call.bitstreams
+    user = call.context.user_id or "acceleron"
+    flat_mode, limits = arqs_api.flat_mode_of(call), arqs_api.limits_of(call)
+
+    def flow() -> None:  # blocking: Placement, and the bitstream store
+        client = placement.client()
+        allocated = False
+        try:
+            request, hostname = claims.allocate(call.db, client, claim, groups, user, store)
+            allocated = True
+            claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)
+        except claims.MaybeAllocated:
+            claims.undo(call.db, client, claim, True)
+            raise
+        except BaseException:
+            claims.undo(call.db, client, claim, allocated)
+            raise
+
+    await call.outbound(flow)
+    found = await call.run(claims.show, call.context, claim.consumer)
+    return json_response(view(found, call), 201)
+
+
+@router.get("/{consumer}", responses={200: {"model": ClaimOut}},
+            summary="Show a consumer's claim (2.12)")  # fmt: skip
+async def show_claim(consumer: str, call: CallDep) -> Response:
+    call.authorize("claim:get")
+    return json_response(view(await call.run(claims.show, call.context, consumer), call))
+
+
+@router.delete("/{consumer}", status_code=204, summary="Release a consumer's claim (2.12)")
+async def delete_claim(consumer: str, call: CallDep) -> Response:
+    call.authorize("claim:delete")
+    placement = _placement(call)
+    claim = await call.run(claims.release, call.context, consumer)
+    await call.outbound(claims.undo, call.db, placement.client(), claim, True)
+    return Response(status_code=204)

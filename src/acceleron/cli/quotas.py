@@ -1,0 +1,46 @@
+"""``acceleron quota show``: a project's usage against its limits, per resource class."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from acceleron.cli.base import Lister
+from acceleron.cli.client import CommandError, api_client
+
+PATH = "/v2/quotas"
+VERSION = "2.14"
+COLUMNS = ("resource", "limit", "usage")
+
+
+class ShowQuota(Lister):
+    """Show a project's usage against its limit for each accelerator resource class.
+
+    Limits are named class:<RESOURCE_CLASS>; an empty limit is unlimited. Without
+    --project: the project of the credentials (with Keystone), or the all-in-one's
+    project, admin.
+
+        acceleron quota show --project 3f2a...
+    """
+
+    noun = "limits"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--project", metavar="PROJECT_ID", help="The project's id.")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        client = api_client(self)
+        project = parsed_args.project or _own_project(client)
+        body = client.request("GET", f"{PATH}/{project}", microversion=VERSION)
+        return COLUMNS, [tuple(q[c] for c in COLUMNS) for q in body["quota_set"]["quotas"]]
+
+
+def _own_project(client: Any) -> str:
+    if client.noauth:
+        return "admin"  # what the API takes a request without X-Project-Id for
+    project: str | None = client.session.get_project_id()
+    if not project:
+        raise CommandError("The credentials name no project: give --project.")
+    return project

@@ -1,0 +1,399 @@
+"""Server-side claims (Acceleron's extension, microversion 2.12; docs/claims.md).
+
+A claim gives a consumer (a uuid: an instance, a job, a container) the accelerators a
+device profile asks for, in one request: the API asks Placement for allocation
+candidates with the query Nova would build, ranks them with spec 001's weigher (regions
+already holding a wanted function first), allocates the best for the consumer (and asks
+again when another consumer won the capacity meanwhile), creates the accelerator
+requests and binds them. Anything failing on the way is undone: requests deleted,
+allocation dropped, claim gone.
+
+States (the ``state`` column, and what ``show`` derives from the requests):
+``allocating`` (Placement is asked), ``binding`` (requests bound, some still being
+programmed or prepared by the host's agent), ``bound`` (every request Bound), ``failed``
+(a bind failed after the claim was answered: release it). Releasing deletes the claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from acceleron.bitstreams.base import BitstreamStore
+from acceleron.bitstreams.model import Query
+from acceleron.context import RequestContext
+from acceleron.db.models import AcceleratorRequest, Claim, Deployable, Device, Host, table, utcnow
+from acceleron.db.session import Database
+from acceleron.exceptions import (
+    AllocationConflict,
+    Conflict,
+    Disabled,
+    InvalidInput,
+    NotFound,
+    PlacementError,
+    PlacementUnavailable,
+)
+from acceleron.placement import names, tree
+from acceleron.placement.client import AllocationRequest, PlacementClient
+from acceleron.scheduler import query, weigher
+from acceleron.service import arqs as arq_service
+from acceleron.service import quotas
+from acceleron.service.device_profiles import could_exist
+
+LOG = logging.getLogger(__name__)
+CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
+DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
+STATES = ("allocating", "binding", "bound", "failed")
+ATTEMPTS = 5  # choices made again after an allocation conflict
+# How many candidates are asked for first, among the regions that hold a wanted function.
+HOLDERS_LIMIT = 10
+
+
+class NoCapacity(Conflict):
+    """No host has what the profile asks for free."""
+
+
+class MaybeAllocated(PlacementUnavailable):
+    """Placement failed while allocating for a new consumer: the allocation may have
+    been made (an answer lost on the way back), so an undo drops it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimView:
+    claim: Row[Any]
+    state: str
+    failure_reason: str | None
+    arqs: tuple[Row[Any], ...]
+
+
+def _owner(context: RequestContext, project_id: str | None) -> str:
+    """The project a claim is for: the caller's, or (admins and services) the one named."""
+    if project_id is not None and project_id != context.project_id:
+        if not (context.is_admin or "service" in context.roles):
+            raise InvalidInput("project_id: only an admin or a service may claim for another.")
+        return project_id
+    if not context.project_id:
+        raise InvalidInput("project_id: the request has no project; name one.")
+    return context.project_id
+
+
+def _consumer(value: str) -> str:
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise InvalidInput(f"consumer_uuid: {value[:64]!r} is not a UUID.") from None
+
+
+def begin(
+    db: Database,
+    context: RequestContext,
+    profile_name: str,
+    consumer: str,
+    project_id: str | None,
+) -> tuple[Row[Any], list[dict[str, str]]]:
+    """Record the claim (``allocating``); the claim and its profile's groups. Conflict
+    when the consumer has a claim already."""
+    consumer = _consumer(consumer)
+    project = _owner(context, project_id)
+    if not profile_name or not could_exist(profile_name):
+        raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
+    profiles = arq_service.PROFILES
+    try:
+        with db.writer() as conn:
+            profile = conn.execute(
+                select(profiles.c.groups, profiles.c.enabled).where(profiles.c.name == profile_name)
+            ).first()
+            if profile is None:
+                raise NotFound(f"Device profile {profile_name!r} not found.")
+            if not profile.enabled:
+                raise Disabled(
+                    f"Device profile {profile_name!r} is disabled: it takes no new requests "
+                    f"(`acceleron profile enable {profile_name}` allows them again)."
+                )
+            conn.execute(
+                insert(CLAIMS).values(
+                    consumer=consumer,
+                    project_id=project,
+                    device_profile_name=profile_name,
+                    state="allocating",
+                )
+            )
+            claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer)).one()
+    except IntegrityError as error:
+        raise Conflict(
+            f"Consumer {consumer} has a claim already: release it first (DELETE "
+            f"/v2/claims/{consumer})."
+        ) from error
+    return claim, list(profile.groups)
+
+
+def wanted_functions(
+    groups: Sequence[Mapping[str, str]], store: BitstreamStore | None, project: str
+) -> dict[str, frozenset[str]]:
+    """The functions each group wants, by request group suffix, for the weigher: named
+    by id, or found in the bitstream catalogue by function name or bitstream (what the
+    project sees)."""
+    found = dict(weigher.wanted_functions(groups))
+    for index, group in enumerate(groups):
+        suffix = f"{query.GROUP_PREFIX}{index}"
+        if suffix in found or store is None:
+            continue
+        if "accel:function_name" in group:
+            items = store.find(Query(function_name=group["accel:function_name"], project=project))
+        elif "accel:bitstream_name" in group:
+            items = store.find(Query(name=group["accel:bitstream_name"], project=project))
+        elif "accel:bitstream_id" in group:
+            try:
+                items = [store.get(group["accel:bitstream_id"], project)]
+            except NotFound:
+                items = []
+        else:
+            continue
+        functions = frozenset(b.function_uuid for b in items if b.function_uuid)
+        if functions:
+            found[suffix] = functions
+    return found
+
+
+def candidate_queries(
+    db: Database,
+    groups: Sequence[Mapping[str, str]],
+    wanted: Mapping[str, frozenset[str]],
+) -> list[list[tuple[str, str]]]:
+    """The candidate queries to try in turn. When a group wants a function that some
+    region holds already, first among those regions only (their function traits
+    required, a small ``limit``): the weigher would rank them first anyway, and
+    Placement is spared the whole cloud. Then, if that finds nothing, everything."""
+    everything = query.profile_query(groups).params()
+    holders: list[tuple[str, str]] = []
+    for suffix, functions in sorted(wanted.items()):
+        traits = held_function_traits(db, functions)
+        if traits:
+            holders.append((f"required{suffix}", "in:" + ",".join(sorted(traits))))
+    if not holders:
+        return [everything]
+    return [[("limit", str(HOLDERS_LIMIT)), *everything, *holders], everything]
+
+
+def held_function_traits(db: Database, functions: frozenset[str]) -> set[str]:
+    """The function traits (every spelling) of the regions that hold one of
+    ``functions`` now, as the Placement sync publishes them."""
+    wanted = {weigher.fold_function(f) for f in functions}
+    query_ = (
+        select(
+            DEVICES.c.type,
+            DEVICES.c.vendor_name,
+            DEPLOYABLES.c.function_uuid,
+            DEPLOYABLES.c.function_uuids,
+        )
+        .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+        .where(DEPLOYABLES.c.function_uuid.is_not(None))
+    )
+    found: set[str] = set()
+    with db.reader() as conn:
+        for row in conn.execute(query_):
+            for function in tree.functions(row):
+                if weigher.fold_function(function) in wanted:
+                    found.update(names.function_traits(row.type, row.vendor_name, function))
+    return found
+
+
+def allocate(
+    db: Database,
+    placement: PlacementClient,
+    claim: Row[Any],
+    groups: Sequence[Mapping[str, str]],
+    user_id: str,
+    store: BitstreamStore | None = None,
+) -> tuple[AllocationRequest, str]:
+    """Allocate the best candidate for the claim's consumer; choose again while other
+    consumers win the race. The allocation and its compute node's name."""
+    wanted = wanted_functions(groups, store, claim.project_id)
+    for attempt in range(1, ATTEMPTS + 1):
+        best = None
+        for params in candidate_queries(db, groups, wanted):
+            candidates = placement.get_allocation_candidates(params)
+            best = weigher.best(candidates, wanted)
+            if best is not None:
+                break
+        if best is None:
+            raise NoCapacity(
+                "No host has the accelerators the profile asks for free: they are all in use "
+                "or disabled, or none matches its groups."
+            )
+        hostname = _hostname(db, best)
+        try:
+            placement.put_allocations(
+                claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
+            )
+        except PlacementError as error:
+            if not isinstance(error, AllocationConflict):
+                raise MaybeAllocated(error.message) from error
+            # A new consumer's allocation refused: capacity taken, or the consumer is not
+            # new (Placement refuses it every time: say so, and never touch what it holds).
+            if placement.get_consumer_allocations(claim.consumer):
+                raise Conflict(
+                    f"Consumer {claim.consumer} holds allocations in Placement already: "
+                    f"release them, or claim for another consumer."
+                ) from error
+            LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
+            time.sleep(0.02 * attempt)
+            continue
+        return best, hostname
+    raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
+
+
+def _hostname(db: Database, request: AllocationRequest) -> str:
+    """The host of the accelerators chosen (one host), from Acceleron's own records: the
+    host of each deployable's provider, or (flat mode) of each compute node's."""
+    providers = list(request.allocations)
+    with db.reader() as conn:
+        hosts = set(
+            conn.execute(
+                select(DEVICES.c.hostname)
+                .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+                .where(DEPLOYABLES.c.rp_uuid.in_(providers))
+                .union(select(HOSTS.c.hostname).where(HOSTS.c.rp_uuid.in_(providers)))
+            ).scalars()
+        )
+    if len(hosts) != 1:
+        raise Conflict(
+            f"The allocation chosen spans {len(hosts)} hosts of Acceleron; expected one."
+        )
+    return str(hosts.pop())
+
+
+def bind(
+    db: Database,
+    context: RequestContext,
+    claim: Row[Any],
+    request: AllocationRequest,
+    hostname: str,
+    store: BitstreamStore | None,
+    flat_mode: tree.Options | None = None,
+    limits: quotas.Limits | None = None,
+) -> None:
+    """Create the claim's requests and bind each to the provider Placement mapped its
+    group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do).
+    ``flat_mode`` and ``limits`` as for ``arqs.bind``; requests created here are deleted
+    again when the bind is refused (over a quota, say)."""
+    owner = dataclasses.replace(context, project_id=claim.project_id)
+    created = arq_service.create(db, owner, claim.device_profile_name, limits)
+    try:
+        bindings = []
+        for arq in created:
+            group = arq.device_profile_group_id
+            mapped = request.mappings.get(f"{query.GROUP_PREFIX}{group}")
+            if not mapped:
+                raise Conflict(f"Placement mapped no provider to group {group}.")
+            bindings.append(arq_service.Binding(arq.uuid, hostname, mapped[0], claim.consumer))
+        resolved = arq_service.bind(db, owner, bindings, store, flat_mode, limits)
+        failed = [r for r in resolved if r.status == "failed"]
+        if failed:
+            reasons = _reasons(db, [r.arq_uuid for r in failed])
+            raise Conflict(f"The accelerators could not be bound: {reasons}")
+    except BaseException:
+        # Exactly the requests this claim made go (never another's of the same consumer).
+        try:
+            arq_service.delete_arqs(db, _owner_context(claim), [a.uuid for a in created])
+        except Exception:
+            LOG.exception("Undoing the claim of %s: deleting its requests failed", claim.consumer)
+        raise
+    state = "bound" if len(resolved) == len(created) else "binding"
+    with db.writer() as conn:
+        conn.execute(
+            update(CLAIMS)
+            .where(CLAIMS.c.id == claim.id)
+            .values(state=state, hostname=hostname, updated_at=utcnow())
+        )
+
+
+def _reasons(db: Database, uuids: Sequence[str]) -> str:
+    with db.reader() as conn:
+        rows = conn.execute(
+            select(ARQS.c.uuid, ARQS.c.failure_reason).where(ARQS.c.uuid.in_(uuids))
+        )
+        return "; ".join(f"{r.uuid}: {r.failure_reason}" for r in rows)
+
+
+def _owner_context(claim: Row[Any]) -> RequestContext:
+    """The claim's project, as the service acts for it (it sees that project's only)."""
+    return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
+
+
+def undo(db: Database, placement: PlacementClient | None, claim: Row[Any], allocated: bool) -> None:
+    """Undo what a claim did, every step whatever the others do (what cannot be undone
+    now is logged; the reconciler frees a leaked allocation later). ``allocated``:
+    whether this claim made the consumer's allocation (one it did not make, say another
+    consumer's of the same uuid, is never dropped). The claim's requests are deleted as
+    its project's: another project's are never touched."""
+    if claim.state != "allocating":  # an established claim: its requests are bound
+        try:
+            arq_service.delete_for_instance(db, _owner_context(claim), claim.consumer, True)
+        except Exception:
+            LOG.exception("Releasing the claim of %s: deleting its requests failed",
+                          claim.consumer)  # fmt: skip
+    if placement is not None and allocated:
+        try:
+            placement.delete_allocations(claim.consumer)
+        except Exception:
+            LOG.exception("Undoing the claim of %s: dropping its allocation failed",
+                          claim.consumer)  # fmt: skip
+    with db.writer() as conn:
+        conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
+
+
+def _visible(context: RequestContext) -> Any:
+    if context.is_admin or "service" in context.roles:
+        return CLAIMS.c.id.is_not(None)
+    return CLAIMS.c.project_id == (context.project_id or "")
+
+
+def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
+    """The consumer's claim, as the caller sees it (NotFound for another project's)."""
+    wanted = _consumer(consumer)
+    with db.reader() as conn:
+        claim = conn.execute(
+            select(CLAIMS).where(CLAIMS.c.consumer == wanted, _visible(context))
+        ).first()
+    if claim is None:
+        raise NotFound(f"No claim for consumer {wanted}.")
+    return claim
+
+
+def show(db: Database, context: RequestContext, consumer: str) -> ClaimView:
+    """The claim with its requests; its state follows them while they are bound."""
+    claim = lookup(db, context, consumer)
+    with db.reader() as conn:
+        arqs = tuple(
+            conn.execute(
+                arq_service._VIEW.where(ARQS.c.instance_uuid == claim.consumer).order_by(
+                    ARQS.c.device_profile_group_id, ARQS.c.id
+                )
+            )
+        )
+    state, reason = claim.state, claim.failure_reason
+    if state == "binding" and arqs:
+        failed = [a for a in arqs if a.state == "BindFailed"]
+        if failed:
+            state = "failed"
+            reason = "; ".join(f"{a.uuid}: {a.failure_reason}" for a in failed)
+        elif all(a.state == "Bound" for a in arqs):
+            state = "bound"
+    return ClaimView(claim, state, reason, arqs)
+
+
+def release(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
+    """The claim to release (the caller undoes it with ``undo``), checked visible; one
+    still being made cannot be released yet."""
+    claim = lookup(db, context, consumer)
+    if claim.state == "allocating":
+        raise Conflict(f"The claim of {claim.consumer} is being made: release it once made.")
+    return claim

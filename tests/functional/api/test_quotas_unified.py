@@ -1,0 +1,79 @@
+"""Quotas from Keystone's unified limits (``[quota] driver = unified_limits``): oslo.limit
+reads them (from a stand-in of Keystone's limits API); a project limit wins over the
+registered limit, a resource class with neither gets 0, as in Nova and Glance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from tests.fixtures.keystone_limits import KeystoneLimits, keystone_limits
+
+from acceleron import conf as confmod
+from acceleron.api.app import create_app
+from acceleron.db.session import Database
+from acceleron.service import device_profiles
+
+QAT, FPGA = "CUSTOM_ACCELERATOR_QAT", "CUSTOM_ACCELERATOR_FPGA"
+PATH = "/v2/accelerator_requests"
+V2_14 = {"OpenStack-API-Version": "accelerator 2.14"}
+
+
+def member(project: str) -> dict[str, str]:
+    return {"X-Roles": "member,reader", "X-Project-Id": project, "X-User-Id": "u"}
+
+
+@pytest.fixture
+def keystone() -> Iterator[KeystoneLimits]:
+    with keystone_limits() as found:
+        found.registered[f"class:{QAT}"] = 2
+        found.projects[("p2", f"class:{QAT}")] = 5
+        yield found
+
+
+@pytest.fixture
+def api(tmp_path: Path, sqlite_db: Database, keystone: KeystoneLimits) -> Iterator[TestClient]:
+    config = tmp_path / "acceleron.conf"
+    config.write_text(
+        f"[DEFAULT]\nstate_path = {tmp_path}\n[quota]\ndriver = unified_limits\n"
+        + keystone.config()
+    )
+    conf = confmod.load([], config_files=[str(config)])
+    device_profiles.create(sqlite_db, name="qat3", groups=[{f"resources:{QAT}": "3"}])
+    device_profiles.create(sqlite_db, name="fpga", groups=[{f"resources:{FPGA}": "1"}])
+    with TestClient(create_app(conf, sqlite_db), raise_server_exceptions=False) as client:
+        yield client
+
+
+def create(api: TestClient, name: str, project: str) -> Any:
+    return api.post(PATH, json={"device_profile_name": name}, headers=member(project))
+
+
+def test_keystone_limits_apply(api: TestClient, keystone: KeystoneLimits) -> None:
+    refused = create(api, "qat3", "p1")
+    assert refused.status_code == 403
+    assert refused.json()["errors"][0]["detail"] == (
+        f"Quota exceeded for class:{QAT} in project p1: limit 2, usage 0, requested 3."
+    )
+    assert create(api, "qat3", "p2").status_code == 201  # its project limit is 5
+    # No limit registered for FPGAs: none may be had (oslo.limit's rule).
+    assert "limit 0, usage 0, requested 1" in create(api, "fpga", "p1").text
+    shown = api.get("/v2/quotas/p2", headers={**V2_14, **member("p2")}).json()["quota_set"]
+    assert shown["driver"] == "unified_limits"
+    assert shown["quotas"] == [
+        {"resource": f"class:{FPGA}", "resource_class": FPGA, "limit": 0, "usage": 0},
+        {"resource": f"class:{QAT}", "resource_class": QAT, "limit": 5, "usage": 0},
+    ]
+    assert "/v3/limits" in keystone.calls and "/v3/registered_limits" in keystone.calls
+
+
+def test_keystone_away_is_a_503(api: TestClient, keystone: KeystoneLimits) -> None:
+    keystone.server.shutdown()
+    keystone.server.server_close()
+    api.app.state.quotas._enforcer = None  # type: ignore[attr-defined]  # nothing cached
+    answer = create(api, "qat3", "p3")
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["errors"][0]["code"] == "acceleron.quota_unavailable"

@@ -1,0 +1,146 @@
+"""Server-side claims (2.12) against the all-in-one: the real embedded Placement, the
+agent with the fake driver. One request claims; GET follows; DELETE releases."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from tests.fixtures.allinone import LATEST, AllInOne, all_in_one
+from tests.fixtures.waiting import wait_for
+
+PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
+REGION0_TYPE = "ce48969398f05f33946d560708be108a"
+OTHER = {"X-Project-Id": "project-b", "X-Roles": "member,reader"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def aio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllInOne]:
+    with all_in_one(tmp_path_factory.mktemp("claims")) as server:
+        yield server
+
+
+def send(aio: AllInOne, method: str, path: str, **kwargs: Any) -> requests.Response:
+    headers = {**LATEST, **kwargs.pop("headers", {})}
+    return requests.request(method, aio.url + path, headers=headers, timeout=60, **kwargs)
+
+
+def profile(aio: AllInOne, *groups: dict[str, str]) -> str:
+    name = f"dp-{uuid.uuid4().hex[:8]}"
+    made = send(aio, "POST", "/v2/device_profiles", json=[{"name": name, "groups": list(groups)}])
+    assert made.status_code == 201, made.text
+    return name
+
+
+def claim(aio: AllInOne, name: str, consumer: str, **extra: Any) -> requests.Response:
+    body = {"device_profile_name": name, "consumer_uuid": consumer}
+    return send(aio, "POST", "/v2/claims", json=body, **extra)
+
+
+def allocations(aio: AllInOne, consumer: str) -> dict[str, Any]:
+    found = requests.get(f"{aio.url}/placement/allocations/{consumer}", headers=PLACEMENT,
+                         timeout=30).json()["allocations"]  # fmt: skip
+    return dict(found)
+
+
+def test_claim_follow_and_release(aio: AllInOne) -> None:
+    name = profile(aio, QAT)
+    consumer = str(uuid.uuid4())
+    made = claim(aio, name, consumer)
+    assert made.status_code == 201, made.text
+    body = made.json()
+    assert (body["state"], body["hostname"], body["consumer_uuid"]) == (
+        "bound", aio.host, consumer)  # fmt: skip
+    (arq,) = body["accelerator_requests"]
+    assert arq["state"] == "Bound" and arq["instance_uuid"] == consumer
+    assert arq["attach_handle_type"] == "TEST_PCI"
+    assert list(allocations(aio, consumer)) == [arq["device_rp_uuid"]]
+    shown = send(aio, "GET", f"/v2/claims/{consumer}").json()
+    assert shown["state"] == "bound" and shown["accelerator_requests"] == [arq]
+
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
+    assert send(aio, "GET", f"/v2/claims/{consumer}").status_code == 404
+    assert allocations(aio, consumer) == {}
+    arqs = send(aio, "GET", "/v2/accelerator_requests", params={"instance": consumer})
+    assert arqs.json()["arqs"] == []
+
+
+def test_a_claim_that_programs_is_binding_then_bound(aio: AllInOne) -> None:
+    function = uuid.uuid4().hex
+    from acceleron.drivers import gbs
+
+    meta = {"name": "f.gbs", "function_uuid": function, "region_type_uuid": REGION0_TYPE,
+            "visibility": "public"}  # fmt: skip
+    made = send(aio, "POST", "/v2/bitstreams", json=meta).json()
+    data = gbs.build(REGION0_TYPE, (function,), payload=b"\x3c" * 100_000)
+    put = send(aio, "PUT", f"/v2/bitstreams/{made['uuid']}/data", data=data,
+               headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    assert put.status_code < 300, put.text
+    name = profile(aio, {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:CUSTOM_FPGA_INTEL_REGION_{REGION0_TYPE.upper()}": "required",
+        "accel:function_id": function,
+    })  # fmt: skip
+    consumer = str(uuid.uuid4())
+    body = claim(aio, name, consumer).json()
+    assert body["state"] in ("binding", "bound"), body
+
+    def bound() -> bool:
+        return bool(send(aio, "GET", f"/v2/claims/{consumer}").json()["state"] == "bound")
+
+    wait_for(bound, 60)
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
+    # The region holds the function now: once Placement shows it, a claim lands there.
+    aio.wait_synced()
+    again = str(uuid.uuid4())
+    second = claim(aio, name, again).json()
+    assert second["state"] == "bound"  # nothing to program
+    rp = second["accelerator_requests"][0]["device_rp_uuid"]
+    assert rp == body["accelerator_requests"][0]["device_rp_uuid"]
+    send(aio, "DELETE", f"/v2/claims/{again}")
+
+
+def test_claims_are_their_projects_own(aio: AllInOne) -> None:
+    name = profile(aio, QAT)
+    consumer = str(uuid.uuid4())
+    mine = claim(aio, name, consumer, headers=OTHER)
+    assert mine.status_code == 201, mine.text
+    assert mine.json()["project_id"] == "project-b"
+    third = {"X-Project-Id": "project-c", "X-Roles": "member,reader"}
+    assert send(aio, "GET", f"/v2/claims/{consumer}", headers=third).status_code == 404
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}", headers=third).status_code == 404
+    assert send(aio, "GET", f"/v2/claims/{consumer}", headers=OTHER).json()["state"] == "bound"
+    placement_consumer = requests.get(f"{aio.url}/placement/allocations/{consumer}",
+                                      headers=PLACEMENT, timeout=30).json()  # fmt: skip
+    assert placement_consumer["project_id"] == "project-b"
+    # A member may not claim for another project; an admin may.
+    body = {"device_profile_name": name, "consumer_uuid": str(uuid.uuid4()),
+            "project_id": "project-c"}  # fmt: skip
+    refused = send(aio, "POST", "/v2/claims", json=body, headers=OTHER)
+    assert refused.status_code == 400
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}", headers=OTHER).status_code == 204
+
+
+def test_bad_claims_leave_nothing_behind(aio: AllInOne) -> None:
+    name = profile(aio, QAT)
+    consumer = str(uuid.uuid4())
+    assert claim(aio, "no-such-profile", consumer).status_code == 404
+    assert claim(aio, name, "not-a-uuid").status_code == 400
+    old = {"OpenStack-API-Version": "accelerator 2.9"}
+    assert claim(aio, name, consumer, headers=old).status_code == 404
+    none = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "100"})
+    refused = claim(aio, none, consumer)
+    assert refused.status_code == 409, refused.text
+    assert send(aio, "GET", f"/v2/claims/{consumer}").status_code == 404
+    assert allocations(aio, consumer) == {}
+    assert claim(aio, name, consumer).status_code == 201
+    twice = claim(aio, name, consumer)
+    assert twice.status_code == 409 and "has a claim already" in twice.text
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204

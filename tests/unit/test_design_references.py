@@ -1,0 +1,52 @@
+"""Every design document the code and docs cite is in the repo: "spec NNN" has its page
+docs/design/spec-NNN.md, and every section cited of docs/design/hardware.md is there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DESIGN = REPO / "docs" / "design"
+SPEC = re.compile(r"\bspec (\d{3})\b", re.IGNORECASE)
+HARDWARE = re.compile(r"hardware\.md``? (§[\d.]+(?:(?:/| and |, )§[\d.]+)*)")
+
+
+def cited_in() -> list[Path]:
+    roots = [REPO / "src", REPO / "tests", REPO / "docs", REPO / "cloud", REPO / "bench"]
+    files = [path for root in roots for path in root.rglob("*") if path.suffix in (".py", ".md")]
+    return [*files, REPO / "README.md", REPO / "CONTRIBUTING.md"]
+
+
+def test_every_cited_spec_has_its_page() -> None:
+    cited = {m.group(1) for path in cited_in() for m in SPEC.finditer(path.read_text())}
+    assert cited, "no spec cited: the pattern is wrong"
+    missing = sorted(n for n in cited if not (DESIGN / f"spec-{n}.md").is_file())
+    assert missing == []
+
+
+def test_every_cited_hardware_section_is_there() -> None:
+    headings = {
+        m.group(1).rstrip(".")
+        for m in re.finditer(r"^#+ ([\d.]+) ", (DESIGN / "hardware.md").read_text(), re.M)
+    }
+    cited = {
+        section.lstrip("§").rstrip(".")
+        for path in cited_in()
+        for m in HARDWARE.finditer(path.read_text())
+        for section in re.findall(r"§[\d.]+", m.group(1))
+    }
+    assert cited, "no section cited: the pattern is wrong"
+    assert sorted(cited - headings) == []
+
+
+def test_no_reference_points_outside_the_repo() -> None:
+    outside = re.compile(r"(?<![/\w])(hardware|nova-contract)\.md|reference/hardware")
+    found = [
+        str(path.relative_to(REPO))
+        for path in cited_in()
+        if DESIGN not in path.parents
+        and path != Path(__file__).resolve()
+        and outside.search(path.read_text())
+    ]
+    assert found == []
