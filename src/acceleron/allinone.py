@@ -30,6 +30,7 @@ from acceleron.api.app import Server, create_app
 from acceleron.db import migrate
 from acceleron.db import session as db_session
 from acceleron.drivers import load_drivers
+from acceleron.drivers.base import Watching
 
 LOG = logging.getLogger(__name__)
 # Seconds open requests get at shutdown (an agent's long poll for work is cut there).
@@ -86,4 +87,7 @@ def _agent_when_ready(
         time.sleep(0.01)
     LOG.info("Acceleron all-in-one ready in %.1f s", time.monotonic() - started)
     threading.Thread(target=runner.run, name="tasks", daemon=True).start()
+    for driver in agent.drivers:
+        if isinstance(driver, Watching):
+            driver.start_watch(agent.schedule.urgent)
     agent.run()

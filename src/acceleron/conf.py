@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from keystoneauth1 import loading as ks_loading
-from oslo_config import cfg, generator
+from oslo_config import cfg, generator, types
 
 PROJECT = "acceleron"
 
@@ -288,6 +288,15 @@ AGENT_OPTS: list[cfg.Opt] = [
         help="Seconds from a udev event to the rescan it causes; the events of those "
         "seconds make one scan (enabling 16 VFs gives dozens of events).",
     ),
+    cfg.FloatOpt(
+        "health_event_hold",
+        default=600.0,
+        min=0.0,
+        help="Seconds a device stays in the health state an event called for (a PCIe AER "
+        "counter rising, a critical NVIDIA XID) after the last such event; then, with no "
+        "new one, it is healthy again. States the hardware holds (a QAT device down, an "
+        "FPGA error register set) last as long as the hardware shows them.",
+    ),
 ]
 # Sections that say how Acceleron reaches a service through keystoneauth: its
 # session options (TLS, timeout), auth options (auth_type and that plugin's own,
@@ -534,6 +543,16 @@ NVIDIA_GPU_OPTS: list[cfg.Opt] = [
         "enabled_vgpu_types",
         default=[],
         help="vGPU types to report (e.g. nvidia-222). Empty: every type the GPUs offer.",
+    ),
+    cfg.ListOpt(
+        "critical_xids",
+        item_type=types.Integer(min=0),
+        default=[48, 63, 64, 74, 79, 92, 94, 95],
+        help="NVIDIA XID errors that make a GPU (or, under MIG, the GPU instance NVML "
+        "names) unhealthy: double-bit ECC (48), row remapping or page retirement events "
+        "and failures (63, 64), NVLink (74), fallen off the bus (79), high single-bit "
+        "ECC rate (92), contained and uncontained ECC errors (94, 95). Others (13, 31, 43: "
+        "an application's own faults) do not.",
     ),
 ]
 

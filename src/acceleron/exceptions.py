@@ -40,6 +40,14 @@ class Disabled(Conflict):
     """The object is disabled and cannot be used for new work."""
 
 
+class Unhealthy(Conflict):
+    """The device (or deployable) is unhealthy: nothing new may be bound to it."""
+
+
+class InMaintenance(Conflict):
+    """The device (or deployable) is in maintenance, and the request does not tolerate it."""
+
+
 class Forbidden(AcceleronError):
     """The caller may not do this."""
 

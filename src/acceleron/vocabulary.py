@@ -50,6 +50,21 @@ DEVICE_TYPES = ("FPGA", "GPU", "QAT", "AICHIP", "NIC", "SSD", "PCI")
 KINDS = ("device", "region", "vf_pool", "vgpu_type", "mig_profile")
 # Attach handle types: PCI and MDEV as upstream; MIG is Acceleron's; TEST_PCI from the fake driver.
 HANDLE_TYPES = ("PCI", "MDEV", "MIG", "TEST_PCI")
+# Health states, best first: a device or deployable that is unhealthy takes no new work.
+HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
+HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY)
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    """What the hardware says about a device's health: ``healthy``, ``degraded`` (it
+    works, an operator should look) or ``unhealthy`` (nothing new may land on it), with
+    the reason. ``deployables`` holds the faults scoped to one deployable by its key (an
+    FPGA port's region, a MIG profile whose GPU instance failed)."""
+
+    state: str = HEALTHY
+    reason: str | None = None
+    deployables: Mapping[str, Health] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +121,8 @@ class Device:
     std_board_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     vendor_board_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     deployables: tuple[Deployable, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Health:
-    """A device's health as the driver sees it: "ok", "degraded" or "failed"."""
-
-    state: str
-    reason: str | None = None
+    # Filled in by the agent from the driver's health() at each scan.
+    health: Health = dataclasses.field(default_factory=Health)
 
 
 def walk(deployables: Sequence[Deployable]) -> list[Deployable]:

@@ -236,3 +236,30 @@ def test_the_openstack_clients_read_the_inventory(live_sqlite: str) -> None:
     assert len(list(conn.accelerator.deployables(limit=2))) == 5
     assert conn.accelerator.get_deployable(R0).name == f"host-a_{FPGA}_region0"
     assert [d.type for d in conn.accelerator.devices()] == ["FPGA", "GPU", "QAT"]
+
+
+def test_health_maintenance_and_drain(live: str, capsys: pytest.CaptureFixture[str]) -> None:
+    value = ("-f", "value", "-c")
+    # host-b's GPU is degraded: --unhealthy lists it alone, with its health column.
+    assert output(capsys, live, "device", "list", "--unhealthy", *value, "pci_address") == (
+        f"{GPU}\n"
+    )
+    assert output(capsys, live, "device", "list", "--health", "healthy", *value, "health") == (
+        "healthy\nhealthy\n"
+    )
+    assert run(capsys, live, "device", "maintenance", "on", FPGA)[0] == 1  # no reason
+    shown = as_json(capsys, live, "device", "maintenance", "on", FPGA, "--reason", "burn-in: HBM")
+    assert (shown["status"], shown["maintenance_reason"]) == ("maintaining", "burn-in: HBM")
+    tree = output(capsys, live, "device", "show", FPGA, "--tree").splitlines()
+    assert tree[0].endswith(f"maintaining  maintenance (burn-in: HBM)  ({uuid_of(HOST_A, FPGA)})")
+    region1 = f"{HOST_A}_{FPGA}_region1"
+    shown = as_json(capsys, live, "device", "maintenance", "on", region1, "--reason", "reflash")
+    assert (shown["uuid"], shown["status"]) == (R1, "maintaining")
+    assert "maintenance (reflash)" in output(capsys, live, "deployable", "show", region1)
+    # Nothing is bound to the QAT card: the drain ends at once, leaving it in maintenance.
+    code, out, err = run(capsys, live, "device", "drain", QAT, "--interval", "0.01")
+    assert code == 0, err
+    assert "drained" in err and "maintenance off" in out
+    assert as_json(capsys, live, "device", "show", QAT)["maintenance_reason"] == "drain"
+    off = as_json(capsys, live, "device", "maintenance", "off", QAT)
+    assert (off["status"], off["maintenance_reason"]) == ("enabled", None)

@@ -13,7 +13,15 @@ from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.engine import make_url
 
 from acceleron.db import migrate
-from acceleron.db.models import AcceleratorRequest, Attribute, Base, Deployable, Host, table
+from acceleron.db.models import (
+    AcceleratorRequest,
+    Attribute,
+    Base,
+    Deployable,
+    Device,
+    Host,
+    table,
+)
 from acceleron.db.session import Database
 from tests import conftest
 
@@ -141,6 +149,39 @@ def test_0006_marks_existing_attributes_as_the_agents(fresh_db: Database) -> Non
     migrate.upgrade(fresh_db)
     with fresh_db.reader() as conn:
         assert conn.execute(select(table(Attribute).c.source)).scalars().all() == ["agent"]
+
+
+def test_0009_renames_health_words_and_adds_maintenance(fresh_db: Database) -> None:
+    migrate.upgrade(fresh_db, "0006")
+    created = dt.datetime(2026, 1, 1)
+    with fresh_db.engine.begin() as conn:
+        for row_id, health in ((1, "ok"), (2, "degraded"), (3, "failed")):
+            _insert(conn, "devices", {
+                "id": row_id, "uuid": f"d{row_id}", "hostname": "h",
+                "pci_address": f"0000:5e:00.{row_id}", "type": "FPGA", "vendor": "8086",
+                "vendor_name": "INTEL", "product_id": "09c4", "model": "A10",
+                "driver_name": "fake", "std_board_info": "{}", "vendor_board_info": "{}",
+                "status": "enabled", "state": "present", "health": health,
+                "created_at": created,
+            })  # fmt: skip
+        _insert(conn, "deployables", {
+            "id": 1, "uuid": "u1", "device_id": 1, "key": "r1", "name": "n1", "kind": "region",
+            "num_accelerators": 1, "traits": "[]", "driver_name": "fake", "assignable": True,
+            "availability": "available", "programmable": True, "function_uuids": "[]",
+            "created_at": created,
+        })  # fmt: skip
+    migrate.upgrade(fresh_db)
+    devices = table(Device)
+    with fresh_db.reader() as conn:
+        found = conn.execute(select(devices.c.health, devices.c.maintenance_reason)
+                             .order_by(devices.c.id)).all()  # fmt: skip
+        dep = conn.execute(select(DEPLOYABLES.c.health, DEPLOYABLES.c.status)).one()
+    assert [tuple(row) for row in found] == [
+        ("healthy", None),
+        ("degraded", None),
+        ("unhealthy", None),
+    ]
+    assert tuple(dep) == ("healthy", "enabled")
 
 
 def test_0010_gives_existing_requests_their_resource_class(fresh_db: Database) -> None:

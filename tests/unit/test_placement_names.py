@@ -307,6 +307,20 @@ class TestProviders:
         assert first == names.provider_name(host, "0000:5e:00.0", "vgpu-type-" + "a" * 40)
 
 
+def test_maintenance_reasons_tolerations_and_traits() -> None:
+    assert names.reason_name("Burn-In: new HBM") == "burn-in"
+    assert names.tolerated("burn-in: new HBM", ["BURN-IN", "x"])
+    assert not names.tolerated("reflash", ["burn-in"]) and not names.tolerated("", ["burn-in"])
+    assert names.maintenance_traits("burn-in: x") == {
+        "CUSTOM_ACCELERON_MAINTENANCE", "CUSTOM_ACCELERON_MAINTENANCE_BURN_IN"}  # fmt: skip
+    assert names.maintenance_traits("why? it broke") == {"CUSTOM_ACCELERON_MAINTENANCE"}
+    groups = [{"resources:FPGA": "1"}, {"resources:FPGA": "1", "accel:tolerations": "burn-in"}]
+    assert names.untolerant(groups) == [
+        {"resources:FPGA": "1", "trait:CUSTOM_ACCELERON_MAINTENANCE": "forbidden"},
+        groups[1],
+    ]
+
+
 def test_the_family_trait_names_the_family_not_the_product() -> None:
     assert names.family_trait("FPGA", "INTEL", "PAC_ARRIA10") == "CUSTOM_FPGA_INTEL_ARRIA10"
     assert names.family_trait("fpga", "intel", "pac arria10") == "CUSTOM_FPGA_INTEL_ARRIA10"

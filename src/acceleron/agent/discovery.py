@@ -22,7 +22,7 @@ import acceleron
 from acceleron.drivers.base import Driver
 from acceleron.drivers.sysfs import shared_scan
 from acceleron.report import HostReport
-from acceleron.vocabulary import Device
+from acceleron.vocabulary import DEGRADED, HEALTHY, Device, Health
 
 LOG = logging.getLogger(__name__)
 
@@ -46,11 +46,26 @@ def scan(drivers: Sequence[Driver]) -> Scan:
     with shared_scan():  # the drivers share one read of the host's PCI functions
         for driver in drivers:
             try:
-                found.append((driver.name, driver.discover()))
+                devices = driver.discover()
             except Exception:
                 LOG.exception("Driver %s failed to discover its devices", driver.name)
                 failed.append(driver.name)
+                continue
+            found.append((driver.name, [with_health(driver, d) for d in devices]))
     return Scan(devices=merge(found), failed=tuple(failed))
+
+
+def with_health(driver: Driver, device: Device) -> Device:
+    """The device with its driver's health verdict; a check that raises makes it
+    degraded (the check is broken, not necessarily the device), never the scan fail."""
+    try:
+        health = driver.health(device)
+    except Exception as error:
+        LOG.exception("Driver %s failed to check %s's health", driver.name, device.pci_address)
+        health = Health(DEGRADED, f"health check failed: {error!r}"[:500])
+    if health.state != HEALTHY:
+        LOG.info("Device %s is %s: %s", device.pci_address, health.state, health.reason)
+    return dataclasses.replace(device, health=health)
 
 
 def merge(found: Sequence[tuple[str, Sequence[Device]]]) -> tuple[Device, ...]:

@@ -27,7 +27,7 @@ from acceleron import metrics
 from acceleron.agent import discovery
 from acceleron.agent.client import ApiUnavailable, ReportClient, ReportRefused, UnknownHost
 from acceleron.agent.udev import UdevWatcher
-from acceleron.drivers.base import Driver
+from acceleron.drivers.base import Driver, Watching
 
 LOG = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -99,6 +99,13 @@ class Schedule:
         with self._cond:
             if self._event_at is None:
                 self._event_at = self._clock()
+                self._cond.notify_all()
+
+    def urgent(self) -> None:
+        """A fault was heard of (an NVML XID): scan now, without the udev debounce."""
+        with self._cond:
+            if not self._hold:
+                self._due = min(self._due, self._clock())
                 self._cond.notify_all()
 
     def stop(self) -> None:
@@ -221,7 +228,8 @@ def serve(agent: Agent, watch_udev: bool = True, worker: Worker | None = None) -
     every report is the full state, so the next start simply sends a new one; a task
     in progress is taken up again at the next start.
     """
-    watcher = UdevWatcher(agent.schedule.event) if watch_udev else None
+    watcher = UdevWatcher(agent.schedule.event, agent.schedule.urgent) if watch_udev else None
+    watching = [d for d in agent.drivers if isinstance(d, Watching)]
     previous = {sig: signal.signal(sig, _raise_stopping) for sig in STOP_SIGNALS}
     thread = threading.Thread(target=worker.run, name="tasks", daemon=True) if worker else None
     try:
@@ -229,6 +237,8 @@ def serve(agent: Agent, watch_udev: bool = True, worker: Worker | None = None) -
             watcher.start()
         if thread is not None:
             thread.start()
+        for driver in watching:
+            driver.start_watch(agent.schedule.urgent)
         LOG.info("Agent of %s started: drivers %s, a scan every %d s",
                  agent.settings.hostname, ", ".join(d.name for d in agent.drivers) or "none",
                  agent.settings.report_interval)  # fmt: skip
@@ -238,6 +248,8 @@ def serve(agent: Agent, watch_udev: bool = True, worker: Worker | None = None) -
     finally:
         if worker is not None:
             worker.stop()
+        for driver in watching:
+            driver.stop_watch()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if watcher is not None:

@@ -3,7 +3,9 @@
 Optional: it needs pyudev (``pip install acceleron[udev]``) and libudev, and a
 netlink socket, which many containers do not get. Without them the agent says
 so once and relies on its periodic scan. Events only trigger a scan (the
-schedule debounces them); what changed is always read from sysfs again.
+schedule debounces them); what changed is always read from sysfs again. A PCI error
+recovery event (the kernel's ``ERROR_EVENT`` uevent, sent while AER recovers a device)
+is a health fault: it calls ``on_fault`` instead, which scans at once.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ def _import_pyudev() -> Any:
 class UdevWatcher:
     """Calls ``on_event`` from a background thread for every PCI or mdev uevent."""
 
-    def __init__(self, on_event: Callable[[], None]) -> None:
+    def __init__(
+        self, on_event: Callable[[], None], on_fault: Callable[[], None] | None = None
+    ) -> None:
         self._on_event = on_event
+        self._on_fault = on_fault or on_event
         self._observer: Any = None
 
     def start(self) -> bool:
@@ -56,4 +61,10 @@ class UdevWatcher:
 
     def _handle(self, device: Any) -> None:
         LOG.debug("udev: %s %s %s", device.action, device.subsystem, device.sys_name)
-        self._on_event()
+        properties = getattr(device, "properties", None)
+        error = properties.get("ERROR_EVENT") if properties is not None else None
+        if error:
+            LOG.warning("udev: PCI error recovery on %s: %s", device.sys_name, error)
+            self._on_fault()
+        else:
+            self._on_event()

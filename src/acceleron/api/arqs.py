@@ -87,6 +87,11 @@ class ArqOut(BaseModel):
         "accel:attach_target: VM (the default), host or none. Before 2.11 a request whose "
         "target is not VM shows no attach handle.",
     )
+    health: dict[str, Any] | None = Field(
+        None,
+        description="From 2.13: the health ({state, reason}) of the deployable and device a "
+        "bound request holds; the request stays Bound when they fail, this shows it.",
+    )
     created_at: str | None
     updated_at: str | None
     links: list[Link]
@@ -121,6 +126,8 @@ def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, A
         data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
     if version >= microversion.V2_11:
         data["attach_target"] = target
+    if version >= microversion.V2_13:
+        data["health"] = service.health_of(arq)
     return data
 
 

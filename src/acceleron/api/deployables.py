@@ -29,13 +29,20 @@ from starlette.responses import Response
 
 from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, same_uuid, timestamp
-from acceleron.api.devices import PageQuery, page_body, sort_key_field
+from acceleron.api.devices import (
+    MaintenanceIn,
+    PageQuery,
+    page_body,
+    sort_key_field,
+    wake_placement,
+    with_health,
+)
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
-from acceleron.service import programming
+from acceleron.service import health, programming
 from acceleron.service.deployables import DeployableInfo
 from acceleron.vocabulary import DEVICE_TYPES, KINDS
 
@@ -137,6 +144,14 @@ class DeployableOut(BaseModel):
     program_error: str | None = Field(None, description="From 2.5. Why programming failed.")
     attributes: dict[str, Any] | None = Field(None, description="From 2.5. Nested object.")
     attach_handles: list[AttachHandleOut] | None = Field(None, description="From 2.5.")
+    health: str | None = Field(
+        None, description="From 2.13. Its own: healthy, degraded or unhealthy (a region whose "
+        "port failed); its device's health applies to it too.")  # fmt: skip
+    health_reason: str | None = Field(None, description="From 2.13.")
+    health_since: str | None = Field(None, description="From 2.13.")
+    status: str | None = Field(None, description="From 2.13. 'enabled' or 'maintaining'.")
+    maintenance_reason: str | None = Field(None, description="From 2.13.")
+    maintenance_since: str | None = Field(None, description="From 2.13.")
 
 
 class DeployableList(BaseModel):
@@ -196,6 +211,9 @@ def view(dep: DeployableInfo, version: microversion.Version, base: str) -> dict[
         data["attach_handles"] = [handle_view(h) for h in dep.handles]
     if version >= microversion.V2_10:
         data["memory_type"] = row.memory_type
+    if version >= microversion.V2_13:
+        with_health(data, row, version)
+        data["status"] = row.status
     return data
 
 
@@ -283,6 +301,20 @@ class ProgramOp(BaseModel):
     path: Literal["/program"]
     op: Literal["replace"]
     value: list[ProgramImage] = Field(min_length=1, max_length=1)
+
+
+@router.post(
+    "/{uuid}/maintenance",
+    dependencies=[requires(microversion.V2_13, "Deployable maintenance")],
+    responses={200: {"model": DeployableOut}},
+    summary="Put one deployable (a region) in maintenance with a reason, or take it out "
+    "(admin; 2.13)",
+)
+async def deployable_maintenance(uuid: str, body: MaintenanceIn, call: CallDep) -> Response:
+    call.authorize("deployable:maintenance")
+    await call.run(health.set_deployable_maintenance, uuid, body.maintenance, body.reason)
+    wake_placement(call)
+    return json_response(await _show(call, uuid))
 
 
 @router.patch(

@@ -7,13 +7,18 @@
   not the last ends with ``devices_links``, the next page's link;
 * 2.3 adds ``status``; 2.5 adds ``id``, ``pci_address``, ``numa_node``, ``state``,
   ``health``, ``driver_name``, ``vendor_name`` and ``product_id``, and shows the
-  board info as objects (JSON strings before, as upstream).
+  board info as objects (JSON strings before, as upstream);
+* 2.13 shows ``health`` as healthy/degraded/unhealthy (ok/degraded/failed before),
+  with ``health_reason``, ``health_since``, ``maintenance_reason`` and
+  ``maintenance_since``, filters on ``health`` (one state or several, comma-separated),
+  and adds ``POST /v2/devices/{uuid}/maintenance`` and ``GET /v2/devices/{uuid}/binds``.
 
 The paging parameters and links here are those of every inventory list.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -25,10 +30,11 @@ from sqlalchemy import Row
 from starlette.responses import Response
 
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.service import devices as service
+from acceleron.service import health
 from acceleron.service.listing import Listed, Page, make_page
 from acceleron.service.placement import PlacementService
 from acceleron.vocabulary import DEVICE_TYPES
@@ -37,6 +43,7 @@ router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPO
 
 # Filters that need 2.5: the fields they compare are shown from 2.5 only.
 FILTERS_2_5 = ("status", "state", "pci_address")
+FILTERS_2_13 = ("health",)
 
 
 # --- paging, shared by the inventory lists ---------------------------------------------
@@ -93,6 +100,9 @@ class DeviceQuery(PageQuery):
     status: str | None = Field(None, description="From 2.5. 'enabled' or 'maintaining'.")
     state: str | None = Field(None, description="From 2.5. 'present' or 'lost'.")
     pci_address: str | None = Field(None, description="From 2.5. e.g. 0000:0c:00.0.")
+    health: str | None = Field(
+        None, description="From 2.13. healthy, degraded or unhealthy; several comma-separated."
+    )
     sort_key: str | None = sort_key_field(service.SORT_KEYS)
 
 
@@ -113,7 +123,15 @@ class DeviceOut(BaseModel):
     pci_address: str | None = Field(None, description="From 2.5.")
     numa_node: int | None = Field(None, description="From 2.5. None when unknown.")
     state: str | None = Field(None, description="From 2.5. 'present', or 'lost'.")
-    health: str | None = Field(None, description="From 2.5. 'ok', 'degraded' or 'failed'.")
+    health: str | None = Field(
+        None,
+        description="From 2.5. 'ok', 'degraded' or 'failed'; from 2.13 'healthy', "
+        "'degraded' or 'unhealthy'.",
+    )
+    health_reason: str | None = Field(None, description="From 2.13. Why, as the driver says.")
+    health_since: str | None = Field(None, description="From 2.13. When first seen so.")
+    maintenance_reason: str | None = Field(None, description="From 2.13. Set by an admin.")
+    maintenance_since: str | None = Field(None, description="From 2.13.")
     driver_name: str | None = Field(None, description="From 2.5. The driver that found it.")
     vendor_name: str | None = Field(None, description="From 2.5. e.g. INTEL.")
     product_id: str | None = Field(None, description="From 2.5. PCI device id.")
@@ -152,6 +170,22 @@ def view(device: Row[Any], version: microversion.Version, base: str) -> dict[str
         for field in ("id", "pci_address", "numa_node", "state", "health", "driver_name",
                       "vendor_name", "product_id"):  # fmt: skip
             data[field] = getattr(device, field)
+    return with_health(data, device, version)
+
+
+def with_health(
+    data: dict[str, Any], row: Row[Any], version: microversion.Version
+) -> dict[str, Any]:
+    """Health as the version shows it: the old words before 2.13, the reasons from 2.13."""
+    if version < microversion.V2_13:
+        if "health" in data:
+            data["health"] = health.OLD_WORDS.get(row.health, row.health)
+        return data
+    data["health"] = row.health
+    data["health_reason"] = row.health_reason
+    data["health_since"] = timestamp(row.health_since)
+    data["maintenance_reason"] = row.maintenance_reason
+    data["maintenance_since"] = timestamp(row.maintenance_since)
     return data
 
 
@@ -160,6 +194,8 @@ def _filters(query: DeviceQuery, version: microversion.Version) -> dict[str, str
     late = [name for name in FILTERS_2_5 if filters[name] is not None]
     if late:
         microversion.require(version, microversion.V2_5, f"{', '.join(late)}: filtering on it")
+    if filters["health"] is not None:
+        microversion.require(version, microversion.V2_13, "health: filtering on it")
     return filters
 
 
@@ -203,3 +239,66 @@ async def enable_device(uuid: str, call: CallDep) -> Response:
 )
 async def disable_device(uuid: str, call: CallDep) -> Response:
     return await _set_status(uuid, call, "maintaining", "device:disable")
+
+
+class MaintenanceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    maintenance: bool = Field(description="true: into maintenance; false: back in service.")
+    reason: str | None = Field(
+        None,
+        description="Why (required to go in, at most 255 characters). The text before the "
+        "first ':' names the reason, which a device profile may tolerate "
+        "(accel:tolerations): 'burn-in: new card'.",
+    )
+
+
+def wake_placement(call: Call) -> None:
+    placement: PlacementService | None = call.request.app.state.placement
+    if placement is not None:
+        placement.worker.wake()
+
+
+@router.post(
+    "/{uuid}/maintenance",
+    dependencies=[requires(microversion.V2_13, "Device maintenance")],
+    responses={200: {"model": DeviceOut}},
+    summary="Put a device in maintenance with a reason, or take it out (admin; 2.13)",
+)
+async def device_maintenance(uuid: str, body: MaintenanceIn, call: CallDep) -> Response:
+    call.authorize("device:maintenance")
+    device = await call.run(health.set_device_maintenance, uuid, body.maintenance, body.reason)
+    wake_placement(call)
+    return json_response(view(device, call.version, call.base_url))
+
+
+class BoundOut(BaseModel):
+    arq_uuid: str
+    state: str
+    instance_uuid: str | None
+    deployable: str
+    attach_handle: str
+
+
+class BindsOut(BaseModel):
+    device_uuid: str
+    status: str
+    health: str
+    binds: list[BoundOut]
+
+
+@router.get(
+    "/{uuid}/binds",
+    dependencies=[requires(microversion.V2_13, "The binds of a device")],
+    responses={200: {"model": BindsOut}},
+    summary="The accelerator requests holding a device's attach handles (the drain; 2.13)",
+)
+async def device_binds(uuid: str, call: CallDep) -> Response:
+    call.authorize("device:get_one")
+    device, binds = await call.run(health.device_with_binds, uuid)
+    return json_response({
+        "device_uuid": device.uuid,
+        "status": device.status,
+        "health": device.health,
+        "binds": [dataclasses.asdict(b) for b in binds],
+    })  # fmt: skip

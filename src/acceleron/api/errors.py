@@ -36,6 +36,8 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.UnknownHost, 409, "acceleron.unknown_host"),
     (exc.InUse, 409, "acceleron.in_use"),
     (exc.Disabled, 409, "acceleron.disabled"),
+    (exc.Unhealthy, 409, "acceleron.unhealthy"),
+    (exc.InMaintenance, 409, "acceleron.in_maintenance"),
     (exc.Conflict, 409, "acceleron.conflict"),
     (exc.InvalidInput, 400, "acceleron.invalid_input"),
     (exc.NotFound, 404, "acceleron.not_found"),

@@ -61,7 +61,12 @@ VERSIONS: list[str] = [
     #          is not VM shows no attach handle, so that a client attaching every handle
     #          it sees (Nova) leaves it alone.
     "2.12",  # Claims: POST /v2/claims, GET and DELETE /v2/claims/{consumer} (docs/claims.md).
-    "2.13",  # Reserved for device health (merged separately); nothing yet.
+    "2.13",  # Health and maintenance: devices and deployables show health (healthy,
+    #          degraded, unhealthy: "ok"/"failed" before), its reason and since when, and
+    #          maintenance reason and since; devices filter on health; POST
+    #          /v2/devices/{uuid}/maintenance and /v2/deployables/{uuid}/maintenance
+    #          (admin); GET /v2/devices/{uuid}/binds (the drain); accelerator requests
+    #          show the health of what they are bound to.
     "2.14",  # GET /v2/quotas/{project_id}: a project's usage against its limit for each
     #          accelerator resource class (limits named class:<RESOURCE_CLASS>).
 ]

@@ -112,6 +112,13 @@ INVENTORY_RULES = [
     _rule("device:disable", "rule:admin_api",
           "Take a device out of service (its inventory is reserved in Placement).",
           "POST", "/v2/devices/{uuid}/disable"),
+    _rule("device:maintenance", "rule:admin_api",
+          "Put a device in maintenance with a reason, or take it out (its inventory is "
+          "reserved in Placement meanwhile).",
+          "POST", "/v2/devices/{uuid}/maintenance"),
+    _rule("deployable:maintenance", "rule:admin_api",
+          "Put one deployable (a region) in maintenance with a reason, or take it out.",
+          "POST", "/v2/deployables/{uuid}/maintenance"),
     _rule("deployable:get_all", INVENTORY_READERS, "List deployables.",
           "GET", "/v2/deployables"),
     _rule("deployable:get_one", INVENTORY_READERS, "Show a deployable.",

@@ -28,13 +28,14 @@ from acceleron.cli.client import ApiClient, CommandError, api_client
 
 DEVICES = "/v2/devices"
 DEPLOYABLES = "/v2/deployables"
-# The tree needs the 2.5 views (kind, key, parent uuids, attach handles).
-TREE_VERSION = "2.5"
+# The tree needs the 2.5 views (kind, key, parent uuids, attach handles), and 2.13's
+# health and maintenance.
+TREE_VERSION = "2.13"
 DEVICE_COLUMNS = ("uuid", "hostname", "pci_address", "type", "vendor", "model", "status",
                   "state", "health")  # fmt: skip
 DEPLOYABLE_COLUMNS = ("uuid", "name", "kind", "key", "hostname", "num_accelerators",
                       "region_type", "bitstream_id", "rp_uuid")  # fmt: skip
-DEVICE_FILTERS = ("type", "vendor", "hostname", "status", "state", "pci_address")
+DEVICE_FILTERS = ("type", "vendor", "hostname", "status", "state", "pci_address", "health")
 DEPLOYABLE_FILTERS = ("name", "kind", "key", "parent_uuid", "root_uuid", "device_uuid",
                       "hostname", "type", "availability", "instance_uuid", "rp_uuid",
                       "driver_name", "bitstream_id", "region_type", "function_uuid")  # fmt: skip
@@ -167,9 +168,20 @@ def device_line(device: Mapping[str, Any]) -> str:
              f"{device['vendor_name']} {device['model']}", device["status"]]  # fmt: skip
     if device["state"] != "present":
         words.append(device["state"])
-    if device["health"] != "ok":
-        words.append(f"health {device['health']}")
-    return "  ".join([*words, f"({device['uuid']})"])
+    return "  ".join([*words, *condition_words(device), f"({device['uuid']})"])
+
+
+def condition_words(item: Mapping[str, Any]) -> list[str]:
+    """Health other than healthy, and maintenance, with their reasons."""
+    words = []
+    if item.get("health") not in (None, "ok", "healthy"):
+        reason = item.get("health_reason")
+        words.append(f"health {item['health']}" + (f" ({reason})" if reason else ""))
+    if item.get("maintenance_reason"):
+        words.append(f"maintenance ({item['maintenance_reason']})")
+    elif item.get("status") == "maintaining" and "kind" in item:
+        words.append("maintenance")
+    return words
 
 
 def deployable_line(dep: Mapping[str, Any]) -> str:
@@ -180,7 +192,7 @@ def deployable_line(dep: Mapping[str, Any]) -> str:
                          ("bitstream_id", "bitstream"), ("instance_uuid", "instance")):  # fmt: skip
         if shown.get(field):
             words.append(f"{label} {shown[field]}")
-    return "  ".join([*words, f"({dep['uuid']})"])
+    return "  ".join([*words, *condition_words(dep), f"({dep['uuid']})"])
 
 
 def handle_line(handle: Mapping[str, Any]) -> str:
@@ -271,10 +283,20 @@ class ListDevices(_List):
     noun = "devices"
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        return add_list_options(super().get_parser(prog_name), DEVICE_FILTERS)
+        parser = add_list_options(super().get_parser(prog_name), DEVICE_FILTERS)
+        parser.add_argument(
+            "--unhealthy",
+            action="store_true",
+            help="Only devices that are not healthy (degraded or unhealthy).",
+        )
+        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
         query = list_query(parsed_args, DEVICE_FILTERS)
+        if parsed_args.unhealthy:
+            if "health" in query:
+                raise CommandError("--unhealthy and --health: give one of them.")
+            query["health"] = "degraded,unhealthy"
         items = fetch(api_client(self), DEVICES, "devices", query)
         return self.emit(parsed_args, items, DEVICE_COLUMNS)
 

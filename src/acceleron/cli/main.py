@@ -43,6 +43,8 @@ COMMANDS = {
     "device show": "inventory:ShowDevice",
     "device enable": "inventory:EnableDevice",
     "device disable": "inventory:DisableDevice",
+    "device maintenance": "health:Maintenance",
+    "device drain": "health:Drain",
     "deployable list": "inventory:ListDeployables",
     "deployable show": "inventory:ShowDeployable",
     "deployable program": "programming:ProgramDeployable",

@@ -124,7 +124,13 @@ class Device(TimestampMixin, Base):
     status: Mapped[str] = mapped_column(String(16), default="enabled")
     # Agent's view: "present", or "lost" when it vanished while in use.
     state: Mapped[str] = mapped_column(String(16), default="present")
-    health: Mapped[str] = mapped_column(String(16), default="ok")
+    # The driver's verdict: healthy, degraded or unhealthy; why; since when (first seen).
+    health: Mapped[str] = mapped_column(String(16), default="healthy")
+    health_reason: Mapped[str | None] = mapped_column(Text)
+    health_since: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # Why and since when an operator has it in maintenance (status "maintaining").
+    maintenance_reason: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    maintenance_since: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class Deployable(TimestampMixin, Base):
@@ -169,6 +175,15 @@ class Deployable(TimestampMixin, Base):
     program_phase: Mapped[str | None] = mapped_column(String(32))
     program_progress: Mapped[int | None] = mapped_column(Integer)
     program_error: Mapped[str | None] = mapped_column(Text)
+    # Health of the deployable itself (a region whose port failed, a MIG profile whose GPU
+    # instance did); the device's own health applies to it as well.
+    health: Mapped[str] = mapped_column(String(16), default="healthy")
+    health_reason: Mapped[str | None] = mapped_column(Text)
+    health_since: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # Operator maintenance of this deployable alone: "enabled" or "maintaining".
+    status: Mapped[str] = mapped_column(String(16), default="enabled")
+    maintenance_reason: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    maintenance_since: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class Attribute(TimestampMixin, Base):

@@ -10,7 +10,7 @@ its ``root`` directory (``/`` on a real host, a fake sysfs tree in tests).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,7 +28,20 @@ class Driver(Protocol):
         a device that vanishes or cannot be read mid-scan is left out (and logged)."""
         ...
 
-    def health(self, device: Device) -> Health: ...
+    def health(self, device: Device) -> Health:
+        """The device's health now, from what the hardware exposes. Never raises for a
+        fault: a device it cannot read is itself the fault."""
+        ...
+
+
+@runtime_checkable
+class Watching(Protocol):
+    """A driver that hears of faults as they happen (NVML's XID events): it records them
+    for health() and calls ``notify`` so that the agent scans at once."""
+
+    def start_watch(self, notify: Callable[[], None]) -> None: ...
+
+    def stop_watch(self) -> None: ...
 
 
 @runtime_checkable

@@ -40,7 +40,17 @@ from acceleron.drivers.sysfs import (
     trait_part,
     vendor_name,
 )
-from acceleron.vocabulary import DEVICE_TYPES, AttachHandle, Deployable, Device, Health
+from acceleron.vocabulary import (
+    DEGRADED,
+    DEVICE_TYPES,
+    HEALTH_STATES,
+    HEALTHY,
+    UNHEALTHY,
+    AttachHandle,
+    Deployable,
+    Device,
+    Health,
+)
 
 LOG = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0b9c1a52-7f0e-5d8a-b5b4-3f8e2c6d1a90")
@@ -200,11 +210,23 @@ class FakeDriver:
         ]
 
     def health(self, device: Device) -> Health:
+        """The inventory's ``health`` for the device, unless the state file injects a
+        fault: ``{"devices": {"<address>": {"health": {"state": ..., "reason": ...,
+        "deployables": {"<key>": {"state": ..., "reason": ...}}}}}}`` (what tests write to
+        break a device)."""
         entry = dict(self._placed()).get(device.pci_address)
         if entry is None:
-            return Health("failed", f"no simulated device at {device.pci_address}")
-        state = entry.get("health", "ok")
-        return Health(state, None if state == "ok" else "set in the fake inventory")
+            return Health(UNHEALTHY, f"no simulated device at {device.pci_address}")
+        injected = self._load_state().get(device.pci_address, {}).get("health")
+        if isinstance(injected, dict):
+            parts = injected.get("deployables") or {}
+            return Health(
+                _state(injected.get("state")),
+                injected.get("reason"),
+                {k: Health(_state(v.get("state")), v.get("reason")) for k, v in parts.items()},
+            )
+        state = _state(entry.get("health"))
+        return Health(state, None if state == HEALTHY else "set in the fake inventory")
 
     def program(self, device: Device, deployable_key: str, bitstream: Path) -> None:
         """Check the image fits the region, then record its functions in the state file."""
@@ -414,3 +436,12 @@ def _mig(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable:
 
 def _test_pci(address: str) -> AttachHandle:
     return pci_handle(address, type="TEST_PCI")
+
+
+_OLD_WORDS = {"ok": HEALTHY, "failed": UNHEALTHY}
+
+
+def _state(word: Any) -> str:
+    """A health word of the inventory; ``ok`` and ``failed`` (the old words) still read."""
+    state = _OLD_WORDS.get(str(word or HEALTHY), str(word or HEALTHY))
+    return state if state in HEALTH_STATES else DEGRADED

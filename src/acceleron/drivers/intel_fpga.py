@@ -25,6 +25,7 @@ from oslo_config import cfg
 
 from acceleron.drivers import command, gbs
 from acceleron.drivers.errors import BitstreamError, TargetNotFound
+from acceleron.drivers.health import EventHold, hex_value, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     INTEL_FPGA,
     PciFunction,
@@ -36,13 +37,13 @@ from acceleron.drivers.sysfs import (
     owning_function,
     passed_through,
     pci_handle,
-    pci_health,
     read_function,
     scan,
     still_present,
+    suffix_index,
     virtual_functions,
 )
-from acceleron.vocabulary import AttachHandle, Deployable, Device, Health
+from acceleron.vocabulary import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class IntelFpgaDriver:
     def __init__(self, conf: cfg.ConfigOpts, root: Path) -> None:
         self.conf = conf
         self.sysfs = Sysfs(root)
+        self.events = EventHold(conf.agent.health_event_hold)
 
     def discover(self) -> list[Device]:
         functions = scan(self.sysfs)
@@ -144,7 +146,41 @@ class IntelFpgaDriver:
         )
 
     def health(self, device: Device) -> Health:
-        return pci_health(self.sysfs, device)
+        """PCI and AER, then the FPGA's own error registers (DFL layout): the FME's
+        ``errors/`` (``catfatal_errors`` not zero: unhealthy; ``fme_errors``,
+        ``nonfatal_errors``, ``pcie0_errors``, ``pcie1_errors``: degraded) for the card,
+        and each port's ``errors/errors`` for the region the port belongs to (unhealthy:
+        the port is held in reset until the error is cleared). ``first_error`` is quoted."""
+        found = [pci_health(self.sysfs, device, self.events)]
+        pf = self.sysfs.resolve(self.sysfs.path("sys/bus/pci/devices", device.pci_address))
+        if pf is None:
+            return worst(found)
+        fme_errors = next(
+            (fme / "errors"
+             for region in self.sysfs.children(pf / "fpga_region", "region")
+             for fme in self.sysfs.children(region, "dfl-fme.")),
+            None,
+        )  # fmt: skip
+        if fme_errors is not None:
+            found.append(_fme_health(self.sysfs, fme_errors, device.pci_address))
+        regions = sum(1 for dep in device.deployables if dep.kind == "region")
+        vfs = [
+            vf
+            for link in self.sysfs.children(pf, "virtfn")
+            if suffix_index(link.name) is not None and (vf := self.sysfs.resolve(link))
+        ]
+        ports: list[Path | None] = [*_port_paths(self.sysfs, pf)]
+        ports += [next(iter(_port_paths(self.sysfs, vf)), None) for vf in vfs]
+        for index, port in enumerate(ports):
+            if port is None or not regions:
+                continue
+            errors = hex_value(self.sysfs.read(port / "errors/errors"))
+            if errors:
+                first = self.sysfs.read(port / "errors/first_error") or "unknown"
+                key = f"region{min(index, regions - 1)}"
+                reason = f"FPGA port {port.name} reports errors {errors:#x} (first {first})"
+                found.append(scoped(key, [Health(UNHEALTHY, reason)]))
+        return worst(found)
 
     def program(self, device: Device, deployable_key: str, bitstream: Path) -> None:
         """Check the image fits the region, then run ``[intel_fpga] program_command``."""
@@ -230,16 +266,38 @@ def _opae_fme(sysfs: Sysfs, pf: Path) -> Fme | None:
 def read_ports(sysfs: Sysfs, pf: PciFunction, vfs: Sequence[PciFunction]) -> list[Port]:
     """Ports kept by the PF, then one per VF (a VF without a readable port still
     counts: it is the handle, the AFU is just unknown)."""
-    ports = [Port(pf.address, afu) for afu in _afu_ids(sysfs, pf.path)]
+    return [
+        Port(address, None if port is None else normalize_uuid(sysfs.read(port / "afu_id")))
+        for address, port in _ports(sysfs, pf, vfs)
+    ]
+
+
+def _ports(
+    sysfs: Sysfs, pf: PciFunction, vfs: Sequence[PciFunction]
+) -> list[tuple[str, Path | None]]:
+    ports: list[tuple[str, Path | None]] = [(pf.address, p) for p in _port_paths(sysfs, pf.path)]
     for vf in vfs:
-        afus = _afu_ids(sysfs, vf.path)
-        ports.append(Port(vf.address, afus[0] if afus else None))
+        paths = _port_paths(sysfs, vf.path)
+        ports.append((vf.address, paths[0] if paths else None))
     return ports
 
 
-def _afu_ids(sysfs: Sysfs, path: Path) -> list[str | None]:
-    """``afu_id`` of every port under a function, DFL then OPAE layout."""
-    port_dirs = [
+def _fme_health(sysfs: Sysfs, errors: Path, address: str) -> Health:
+    first = sysfs.read(errors / "first_error") or "unknown"
+    fatal = hex_value(sysfs.read(errors / "catfatal_errors"))
+    if fatal:
+        return Health(UNHEALTHY, f"FPGA {address}: catastrophic/fatal errors {fatal:#x} "
+                                 f"(first {first})")  # fmt: skip
+    for name in ("fme_errors", "nonfatal_errors", "pcie0_errors", "pcie1_errors"):
+        value = hex_value(sysfs.read(errors / name))
+        if value:
+            return Health(DEGRADED, f"FPGA {address}: {name} {value:#x} (first {first})")
+    return Health()
+
+
+def _port_paths(sysfs: Sysfs, path: Path) -> list[Path]:
+    """Every port directory under a function, DFL then OPAE layout."""
+    return [
         port
         for region in sysfs.children(path / "fpga_region", "region")
         for port in sysfs.children(region, "dfl-port.")
@@ -248,7 +306,6 @@ def _afu_ids(sysfs: Sysfs, path: Path) -> list[str | None]:
         for dev in sysfs.children(path / "fpga", "intel-fpga-dev.")
         for port in sysfs.children(dev, "intel-fpga-port.")
     ]
-    return [normalize_uuid(sysfs.read(port / "afu_id")) for port in port_dirs]
 
 
 # ---------------------------------------------------------------------------

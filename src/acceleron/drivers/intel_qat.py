@@ -14,6 +14,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from acceleron.drivers.health import EventHold, pci_health, worst
 from acceleron.drivers.sysfs import (
     INTEL_QAT,
     PciFunction,
@@ -22,12 +23,11 @@ from acceleron.drivers.sysfs import (
     make_device,
     model_name,
     pci_handle,
-    pci_health,
     scan,
     trait_part,
     virtual_functions,
 )
-from acceleron.vocabulary import Deployable, Device, Health
+from acceleron.vocabulary import UNHEALTHY, Deployable, Device, Health
 
 MODELS = {
     "0435": "DH895XCC",
@@ -50,6 +50,7 @@ class IntelQatDriver:
     def __init__(self, conf: cfg.ConfigOpts, root: Path) -> None:
         self.conf = conf
         self.sysfs = Sysfs(root)
+        self.events = EventHold(conf.agent.health_event_hold)
 
     def discover(self) -> list[Device]:
         return [self._device(fn) for fn in scan(self.sysfs) if classify(fn) == INTEL_QAT]
@@ -78,12 +79,22 @@ class IntelQatDriver:
         )
 
     def health(self, device: Device) -> Health:
-        state = self.sysfs.read(
-            self.sysfs.path("sys/bus/pci/devices", device.pci_address, "qat/state")
-        )
+        """PCI and AER, then the device state (``qat/state``, 4xxx and later: ``down``
+        means its firmware is stopped) and the firmware heartbeat the kernel checks
+        (debugfs ``qat_<name>_<BDF>/heartbeat/status``: 0 alive, -1 unresponsive; root
+        only, skipped when unreadable)."""
+        address = device.pci_address
+        found = [pci_health(self.sysfs, device, self.events)]
+        state = self.sysfs.read(self.sysfs.path("sys/bus/pci/devices", address, "qat/state"))
         if state == "down":
-            return Health("degraded", f"QAT {device.pci_address} is down")
-        return pci_health(self.sysfs, device)
+            found.append(Health(UNHEALTHY, f"QAT {address} is down (firmware stopped)"))
+        for debug in self.sysfs.children(self.sysfs.path("sys/kernel/debug"), "qat_"):
+            if not debug.name.endswith(f"_{address}"):
+                continue
+            status = self.sysfs.read(debug / "heartbeat/status")
+            if status is not None and status.strip() not in ("0", ""):
+                found.append(Health(UNHEALTHY, f"QAT {address} firmware heartbeat failed"))
+        return worst(found)
 
 
 def _services_trait(services: str) -> str:

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from oslo_config import cfg
 
 from acceleron.drivers import mdev, memory, nvml
+from acceleron.drivers.health import EventHold, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
     PciFunction,
@@ -42,13 +44,12 @@ from acceleron.drivers.sysfs import (
     passed_through,
     pci_handle,
     pci_handle_info,
-    pci_health,
     scan,
     still_present,
     trait_part,
     virtual_functions,
 )
-from acceleron.vocabulary import AttachHandle, Deployable, Device, Health
+from acceleron.vocabulary import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
 
@@ -85,19 +86,41 @@ class NvidiaGpuDriver:
     ) -> None:
         self.conf = conf
         self.sysfs = Sysfs(root)
+        self.events = EventHold(conf.agent.health_event_hold)
         self._nvml_lib = nvml_lib
         self.vgpu_types = set(conf.nvidia_gpu.enabled_vgpu_types)
+        self.critical_xids = set(conf.nvidia_gpu.critical_xids)
         self._mig_warned: set[str] = set()
+        # What the last scan's NVML snapshot said about each GPU's health.
+        self._faults: dict[str, nvml.GpuFaults] = {}
+        self._lost: set[str] = set()
+        self._instances: dict[str, dict[int, str]] = {}  # GPU -> GPU instance id -> key
+        self._watch_stop: threading.Event | None = None
 
-    def _snapshot(self) -> nvml.NvmlSnapshot | None:
+    def _lib(self) -> nvml.NvmlLib | None:
         if not self.conf.nvidia_gpu.use_nvml:
             return None
-        lib = self._nvml_lib or nvml.load_pynvml()
-        return nvml.snapshot(lib) if lib is not None else None
+        return self._nvml_lib or nvml.load_pynvml()
+
+    def _snapshot(self, addresses: Sequence[str] = ()) -> nvml.NvmlSnapshot | None:
+        lib = self._lib()
+        snap = nvml.snapshot(lib, addresses) if lib is not None else None
+        gpus = snap.gpus if snap else ()
+        self._faults = {gpu.address: gpu.faults for gpu in gpus}
+        self._lost = set(snap.lost) if snap else set()
+        self._instances = {
+            gpu.address: {
+                m.gpu_instance_id: f"mig/{m.profile or 'unknown'}"
+                for m in gpu.migs
+                if m.gpu_instance_id is not None
+            }
+            for gpu in gpus
+        }
+        return snap
 
     def discover(self) -> list[Device]:
-        snap = self._snapshot()
         gpus = {fn.address: fn for fn in scan(self.sysfs) if classify(fn) == NVIDIA_GPU}
+        snap = self._snapshot([a for a, fn in gpus.items() if fn.driver == "nvidia"])
         from_nvml = snap.by_address() if snap else {}
         self._cross_check(gpus, from_nvml, snap is not None)
         version = snap.driver_version if snap else None
@@ -236,7 +259,54 @@ class NvidiaGpuDriver:
         return [t.deployable(pf.device) for t in sorted(types.values(), key=lambda t: t.name)]
 
     def health(self, device: Device) -> Health:
-        return pci_health(self.sysfs, device)
+        """PCI and AER, then NVML as of this scan: a GPU NVML calls lost (fallen off the
+        bus), a failed row remapping or uncorrectable ECC errors since the driver loaded
+        (unhealthy), remapped rows or retired pages pending a reset (degraded), and the
+        critical XIDs seen in the hold time, scoped to the MIG profile of the GPU
+        instance NVML names."""
+        address = device.pci_address
+        found = [pci_health(self.sysfs, device, self.events), *self.events.active(address)]
+        if address in self._lost:
+            found.append(Health(UNHEALTHY, f"GPU {address} has fallen off the bus (NVML)"))
+        faults = self._faults.get(address)
+        if faults is not None:
+            found.extend(_fault_health(address, faults))
+        return worst(found)
+
+    def xid(self, event: nvml.XidEvent) -> bool:
+        """Record a critical XID (others are ignored); True when it was critical."""
+        if event.xid not in self.critical_xids:
+            LOG.info("GPU %s: XID %d (not critical here)", event.address, event.xid)
+            return False
+        key = None
+        if event.gpu_instance_id is not None:
+            key = self._instances.get(event.address, {}).get(event.gpu_instance_id)
+        where = f" in GPU instance {event.gpu_instance_id}" if key else ""
+        verdict = Health(UNHEALTHY, f"GPU {event.address}: XID {event.xid}{where}")
+        LOG.warning("%s", verdict.reason)
+        signal = f"xid{event.xid}/{key or ''}"
+        self.events.event(event.address, signal, scoped(key, [verdict]) if key else verdict)
+        return True
+
+    def start_watch(self, notify: Callable[[], None]) -> None:
+        """Watch NVML's critical XID events in a thread; ``notify`` (a rescan) on each."""
+        lib = self._lib()
+        if lib is None or self._watch_stop is not None:
+            return
+        stop = self._watch_stop = threading.Event()
+
+        def on_event(event: nvml.XidEvent) -> None:
+            if self.xid(event):
+                notify()
+
+        threading.Thread(
+            target=nvml.watch_xids, args=(lib, on_event, stop), name="nvml-xid", daemon=True
+        ).start()
+
+    def stop_watch(self) -> None:
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+            self._watch_stop = None
 
     def create_mdev(self, device: Device, handle: AttachHandle) -> None:
         mdev.create(self.sysfs, handle)
@@ -370,6 +440,21 @@ def _mig_handle(gpu: nvml.NvmlGpu, mig: nvml.MigInstance) -> AttachHandle:
         "gpu_instance_id": "" if mig.gpu_instance_id is None else str(mig.gpu_instance_id),
     }
     return AttachHandle(type="MIG", address=mig.uuid, info=info)
+
+
+def _fault_health(address: str, faults: nvml.GpuFaults) -> list[Health]:
+    found = []
+    if faults.remap_failed:
+        found.append(Health(UNHEALTHY, f"GPU {address}: a row remapping failed"))
+    if faults.ecc_uncorrected_volatile:
+        count = faults.ecc_uncorrected_volatile
+        reason = f"GPU {address}: {count} uncorrectable ECC error(s) since the driver loaded"
+        found.append(Health(UNHEALTHY, reason))
+    if faults.remap_pending:
+        found.append(Health(DEGRADED, f"GPU {address}: remapped rows pending a reset"))
+    if faults.retired_pages_pending:
+        found.append(Health(DEGRADED, f"GPU {address}: retired pages pending a reset"))
+    return found
 
 
 def _board(gpu: nvml.NvmlGpu | None, version: str | None) -> dict[str, Any]:

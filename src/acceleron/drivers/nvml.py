@@ -12,12 +12,21 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 from acceleron.drivers.sysfs import format_bdf, normalize_bdf
 
 LOG = logging.getLogger(__name__)
 MIB = 1024 * 1024
+# NVML constants (nvml.h), so that the seam needs no pynvml to name them.
+MEMORY_ERROR_UNCORRECTED = 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+VOLATILE_ECC = 0  # NVML_VOLATILE_ECC: since the driver was loaded
+ERROR_TIMEOUT = 10  # NVML_ERROR_TIMEOUT
+ERROR_GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
+EVENT_XID_CRITICAL = 8  # nvmlEventTypeXidCriticalError
+NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event that no GPU instance owns
 
 
 class NvmlLib(Protocol):
@@ -42,6 +51,14 @@ class NvmlLib(Protocol):
     def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int: ...
     def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int) -> Any: ...
     def nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle: Any, profile_id: int) -> int: ...
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> Any: ...
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int: ...
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]: ...
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int: ...
+    def nvmlEventSetCreate(self) -> Any: ...
+    def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: Any) -> None: ...
+    def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> Any: ...
+    def nvmlEventSetFree(self, event_set: Any) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +89,25 @@ class NvmlGpu:
     mig_enabled: bool
     profiles: tuple[MigProfile, ...] = ()
     migs: tuple[MigInstance, ...] = ()
+    faults: GpuFaults = dataclasses.field(default_factory=lambda: GpuFaults())
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuFaults:
+    """The GPU's memory health as NVML reports it (None: not supported here)."""
+
+    retired_pages_pending: bool | None = None  # pre-Ampere page retirement awaiting a reset
+    remap_pending: bool | None = None  # Ampere and later: row remapping awaiting a reset
+    remap_failed: bool | None = None  # a row remapping failed: the memory is out of spares
+    ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the driver loaded
 
 
 @dataclasses.dataclass(frozen=True)
 class NvmlSnapshot:
     driver_version: str | None
     gpus: tuple[NvmlGpu, ...]
+    # GPUs sysfs lists that NVML answers "GPU is lost" for (fallen off the bus).
+    lost: tuple[str, ...] = ()
 
     def by_address(self) -> dict[str, NvmlGpu]:
         return {gpu.address: gpu for gpu in self.gpus}
@@ -97,8 +127,10 @@ def text(value: str | bytes) -> str:
     return (value.decode(errors="replace") if isinstance(value, bytes) else value).strip()
 
 
-def snapshot(lib: NvmlLib) -> NvmlSnapshot | None:
-    """Everything the driver needs from NVML, or None when NVML is not usable here."""
+def snapshot(lib: NvmlLib, addresses: Sequence[str] = ()) -> NvmlSnapshot | None:
+    """Everything the driver needs from NVML, or None when NVML is not usable here.
+    ``addresses`` (sysfs' GPUs) that NVML does not describe are asked for by bus id, to
+    tell a GPU that is lost from one NVML does not manage."""
     try:
         lib.nvmlInit()
     except lib.NVMLError as error:
@@ -107,8 +139,10 @@ def snapshot(lib: NvmlLib) -> NvmlSnapshot | None:
     try:
         version = _try(lib, lambda: text(lib.nvmlSystemGetDriverVersion()))
         count = _try(lib, lib.nvmlDeviceGetCount) or 0
-        gpus = (_gpu(lib, index) for index in range(count))
-        return NvmlSnapshot(version, tuple(gpu for gpu in gpus if gpu is not None))
+        found = tuple(gpu for gpu in (_gpu(lib, i) for i in range(count)) if gpu is not None)
+        known = {gpu.address for gpu in found}
+        lost = tuple(a for a in addresses if a not in known and _is_lost(lib, a))
+        return NvmlSnapshot(version, found, lost)
     finally:
         _try(lib, lib.nvmlShutdown)
 
@@ -143,7 +177,30 @@ def _gpu(lib: NvmlLib, index: int) -> NvmlGpu | None:
         mig_enabled=mig_enabled,
         profiles=profiles,
         migs=_migs(lib, handle) if mig_enabled else (),
+        faults=_faults(lib, handle),
     )
+
+
+def _faults(lib: NvmlLib, handle: Any) -> GpuFaults:
+    pending = _try(lib, lib.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+    rows = _try(lib, lib.nvmlDeviceGetRemappedRows, handle)
+    ecc = _try(lib, lib.nvmlDeviceGetTotalEccErrors, handle, MEMORY_ERROR_UNCORRECTED,
+               VOLATILE_ECC)  # fmt: skip
+    return GpuFaults(
+        retired_pages_pending=None if pending is None else bool(pending),
+        remap_pending=None if rows is None else bool(rows[2]),
+        remap_failed=None if rows is None else bool(rows[3]),
+        ecc_uncorrected_volatile=None if ecc is None else int(ecc),
+    )
+
+
+def _is_lost(lib: NvmlLib, address: str) -> bool:
+    """Whether NVML answers "GPU is lost" for the GPU at ``address``."""
+    try:
+        lib.nvmlDeviceGetHandleByPciBusId(address)
+    except lib.NVMLError as error:
+        return getattr(error, "value", None) == ERROR_GPU_IS_LOST
+    return False
 
 
 def pci_address(pci: Any) -> str:
@@ -208,3 +265,70 @@ def _mig_profile(lib: NvmlLib, mig: Any) -> str | None:
     if name is None or "MIG " not in text(name):
         return None
     return text(name).rsplit("MIG ", 1)[1].strip() or None
+
+
+# -- XID events -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class XidEvent:
+    """A critical XID NVML reported for a GPU (or one of its GPU instances)."""
+
+    address: str
+    xid: int
+    gpu_instance_id: int | None  # None: the whole GPU
+
+
+def _handle_key(handle: Any) -> Any:
+    """pynvml handles are ctypes pointers: compare their value."""
+    return getattr(handle, "value", handle)
+
+
+def watch_xids(
+    lib: NvmlLib,
+    on_event: Callable[[XidEvent], None],
+    stop: threading.Event,
+    poll_ms: int = 500,
+) -> None:
+    """Wait for critical XID events on every GPU until ``stop`` is set, calling
+    ``on_event`` for each (nvmlEventSetWait, ``nvmlEventTypeXidCriticalError``). Returns
+    at once when NVML does not load; a GPU that cannot register is left out."""
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError as error:
+        LOG.info("NVML is not available (%s); no XID events", error)
+        return
+    event_set = None
+    try:
+        event_set = lib.nvmlEventSetCreate()
+        addresses: dict[Any, str] = {}
+        for index in range(_try(lib, lib.nvmlDeviceGetCount) or 0):
+            handle = _try(lib, lib.nvmlDeviceGetHandleByIndex, index)
+            pci = _try(lib, lib.nvmlDeviceGetPciInfo, handle) if handle is not None else None
+            if pci is None:
+                continue
+            try:
+                lib.nvmlDeviceRegisterEvents(handle, EVENT_XID_CRITICAL, event_set)
+            except lib.NVMLError as error:  # NotSupported on some GPUs
+                LOG.info("No XID events for GPU %s: %s", pci_address(pci), error)
+                continue
+            addresses[_handle_key(handle)] = pci_address(pci)
+        LOG.info("Watching XID events of %d GPU(s)", len(addresses))
+        while not stop.is_set():
+            try:
+                data = lib.nvmlEventSetWait(event_set, poll_ms)
+            except lib.NVMLError as error:
+                if getattr(error, "value", None) != ERROR_TIMEOUT:
+                    LOG.warning("NVML event wait failed (%s); retrying", error)
+                    stop.wait(poll_ms / 1000)
+                continue
+            address = addresses.get(_handle_key(data.device))
+            if address is None:
+                continue
+            instance = getattr(data, "gpuInstanceId", NO_INSTANCE)
+            scope = None if instance in (None, NO_INSTANCE) else int(instance)
+            on_event(XidEvent(address, int(data.eventData), scope))
+    finally:
+        if event_set is not None:
+            _try(lib, lib.nvmlEventSetFree, event_set)
+        _try(lib, lib.nvmlShutdown)

@@ -27,6 +27,7 @@ import os_traits
 from oslo_config import cfg
 
 from acceleron.drivers.errors import DriverConfigError
+from acceleron.drivers.health import EventHold, pci_health
 from acceleron.drivers.sysfs import (
     Bdf,
     PciFunction,
@@ -36,7 +37,6 @@ from acceleron.drivers.sysfs import (
     normalize_hex_id,
     parse_bdf,
     pci_handle,
-    pci_health,
     scan,
     trait_part,
 )
@@ -167,6 +167,7 @@ class PciDriver:
     def __init__(self, conf: cfg.ConfigOpts, root: Path) -> None:
         self.conf = conf
         self.sysfs = Sysfs(root)
+        self.events = EventHold(conf.agent.health_event_hold)
         self.specs = parse_device_specs(conf.pci.device_spec)
 
     def discover(self) -> list[Device]:
@@ -250,7 +251,7 @@ class PciDriver:
         return make_device(fn, driver=self.name, model=model_name({}, fn.device), **fields)
 
     def health(self, device: Device) -> Health:
-        return pci_health(self.sysfs, device)
+        return pci_health(self.sysfs, device, self.events)
 
 
 def _whole(fn: PciFunction, spec: DeviceSpec) -> Deployable:

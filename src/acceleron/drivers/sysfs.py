@@ -7,7 +7,8 @@ as ``None``: the device it belongs to is skipped, never the whole scan.
 
 Also here: PCI address (BDF) parsing and formatting, the id hygiene rules of
 ``docs/design/hardware.md`` §7, the classification table of §1.2, and the small
-builders (PCI attach handles, board info, health) that drivers share.
+builders (PCI attach handles, board info) that drivers share; health checks are in
+``acceleron.drivers.health``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from acceleron.vocabulary import AttachHandle, Device, Health
+from acceleron.vocabulary import AttachHandle, Device
 
 LOG = logging.getLogger(__name__)
 
@@ -640,15 +641,3 @@ def make_device(fn: PciFunction, *, driver: str, model: str, **fields: Any) -> D
     }
     values.update(fields)
     return Device(**values)
-
-
-def pci_health(sysfs: Sysfs, device: Device) -> Health:
-    """Health from sysfs alone: gone, unbound from any kernel driver, or ok."""
-    fn = read_function(sysfs, device.pci_address)
-    if fn is None:
-        return Health("failed", f"PCI device {device.pci_address} is gone or unreadable")
-    if fn.vendor != device.vendor_id or fn.device != device.product_id:
-        return Health("failed", f"PCI device {device.pci_address} is now {fn.vendor}:{fn.device}")
-    if fn.driver is None:
-        return Health("degraded", f"no kernel driver is bound to {device.pci_address}")
-    return Health("ok")

@@ -20,6 +20,7 @@ from oslo_config import cfg
 
 from acceleron.drivers import command
 from acceleron.drivers.errors import TargetNotFound
+from acceleron.drivers.health import EventHold, hex_value, pci_health, worst
 from acceleron.drivers.sysfs import (
     XILINX_FPGA,
     PciFunction,
@@ -29,11 +30,10 @@ from acceleron.drivers.sysfs import (
     model_name,
     normalize_uuid,
     pci_handle,
-    pci_health,
     scan,
     still_present,
 )
-from acceleron.vocabulary import Deployable, Device, Health
+from acceleron.vocabulary import DEGRADED, UNHEALTHY, Deployable, Device, Health, walk
 
 LOG = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class XilinxFpgaDriver:
     def __init__(self, conf: cfg.ConfigOpts, root: Path) -> None:
         self.conf = conf
         self.sysfs = Sysfs(root)
+        self.events = EventHold(conf.agent.health_event_hold)
 
     def discover(self) -> list[Device]:
         slots: dict[str, list[PciFunction]] = {}
@@ -139,7 +140,17 @@ class XilinxFpgaDriver:
         }
 
     def health(self, device: Device) -> Health:
-        return pci_health(self.sysfs, device)
+        """PCI and AER, then what XRT's user-function driver (xocl) shows in sysfs:
+        ``dev_offline`` (1 while the card is being reset or has gone offline) and ``ready``
+        (0 until the shell is up)."""
+        found = [pci_health(self.sysfs, device, self.events)]
+        for handle in (h for dep in walk(device.deployables) for h in dep.attach_handles):
+            path = self.sysfs.path("sys/bus/pci/devices", handle.address)
+            if self.sysfs.read_int(path / "dev_offline") == 1:
+                found.append(Health(UNHEALTHY, f"Xilinx {handle.address} is offline (xocl)"))
+            if hex_value(self.sysfs.read(path / "ready")) == 0:
+                found.append(Health(DEGRADED, f"Xilinx {handle.address} is not ready (xocl)"))
+        return worst(found)
 
     def program(self, device: Device, deployable_key: str, bitstream: Path) -> None:
         """Run ``[xilinx_fpga] program_command`` (xbmgmt) against the management PF."""

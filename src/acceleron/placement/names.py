@@ -54,7 +54,7 @@ import functools
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import os_resource_classes
@@ -69,6 +69,58 @@ _TOKEN_RE = re.compile(r"[A-Z0-9_]+")
 
 PROGRAMMABLE = "CUSTOM_PROGRAMMABLE"
 OWNER = "OWNER_CYBORG"
+# On a provider in maintenance that some device profile tolerates (docs/health.md).
+MAINTENANCE = "CUSTOM_ACCELERON_MAINTENANCE"
+REASON_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def reason_name(reason: str | None) -> str:
+    """The name of a maintenance reason, what tolerations match: the text before the first
+    ``:``, lower case (``burn-in: new card`` is ``burn-in``)."""
+    return (reason or "").split(":", 1)[0].strip().lower()
+
+
+TOLERATIONS_KEY = "accel:tolerations"
+
+
+def tolerations(group: object) -> list[str]:
+    """The maintenance reasons a device profile group tolerates (``accel:tolerations``,
+    names separated by commas)."""
+    if not isinstance(group, Mapping):
+        return []
+    value = group.get(TOLERATIONS_KEY)
+    return [n.strip().lower() for n in str(value).split(",") if n.strip()] if value else []
+
+
+def untolerant(groups: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """The groups as Acceleron's own claims query them: a group that tolerates no
+    maintenance also forbids ``MAINTENANCE``, so it does not land on a provider whose
+    maintenance another profile tolerates (its bind would be refused)."""
+    out = []
+    for group in groups:
+        group = dict(group)
+        if not tolerations(group) and not any(k.endswith(f":{MAINTENANCE}") for k in group):
+            group[f"trait:{MAINTENANCE}"] = "forbidden"
+        out.append(group)
+    return out
+
+
+def tolerated(reason: str | None, tolerations: Iterable[str]) -> bool:
+    """Whether a maintenance with ``reason`` is one of ``tolerations`` (names)."""
+    name = reason_name(reason)
+    return bool(name) and name in {t.strip().lower() for t in tolerations}
+
+
+def maintenance_traits(reason: str | None) -> set[str]:
+    """The traits of a provider whose maintenance is tolerated: the general one, and one
+    naming the reason (``CUSTOM_ACCELERON_MAINTENANCE_BURN_IN``) when it can be a name."""
+    name = reason_name(reason)
+    traits = {MAINTENANCE}
+    if REASON_NAME_RE.fullmatch(name):
+        traits.add(custom("ACCELERON_MAINTENANCE", name))
+    return traits
+
+
 FUNCTIONALITIES = ("COMPUTE", "NETWORK", "STORAGE")
 # Upstream Cyborg's standard classes by device type (used with standard=True).
 STANDARD_CLASSES = {"FPGA": "FPGA", "GPU": "PGPU", "PGPU": "PGPU", "VGPU": "VGPU"}

@@ -34,10 +34,12 @@ import orjson
 from acceleron.placement import names
 from acceleron.placement.client import Inventory
 
-# A device that is not usable reserves its whole inventory.
-UNUSABLE_STATUS = ("maintaining",)
+# A device or deployable that is not usable reserves its whole inventory: lost, unhealthy,
+# or in maintenance (unless a device profile tolerates the maintenance's reason: then the
+# inventory stays and its providers carry names.MAINTENANCE and the reason's trait).
+MAINTAINING = "maintaining"
 UNUSABLE_STATE = ("lost",)
-UNUSABLE_HEALTH = ("failed",)
+UNUSABLE_HEALTH = ("unhealthy",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Options:
     # Functionality traits (COMPUTE, NETWORK, STORAGE) by device model or region type,
     # keyed by names.fold_key (service.placement.functionality_from_conf makes them).
     functionality: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Maintenance reasons some enabled device profile tolerates (accel:tolerations).
+    tolerated: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +71,37 @@ class DesiredProvider:
         return hashlib.sha256(orjson.dumps(data)).hexdigest()
 
 
-def _unusable(device: Any) -> bool:
+def maintenance(device: Any, dep: Any = None) -> str | None:
+    """The reason of the maintenance the device, or the deployable alone, is in (an empty
+    string when none was given); None when neither is."""
+    if device.status == MAINTAINING:
+        return str(getattr(device, "maintenance_reason", None) or "")
+    if dep is not None and getattr(dep, "status", None) == MAINTAINING:
+        return str(getattr(dep, "maintenance_reason", None) or "")
+    return None
+
+
+def unhealthy(device: Any, dep: Any = None) -> bool:
+    """Lost, or unhealthy itself or through its device: nothing may land on it."""
     return (
-        device.status in UNUSABLE_STATUS
-        or device.state in UNUSABLE_STATE
+        device.state in UNUSABLE_STATE
         or device.health in UNUSABLE_HEALTH
+        or (dep is not None and getattr(dep, "health", None) in UNUSABLE_HEALTH)
     )
+
+
+def _unusable(device: Any, dep: Any, options: Options) -> bool:
+    if unhealthy(device, dep):
+        return True
+    reason = maintenance(device, dep)
+    return reason is not None and not names.tolerated(reason, options.tolerated)
+
+
+def _tolerated_maintenance(device: Any, dep: Any, options: Options) -> set[str]:
+    reason = maintenance(device, dep)
+    if reason is None or unhealthy(device, dep) or not names.tolerated(reason, options.tolerated):
+        return set()
+    return names.maintenance_traits(reason)
 
 
 def _origin(device: Any) -> names.Origin:
@@ -111,6 +140,7 @@ def deployable_traits(device: Any, dep: Any, options: Options) -> set[str]:
                                             origin=origin))  # fmt: skip
     if dep.programmable:
         traits.add(names.PROGRAMMABLE)
+    traits |= _tolerated_maintenance(device, dep, options)
     return traits | _functionality_traits(device, dep, options, origin)
 
 
@@ -135,7 +165,7 @@ def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]
     origin = _origin(device)
     kind = dep.accelerator_type or device.type
     total = dep.num_accelerators
-    reserved = total if _unusable(device) else 0
+    reserved = total if _unusable(device, dep, options) else 0
     result = {
         names.accelerator_class(kind, standard=options.standard_classes, origin=origin):
             Inventory(total=total, reserved=reserved, max_unit=total)

@@ -32,6 +32,7 @@ from keystoneauth1 import adapter as ks_adapter
 
 from acceleron.agent.client import parse_error
 from acceleron.exceptions import AllocationConflict, PlacementError
+from acceleron.placement import names
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import functions, query, weigher
 
@@ -201,7 +202,7 @@ class Claimer:
         self, groups: Sequence[Mapping[str, str]], consumer: str, project: str, user: str
     ) -> tuple[AllocationRequest, str]:
         """Allocate the best candidate; choose again while others win the race."""
-        params = query.profile_query(groups).params()
+        params = query.profile_query(names.untolerant(groups)).params()
         wanted = self._functions(groups)
         for attempt in range(1, ATTEMPTS + 1):
             candidates = self.placement.get_allocation_candidates(params)

@@ -64,12 +64,14 @@ from acceleron.exceptions import (
     Conflict,
     Disabled,
     Forbidden,
+    InMaintenance,
     InUse,
     InvalidInput,
     Locked,
     NotFound,
+    Unhealthy,
 )
-from acceleron.placement import tree
+from acceleron.placement import names, tree
 from acceleron.service import flat, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import is_uuid_like
@@ -122,6 +124,9 @@ class Resolved:
 
 # --- reading -----------------------------------------------------------------------
 
+# The deployable and device a request is bound to, for its health.
+_HEALTH_DEP = DEPLOYABLES.alias("bound_deployable")
+_HEALTH_DEV = DEVICES.alias("bound_device")
 _VIEW = (
     select(
         ARQS,
@@ -131,10 +136,29 @@ _VIEW = (
         HANDLES.c.type.label("attach_handle_type"),
         HANDLES.c.address.label("attach_handle_address"),
         HANDLES.c.attach_info.label("attach_handle_info"),
+        _HEALTH_DEP.c.health.label("deployable_health"),
+        _HEALTH_DEP.c.health_reason.label("deployable_health_reason"),
+        _HEALTH_DEV.c.health.label("device_health"),
+        _HEALTH_DEV.c.health_reason.label("device_health_reason"),
     )
     .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
     .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
+    .outerjoin(_HEALTH_DEP, _HEALTH_DEP.c.id == ARQS.c.deployable_id)
+    .outerjoin(_HEALTH_DEV, _HEALTH_DEV.c.id == _HEALTH_DEP.c.device_id)
 )
+
+
+def health_of(arq: Row[Any]) -> dict[str, Any] | None:
+    """The health of what a request is bound to (its deployable, with its device's): the
+    condition shown on a request whose device fails under it; None when not bound."""
+    if arq.state not in ("BindStarted", "Bound") or arq.device_health is None:
+        return None
+    found = [(arq.device_health, arq.device_health_reason),
+             (arq.deployable_health, arq.deployable_health_reason)]  # fmt: skip
+    rank = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+    state = max((s for s, _ in found), key=lambda s: rank.get(s, 1))
+    reasons = [r for s, r in found if s == state and r]
+    return {"state": state, "reason": "; ".join(reasons) or None}
 
 
 def attach_target(arq: Row[Any]) -> str:
@@ -375,21 +399,52 @@ def _deployables_for(
                 f"accelerators are published as nested providers ([placement] nested = "
                 f"true): bind to the accelerator's own provider."
             )
-        return [_usable(d, hostname) for d in flat.candidates(conn, hostname, group, flat_mode)]
+        return [
+            _usable(d, hostname, group) for d in flat.candidates(conn, hostname, group, flat_mode)
+        ]
     if dep.device_hostname != hostname:
         raise InvalidInput(
             f"device_rp_uuid: {rp_uuid} is on host {dep.device_hostname!r}, not {hostname!r}."
         )
-    return [_usable(dep, hostname)]
+    return [_usable(dep, hostname, group)]
 
 
-def _usable(dep: Row[Any], hostname: str) -> Row[Any]:
-    if dep.device_state != "present" or dep.device_status != "enabled":
+def _usable(dep: Row[Any], hostname: str, group: Mapping[str, str]) -> Row[Any]:
+    """A deployable a bind may use: its device present, healthy, and not in maintenance
+    (or in one the request's group tolerates)."""
+    if dep.device_state != "present":
         raise Conflict(
-            f"Device {dep.pci_address} of {hostname} is {dep.device_state}/{dep.device_status}: "
-            f"nothing new can be bound to it."
+            f"Device {dep.pci_address} of {hostname} is {dep.device_state}: nothing new can be "
+            f"bound to it."
         )
+    check_usable(dep, group)
     return dep
+
+
+def check_usable(dep: Row[Any], group: Mapping[str, str]) -> None:
+    """Refuse a bind to a device or deployable that is unhealthy, or in maintenance that
+    the request's group does not tolerate (``accel:tolerations``)."""
+    for what, health, reason in (
+        (f"Device {dep.pci_address}", dep.device_health, dep.device_health_reason),
+        (dep.name, dep.health, dep.health_reason),
+    ):
+        if health == "unhealthy":
+            why = reason or "no reason given"
+            raise Unhealthy(
+                f"{what} of {dep.device_hostname} is unhealthy ({why}): nothing new can be "
+                f"bound to it."
+            )
+    for what, status, reason in (
+        (f"Device {dep.pci_address}", dep.device_status, dep.device_maintenance_reason),
+        (dep.name, dep.status, dep.maintenance_reason),
+    ):
+        if status == "maintaining" and not names.tolerated(reason, names.tolerations(group)):
+            said = f" ({reason})" if reason else ""
+            raise InMaintenance(
+                f"{what} of {dep.device_hostname} is in maintenance{said}: nothing new can be "
+                f"bound to it unless its device profile tolerates that reason "
+                f"(accel:tolerations)."
+            )
 
 
 def _same_id(a: str | None, b: str | None) -> bool:

@@ -109,6 +109,19 @@ def _check_attach_target(value: str, where: str) -> str:
     return value
 
 
+def _check_reason_names(value: str, where: str) -> str:
+    names = [n.strip().lower() for n in value.split(",")]
+    if not names or not all(_REASON_RE.fullmatch(n) for n in names):
+        raise InvalidInput(
+            f"{where}: must be maintenance reason names (letters, digits, '-' and '_', at most "
+            f"64 each) separated by commas, not {value!r}."
+        )
+    return ",".join(dict.fromkeys(names))
+
+
+_REASON_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+
+
 # The accel: keys of spec 002 ("Valid accel keys") and how each value is checked.
 ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     "bitstream_id": _check_uuid_value,
@@ -116,6 +129,8 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     "function_id": _check_uuid_value,
     "function_name": _check_token(_TOKEN_RE),
     ATTACH_TARGET_KEY: _check_attach_target,
+    # Maintenance reasons (names, comma-separated) a request may still land on: docs/health.md.
+    "tolerations": _check_reason_names,
 }
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import Row, bindparam, select, update
 from acceleron.db.models import Device, Host, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import NotFound
+from acceleron.service.health import HealthFilter
 from acceleron.service.listing import (
     Filter,
     Listed,
@@ -37,6 +38,7 @@ FILTERS: dict[str, Filter] = {
     "status": Filter(DEVICES.c.status),
     "state": Filter(DEVICES.c.state),
     "pci_address": Filter(DEVICES.c.pci_address, check_address),
+    "health": HealthFilter(DEVICES.c.health),
 }
 _BY_UUID = select(DEVICES).where(DEVICES.c.uuid == bindparam("uuid"))
 
@@ -66,8 +68,11 @@ def set_status(db: Database, uuid: str, status: str) -> Row[Any]:
         if device is None:
             raise NotFound(f"Device {wanted} not found.")
         if device.status != status:
+            now = utcnow()
+            since = now if status == "maintaining" else None
             conn.execute(update(DEVICES).where(DEVICES.c.id == device.id)
-                         .values(status=status, updated_at=utcnow()))  # fmt: skip
+                         .values(status=status, maintenance_since=since,
+                                 maintenance_reason=None, updated_at=now))  # fmt: skip
             # The host's inventory changed: its Placement providers must follow.
             conn.execute(update(HOSTS).where(HOSTS.c.hostname == device.hostname)
                          .values(generation=HOSTS.c.generation + 1))  # fmt: skip

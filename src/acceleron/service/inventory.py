@@ -106,7 +106,19 @@ def _device_values(host: str, device: vocabulary.Device) -> dict[str, Any]:
         "vendor_board_info": dict(device.vendor_board_info),
         "numa_node": device.numa_node,
         "state": "present",
+        **_health_values(device.health),
     }
+
+
+REASON_MAX = 4000
+
+
+def _health_values(health: vocabulary.Health | None) -> dict[str, Any]:
+    """The health columns a verdict sets (``health_since`` is stamped on a change)."""
+    health = health or vocabulary.Health()
+    state = health.state if health.state in vocabulary.HEALTH_STATES else vocabulary.DEGRADED
+    reason = health.reason if state != vocabulary.HEALTHY else None
+    return {"health": state, "health_reason": reason[:REASON_MAX] if reason else None}
 
 
 def _deployable_values(
@@ -132,6 +144,7 @@ def _deployable_values(
         "function_uuid": functions[0] if functions else None,
         "function_uuids": functions,
     }
+    values.update(_health_values(device.health.deployables.get(dep.key)))
     # The hardware rarely knows which image it holds: None means "keep what we recorded".
     if dep.bitstream_id is not None:
         values["bitstream_id"] = dep.bitstream_id
@@ -216,6 +229,8 @@ _DEVICE_COLUMNS = (
     "vendor_board_info",
     "numa_node",
     "state",
+    "health",
+    "health_reason",
 )
 _DEPLOYABLE_COLUMNS = (
     "name",
@@ -232,6 +247,8 @@ _DEPLOYABLE_COLUMNS = (
     "function_uuid",
     "function_uuids",
     "bitstream_id",
+    "health",
+    "health_reason",
 )
 _HANDLE_COLUMNS = ("type", "attach_info", "host_in_use", "state")
 
@@ -337,10 +354,29 @@ def _apply_devices(
     conn: Connection, old: Existing, want: Desired
 ) -> tuple[Diff[str], dict[str, int]]:
     found = diff(old.devices, want.devices, _DEVICE_COLUMNS)
+    _stamp_health(found, "device")
     keys = list(found.added)
     added = dict(zip(keys, _insert(conn, DEVICES, [found.added[k] for k in keys]), strict=True))
     _update(conn, DEVICES, _changed(found))
     return found, _ids(found, added)
+
+
+def _stamp_health(found: Diff[Any], what: str) -> None:
+    """A health state seen for the first time is stamped with the time (``health_since``)
+    and logged: the event an operator looks for."""
+    now = utcnow()
+    for key, values in found.added.items():
+        values["health_since"] = now
+        if values["health"] != vocabulary.HEALTHY:
+            LOG.warning("New %s %s is %s: %s", what, key, values["health"], values["health_reason"])
+    for key, (row, changes) in found.changed.items():
+        if "health" not in changes:
+            continue
+        changes["health_since"] = now
+        log = LOG.info if changes["health"] == vocabulary.HEALTHY else LOG.warning
+        log("Health of %s %s: %s -> %s%s", what, key, row.health, changes["health"],
+            f" ({changes.get('health_reason') or row.health_reason})"
+            if changes["health"] != vocabulary.HEALTHY else "")  # fmt: skip
 
 
 def _depth(key: tuple[str, str], parents: Mapping[tuple[str, str], str | None]) -> int:
@@ -352,6 +388,7 @@ def _apply_deployables(
     conn: Connection, old: Existing, want: Desired, device_ids: Mapping[str, int]
 ) -> tuple[Diff[tuple[str, str]], dict[tuple[str, str], int]]:
     found = diff(old.deployables, want.deployables, _DEPLOYABLE_COLUMNS)
+    _stamp_health(found, "deployable")
     ids = _ids(found, {})
     for depth in sorted({_depth(k, want.parents) for k in found.added}):
         keys = [k for k in found.added if _depth(k, want.parents) == depth]

@@ -25,7 +25,15 @@ from oslo_config import cfg
 from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
 
 from acceleron import conf as confmod
-from acceleron.db.models import Deployable, Device, Host, PlacementProvider, table, utcnow
+from acceleron.db.models import (
+    Deployable,
+    Device,
+    DeviceProfile,
+    Host,
+    PlacementProvider,
+    table,
+    utcnow,
+)
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     AcceleronError,
@@ -142,10 +150,17 @@ class Syncer:
             devices = list(conn.execute(_DEVICES, {"host": hostname}))
             deployables = list(conn.execute(_DEPLOYABLES, {"host": hostname}))
             known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
+            maintained = any(tree.maintenance(d) is not None for d in devices) or any(
+                d.status == tree.MAINTAINING for d in deployables
+            )
+            tolerated = tolerated_reasons(conn) if maintained else frozenset()
         compute, created = self.compute_node(host, dry_run=dry_run)
+        if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
+            self.client.ensure_traits([names.MAINTENANCE])
+        options = dataclasses.replace(self.options, tolerated=tolerated)
         try:
             result, errors = self._publish(hostname, compute, devices, deployables, known,
-                                           dry_run)  # fmt: skip
+                                           dry_run, options)  # fmt: skip
         except PlacementProviderNotFound as error:
             self._recheck_compute_node(hostname, compute, error, dry_run)
             raise
@@ -168,13 +183,14 @@ class Syncer:
         deployables: Sequence[Row[Any]],
         known: dict[str, Known],
         dry_run: bool,
+        options: tree.Options,
     ) -> tuple[SyncResult, list[str]]:
         """The nested tree or the flat contribution, synced; and the devices left out."""
-        if not self.options.nested:
-            good, errors = _publishable(hostname, devices, deployables, self.options)
-            flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run)
+        if not options.nested:
+            good, errors = _publishable(hostname, devices, deployables, options)
+            flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run, options)
             return flat, errors
-        desired, errors = _desired(hostname, compute, devices, deployables, self.options)
+        desired, errors = _desired(hostname, compute, devices, deployables, options)
         return sync_tree(self.client, compute, desired, known, dry_run=dry_run), errors
 
     def _recheck_compute_node(
@@ -197,13 +213,14 @@ class Syncer:
         deployables: Sequence[Row[Any]],
         known: Known | None,
         dry_run: bool,
+        options: tree.Options,
     ) -> SyncResult:
         provider = self.client.get_provider(compute)
         if provider is None:
             raise PlacementProviderNotFound(
                 f"Compute node provider {compute} vanished from Placement."
             )
-        inventories, traits = tree.flat_contribution(devices, deployables, self.options)
+        inventories, traits = tree.flat_contribution(devices, deployables, options)
         return sync_flat(self.client, provider, inventories, traits, known, dry_run=dry_run)
 
     def remove_flat(self, hostname: str, *, dry_run: bool = False) -> HostSync:
@@ -261,6 +278,20 @@ class Syncer:
                 )
             )
             _store_known(conn, hostname, known)
+
+
+PROFILES = table(DeviceProfile)
+tolerations = names.tolerations
+
+
+def tolerated_reasons(conn: Connection) -> frozenset[str]:
+    """Every maintenance reason an enabled device profile tolerates."""
+    found: set[str] = set()
+    rows = conn.execute(select(PROFILES.c.groups).where(PROFILES.c.enabled.is_(True)))
+    for groups in rows.scalars():
+        for group in groups or []:
+            found.update(tolerations(group))
+    return frozenset(found)
 
 
 def _known(row: Row[Any]) -> Known:

@@ -34,6 +34,9 @@ REGION = select(
     DEVICES.c.pci_address,
     DEVICES.c.state.label("device_state"),
     DEVICES.c.status.label("device_status"),
+    DEVICES.c.health.label("device_health"),
+    DEVICES.c.health_reason.label("device_health_reason"),
+    DEVICES.c.maintenance_reason.label("device_maintenance_reason"),
 ).join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
 _BY_UUID = REGION.where(DEPLOYABLES.c.uuid == bindparam("uuid"))
 _OPEN_PROGRAMS = select(tasks.TASKS).where(

@@ -59,6 +59,8 @@ ALLOWED: dict[str, set[str]] = {
     "device:get_one": INVENTORY,
     "device:enable": ADMIN,
     "device:disable": ADMIN,
+    "device:maintenance": ADMIN,
+    "deployable:maintenance": ADMIN,
     "deployable:get_all": INVENTORY,
     "deployable:get_one": INVENTORY,
     "deployable:program": ADMIN,
@@ -210,6 +212,10 @@ PROBES: dict[str, Probe] = {
     "device:enable": lambda c, h: c.client.post(f"/v2/devices/{some_uuid()}/enable", headers=h),
     "device:disable": lambda c, h: c.client.post(f"/v2/devices/{some_uuid()}/disable",
                                                  headers=h),
+    "device:maintenance": lambda c, h: c.client.post(
+        f"/v2/devices/{some_uuid()}/maintenance", json={"maintenance": False}, headers=h),
+    "deployable:maintenance": lambda c, h: c.client.post(
+        f"/v2/deployables/{some_uuid()}/maintenance", json={"maintenance": False}, headers=h),
     "deployable:get_all": lambda c, h: c.client.get("/v2/deployables", headers=h),
     "deployable:get_one": lambda c, h: c.client.get(f"/v2/deployables/{some_uuid()}",
                                                     headers=h),

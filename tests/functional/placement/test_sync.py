@@ -122,7 +122,7 @@ def test_an_unchanged_host_costs_no_call_and_a_verification_no_write(
 
 
 @pytest.mark.parametrize(
-    "unusable", [{"status": "maintaining"}, {"health": "failed"}, {"state": "lost"}], ids=str
+    "unusable", [{"status": "maintaining"}, {"health": "unhealthy"}, {"state": "lost"}], ids=str
 )
 def test_an_unusable_device_reserves_its_inventory(
     db: Database,

@@ -94,7 +94,7 @@ class BrokenDriver:
         raise OSError("the vendor tool crashed")
 
     def health(self, device: Device) -> Health:
-        return Health("failed")
+        return Health("unhealthy")
 
 
 def test_a_failing_driver_is_logged_and_the_scan_marked_incomplete(

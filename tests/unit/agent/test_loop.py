@@ -156,3 +156,15 @@ def test_settings_come_from_the_configuration(agent_conf: cfg.ConfigOpts) -> Non
     agent_conf.set_override("backoff_max", 0.5, group="agent")  # below initial: raised to it
     settings = Settings.from_conf(agent_conf)
     assert settings == Settings("fakehost", 30.0, 1.0, 1.0, 2.0)
+
+
+def test_a_fault_scans_at_once_but_not_during_a_backoff() -> None:
+    clock = FakeClock()
+    schedule = Schedule(debounce=2.0, clock=clock)
+    schedule.wait()
+    schedule.next_scan(60.0)
+    schedule.urgent()  # an XID, or a PCI error recovery uevent: no debounce
+    assert schedule.due == clock.now
+    schedule.next_scan(30.0, hold=True)  # the API is away: a fault does not cut it short
+    schedule.urgent()
+    assert schedule.due == clock.now + 30

@@ -55,3 +55,18 @@ def test_events_of_real_devices_ask_for_a_scan() -> None:
     finally:
         watcher.stop()
     assert len(events) == len(paths)
+
+
+def test_a_pci_error_recovery_event_is_a_fault() -> None:
+    events: list[str] = []
+    watcher = UdevWatcher(lambda: events.append("scan"), lambda: events.append("fault"))
+
+    class Event:
+        action, subsystem, sys_name = "change", "pci", "0000:3b:00.0"
+
+        def __init__(self, **properties: str) -> None:
+            self.properties = properties
+
+    watcher._handle(Event(ERROR_EVENT="BEGIN_RECOVERY", DEVICE_ONLINE="0"))
+    watcher._handle(Event(DRIVER="nvidia"))
+    assert events == ["fault", "scan"]

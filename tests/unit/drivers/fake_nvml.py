@@ -7,6 +7,7 @@ same code path as on a host.
 from __future__ import annotations
 
 import dataclasses
+import queue
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,6 +49,10 @@ class Gpu:
     # profile index -> (id, name, instanceCount, memorySizeMB, remaining)
     migs: dict[int, Mig] = dataclasses.field(default_factory=dict)  # slot -> MIG device
     broken: bool = False  # every per-GPU call fails (GPU is lost)
+    # Faults to inject (None: NotSupported on this GPU).
+    retired_pending: int | None = 0
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corr, unc, pending, failed
+    ecc_volatile_uncorrected: int | None = 0
 
 
 class FakeNvml:
@@ -58,6 +63,14 @@ class FakeNvml:
         self.gpus = gpus
         self.init_error = init_error
         self.calls: list[str] = []
+        self.events: queue.Queue[SimpleNamespace] = queue.Queue()
+        self.registered: list[int] = []
+
+    def xid(self, index: int, xid: int, gpu_instance_id: int = 0xFFFFFFFF) -> None:
+        """Inject a critical XID on GPU ``index`` (as nvmlEventSetWait would return it)."""
+        self.events.put(SimpleNamespace(device=index, eventType=8, eventData=xid,
+                                        gpuInstanceId=gpu_instance_id,
+                                        computeInstanceId=0xFFFFFFFF))  # fmt: skip
 
     def _gpu(self, handle: Any) -> Gpu:
         if isinstance(handle, tuple):
@@ -149,6 +162,50 @@ class FakeNvml:
             if pid == profile_id:
                 return int(remaining)
         raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> Any:
+        for index, gpu in enumerate(self.gpus):
+            if f"{gpu.domain:04x}:{gpu.bus:02x}:{gpu.device:02x}.0" == bus_id.lower():
+                self._gpu(index)
+                return index
+        raise error(NOT_FOUND)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
+        value = self._gpu(handle).retired_pending
+        if value is None:
+            raise error(NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        value = self._gpu(handle).remapped_rows
+        if value is None:
+            raise error(NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int:
+        assert (error_type, counter) == (1, 0)  # uncorrected, volatile
+        value = self._gpu(handle).ecc_volatile_uncorrected
+        if value is None:
+            raise error(NOT_SUPPORTED)
+        return value
+
+    def nvmlEventSetCreate(self) -> Any:
+        self.calls.append("event_set")
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: Any) -> None:
+        assert types == 8  # nvmlEventTypeXidCriticalError
+        self._gpu(handle)
+        self.registered.append(handle)
+
+    def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> Any:
+        try:
+            return self.events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise error(pynvml.NVML_ERROR_TIMEOUT) from None
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        self.calls.append("event_set_free")
 
 
 def h100(bus: int = 0x3B, **fields: Any) -> Gpu:

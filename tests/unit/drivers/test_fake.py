@@ -215,7 +215,7 @@ def test_health(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
         driver_conf, tmp_path, "devices: [{type: GPU}, {type: GPU, health: degraded}]"
     )
     ok, sick = driver.discover()
-    assert driver.health(ok) == Health("ok")
+    assert driver.health(ok) == Health()
     assert driver.health(sick) == Health("degraded", "set in the fake inventory")
     gone = type(ok)(**{**ok.__dict__, "pci_address": "0000:01:00.0"})
-    assert driver.health(gone) == Health("failed", "no simulated device at 0000:01:00.0")
+    assert driver.health(gone) == Health("unhealthy", "no simulated device at 0000:01:00.0")

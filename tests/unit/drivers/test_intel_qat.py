@@ -120,7 +120,7 @@ def test_permission_denied_reads_as_unknown(
             attach_handles=tuple(pci_handle(a) for a in VFS[:2]),
         ),
     )
-    assert driver.health(device) == Health("ok")
+    assert driver.health(device) == Health()
 
 
 @pytest.mark.parametrize(
@@ -139,9 +139,11 @@ def test_health(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     root = sysfs_tree({"devices": [qat([], qat={"state": "down", "cfg_services": "dc"})]})
     driver = IntelQatDriver(driver_conf, root)
     (device,) = driver.discover()
-    assert driver.health(device) == Health("degraded", "QAT 0000:3d:00.0 is down")
+    assert driver.health(device) == Health(
+        "unhealthy", "QAT 0000:3d:00.0 is down (firmware stopped)"
+    )
     gone = Device(**{**device.__dict__, "pci_address": "0000:3f:00.0"})
-    assert driver.health(gone).state == "failed"
+    assert driver.health(gone).state == "unhealthy"
 
 
 def test_no_sys_at_all(tmp_path: Path, driver_conf: cfg.ConfigOpts) -> None:

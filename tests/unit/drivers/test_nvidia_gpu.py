@@ -443,7 +443,7 @@ def test_real_pynvml_has_everything_the_seam_uses() -> None:
     lib = nvml.load_pynvml()
     assert lib is not None
     members = [m for m in dir(nvml.NvmlLib) if m.startswith("nvml")]
-    assert len(members) == 16
+    assert len(members) == 24
     assert all(callable(getattr(lib, m)) for m in members)
     assert issubclass(lib.NVMLError, Exception)
     assert lib.NVML_GPU_INSTANCE_PROFILE_COUNT == 0x12

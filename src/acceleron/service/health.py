@@ -1,0 +1,161 @@
+"""Health and maintenance of devices and deployables: the write side, and who is affected.
+
+Health comes from the agents' reports (``service.inventory``); this module is what an
+operator does about it: put a device or a single deployable (a region) in maintenance
+with a reason, or take it out again, and see what is still bound to it (the drain).
+Either way the host's generation is bumped, so its Placement providers follow at once:
+a maintained or unhealthy provider reserves its whole inventory (``placement.tree``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from sqlalchemy import Connection, Row, bindparam, select, update
+
+from acceleron.db.models import (
+    AcceleratorRequest,
+    AttachHandle,
+    Deployable,
+    Device,
+    Host,
+    table,
+    utcnow,
+)
+from acceleron.db.session import Database
+from acceleron.exceptions import InvalidInput, NotFound
+from acceleron.service.listing import Filter, check_uuid
+from acceleron.vocabulary import HEALTH_STATES
+
+LOG = logging.getLogger(__name__)
+DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
+HANDLES, ARQS = table(AttachHandle), table(AcceleratorRequest)
+REASON_MAX = 255
+# The words older microversions (2.5 to 2.12) show for a health state.
+OLD_WORDS = {"healthy": "ok", "degraded": "degraded", "unhealthy": "failed"}
+
+
+class HealthFilter(Filter):
+    """``health=unhealthy`` or several states at once: ``health=degraded,unhealthy``."""
+
+    def condition(self, value: str, param: str) -> Any:
+        states = [s.strip().lower() for s in value.split(",") if s.strip()]
+        bad = [s for s in states if s not in HEALTH_STATES]
+        if bad or not states:
+            raise InvalidInput(
+                f"{param}: {', '.join(bad) or value!r} is not a health state; give one or more "
+                f"of {', '.join(HEALTH_STATES)}, separated by commas."
+            )
+        return self.column.in_(states)
+
+
+def _reason(on: bool, reason: Any) -> str | None:
+    if not on:
+        return None
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("reason: say why the device goes into maintenance.")
+    if len(reason) > REASON_MAX:
+        raise InvalidInput(f"reason: at most {REASON_MAX} characters.")
+    return reason.strip()
+
+
+def _bump(conn: Connection, hostname: str) -> None:
+    """The host's inventory changed: its Placement providers must follow."""
+    conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
+                 .values(generation=HOSTS.c.generation + 1))  # fmt: skip
+
+
+def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> Row[Any]:
+    """Put a device in maintenance (``reason`` required, kept with the time) or take it
+    out. Existing binds stay; new ones are refused unless their profile tolerates the
+    reason. Doing it again with another reason updates the reason, not the time."""
+    wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
+    by_uuid = select(DEVICES).where(DEVICES.c.uuid == bindparam("uuid"))
+    with db.writer() as conn:
+        device = conn.execute(by_uuid, {"uuid": wanted}).first()
+        if device is None:
+            raise NotFound(f"Device {wanted} not found.")
+        values = _maintenance_values(device, on, why)
+        if values:
+            conn.execute(update(DEVICES).where(DEVICES.c.id == device.id).values(values))
+            _bump(conn, device.hostname)
+            device = conn.execute(by_uuid, {"uuid": wanted}).one()
+    LOG.info("Device %s (%s %s) maintenance %s%s", device.uuid, device.hostname,
+             device.pci_address, "on" if on else "off", f": {why}" if why else "")  # fmt: skip
+    return device
+
+
+def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> Row[Any]:
+    """The same for one deployable (an FPGA region, a MIG profile) of a device."""
+    wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
+    by_uuid = (
+        select(DEPLOYABLES, DEVICES.c.hostname)
+        .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+        .where(DEPLOYABLES.c.uuid == bindparam("uuid"))
+    )
+    with db.writer() as conn:
+        dep = conn.execute(by_uuid, {"uuid": wanted}).first()
+        if dep is None:
+            raise NotFound(f"Deployable {wanted} not found.")
+        values = _maintenance_values(dep, on, why)
+        if values:
+            conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.id == dep.id).values(values))
+            _bump(conn, dep.hostname)
+            dep = conn.execute(by_uuid, {"uuid": wanted}).one()
+    LOG.info("Deployable %s (%s) maintenance %s%s", dep.uuid, dep.name,
+             "on" if on else "off", f": {why}" if why else "")  # fmt: skip
+    return dep
+
+
+def _maintenance_values(row: Row[Any], on: bool, reason: str | None) -> dict[str, Any]:
+    now = utcnow()
+    if on:
+        values: dict[str, Any] = {}
+        if row.status != "maintaining":
+            values.update(status="maintaining", maintenance_since=now)
+        if row.maintenance_reason != reason:
+            values["maintenance_reason"] = reason
+    elif row.status == "maintaining" or row.maintenance_reason is not None:
+        values = {"status": "enabled", "maintenance_reason": None, "maintenance_since": None}
+    else:
+        values = {}
+    if values:
+        values["updated_at"] = now
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """An accelerator request holding an attach handle of a device: what a drain waits for."""
+
+    arq_uuid: str
+    state: str
+    instance_uuid: str | None
+    deployable: str
+    attach_handle: str
+
+
+def bound_to_device(conn: Connection, device_id: int) -> list[Bound]:
+    """The requests holding a handle of the device, in handle order."""
+    query = (
+        select(
+            ARQS.c.uuid, ARQS.c.state, ARQS.c.instance_uuid, DEPLOYABLES.c.name, HANDLES.c.address
+        )
+        .join(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
+        .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
+        .where(DEPLOYABLES.c.device_id == device_id)
+        .order_by(HANDLES.c.id)
+    )
+    return [Bound(*row) for row in conn.execute(query)]
+
+
+def device_with_binds(db: Database, uuid: str) -> tuple[Row[Any], list[Bound]]:
+    """A device and the requests bound to it (what ``acceleron device drain`` watches)."""
+    wanted = check_uuid(uuid, "uuid")
+    with db.reader() as conn:
+        device = conn.execute(select(DEVICES).where(DEVICES.c.uuid == wanted)).first()
+        if device is None:
+            raise NotFound(f"Device {wanted} not found.")
+        return device, bound_to_device(conn, device.id)
