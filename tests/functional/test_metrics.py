@@ -104,7 +104,7 @@ def test_state_gauges_come_from_the_refresher_and_a_scrape_queries_nothing(
         assert counter.by_verb == {}
     found = samples(response.text)
     assert value(found, "acceleron_arqs", state="Bound") == 0
-    assert value(found, "acceleron_devices", type="QAT", health="ok", status="enabled",
+    assert value(found, "acceleron_devices", type="QAT", health="healthy", status="enabled",
                  state="present") == 1  # fmt: skip
     assert value(found, "acceleron_deployables", kind="vf_pool", type="QAT",
                  availability="available") == 1  # fmt: skip
