@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Row
 from starlette.responses import Response
 
-from acceleron.api import microversion, middleware
+from acceleron.api import microversion, middleware, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import InvalidInput
@@ -117,8 +117,8 @@ async def report_host(hostname: str, report: HostReport, call: CallDep) -> Respo
     if placement is not None:
         await call.outbound(placement.check_host, hostname)
     outcome = await call.run(inventory.reconcile, report)
-    if outcome.changed and placement is not None:
-        placement.worker.wake()
+    if outcome.changed:
+        workers.wake_sync(call.request.app.state)
     if not outcome.changed:
         middleware.routine(call.request)
     return json_response(
