@@ -214,7 +214,7 @@ def test_a_profile_with_two_groups(aio: AllInOne, capsys: pytest.CaptureFixture[
 
 def chosen_for_class(aio: AllInOne, consumer: str, rc: str) -> str:
     allocations = placement(aio, f"/allocations/{consumer}")["allocations"]
-    return next(rp for rp, a in allocations.items() if rc in a["resources"])
+    return str(next(rp for rp, a in allocations.items() if rc in a["resources"]))
 
 
 def test_bad_claims_are_one_clear_line(aio: AllInOne, capsys: pytest.CaptureFixture[str]) -> None:

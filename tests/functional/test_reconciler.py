@@ -47,6 +47,7 @@ def published(
            create_compute_nodes=True).sync_host(HOST)  # fmt: skip
     with db.reader() as conn:
         compute = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == HOST)).scalar()
+    assert compute is not None
     client = PlacementClient(placement)
     generation, _ = client.get_inventories(compute)
     body = {"resource_provider_generation": generation,
