@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from oslo_config import cfg
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -142,7 +143,7 @@ def db(migrated_db: Database) -> Iterator[Database]:
 
 
 @pytest.fixture
-def conf(tmp_path: Path) -> confmod.cfg.ConfigOpts:
+def conf(tmp_path: Path) -> cfg.ConfigOpts:
     """A configuration with no file read and its state in the test's own directory."""
     return confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(tmp_path)}})
 

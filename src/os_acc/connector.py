@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from acceleron.agent.client import ReportClient, ReportError
+from acceleron.client.arqs import bind_body, wait_resolved
+from acceleron.client.errors import detail
 from acceleron.exceptions import InvalidInput
-from acceleron.scheduler.claim import bind_body, detail, wait_resolved
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_accelerator_class
 from os_acc import operations
 

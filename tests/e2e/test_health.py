@@ -85,7 +85,7 @@ def _inject(host: str, address: str, health: dict[str, Any] | None) -> None:
     """Write (or with None, clear) a device's health in the fake driver's state file of
     ``host``'s agent, keeping what else the file holds (programmed regions, mdevs)."""
     path = RUN / "acceleron" / host / "fake-driver-state.json"
-    data = json.loads(path.read_text()) if path.exists() else {"version": 1, "devices": {}}
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"version": 1}
     entry = data.setdefault("devices", {}).setdefault(address, {})
     if health is None:
         entry.pop("health", None)

@@ -48,7 +48,9 @@ def server(admin: Any, member: Any, flavor: str, image: str) -> Iterator[Any]:
     check_gone(admin, booted.id)
 
 
-def state(admin: Any, server_id: str) -> tuple[str, str, list[str], dict[str, Any]]:
+def state(
+    admin: Any, server_id: str
+) -> tuple[str, str, list[tuple[str, str, str]], dict[str, Any]]:
     """What an operation may change: status, host, requests, allocations."""
     server = admin.compute.get_server(server_id)
     found = [(a["uuid"], a["state"], a["hostname"]) for a in arqs(admin, server_id)]
@@ -199,7 +201,9 @@ def test_evacuate_with_the_host_forced_down(admin: Any, server: Any) -> None:
         assert {a["hostname"] for a in found} == {target}
         assert not old & {a["uuid"] for a in found}
     finally:
-        restart(Cloud.load(), f"nova-{source}")
+        cloud = Cloud.load()
+        assert cloud is not None
+        restart(cloud, f"nova-{source}")
         # The restarted compute marks the evacuation done once it is up: slow on a busy
         # machine, and nothing else may run on the host before.
         deadline = time.monotonic() + 600

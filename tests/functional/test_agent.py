@@ -192,7 +192,7 @@ def unknown_host(remote_live_api: str) -> str:
     """A host name the API refuses with 409 acceleron.unknown_host (Placement knows no
     compute node by that name)."""
     host = f"not-a-compute-node-{uuid.uuid4().hex[:8]}.invalid"
-    body = {"hostname": host, "agent_version": "0", "devices": [], "report_version": 1}
+    body: Any = {"hostname": host, "agent_version": "0", "devices": [], "report_version": 1}
     answer = requests.put(
         f"{remote_live_api}/v2/hosts/{host}/report", json=body, headers=V2_5, timeout=10
     )

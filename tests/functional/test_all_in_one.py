@@ -214,7 +214,7 @@ def test_a_profile_with_two_groups(aio: AllInOne, capsys: pytest.CaptureFixture[
 
 def chosen_for_class(aio: AllInOne, consumer: str, rc: str) -> str:
     allocations = placement(aio, f"/allocations/{consumer}")["allocations"]
-    return next(rp for rp, a in allocations.items() if rc in a["resources"])
+    return str(next(rp for rp, a in allocations.items() if rc in a["resources"]))
 
 
 def test_bad_claims_are_one_clear_line(aio: AllInOne, capsys: pytest.CaptureFixture[str]) -> None:
@@ -289,7 +289,7 @@ def test_the_banner_and_the_log(aio: AllInOne) -> None:
                           f"  API        {aio.url}/v2\n")  # fmt: skip
     assert f"\n  export ACCELERON_URL={aio.url}\n  .venv/bin/acceleron deployable list" in log
     assert "INFO acceleron.db.migrate [-] Database schema upgraded: empty -> " in log
-    assert f"INFO acceleron.service.placement [-] Published {aio.host} to Placement: create " in log
+    assert f"INFO acceleron.placement.publish [-] Published {aio.host} to Placement: create " in log
     for chatty in ("placement.requestlog", "alembic", "Placement create"):
         assert chatty not in log
 

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import openstack
 import pytest
@@ -153,11 +153,15 @@ class Cloud:
         function = uuid.uuid4().hex
         image = self.conn.image.create_image(
             f"{function[:8]}.gbs",
-            data=io.BytesIO(gbs.build(REGION0_TYPE, (function,), payload=b"\x5a" * 4096)),
+            # openstacksdk's annotation says bytes; it streams a file object as well
+            data=io.BytesIO(gbs.build(REGION0_TYPE, (function,), payload=b"\x5a" * 4096)),  # type: ignore[arg-type]
             disk_format="raw",
             container_format="bare",
             allow_duplicates=True,
-            **{"accel:region_type_uuid": REGION0_TYPE, "accel:function_uuid": function},
+            **cast(
+                dict[str, Any],
+                {"accel:region_type_uuid": REGION0_TYPE, "accel:function_uuid": function},
+            ),
         )
         return str(image.id), function
 
@@ -222,9 +226,9 @@ def cyborg(cloud: Cloud, command: type, *argv: str) -> Any:
         answer = cmd.take_action(cmd.get_parser("openstack").parse_args(list(argv)))
     if answer is None:
         return None
-    columns, values = answer
+    columns, values = cast(tuple[Any, Any], answer)
     if inspect.isgenerator(values) or isinstance(values, list):
-        return [dict(zip(columns, row, strict=True)) for row in values]
+        return [dict(zip(columns, row, strict=True)) for row in cast(list[Any], values)]
     return dict(zip(columns, values, strict=True))
 
 

@@ -23,9 +23,10 @@ from acceleron.db.models import AttachHandle, Host, table
 from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
+from acceleron.placement.publish import Syncer
 from acceleron.scheduler.claim import Claimer, ClaimFailed
 from acceleron.service import arqs, device_profiles
-from acceleron.service.placement import PlacementService, Syncer, options_from_conf
+from acceleron.service.placement import PlacementService, options_from_conf
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.server import serve
 from tests.functional.api.test_arqs import ADMIN, HOST, inventory_of_host
@@ -46,6 +47,7 @@ def published(
            create_compute_nodes=True).sync_host(HOST)  # fmt: skip
     with db.reader() as conn:
         compute = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == HOST)).scalar()
+    assert compute is not None
     client = PlacementClient(placement)
     generation, _ = client.get_inventories(compute)
     body = {"resource_provider_generation": generation,

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -125,7 +126,7 @@ def test_a_stalled_json_body_is_cut_too(api_url: str) -> None:
                      b"application/json\r\nContent-Length: 100\r\n\r\n[{")  # fmt: skip
         assert answer(sock) == "HTTP/1.1 408 Request Timeout"
     name = f"after-{uuid.uuid4().hex[:6]}"
-    body = [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
+    body: Any = [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
     assert requests.post(f"{api_url}/v2/device_profiles", json=body, timeout=10).ok
 
 

@@ -8,6 +8,7 @@ ones in docs/ui/ were made so)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -119,7 +120,7 @@ def test_the_tree_renders_and_programming_progress_moves(
     for percent in (30, 70):
         host.agent.client.update_task(task["uuid"], state="running", phase="fetch",
                                       progress=percent)  # fmt: skip
-        wait_for(lambda p=percent: attribute(browser, f"{row} progress", "value") == str(p))
+        wait_for(functools.partial(_shows, browser, f"{row} progress", "value", str(percent)))
         assert text(browser, f"{row} .phase") == "fetch"
     screenshot(browser, "programming")
     result = {"bitstream_id": None, "function_uuid": function}
@@ -179,7 +180,7 @@ def test_keystone_mode_asks_for_a_token(
 
     from tests.fixtures.server import serve
 
-    with serve(keystone_client(tmp_path, sqlite_db).app) as url:
+    with serve(keystone_client(tmp_path, sqlite_db).app) as url:  # type: ignore[arg-type]
         browser.get(f"{url}/ui")
         wait_for(lambda: attribute(browser, "#login", "hidden") is None)
         assert attribute(browser, "#main", "hidden") is not None
@@ -189,3 +190,7 @@ def test_keystone_mode_asks_for_a_token(
         browser.find_element(By.CSS_SELECTOR, "#login button").click()
         wait_for(lambda: attribute(browser, "body", "data-loaded") == "yes")
         assert attribute(browser, "#login", "hidden") is not None
+
+
+def _shows(browser: Any, selector: str, attribute_name: str, value: str) -> bool:
+    return bool(attribute(browser, selector, attribute_name) == value)

@@ -14,8 +14,6 @@ wrong) and ``ReportRefused`` (log it; the next scan tries again).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +27,7 @@ from oslo_config import cfg
 
 from acceleron import conf as confmod
 from acceleron.bitstreams.transfer import CHUNK_SIZE
+from acceleron.client.errors import parse_error
 from acceleron.conf import AGENT_DEFAULT_ENDPOINT
 from acceleron.connection import base_url, root_cause
 from acceleron.report import HostReport, to_bytes
@@ -72,23 +71,6 @@ class UnknownHost(ReportRefused):
         super().__init__(detail, 409, UNKNOWN_HOST)
         self.hostname = hostname
         self.detail = detail
-
-
-@dataclasses.dataclass(frozen=True)
-class ApiErrorBody:
-    """errors[0] of an error answer; code is None for a body that is not the API's."""
-
-    detail: str
-    code: str | None = None
-
-
-def parse_error(text: str, reason: str = "") -> ApiErrorBody:
-    """errors[0].detail and .code of an error body, or the raw text when it has no such."""
-    try:
-        first = json.loads(text)["errors"][0]
-        return ApiErrorBody(detail=str(first["detail"]), code=first.get("code"))
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return ApiErrorBody(detail=text.strip()[:500] or reason or "no detail")
 
 
 def error_for(hostname: str, status: int, text: str, reason: str = "") -> ReportError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -38,6 +37,7 @@ from acceleron.api import (
     ui,
     versions,
     wakeup,
+    workers,
 )
 from acceleron.api import placement as placement_api
 from acceleron.api.capacity import Threads, UploadSlots
@@ -45,10 +45,8 @@ from acceleron.api.middleware import ApiMiddleware
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
-from acceleron.exceptions import AcceleronError
 from acceleron.placement import inprocess
-from acceleron.service import arqs as arq_service
-from acceleron.service import nova, stats
+from acceleron.service import nova
 from acceleron.service import quotas as quota_service
 from acceleron.service.nova import NovaNotifier
 from acceleron.service.placement import PlacementService
@@ -78,21 +76,27 @@ def create_app(
             if service.mode == "embedded":  # load it beside the start, not on first use
                 threading.Thread(target=service.embedded_app, name="placement-load",
                                  daemon=True).start()  # fmt: skip
-            service.worker.start()
+            # The worker syncs through the service present at the start (a test may
+            # have put its own in app.state.placement).
+            app.state.sync_worker = workers.SyncWorker(
+                service.syncer, conf.placement.sync_interval, conf.placement.verify_interval
+            )
+            app.state.sync_worker.start()
         app.state.nova.start()
         app.state.task_wakeup.start()
-        workers = [asyncio.create_task(reap_binds(app))]
+        tasks = [asyncio.create_task(workers.reap_binds(app))]
         if conf.metrics.enabled:
-            workers.append(asyncio.create_task(refresh_metrics(app)))
+            tasks.append(asyncio.create_task(workers.refresh_metrics(app)))
         if service is not None and conf.reconciler.interval:
-            workers.append(asyncio.create_task(reconcile(app)))
+            tasks.append(asyncio.create_task(workers.reconcile(app)))
         yield
-        for worker in workers:
-            worker.cancel()
+        for task in tasks:
+            task.cancel()
         app.state.task_wakeup.stop()
         app.state.nova.stop()
-        if service is not None:
-            service.worker.stop()
+        if app.state.sync_worker is not None:
+            app.state.sync_worker.stop()
+            app.state.sync_worker = None
         if db is None:
             database.dispose()
 
@@ -108,6 +112,7 @@ def create_app(
     app.state.policy = Policy(conf)
     app.state.auth = auth.from_conf(conf)
     app.state.placement = placement
+    app.state.sync_worker = None  # workers.SyncWorker, from the start (lifespan)
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
@@ -141,58 +146,9 @@ def create_app(
     return app
 
 
-async def reap_binds(app: FastAPI) -> None:
-    """Fail the binds that outlived [binding] bind_timeout, every reap_interval seconds."""
-    conf = app.state.conf.binding
-    while True:
-        await asyncio.sleep(conf.reap_interval)
-        threads: Threads = app.state.threads
-        try:  # on the threads for database work, with the share kept for services
-            resolved = await threads.database(
-                True, arq_service.reap, app.state.db, conf.bind_timeout
-            )
-        except AcceleronError as error:  # the database is away: the next round tries again
-            LOG.warning("Reaping binds failed: %s", error.message)
-            continue
-        except Exception:  # nothing must end the reaper
-            LOG.exception("Reaping binds failed")
-            continue
-        app.state.nova.notify(resolved)
-
-
 async def serve_metrics(request: Request) -> Response:
     """Prometheus' scrape: the values in memory (or the workers' files), no query."""
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
-
-
-async def refresh_metrics(app: FastAPI) -> None:
-    """The state gauges from the database, at once and every [metrics] refresh_interval."""
-    publishing = app.state.placement is not None
-    while True:
-        threads: Threads = app.state.threads
-        try:
-            await threads.database(True, stats.refresh, app.state.db, publishing)
-            app.state.metrics_refreshes += 1
-        except AcceleronError as error:  # the database is away: the next round tries again
-            LOG.warning("Refreshing the metrics failed: %s", error.message)
-        except Exception:  # nothing must end the refresher
-            LOG.exception("Refreshing the metrics failed")
-        await asyncio.sleep(app.state.conf.metrics.refresh_interval)
-
-
-async def reconcile(app: FastAPI) -> None:
-    """A pass of the reconciler every [reconciler] interval seconds (docs/reconciler.md)."""
-    conf = app.state.conf.reconciler
-    while True:
-        await asyncio.sleep(conf.interval)
-        reconciler = placement_api.reconciler_of(app.state)
-        try:
-            threads: Threads = app.state.threads
-            await threads.outbound(functools.partial(reconciler.run, free=conf.free))
-        except AcceleronError as error:  # Placement or the database away: next round
-            LOG.warning("Reconciling Placement and requests failed: %s", error.message)
-        except Exception:  # nothing must end the reconciler
-            LOG.exception("Reconciling Placement and requests failed")
 
 
 class Server(uvicorn.Server):

@@ -29,14 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Row
 from starlette.responses import Response
 
-from acceleron.api import microversion
+from acceleron.api import microversion, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.service import devices as service
 from acceleron.service import health
 from acceleron.service.listing import Listed, Page, make_page
-from acceleron.service.placement import PlacementService
 from acceleron.vocabulary import DEVICE_TYPES
 
 router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPONSES)
@@ -217,9 +216,7 @@ async def show_device(uuid: str, call: CallDep) -> Response:
 async def _set_status(uuid: str, call: Call, status: str, rule: str) -> Response:
     call.authorize(rule)
     device = await call.run(service.set_status, uuid, status)
-    placement: PlacementService | None = call.request.app.state.placement
-    if placement is not None:
-        placement.worker.wake()
+    workers.wake_sync(call.request.app.state)
     return json_response(view(device, call.version, call.base_url))
 
 
@@ -254,9 +251,7 @@ class MaintenanceIn(BaseModel):
 
 
 def wake_placement(call: Call) -> None:
-    placement: PlacementService | None = call.request.app.state.placement
-    if placement is not None:
-        placement.worker.wake()
+    workers.wake_sync(call.request.app.state)
 
 
 @router.post(

@@ -7,14 +7,14 @@ report again changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, TypeAlias
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
-from sqlalchemy import Row
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
-from acceleron.api import microversion, middleware
+from acceleron.api import microversion, middleware, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import InvalidInput
@@ -31,32 +31,51 @@ router = APIRouter(
 )
 
 
-class HostOut(BaseModel):
+class Host_2_5(TypedDict):
+    """A reporting host, 2.5 to 2.7."""
+
     hostname: str
-    devices: int = Field(description="Devices the host's agent last reported.")
+    devices: Annotated[int, Field(description="Devices the host's agent last reported.")]
     agent_version: str | None
-    last_report_at: str | None = Field(description="When its agent last reported.")
-    generation: int = Field(description="Bumped whenever the host's inventory changes.")
-    placement_synced: bool | None = Field(
-        None,
-        description="From 2.8: whether Placement shows the host's latest inventory, all of "
-        "it: false while a device is left out (see placement_errors) (null: this API "
-        "publishes to no Placement).",
-    )
-    placement_errors: list[str] | None = Field(
-        None,
-        description="From 2.10: why the last sync left devices out of Placement (an "
-        "invalid name, say); empty when it published everything.",
-    )
+    last_report_at: Annotated[str | None, Field(description="When its agent last reported.")]
+    generation: Annotated[int, Field(description="Bumped whenever the host's inventory changes.")]
     created_at: str | None
     updated_at: str | None
 
 
-class HostWrapped(BaseModel):
+class Host_2_8(Host_2_5):
+    """A reporting host, 2.8 and 2.9: whether Placement shows its latest inventory."""
+
+    placement_synced: Annotated[
+        bool | None,
+        Field(
+            description="Whether Placement shows the host's latest inventory, all of it: "
+            "false while a device is left out (see placement_errors) (null: this API "
+            "publishes to no Placement)."
+        ),
+    ]
+
+
+class Host_2_10(Host_2_8):
+    """A reporting host, from 2.10: why its last sync left devices out of Placement."""
+
+    placement_errors: Annotated[
+        list[str],
+        Field(
+            description="Why the last sync left devices out of Placement (an invalid name, "
+            "say); empty when it published everything."
+        ),
+    ]
+
+
+HostOut: TypeAlias = Host_2_5 | Host_2_8 | Host_2_10
+
+
+class HostWrapped(TypedDict):
     host: HostOut
 
 
-class HostList(BaseModel):
+class HostList(TypedDict):
     hosts: list[HostOut]
 
 
@@ -68,36 +87,38 @@ class ReportOutcome(BaseModel):
     counts: dict[str, int] = Field(description="Rows added, changed, removed and lost.")
 
 
-def view(host: Row[Any], call: Call) -> dict[str, Any]:
-    data = {
-        "hostname": host.hostname,
-        "devices": host.devices,
-        "agent_version": host.agent_version,
-        "last_report_at": timestamp(host.last_report_at),
-        "generation": host.generation,
-        "created_at": timestamp(host.created_at),
-        "updated_at": timestamp(host.updated_at),
-    }
-    if call.version >= microversion.V2_8:
-        placement = call.request.app.state.placement
-        publishing = placement is not None and placement.mode != "disabled"
-        synced = host.synced_generation >= host.generation and not host.placement_errors
-        data["placement_synced"] = synced if publishing else None
-    if call.version >= microversion.V2_10:
-        data["placement_errors"] = list(host.placement_errors or [])
-    return data
+def view(host: service.HostRecord, call: Call) -> HostOut:
+    data = Host_2_5(
+        hostname=host.hostname,
+        devices=host.devices,
+        agent_version=host.agent_version,
+        last_report_at=timestamp(host.last_report_at),
+        generation=host.generation,
+        created_at=timestamp(host.created_at),
+        updated_at=timestamp(host.updated_at),
+    )
+    if call.version < microversion.V2_8:
+        return data
+    placement = call.request.app.state.placement
+    publishing = placement is not None and placement.mode != "disabled"
+    synced = host.synced_generation >= host.generation and not host.placement_errors
+    with_sync = Host_2_8(**data, placement_synced=synced if publishing else None)
+    if call.version < microversion.V2_10:
+        return with_sync
+    return Host_2_10(**with_sync, placement_errors=list(host.placement_errors or []))
 
 
 @router.get("", responses={200: {"model": HostList}}, summary="List reporting hosts (2.5)")
 async def list_hosts(call: CallDep) -> Response:
     call.authorize("host:get")
-    return json_response({"hosts": [view(h, call) for h in await call.run(service.list_hosts)]})
+    hosts = await call.run(service.list_hosts)
+    return json_response(HostList(hosts=[view(h, call) for h in hosts]))
 
 
 @router.get("/{hostname}", responses={200: {"model": HostWrapped}}, summary="Show a host (2.5)")
 async def show_host(hostname: str, call: CallDep) -> Response:
     call.authorize("host:get")
-    return json_response({"host": view(await call.run(service.get, hostname), call)})
+    return json_response(HostWrapped(host=view(await call.run(service.get, hostname), call)))
 
 
 @router.put(
@@ -117,9 +138,9 @@ async def report_host(hostname: str, report: HostReport, call: CallDep) -> Respo
     if placement is not None:
         await call.outbound(placement.check_host, hostname)
     outcome = await call.run(inventory.reconcile, report)
-    if outcome.changed and placement is not None:
-        placement.worker.wake()
-    if not outcome.changed:
+    if outcome.changed:
+        workers.wake_sync(call.request.app.state)
+    else:
         middleware.routine(call.request)
     return json_response(
         {

@@ -21,7 +21,8 @@ from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import Conflict
-from acceleron.service.placement import HostSync, PlacementService
+from acceleron.placement.publish import HostSync
+from acceleron.service.placement import PlacementService
 from acceleron.service.reconciler import Leak, Reconciler
 
 router = APIRouter(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Row
 from starlette.responses import Response
 
-from acceleron.api import microversion, middleware, wakeup
+from acceleron.api import microversion, middleware, wakeup, workers
 from acceleron.api.common import CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import arqs, tasks
@@ -125,7 +125,6 @@ async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: Call
         )
     )
     call.request.app.state.nova.notify(resolved)
-    placement = call.request.app.state.placement
-    if placement is not None and task.kind == "program" and task.state == "done":
-        placement.worker.wake()  # the region's function traits change
+    if task.kind == "program" and task.state == "done":
+        workers.wake_sync(call.request.app.state)  # the region's function traits change
     return json_response(view(task))

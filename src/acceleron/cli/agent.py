@@ -75,7 +75,8 @@ class Agent(Command):
         return self.serve(agent, conf)
 
     def dry_run(self, conf: cfg.ConfigOpts, drivers: list[Driver], fmt: str) -> int:
-        from acceleron.agent import discovery, tree
+        from acceleron import tree
+        from acceleron.agent import discovery
         from acceleron.report import to_json
 
         scan = discovery.scan(drivers)
@@ -83,7 +84,7 @@ class Agent(Command):
         if fmt == "json":
             self.app.stdout.write(json.dumps(to_json(report), indent=2) + "\n")
         else:
-            self.app.stdout.write(tree.render(report))
+            self.app.stdout.write(tree.report(report))
         if not scan.complete:
             self.app.stderr.write(
                 f"Driver(s) {', '.join(scan.failed)} failed: the agent would send no report "

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 import requests
 
 from acceleron.cli.base import AnyCommand, Command, ShowOne
-from acceleron.cli.client import ApiClient, CommandError, _error_detail
+from acceleron.cli.client import ApiClient, CommandError
 from acceleron.cli.inventory import _List, fetch, find_uuid, raw, show
+from acceleron.client.errors import parse_error
 from acceleron.exceptions import AcceleronError
 
 if TYPE_CHECKING:  # the bitstream store's package loads SQLAlchemy: only where needed
@@ -43,7 +44,9 @@ class BitstreamClient(ApiClient):
     def stream(self, path: str) -> requests.Response:
         response: requests.Response = self.send("GET", path, stream=True, microversion=VERSION)
         if response.status_code >= 400:
-            raise CommandError(f"{response.status_code}: {_error_detail(response)}")
+            raise CommandError(
+                f"{response.status_code}: {parse_error(response.text, response.reason).detail}"
+            )
         return response
 
 

@@ -6,11 +6,11 @@ keystoneauth is imported by the functions that use it, not with this module.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
 from acceleron.api import microversion
+from acceleron.client.errors import parse_error
 from acceleron.connection import base_url, root_cause
 
 if TYPE_CHECKING:
@@ -90,7 +90,9 @@ class ApiClient:
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.send(method, path, **kwargs)
         if response.status_code >= 400:
-            raise CommandError(f"{response.status_code}: {_error_detail(response)}")
+            raise CommandError(
+                f"{response.status_code}: {parse_error(response.text, response.reason).detail}"
+            )
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
@@ -129,17 +131,6 @@ def connection_failure(error: BaseException) -> BaseException | None:
             return current
         current = current.__cause__
     return None
-
-
-def _error_detail(response: Any) -> str:
-    try:
-        body = response.json()
-        errors = body.get("errors") or []
-        if errors:
-            return str(errors[0]["detail"])
-        return str(json.loads(body["error_message"])["faultstring"])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return response.text or response.reason or "error"
 
 
 def api_client(command: Command) -> ApiClient:

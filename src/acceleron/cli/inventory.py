@@ -25,6 +25,7 @@ from cliff.columns import FormattableColumn
 
 from acceleron.cli.base import AnyCommand, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
+from acceleron.tree import Node, draw
 
 DEVICES = "/v2/devices"
 DEPLOYABLES = "/v2/deployables"
@@ -41,8 +42,6 @@ DEPLOYABLE_FILTERS = ("name", "kind", "key", "parent_uuid", "root_uuid", "device
                       "driver_name", "bitstream_id", "region_type", "function_uuid")  # fmt: skip
 RAW_FORMATS = ("json", "yaml")
 DEVICE_HELP = "uuid of the device, its PCI address, or HOST_PCI-ADDRESS (host vm: vm_0000:2b:00.0)"
-# Last-child and middle-child connectors, and what continues below each.
-LAST, MIDDLE = ("└── ", "    "), ("├── ", "│   ")
 MARK = "  ◀"
 
 
@@ -211,27 +210,17 @@ def attribute_lines(attributes: Mapping[str, Any], prefix: str = "") -> list[str
     return lines
 
 
-def _branches(items: Sequence[tuple[str, list[Any]]], prefix: str) -> list[str]:
-    """Lines of (text, children) nodes under ``prefix``, with tree connectors."""
-    lines = []
-    for index, (text, children) in enumerate(items):
-        connector, below = LAST if index == len(items) - 1 else MIDDLE
-        lines.append(f"{prefix}{connector}{text}")
-        lines.extend(_branches(children, prefix + below))
-    return lines
-
-
 def _node(
     dep: Mapping[str, Any], kids: Mapping[str | None, list[Mapping[str, Any]]], mark: str | None
-) -> tuple[str, list[Any]]:
+) -> Node:
     shown = dep["uuid"] == mark
-    leaves: list[Any] = [(line, []) for line in attribute_lines(dep["attributes"])] if shown else []
-    leaves += [(handle_line(h), []) for h in dep["attach_handles"]]
+    leaves = [Node(line) for line in attribute_lines(dep["attributes"])] if shown else []
+    leaves += [Node(handle_line(h)) for h in dep["attach_handles"]]
     leaves += [_node(child, kids, mark) for child in kids.get(dep["uuid"], [])]
-    return deployable_line(dep) + (MARK if shown else ""), leaves
+    return Node(deployable_line(dep) + (MARK if shown else ""), leaves)
 
 
-def draw(
+def device_tree(
     device: Mapping[str, Any], deployables: Sequence[Mapping[str, Any]], mark: str | None = None
 ) -> list[str]:
     """A device and its deployables as a tree; the deployable ``mark`` is marked and
@@ -240,7 +229,7 @@ def draw(
     kids: dict[str | None, list[Mapping[str, Any]]] = defaultdict(list)
     for dep in deployables:
         kids[dep["parent_uuid"] if dep["parent_uuid"] in listed else None].append(dep)
-    return [device_line(device), *_branches([_node(d, kids, mark) for d in kids[None]], "")]
+    return draw([Node(device_line(device), [_node(d, kids, mark) for d in kids[None]])])
 
 
 def draw_all(
@@ -255,7 +244,7 @@ def draw_all(
     devices.sort(key=lambda d: (d["hostname"], d["pci_address"]))
     lines: list[str] = []
     for device in devices:
-        lines.extend([""] * bool(lines) + draw(device, by_device[device["uuid"]], mark))
+        lines.extend([""] * bool(lines) + device_tree(device, by_device[device["uuid"]], mark))
     return lines
 
 
@@ -318,7 +307,7 @@ class ShowDevice(ShowOne):
         device = show(client, f"{DEVICES}/{uuid}", TREE_VERSION)
         query = {"device_uuid": device["uuid"]}
         deployables = fetch(client, DEPLOYABLES, "deployables", query, TREE_VERSION)
-        return write(self, draw(device, deployables))
+        return write(self, device_tree(device, deployables))
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
         client = api_client(self)

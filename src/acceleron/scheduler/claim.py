@@ -25,12 +25,13 @@ import logging
 import time
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keystoneauth1 import adapter as ks_adapter
 
-from acceleron.agent.client import parse_error
+from acceleron.client.arqs import Progress, bind_body, wait_resolved
+from acceleron.client.errors import detail, parse_error
 from acceleron.exceptions import AllocationConflict, PlacementError
 from acceleron.placement import names
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
@@ -40,7 +41,6 @@ LOG = logging.getLogger(__name__)
 MICROVERSION = "2.11"  # attach_target
 CLAIMS = "2.12"  # server-side claims
 ATTEMPTS = 5  # choices made again after an allocation conflict
-Progress = Callable[[Sequence[Mapping[str, Any]]], None]
 
 
 class ClaimFailed(Exception):
@@ -359,60 +359,6 @@ class Claimer:
         return body
 
 
-# --- shared with os_acc: binding requests, and waiting for the binds to end -------------
-
-
-def bind_body(
-    arqs: Sequence[Mapping[str, Any]],
-    providers: Mapping[int, str],
-    hostname: str,
-    instance: str,
-    project: str | None = None,
-) -> dict[str, list[dict[str, str]]]:
-    """Nova's bind PATCH for ``arqs``: each to its group's provider on ``hostname``."""
-    body = {}
-    for arq in arqs:
-        ops = [
-            {"op": "add", "path": "/hostname", "value": hostname},
-            {"op": "add", "path": "/device_rp_uuid",
-             "value": providers[arq["device_profile_group_id"]]},
-            {"op": "add", "path": "/instance_uuid", "value": instance},
-        ]  # fmt: skip
-        if project:
-            ops.append({"op": "add", "path": "/project_id", "value": project})
-        body[arq["uuid"]] = ops
-    return body
-
-
-def wait_resolved(
-    call: Callable[..., Any],
-    instance: str,
-    timeout: float,
-    poll: float,
-    error: type[Exception],
-    progress: Progress | None = None,
-) -> list[dict[str, Any]]:
-    """The instance's requests once every bind has ended (the API answers 423 until
-    then); ``call(method, path, **kwargs)`` sends a request; ``error`` is raised on a
-    failure or after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    params = {"instance": instance, "bind_state": "resolved"}
-    while True:
-        response = call("GET", "/v2/accelerator_requests", params=params)
-        if response.status_code == 200:
-            arqs: list[dict[str, Any]] = response.json()["arqs"]
-            return arqs
-        if response.status_code != 423:
-            raise error(f"Cannot follow the binds: {detail(response)}")
-        if progress is not None:
-            current = call("GET", "/v2/accelerator_requests", params={"instance": instance})
-            if current.status_code == 200:
-                progress(current.json()["arqs"])
-        if time.monotonic() >= deadline:
-            raise error(f"The binds of {instance} did not end within {timeout:g} s.")
-        time.sleep(poll)
-
-
 def _held_hint(response: Any, consumer: str) -> str:
     """Why the API refused a claim; for a consumer that has one, what to do."""
     text = detail(response)
@@ -431,8 +377,3 @@ def _check_consumer(consumer: str) -> str:
         return str(uuidlib.UUID(consumer))
     except ValueError:
         raise ClaimFailed(f"The consumer must be a uuid, not {consumer!r}.") from None
-
-
-def detail(response: Any) -> str:
-    """An API answer's status and message, for an error."""
-    return f"{response.status_code} {parse_error(response.text, response.reason).detail}"

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import NamedTuple
 
-from sqlalchemy import Row, bindparam, func, select
+from sqlalchemy import bindparam, func, select
 
 from acceleron.db.models import Device, Host, table
 from acceleron.db.session import Database
 from acceleron.exceptions import NotFound
+
+
+class HostRecord(NamedTuple):
+    """A reporting host as the API shows it. Built from a row of ``_COLUMNS`` (the same
+    names, in the same order) with ``HostRecord._make(row)``."""
+
+    hostname: str
+    devices: int  # the devices its agent last reported
+    agent_version: str | None
+    last_report_at: dt.datetime | None
+    generation: int
+    synced_generation: int
+    placement_errors: list[str] | None
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+
 
 HOSTS, DEVICES = table(Host), table(Device)
 _DEVICE_COUNT = (
@@ -17,18 +34,20 @@ _DEVICE_COUNT = (
     .scalar_subquery()
     .label("devices")
 )
-_ALL = select(HOSTS, _DEVICE_COUNT).order_by(HOSTS.c.hostname)
-_ONE = select(HOSTS, _DEVICE_COUNT).where(HOSTS.c.hostname == bindparam("host"))
+_COLUMNS = [_DEVICE_COUNT if f == "devices" else HOSTS.c[f] for f in HostRecord._fields]
+_ALL = select(*_COLUMNS).order_by(HOSTS.c.hostname)
+_ONE = select(*_COLUMNS).where(HOSTS.c.hostname == bindparam("host"))
+_make = HostRecord._make
 
 
-def list_hosts(db: Database) -> list[Row[Any]]:
+def list_hosts(db: Database) -> list[HostRecord]:
     with db.reader() as conn:
-        return list(conn.execute(_ALL))
+        return list(map(_make, conn.execute(_ALL)))
 
 
-def get(db: Database, hostname: str) -> Row[Any]:
+def get(db: Database, hostname: str) -> HostRecord:
     with db.reader() as conn:
         host = conn.execute(_ONE, {"host": hostname}).first()
     if host is None:
         raise NotFound(f"Host {hostname!r} has never reported.")
-    return host
+    return _make(host)

@@ -1,388 +1,31 @@
-"""Placement sync: the inventory of each host, published as resource providers.
+"""Placement for the API process: ``[placement]`` as options and clients, the syncers
+(``placement.publish.Syncer``) and the check of a reporting host.
 
-``Syncer.sync_host`` reads a host's inventory and what Acceleron last wrote to
-Placement, lets ``placement.sync`` bring Placement to the desired tree, and
-records the outcome. A host whose inventory did not change since its last sync
-(``hosts.generation == hosts.synced_generation``) costs no Placement call at all.
-``Syncer.sync_pending`` syncs the hosts that changed; the API runs it after each
-changed report and periodically, and when Placement is unreachable the hosts
-simply stay pending until it answers again: nothing is lost.
+The thread that keeps every host published is ``api.workers.SyncWorker``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
-import time
-import uuid as uuidlib
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
-from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
 
 from acceleron import conf as confmod
-from acceleron.db.models import (
-    Deployable,
-    Device,
-    DeviceProfile,
-    Host,
-    PlacementProvider,
-    table,
-    utcnow,
-)
 from acceleron.db.session import Database
 from acceleron.exceptions import (
-    AcceleronError,
     ConfigError,
     InvalidPlacementName,
-    NotFound,
-    PlacementError,
-    PlacementProviderNotFound,
     PlacementUnavailable,
     UnknownHost,
 )
 from acceleron.placement import inprocess, names, tree
 from acceleron.placement.client import PlacementClient
-from acceleron.placement.sync import Action, Known, remove_flat, sync_flat, sync_tree
-from acceleron.placement.sync import Result as SyncResult
+from acceleron.placement.publish import HOST, Syncer, unknown_host_message
 
 LOG = logging.getLogger(__name__)
-HOSTS, DEVICES, DEPLOYABLES = table(Host), table(Device), table(Deployable)
-PROVIDERS = table(PlacementProvider)
-_HOST = select(HOSTS).where(HOSTS.c.hostname == bindparam("host"))
-_DEVICES = (
-    select(DEVICES).where(DEVICES.c.hostname == bindparam("host")).order_by(DEVICES.c.pci_address)
-)
-_DEPLOYABLES = (
-    select(DEPLOYABLES)
-    .join(DEVICES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-    .where(DEVICES.c.hostname == bindparam("host"))
-    .order_by(DEPLOYABLES.c.id)
-)
-_KNOWN = select(PROVIDERS).where(PROVIDERS.c.hostname == bindparam("host"))
-_PENDING = select(HOSTS.c.hostname).where(HOSTS.c.generation != HOSTS.c.synced_generation)
-
-
-@dataclasses.dataclass(frozen=True)
-class HostSync:
-    """What one host's sync did (or, in a dry run, would do)."""
-
-    hostname: str
-    actions: list[Action]
-    skipped: bool = False  # nothing changed since the last sync: no Placement call
-    errors: list[str] = dataclasses.field(default_factory=list)
-
-
-class Syncer:
-    """Syncs hosts through one Placement client (a client is not thread-safe)."""
-
-    def __init__(
-        self,
-        db: Database,
-        client_factory: Callable[[], PlacementClient],
-        options: tree.Options,
-        *,
-        create_compute_nodes: bool = False,
-        lock: threading.Lock | None = None,
-    ) -> None:
-        self.db = db
-        self.client = client_factory()
-        self.options = options
-        # Syncs of one process take turns (the worker's pass and an operator's request).
-        self.lock = lock or threading.Lock()
-        # The embedded mode has no Nova: it creates the compute node providers itself.
-        self.create_compute_nodes = create_compute_nodes
-
-    def sync_pending(self) -> list[HostSync]:
-        """Sync the hosts whose inventory changed since their last sync."""
-        with self.db.reader() as conn:
-            hosts = list(conn.execute(_PENDING).scalars())
-        return [self._guarded(host, self.sync_host) for host in hosts]
-
-    def hostnames(self) -> list[str]:
-        with self.db.reader() as conn:
-            return list(conn.execute(select(HOSTS.c.hostname).order_by(HOSTS.c.hostname)).scalars())
-
-    def sync_all(self, *, dry_run: bool = False) -> list[HostSync]:
-        """Check every host's providers against Placement (and repair them)."""
-        return [
-            self._guarded(host, lambda h: self.sync_host(h, force=True, dry_run=dry_run))
-            for host in self.hostnames()
-        ]
-
-    def migrate_to_nested(self, *, dry_run: bool = False) -> list[HostSync]:
-        """Spec 001's upgrade from flat to nested providers, host by host: a host still
-        in use keeps its flat inventory and gets its error, the others move."""
-        return [
-            self._guarded(host, lambda h: self._migrate(h, dry_run)) for host in self.hostnames()
-        ]
-
-    def _migrate(self, hostname: str, dry_run: bool) -> HostSync:
-        removed = self.remove_flat(hostname, dry_run=dry_run)
-        synced = self.sync_host(hostname, force=True, dry_run=dry_run)
-        return HostSync(hostname, removed.actions + synced.actions,
-                        errors=removed.errors + synced.errors)  # fmt: skip
-
-    def _guarded(self, hostname: str, work: Callable[[str], HostSync]) -> HostSync:
-        """One host of a pass: its error is its own; Placement being away ends the pass."""
-        try:
-            with self.lock:
-                return work(hostname)
-        except PlacementUnavailable:
-            raise
-        except AcceleronError as error:
-            LOG.error("Placement sync of %s failed: %s", hostname, error.message)
-            return HostSync(hostname, [], errors=[error.message])
-
-    def sync_host(self, hostname: str, *, force: bool = False, dry_run: bool = False) -> HostSync:
-        """Bring Placement up to date for one host. ``force`` checks even an unchanged
-        host's providers (periodic verification); ``dry_run`` only plans."""
-        with self.db.reader() as conn:
-            host = conn.execute(_HOST, {"host": hostname}).first()
-            if host is None:
-                raise NotFound(f"Host {hostname!r} has never reported.")
-            if host.generation == host.synced_generation and not (force or dry_run):
-                return HostSync(hostname, [], skipped=True)
-            devices = list(conn.execute(_DEVICES, {"host": hostname}))
-            deployables = list(conn.execute(_DEPLOYABLES, {"host": hostname}))
-            known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
-            maintained = any(tree.maintenance(d) is not None for d in devices) or any(
-                d.status == tree.MAINTAINING for d in deployables
-            )
-            tolerated = tolerated_reasons(conn) if maintained else frozenset()
-        compute, created = self.compute_node(host, dry_run=dry_run)
-        if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
-            self.client.ensure_traits([names.MAINTENANCE])
-        options = dataclasses.replace(self.options, tolerated=tolerated)
-        try:
-            result, errors = self._publish(hostname, compute, devices, deployables, known,
-                                           dry_run, options)  # fmt: skip
-        except PlacementProviderNotFound as error:
-            self._recheck_compute_node(hostname, compute, error, dry_run)
-            raise
-        result.actions[:0] = created
-        if not dry_run:
-            self._record(hostname, host.generation, compute, result.known, errors)
-        if result.actions and not dry_run:
-            done = Counter(action.op for action in result.actions)
-            LOG.info("Published %s to Placement: %s", hostname,
-                     ", ".join(f"{op} {count}" for op, count in sorted(done.items())))  # fmt: skip
-        for action in result.actions:
-            LOG.debug("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
-        return HostSync(hostname, result.actions, errors=errors)
-
-    def _publish(
-        self,
-        hostname: str,
-        compute: str,
-        devices: Sequence[Row[Any]],
-        deployables: Sequence[Row[Any]],
-        known: dict[str, Known],
-        dry_run: bool,
-        options: tree.Options,
-    ) -> tuple[SyncResult, list[str]]:
-        """The nested tree or the flat contribution, synced; and the devices left out."""
-        if not options.nested:
-            good, errors = _publishable(hostname, devices, deployables, options)
-            flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run, options)
-            return flat, errors
-        desired, errors = _desired(hostname, compute, devices, deployables, options)
-        return sync_tree(self.client, compute, desired, known, dry_run=dry_run), errors
-
-    def _recheck_compute_node(
-        self, hostname: str, compute: str, error: PlacementError, dry_run: bool
-    ) -> None:
-        """After a provider was not found: if it is the compute node (Nova recreated it),
-        forget its uuid and leave the host pending, to look it up by name next pass."""
-        if dry_run or self.client.get_provider(compute) is not None:
-            return
-        LOG.warning("Compute node provider %s of %s is gone from Placement (%s); looking it "
-                    "up again by name next pass", compute, hostname, error.message)  # fmt: skip
-        with self.db.writer() as conn:
-            conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
-                         .values(rp_uuid=None, synced_generation=-1))  # fmt: skip
-
-    def _sync_flat(
-        self,
-        compute: str,
-        devices: Sequence[Row[Any]],
-        deployables: Sequence[Row[Any]],
-        known: Known | None,
-        dry_run: bool,
-        options: tree.Options,
-    ) -> SyncResult:
-        provider = self.client.get_provider(compute)
-        if provider is None:
-            raise PlacementProviderNotFound(
-                f"Compute node provider {compute} vanished from Placement."
-            )
-        inventories, traits = tree.flat_contribution(devices, deployables, options)
-        return sync_flat(self.client, provider, inventories, traits, known, dry_run=dry_run)
-
-    def remove_flat(self, hostname: str, *, dry_run: bool = False) -> HostSync:
-        """Spec 001's upgrade from flat to nested providers, for one host: take what flat
-        mode put on the compute node off it (refused while instances still use it)."""
-        with self.db.reader() as conn:
-            host = conn.execute(_HOST, {"host": hostname}).first()
-            known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
-        if host is None:
-            raise NotFound(f"Host {hostname!r} has never reported.")
-        compute, _ = self.compute_node(host, dry_run=dry_run)
-        record = known.get(compute)
-        provider = self.client.get_provider(compute)
-        if record is None or not record.owned or provider is None:
-            return HostSync(hostname, [])
-        actions = remove_flat(self.client, provider, record, dry_run=dry_run)
-        if not dry_run:
-            with self.db.writer() as conn:
-                conn.execute(delete(PROVIDERS).where(PROVIDERS.c.uuid == compute))
-                conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
-                             .values(synced_generation=-1))  # fmt: skip
-        return HostSync(hostname, actions)
-
-    def compute_node(self, host: Row[Any], *, dry_run: bool = False) -> tuple[str, list[Action]]:
-        """The uuid of the host's compute node provider (Nova's, found by its name), and
-        the action of creating it when the embedded mode must."""
-        if host.rp_uuid:
-            return str(host.rp_uuid), []
-        found = self.client.find_provider(host.hostname)
-        if found is not None:
-            return found.uuid, []
-        if not self.create_compute_nodes:
-            raise UnknownHost(unknown_host_message(self.client, host.hostname))
-        compute = str(uuidlib.uuid5(names.PROVIDER_NAMESPACE, f"compute-node\n{host.hostname}"))
-        if not dry_run:
-            self.client.create_provider(compute, host.hostname)
-        return compute, [Action("create", compute, host.hostname, "compute node (embedded)")]
-
-    def _record(
-        self,
-        hostname: str,
-        generation: int,
-        compute: str,
-        known: dict[str, Known],
-        errors: Sequence[str],
-    ) -> None:
-        """What the sync wrote; ``errors``: the devices it left out, and why (the host is
-        not synced while there are any, though its next pass has nothing new to try)."""
-        with self.db.writer() as conn:
-            conn.execute(
-                update(HOSTS)
-                .where(HOSTS.c.hostname == hostname)
-                .values(
-                    synced_generation=generation, rp_uuid=compute, placement_errors=list(errors)
-                )
-            )
-            _store_known(conn, hostname, known)
-
-
-PROFILES = table(DeviceProfile)
-tolerations = names.tolerations
-
-
-def tolerated_reasons(conn: Connection) -> frozenset[str]:
-    """Every maintenance reason an enabled device profile tolerates."""
-    found: set[str] = set()
-    rows = conn.execute(select(PROFILES.c.groups).where(PROFILES.c.enabled.is_(True)))
-    for groups in rows.scalars():
-        for group in groups or []:
-            found.update(tolerations(group))
-    return frozenset(found)
-
-
-def _known(row: Row[Any]) -> Known:
-    return Known(row.uuid, row.name, row.parent_uuid, row.generation, row.digest, row.retired,
-                 owned=row.owned or {})  # fmt: skip
-
-
-def _desired(
-    hostname: str,
-    compute: str,
-    devices: Sequence[Row[Any]],
-    deployables: Sequence[Row[Any]],
-    options: tree.Options,
-) -> tuple[list[tree.DesiredProvider], list[str]]:
-    """The desired tree; a device whose names cannot be made valid is left out."""
-    providers: list[tree.DesiredProvider] = []
-    errors: list[str] = []
-    for device in devices:
-        mine = [d for d in deployables if d.device_id == device.id]
-        try:
-            providers += tree.desired_tree(hostname, compute, [device], mine, options)
-        except InvalidPlacementName as error:
-            LOG.error("Not publishing %s %s: %s", hostname, device.pci_address, error.message)
-            errors.append(error.message)
-    return providers, errors
-
-
-def _publishable(
-    hostname: str,
-    devices: Sequence[Row[Any]],
-    deployables: Sequence[Row[Any]],
-    options: tree.Options,
-) -> tuple[list[Row[Any]], list[str]]:
-    """Flat mode: the devices whose names can be made valid, and why the others cannot."""
-    good: list[Row[Any]] = []
-    errors: list[str] = []
-    for device in devices:
-        mine = [d for d in deployables if d.device_id == device.id]
-        try:
-            tree.flat_contribution([device], mine, options)
-        except InvalidPlacementName as error:
-            LOG.error("Not publishing %s %s: %s", hostname, device.pci_address, error.message)
-            errors.append(error.message)
-            continue
-        good.append(device)
-    return good, errors
-
-
-def _store_known(conn: Connection, hostname: str, known: dict[str, Known]) -> None:
-    stored = {row.uuid: row for row in conn.execute(_KNOWN, {"host": hostname})}
-    gone = [row.id for uuid, row in stored.items() if uuid not in known]
-    if gone:
-        conn.execute(delete(PROVIDERS).where(PROVIDERS.c.id.in_(gone)))
-    for uuid, item in known.items():
-        values = {
-            "name": item.name,
-            "parent_uuid": item.parent_uuid,
-            "generation": item.generation,
-            "digest": item.digest,
-            "retired": item.retired,
-            "owned": {k: list(v) for k, v in item.owned.items()},
-        }
-        row = stored.get(uuid)
-        if row is None:
-            conn.execute(insert(PROVIDERS).values(uuid=uuid, hostname=hostname, **values))
-        elif any(getattr(row, k) != v for k, v in values.items()):
-            conn.execute(
-                update(PROVIDERS)
-                .where(PROVIDERS.c.id == row.id)
-                .values({**values, "updated_at": utcnow()})
-            )
-
-
-def unknown_host_message(client: PlacementClient, hostname: str) -> str:
-    """Why a host is refused, with the compute node names it could have meant."""
-    short = hostname.split(".", 1)[0]
-    candidates = [
-        n for n in client.provider_names() if n.split(".", 1)[0] == short and n != hostname
-    ]
-    hint = f" Did you mean {', '.join(repr(c) for c in candidates)}?" if candidates else ""
-    return (
-        f"Placement has no compute node named {hostname!r}: set [DEFAULT] host on that host "
-        f"to the name the compute service uses (often its fully qualified name).{hint}"
-    )
-
-
-def errors_of(results: Sequence[HostSync]) -> list[str]:
-    return [error for result in results for error in result.errors]
-
-
-# --- the service: configuration, the background worker, host checks ------------------
 
 
 def options_from_conf(conf: cfg.ConfigOpts) -> tree.Options:
@@ -439,8 +82,7 @@ def _client_factory(conf: cfg.ConfigOpts) -> Callable[[], PlacementClient]:
 
 
 class PlacementService:
-    """Placement for the API process: host checks, on-demand syncs and the worker that
-    keeps every host published (``[placement]``)."""
+    """Placement for the API process (``[placement]``): host checks and syncers."""
 
     def __init__(
         self,
@@ -454,8 +96,6 @@ class PlacementService:
         self._new_client = client_factory or _client_factory(conf)
         self._embedded_connection = conf.placement.embedded_connection
         self._lock = threading.Lock()
-        self.worker = Worker(self.syncer, conf.placement.sync_interval,
-                             conf.placement.verify_interval)  # fmt: skip
 
     def embedded_app(self) -> inprocess.WSGIApp:
         """The embedded Placement's WSGI application (mode = embedded)."""
@@ -479,7 +119,7 @@ class PlacementService:
         if self.mode != "remote":
             return
         with self.db.reader() as conn:
-            host = conn.execute(_HOST, {"host": hostname}).first()
+            host = conn.execute(HOST, {"host": hostname}).first()
         if host is not None and host.rp_uuid:
             return
         client = self._new_client()
@@ -490,57 +130,3 @@ class PlacementService:
             return
         if found is None:
             raise UnknownHost(unknown_host_message(client, hostname))
-
-
-class Worker:
-    """Runs ``sync_pending`` when woken and every ``interval`` seconds, ``sync_all`` every
-    ``verify_interval``; backs off while Placement is away (hosts stay pending)."""
-
-    MAX_BACKOFF = 300.0
-
-    def __init__(
-        self, make_syncer: Callable[[], Syncer], interval: float, verify_interval: float
-    ) -> None:
-        self._make_syncer = make_syncer
-        self._interval = interval
-        self._verify_interval = verify_interval
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.passes = 0
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="placement-sync", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def _run(self) -> None:
-        syncer: Syncer | None = None
-        backoff = 1.0
-        next_verify = time.monotonic() + self._verify_interval
-        while not self._stop.is_set():
-            wait = float(self._interval)
-            try:
-                syncer = syncer or self._make_syncer()
-                if self._verify_interval and time.monotonic() >= next_verify:
-                    syncer.sync_all()
-                    next_verify = time.monotonic() + self._verify_interval
-                else:
-                    syncer.sync_pending()
-                backoff = 1.0
-            except PlacementUnavailable as error:
-                LOG.warning("Placement is unreachable (%s); retrying in %.0f s", error, backoff)
-                wait, backoff = backoff, min(backoff * 2, self.MAX_BACKOFF)
-            except Exception:
-                LOG.exception("Placement sync pass failed")
-            self.passes += 1
-            self._wake.wait(wait)
-            self._wake.clear()

@@ -185,11 +185,12 @@ def _sees_other_projects(cloud: Cloud, headers: dict[str, str]) -> bool:
 
 def _upload(cloud: Cloud, headers: dict[str, str]) -> httpx.Response:
     ident = cloud.public_bitstream()
-    return cloud.client.put(
+    response: httpx.Response = cloud.client.put(
         f"/v2/bitstreams/{ident}/data",
         content=b"bits",
         headers={**headers, "Content-Type": "application/octet-stream"},
     )
+    return response
 
 
 PROBES: dict[str, Probe] = {

@@ -75,7 +75,7 @@ def test_sync_endpoint_plans_then_applies(
     make_api: MakeApi, conf: cfg.ConfigOpts, db: Database
 ) -> None:
     api = make_api("embedded")
-    api.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+    api.app.state.sync_worker.stop()  # type: ignore[attr-defined]
     from acceleron.report import from_json
     from acceleron.service import inventory
 
@@ -118,7 +118,7 @@ def test_remote_mode_accepts_a_new_host_while_placement_is_down(
     client = PlacementClient(placement)
     compute = client.create_provider(str(uuid.uuid4()), HOST)  # Nova's, while we were away
     down.up = True
-    api.app.state.placement.worker.wake()  # type: ignore[attr-defined]
+    api.app.state.sync_worker.wake()  # type: ignore[attr-defined]
     wait_for(lambda: len(client.get_tree(compute.uuid)) == 15)
 
 
@@ -153,7 +153,7 @@ def test_migrate_to_nested_moves_every_host_it_can(
         return set() if compute is None else set(client.get_inventories(compute.uuid)[1])
 
     wait_for(lambda: all("CUSTOM_ACCELERATOR_FPGA" in flat_inventory(h) for h in hosts))
-    flat.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+    flat.app.state.sync_worker.stop()  # type: ignore[attr-defined]
     computes = {h: p.uuid for h in hosts if (p := client.find_provider(h)) is not None}
     consumer = str(uuid.uuid4())
     allocate(placement, computes[HOST], consumer)  # an instance still on host-1

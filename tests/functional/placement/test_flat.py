@@ -175,7 +175,7 @@ def test_a_bind_naming_another_hosts_compute_node_or_in_nested_mode_is_refused(
     app = create_app(conf, db)
     app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
     with TestClient(app, raise_server_exceptions=False) as nested:
-        app.state.placement.worker.stop()
+        app.state.sync_worker.stop()
         refused = bind(nested, HOST)
     assert refused.status_code == 400 and "nested = true" in refused.text
 
@@ -190,12 +190,12 @@ def test_migrate_to_nested_waits_for_the_claims_to_go(
         url = stack.enter_context(serve(api.app))  # type: ignore[arg-type]
         claimer = Claimer(api_adapter(url), client)
         claimer.claim("fpga", consumer)
-        api.app.state.placement.worker.stop()  # type: ignore[attr-defined]
+        api.app.state.sync_worker.stop()  # type: ignore[attr-defined]
         conf.set_override("nested", True, "placement")
         app = create_app(conf, db)
         app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
         nested = stack.enter_context(TestClient(app, raise_server_exceptions=False))
-        app.state.placement.worker.stop()
+        app.state.sync_worker.stop()
 
         def migrate() -> dict[str, Any]:
             response = nested.post("/v2/placement/migrate-to-nested", json={}, headers=LATEST)

@@ -21,9 +21,9 @@ from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
+from acceleron.placement.publish import Syncer
 from acceleron.report import HostReport
 from acceleron.service import device_profiles, inventory
-from acceleron.service.placement import Syncer
 from acceleron.vocabulary import Health
 from tests.fixtures.placement import CountingAdapter
 from tests.functional.placement.test_sync import HOST, syncer
@@ -49,6 +49,7 @@ def first_fpga(db: Database) -> Any:
     with db.reader() as conn:
         device = conn.execute(select(DEVICES).where(DEVICES.c.type == "FPGA")
                               .order_by(DEVICES.c.pci_address)).first()  # fmt: skip
+        assert device is not None
         mine = DEPLOYABLES.c.device_id == device.id
         regions = list(conn.execute(select(DEPLOYABLES).where(mine).order_by(DEPLOYABLES.c.key)))
     return device, regions

@@ -16,9 +16,9 @@ from acceleron.agent.client import (
     UnknownHost,
     connect,
     error_for,
-    parse_error,
     unknown_host_message,
 )
+from acceleron.client.errors import parse_error
 from acceleron.connection import base_url
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import acceleron
-from acceleron.agent import discovery, tree
+from acceleron import tree
+from acceleron.agent import discovery
 from acceleron.cli.main import main
 from acceleron.report import from_json
 from acceleron.vocabulary import AttachHandle, Deployable, Device
@@ -46,15 +47,15 @@ def test_a_tree_per_device_from_a_sysfs_root(
     blocks = out.split("\n\n")[1:]
     assert blocks[0].splitlines() == [
         "0000:5e:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  NUMA 0  driver intel_fpga",
-        "  region0  region, 2 accelerators, programmable",
-        "    region type  ce48969398f05f33946d560708be108a",
-        "    functions    d8424dc4a4a3c413f89e433683f9040b",
-        "    PCI 0000:5e:00.1",
-        "    PCI 0000:5e:00.2",
+        "└── region0  region, 2 accelerators, programmable",
+        "    ├── region type  ce48969398f05f33946d560708be108a",
+        "    ├── functions    d8424dc4a4a3c413f89e433683f9040b",
+        "    ├── PCI 0000:5e:00.1",
+        "    └── PCI 0000:5e:00.2",
     ]
     gpu = next(b for b in blocks if b.startswith("0000:3b:00.0"))
-    assert "  vgpu/nvidia-223  vgpu_type, 8 accelerators of type VGPU" in gpu
-    assert "    MDEV 6c4f8a2e-0d7b-4a57-9a4e-3f0c1b2d9e10  (in use)" in gpu
+    assert "── vgpu/nvidia-223  vgpu_type, 8 accelerators of type VGPU" in gpu
+    assert "── MDEV 6c4f8a2e-0d7b-4a57-9a4e-3f0c1b2d9e10  (in use)" in gpu
     qat = next(b for b in blocks if b.startswith("0000:3d:00.0"))
     assert "NUMA unknown  driver intel_qat" in qat.splitlines()[0]
 
@@ -103,15 +104,15 @@ def test_the_tree_shows_every_field_an_operator_checks() -> None:
         pci_address="0000:5e:00.0", type="FPGA", vendor_id="8086", vendor_name="INTEL",
         product_id="0b30", model="N3000", driver="intel_fpga", deployables=(region,),
     )  # fmt: skip
-    text = tree.render(discovery.build_report("h1", [device]))
+    text = tree.report(discovery.build_report("h1", [device]))
     assert text.splitlines()[2:] == [
         "0000:5e:00.0  FPGA  INTEL N3000 (8086:0b30)  NUMA unknown  driver intel_fpga",
-        "  region0  region, 1 accelerator, programmable",
-        f"    region type  {'ab' * 16}",
-        "    bitstream    0x2300041",
-        f"    functions    {'cd' * 16}",
-        "    memory       8192 MiB",
-        "    traits       CUSTOM_FPGA_X",
-        "    PCI 0000:5e:00.1  (in use)",
-        "    vf_pool  vf_pool, 0 accelerators",
+        "└── region0  region, 1 accelerator, programmable",
+        f"    ├── region type  {'ab' * 16}",
+        "    ├── bitstream    0x2300041",
+        f"    ├── functions    {'cd' * 16}",
+        "    ├── memory       8192 MiB",
+        "    ├── traits       CUSTOM_FPGA_X",
+        "    ├── PCI 0000:5e:00.1  (in use)",
+        "    └── vf_pool  vf_pool, 0 accelerators",
     ]

@@ -101,7 +101,7 @@ def test_a_broken_driver_fails_its_task_not_the_agent(tmp_path: Path) -> None:
     def broken(*args: Any) -> None:
         raise ZeroDivisionError("the vendor tool's wrapper has a bug")
 
-    driver.program = broken  # type: ignore[method-assign]
+    driver.program = broken  # type: ignore[method-assign,assignment]
     api = Api(data)
     runner(tmp_path, api, driver).execute(program_task(driver, data))
     assert api.updates[-1]["state"] == "failed"

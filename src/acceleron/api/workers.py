@@ -1,0 +1,139 @@
+"""The API process's background workers: the Placement sync's thread, and the
+event-loop tasks that reap binds, refresh the metrics and reconcile Placement.
+
+``create_app``'s lifespan starts them all and stops them all; the Nova events' sender
+(``service.nova.NovaNotifier``) and the tasks' wake-ups (``api.wakeup``) beside them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from fastapi import FastAPI
+from starlette.datastructures import State
+
+from acceleron.api import placement as placement_api
+from acceleron.api.capacity import Threads
+from acceleron.exceptions import AcceleronError, PlacementUnavailable
+from acceleron.placement.publish import Syncer
+from acceleron.service import arqs as arq_service
+from acceleron.service import stats
+
+LOG = logging.getLogger(__name__)
+
+
+def wake_sync(state: State) -> None:
+    """Ask the Placement sync for a pass now (a host's inventory changed); nothing when
+    Placement is disabled."""
+    worker: SyncWorker | None = state.sync_worker
+    if worker is not None:
+        worker.wake()
+
+
+class SyncWorker:
+    """The Placement sync's thread: runs ``sync_pending`` when woken and every
+    ``interval`` seconds, ``sync_all`` every ``verify_interval``; backs off while
+    Placement is away (hosts stay pending)."""
+
+    MAX_BACKOFF = 300.0
+
+    def __init__(
+        self, make_syncer: Callable[[], Syncer], interval: float, verify_interval: float
+    ) -> None:
+        self._make_syncer = make_syncer
+        self._interval = interval
+        self._verify_interval = verify_interval
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="placement-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        syncer: Syncer | None = None
+        backoff = 1.0
+        next_verify = time.monotonic() + self._verify_interval
+        while not self._stop.is_set():
+            wait = float(self._interval)
+            try:
+                syncer = syncer or self._make_syncer()
+                if self._verify_interval and time.monotonic() >= next_verify:
+                    syncer.sync_all()
+                    next_verify = time.monotonic() + self._verify_interval
+                else:
+                    syncer.sync_pending()
+                backoff = 1.0
+            except PlacementUnavailable as error:
+                LOG.warning("Placement is unreachable (%s); retrying in %.0f s", error, backoff)
+                wait, backoff = backoff, min(backoff * 2, self.MAX_BACKOFF)
+            except Exception:
+                LOG.exception("Placement sync pass failed")
+            self.passes += 1
+            self._wake.wait(wait)
+            self._wake.clear()
+
+
+async def reap_binds(app: FastAPI) -> None:
+    """Fail the binds that outlived [binding] bind_timeout, every reap_interval seconds."""
+    conf = app.state.conf.binding
+    while True:
+        await asyncio.sleep(conf.reap_interval)
+        threads: Threads = app.state.threads
+        try:  # on the threads for database work, with the share kept for services
+            resolved = await threads.database(
+                True, arq_service.reap, app.state.db, conf.bind_timeout
+            )
+        except AcceleronError as error:  # the database is away: the next round tries again
+            LOG.warning("Reaping binds failed: %s", error.message)
+            continue
+        except Exception:  # nothing must end the reaper
+            LOG.exception("Reaping binds failed")
+            continue
+        app.state.nova.notify(resolved)
+
+
+async def refresh_metrics(app: FastAPI) -> None:
+    """The state gauges from the database, at once and every [metrics] refresh_interval."""
+    publishing = app.state.placement is not None
+    while True:
+        threads: Threads = app.state.threads
+        try:
+            await threads.database(True, stats.refresh, app.state.db, publishing)
+            app.state.metrics_refreshes += 1
+        except AcceleronError as error:  # the database is away: the next round tries again
+            LOG.warning("Refreshing the metrics failed: %s", error.message)
+        except Exception:  # nothing must end the refresher
+            LOG.exception("Refreshing the metrics failed")
+        await asyncio.sleep(app.state.conf.metrics.refresh_interval)
+
+
+async def reconcile(app: FastAPI) -> None:
+    """A pass of the reconciler every [reconciler] interval seconds (docs/reconciler.md)."""
+    conf = app.state.conf.reconciler
+    while True:
+        await asyncio.sleep(conf.interval)
+        reconciler = placement_api.reconciler_of(app.state)
+        try:
+            threads: Threads = app.state.threads
+            await threads.outbound(functools.partial(reconciler.run, free=conf.free))
+        except AcceleronError as error:  # Placement or the database away: next round
+            LOG.warning("Reconciling Placement and requests failed: %s", error.message)
+        except Exception:  # nothing must end the reconciler
+            LOG.exception("Reconciling Placement and requests failed")

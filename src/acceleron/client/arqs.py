@@ -1,0 +1,63 @@
+"""Accelerator requests as Nova drives them, for the clients that do the same (the
+scheduler's claims, os_acc): the bind body, and waiting until the binds end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from acceleron.client.errors import detail
+
+Progress = Callable[[Sequence[Mapping[str, Any]]], None]
+
+
+def bind_body(
+    arqs: Sequence[Mapping[str, Any]],
+    providers: Mapping[int, str],
+    hostname: str,
+    instance: str,
+    project: str | None = None,
+) -> dict[str, list[dict[str, str]]]:
+    """Nova's bind PATCH for ``arqs``: each to its group's provider on ``hostname``."""
+    body = {}
+    for arq in arqs:
+        ops = [
+            {"op": "add", "path": "/hostname", "value": hostname},
+            {"op": "add", "path": "/device_rp_uuid",
+             "value": providers[arq["device_profile_group_id"]]},
+            {"op": "add", "path": "/instance_uuid", "value": instance},
+        ]  # fmt: skip
+        if project:
+            ops.append({"op": "add", "path": "/project_id", "value": project})
+        body[arq["uuid"]] = ops
+    return body
+
+
+def wait_resolved(
+    call: Callable[..., Any],
+    instance: str,
+    timeout: float,
+    poll: float,
+    error: type[Exception],
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """The instance's requests once every bind has ended (the API answers 423 until
+    then); ``call(method, path, **kwargs)`` sends a request; ``error`` is raised on a
+    failure or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    params = {"instance": instance, "bind_state": "resolved"}
+    while True:
+        response = call("GET", "/v2/accelerator_requests", params=params)
+        if response.status_code == 200:
+            arqs: list[dict[str, Any]] = response.json()["arqs"]
+            return arqs
+        if response.status_code != 423:
+            raise error(f"Cannot follow the binds: {detail(response)}")
+        if progress is not None:
+            current = call("GET", "/v2/accelerator_requests", params={"instance": instance})
+            if current.status_code == 200:
+                progress(current.json()["arqs"])
+        if time.monotonic() >= deadline:
+            raise error(f"The binds of {instance} did not end within {timeout:g} s.")
+        time.sleep(poll)
