@@ -57,6 +57,16 @@ SERVICE_USERS = ("placement", "glance", "nova", "acceleron", "acceleron-events")
 # Adding one (tempest, say) is a lock file and a name here: `venv(name)` makes it.
 SERVICES = ("keystone", "placement", "glance", "nova")
 WAIT = 180.0  # seconds any one step may take before the start is given up
+# Acceleron's quotas come from Keystone's unified limits ([quota] driver =
+# unified_limits): the accelerator service's registered limit (every project's default)
+# of each resource class the cloud offers, high enough for the e2e suite, which sets
+# project limits of its own (docs/quotas.md).
+REGISTERED_LIMITS = {
+    **{
+        f"class:CUSTOM_ACCELERATOR_{kind}": 100 for kind in ("FPGA", "QAT", "VGPU", "GPU", "MEMORY")
+    },
+    "class:FPGA": 100,  # cyborg-tempest-plugin's profiles ask for resources:FPGA
+}
 
 
 class CloudError(Exception):
@@ -342,6 +352,8 @@ def variables(cloud: Cloud) -> dict[str, str]:
         "vhost": cloud.vhost,
         "nested": str(cloud.nested).lower(),
         "accelerator_url": cloud.url("accelerator"),
+        "keystone_url": cloud.auth_url,
+        "password": cloud.password,
         **{
             f"db_{n}": cloud.database(n)
             for n in ("keystone", "placement", "nova_api", "nova_cell1", "acceleron")
@@ -360,13 +372,20 @@ def render(template: str, target: Path, values: Mapping[str, str]) -> Path:
     return target
 
 
+def acceleron_config(cloud: Cloud, limits_endpoint: str) -> Path:
+    """The API replicas' configuration; [oslo_limit] endpoint_id is ``limits_endpoint``
+    (the accelerator endpoint's id, known once Keystone's catalog is made)."""
+    values = {**variables(cloud), "limits_endpoint": limits_endpoint}
+    return render("acceleron.conf", RUN / "acceleron" / "acceleron.conf", values)
+
+
 def write_configs(cloud: Cloud) -> None:
     values = variables(cloud)
     render("keystone.conf", RUN / "keystone" / "keystone.conf", values)
     render("placement.conf", RUN / "placement" / "placement.conf", values)
     render("glance-api.conf", RUN / "glance" / "glance-api.conf", values)
     render("nova.conf", RUN / "nova" / "nova.conf", values)
-    render("acceleron.conf", RUN / "acceleron" / "acceleron.conf", values)
+    acceleron_config(cloud, limits_endpoint="")  # for the schema; again once Keystone runs
     for index, host in enumerate(COMPUTES, 1):
         render(
             "nova-compute.conf",
@@ -511,8 +530,7 @@ def keystone(cloud: Cloud) -> None:
         [
             *manage,
             "bootstrap",
-            "--bootstrap-password",
-            cloud.password,
+            f"--bootstrap-password={cloud.password}",  # it may start with "-"
             "--bootstrap-admin-url",
             url,
             "--bootstrap-public-url",
@@ -588,12 +606,30 @@ def identity(cloud: Cloud) -> None:
         )
         for role in wanted:
             ident.assign_project_role_to_user(projects[project], created, roles[role])
+        if user == "acceleron":  # oslo.limit reads the endpoint and the limits
+            ident.assign_system_role_to_user(created, roles["reader"], "all")
     for kind, (name, url) in cloud.endpoints.items():
         service = ident.create_service(name=name, type=kind)
         for interface in ("public", "internal"):
             ident.create_endpoint(
                 service_id=service.id, interface=interface, url=url, region_id=REGION
             )
+        if kind == "accelerator":
+            for resource, default in REGISTERED_LIMITS.items():
+                ident.create_registered_limit(
+                    service_id=service.id,
+                    region_id=REGION,
+                    resource_name=resource,
+                    default_limit=default,
+                )
+
+
+def limits_endpoint(cloud: Cloud) -> str:
+    """The id of the accelerator service's public endpoint: oslo.limit's endpoint_id."""
+    conn = connect(cloud)
+    (service,) = conn.identity.services(type="accelerator")
+    (endpoint,) = conn.identity.endpoints(service_id=service.id, interface="public")
+    return str(endpoint.id)
 
 
 def placement(cloud: Cloud) -> None:
@@ -673,11 +709,18 @@ def nova(cloud: Cloud) -> None:
     wait_for("nova-api", answers(cloud.url("nova")), cloud, ["nova-api"])
 
 
-def acceleron(cloud: Cloud) -> None:
-    """The schema, two API replicas and the balancer in front of them."""
+def acceleron_schema(cloud: Cloud) -> None:
+    """Acceleron's database schema."""
     command = str(REPO / ".venv" / "bin" / "acceleron")
     config = ["--config-file", str(RUN / "acceleron" / "acceleron.conf")]
     run([command, *config, "db", "upgrade"], what="acceleron db upgrade")
+
+
+def acceleron(cloud: Cloud) -> None:
+    """Two API replicas and the balancer in front of them (once Keystone's catalog and
+    registered limits are made: their configuration names the accelerator endpoint)."""
+    command = str(REPO / ".venv" / "bin" / "acceleron")
+    config = ["--config-file", str(acceleron_config(cloud, limits_endpoint(cloud)))]
     replicas = []
     for index in (1, 2):
         name = f"acceleron-api-{index}"
@@ -833,13 +876,14 @@ def up(nested: bool = True) -> Cloud:
             placement,
             glance,
             nova_databases,
-            acceleron,
+            acceleron_schema,
             neutron,
             rabbitmq,
         ]
         in_parallel(cloud, steps)
-        log(f"Keystone, Placement, Glance, Acceleron up in {time.monotonic() - started:.1f} s")
+        log(f"Keystone, Placement, Glance up in {time.monotonic() - started:.1f} s")
         nova(cloud)
+        acceleron(cloud)
         computes_in_placement(cloud)
         agents(cloud)
         write_credentials(cloud)

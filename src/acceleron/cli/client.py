@@ -76,12 +76,29 @@ class ApiClient:
     @property
     def adapter(self) -> adapter.Adapter:
         """The keystoneauth adapter for the accelerator API (for library calls)."""
+        self._resolve()
         return self._adapter
+
+    def _resolve(self) -> None:
+        """Take the API root from the catalog when no URL was given: catalogs register
+        the accelerator endpoint with its /v2, which the CLI's paths carry already."""
+        if self.url is not None:
+            return
+        from keystoneauth1 import exceptions as ks_exc
+
+        try:
+            found = self._adapter.get_endpoint()
+        except ks_exc.ConnectionError as error:
+            raise unreachable(None, error) from error
+        if found:
+            self.url = base_url(found)
+            self._adapter.endpoint_override = self.url
 
     def send(self, method: str, path: str, **kwargs: Any) -> Any:
         """The raw answer (a requests Response); an unreachable API is a CommandError."""
         from keystoneauth1 import exceptions as ks_exc
 
+        self._resolve()
         try:
             return self._adapter.request(path, method, **kwargs)
         except ks_exc.ConnectionError as error:
