@@ -126,7 +126,9 @@ def test_boot_bind_delete_then_migrate_to_nested(
                 accelerator_classes(admin, nodes[host])
             )
         else:
-            assert done["errors"] == [] and done["actions"][0]["op"] == "remove_flat", done
+            assert done["errors"] == [], done
+            assert accelerator_classes(admin, nodes[host]) == set(), host
+            assert tree(admin, nodes[host]), f"{host}: no nested provider"
     for rc, server in servers.items():
         assert allocations(admin, server.id)[nodes[server.compute_host]][rc] == 1
 
