@@ -938,14 +938,25 @@ def restart(cloud: Cloud, name: str) -> None:
         wait_for(name, answers(cloud.url(service)), cloud, [name])
 
 
-def end_to_end(pytest_args: Sequence[str]) -> int:
+def to_nested(cloud: Cloud) -> None:
+    """What an operator does before ``acceleron placement migrate-to-nested`` (spec 001's
+    upgrade): ``[placement] nested = true`` in the API's configuration, then both API
+    replicas restarted. The compute nodes keep their flat inventory until the migration."""
+    cloud.nested = True
+    cloud.save()
+    render("acceleron.conf", RUN / "acceleron" / "acceleron.conf", variables(cloud))
+    for index in (1, 2):
+        restart(cloud, f"acceleron-api-{index}")
+
+
+def end_to_end(pytest_args: Sequence[str], nested: bool = True) -> int:
     """Run tests/e2e against the running cloud, or against one started for the run and
-    stopped after it."""
+    stopped after it (flat when ``nested`` is false)."""
     existing = Cloud.load()
     ours = existing is None or not existing.running
     started = time.monotonic()
     if ours:
-        up()
+        up(nested=nested)
     env = {**os.environ, "ACCELERON_E2E": "1", "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")}
     try:
         argv = [
@@ -985,7 +996,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("down", help="stop every process, drop the databases and the vhost")
     sub.add_parser("venvs", help="make the virtualenvs only")
     e2e = sub.add_parser("e2e", help="run tests/e2e against the cloud (started if need be)")
+    e2e.add_argument(
+        "--flat",
+        action="store_true",
+        help="a cloud started for the run is flat (only tests/e2e/test_flat.py then runs)",
+    )
     e2e.add_argument("pytest_args", nargs="*", help="more pytest arguments")
+    sub.add_parser(
+        "nested",
+        help="set [placement] nested = true and restart the API replicas (a flat cloud's "
+        "first step towards migrate-to-nested)",
+    )
     again = sub.add_parser("restart", help="start a process of the cloud again")
     again.add_argument("name")
     args = parser.parse_args(argv)
@@ -995,10 +1016,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "down":
             down()
         elif args.command == "e2e":
-            return end_to_end(args.pytest_args)
+            return end_to_end(args.pytest_args, nested=not args.flat)
         elif args.command == "venvs":
             for name in SERVICES:
                 venv(name)
+        elif args.command == "nested":
+            cloud = Cloud.load()
+            if cloud is None or not cloud.running:
+                raise CloudError("no cloud runs")
+            to_nested(cloud)
         else:
             cloud = Cloud.load()
             if cloud is None or args.name not in cloud.processes:

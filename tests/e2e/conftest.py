@@ -6,6 +6,10 @@ against a cloud already up, ``ACCELERON_E2E=1 .venv/bin/pytest tests/e2e``. Ever
 driven as a user would: the ``openstack`` CLI and openstacksdk with the credentials in
 ``.cloud/run/clouds.yaml``. The tests run one after the other and each deletes what it
 made: at the end of each, no accelerator request, allocation or attach handle is left.
+
+Every test expects nested providers (``make cloud``) except those marked ``flat``
+(tests/e2e/test_flat.py), which expect ``python -m cloud up --flat``; the others are
+skipped against a cloud of the other kind.
 """
 
 from __future__ import annotations
@@ -36,6 +40,31 @@ REGION_B = "9926ab6d6c925a68aabca7d84c545738"  # region1: empty, programmable
 GZIP = "d8424dc4a4a3c413f89e433683f9040b"  # held by compute-1's region0
 NLB = "f7df405cbd7acf7222f144b0b93acd18"  # held by compute-2's region0
 HOLDER = {GZIP: "compute-1", NLB: "compute-2"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "flat: needs a cloud started with `python -m cloud up --flat`"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip what the running cloud's mode cannot run: the flat tests on a nested cloud,
+    the rest on a flat one."""
+    found = Cloud.load()
+    if found is None or not found.running:
+        return  # the ``cloud`` fixture says so
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here not in item.path.resolve().parents:
+            continue
+        flat = item.get_closest_marker("flat") is not None
+        if flat and found.nested:
+            item.add_marker(pytest.mark.skip(reason="needs a flat cloud: "
+                                             "`python -m cloud up --flat`"))  # fmt: skip
+        elif not flat and not found.nested:
+            item.add_marker(pytest.mark.skip(reason="expects nested providers; the cloud "
+                                             "is flat (`python -m cloud up`)"))  # fmt: skip
 
 
 def trait(kind: str, value: str) -> str:
