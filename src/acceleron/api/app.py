@@ -72,16 +72,10 @@ def create_app(
         if check_schema:
             migrate.check(database)
         service: PlacementService | None = app.state.placement
-        if service is not None:
-            if service.mode == "embedded":  # load it beside the start, not on first use
-                threading.Thread(target=service.embedded_app, name="placement-load",
-                                 daemon=True).start()  # fmt: skip
-            # The worker syncs through the service present at the start (a test may
-            # have put its own in app.state.placement).
-            app.state.sync_worker = workers.SyncWorker(
-                service.syncer, conf.placement.sync_interval, conf.placement.verify_interval
-            )
-            app.state.sync_worker.start()
+        if service is not None and service.mode == "embedded":  # load it beside the start
+            threading.Thread(target=service.embedded_app, name="placement-load",
+                             daemon=True).start()  # fmt: skip
+        started = workers.start_sync(app.state, service, conf)
         app.state.nova.start()
         app.state.task_wakeup.start()
         tasks = [asyncio.create_task(workers.reap_binds(app))]
@@ -94,8 +88,8 @@ def create_app(
             task.cancel()
         app.state.task_wakeup.stop()
         app.state.nova.stop()
-        if app.state.sync_worker is not None:
-            app.state.sync_worker.stop()
+        if started is not None:
+            started.stop()
             app.state.sync_worker = None
         if db is None:
             database.dispose()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from fastapi import FastAPI
+from oslo_config import cfg
 from starlette.datastructures import State
 
 from acceleron.api import placement as placement_api
@@ -23,6 +24,7 @@ from acceleron.exceptions import AcceleronError, PlacementUnavailable
 from acceleron.placement.publish import Syncer
 from acceleron.service import arqs as arq_service
 from acceleron.service import stats
+from acceleron.service.placement import PlacementService
 
 LOG = logging.getLogger(__name__)
 
@@ -33,6 +35,22 @@ def wake_sync(state: State) -> None:
     worker: SyncWorker | None = state.sync_worker
     if worker is not None:
         worker.wake()
+
+
+def start_sync(
+    state: State, service: PlacementService | None, conf: cfg.ConfigOpts
+) -> SyncWorker | None:
+    """Start the app's Placement sync worker, through the service present at the start
+    (a test may have put its own in ``state.placement``); the worker started, which the
+    caller stops at the end. None when Placement is disabled or a worker runs already:
+    an app started twice (a test serving it again) neither starts nor stops another."""
+    if service is None or state.sync_worker is not None:
+        return None
+    worker = SyncWorker(service.syncer, conf.placement.sync_interval,
+                        conf.placement.verify_interval)  # fmt: skip
+    worker.start()
+    state.sync_worker = worker
+    return worker
 
 
 class SyncWorker:
