@@ -248,3 +248,24 @@ def wait_synced(url: str, names: list[str], timeout: float = 600) -> float:
         if time.monotonic() - started > timeout:
             raise RuntimeError(f"the hosts did not reach Placement in {timeout:g} s")
         time.sleep(0.2)
+
+
+def fake_hosts(hosts: int, prefix: str) -> tuple[Any, Any]:
+    """A fresh SQLite database under a temporary state path holding ``hosts`` hosts of
+    the fake driver's default inventory, reported; the configuration and the database."""
+    from acceleron import conf as confmod
+    from acceleron.db import migrate
+    from acceleron.db.session import Database
+    from acceleron.drivers.fake import FakeDriver
+    from acceleron.report import HostReport
+    from acceleron.service import inventory
+
+    state = Path(tempfile.mkdtemp(prefix=prefix))
+    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
+    db = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
+    migrate.upgrade(db)
+    for i in range(hosts):
+        conf.set_override("host", f"host-{i:03d}")
+        devices = tuple(FakeDriver(conf, Path("/")).discover())
+        inventory.reconcile(db, HostReport(f"host-{i:03d}", "1", devices))
+    return conf, db

@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -27,14 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures
 from tests.fixtures.server import serve
 
-from acceleron import conf as confmod
 from acceleron import metrics
 from acceleron.api.app import create_app
-from acceleron.db import migrate
-from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
-from acceleron.report import HostReport
-from acceleron.service import inventory, stats
+from acceleron.service import stats
+from load import fake_hosts
 
 
 def timed(fn: Callable[[], object], times: int) -> list[float]:
@@ -57,14 +52,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--scrapes", type=int, default=200)
     args = parser.parse_args()
-    state = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
-    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
-    db = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
-    migrate.upgrade(db)
-    for i in range(args.hosts):
-        conf.set_override("host", f"host-{i:03d}")
-        devices = tuple(FakeDriver(conf, Path("/")).discover())
-        inventory.reconcile(db, HostReport(f"host-{i:03d}", "1", devices))
+    conf, db = fake_hosts(args.hosts, "bench-metrics-")
     describe("refresh (every refresh_interval)", timed(lambda: stats.refresh(db, True), 20))
     with serve(create_app(conf, db)) as url:
         for path in ("/v2", "/v2/device_profiles", "/v2/accelerator_requests", "/nope"):

@@ -14,23 +14,18 @@ import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from acceleron import conf as confmod
 from acceleron.api.app import create_app
-from acceleron.db import migrate
-from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
-from acceleron.report import HostReport
-from acceleron.service import inventory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures
 from tests.fixtures.server import serve
+
+from load import fake_hosts
 
 HOSTS = "return document.querySelectorAll('#tree .host').length;"
 
@@ -40,14 +35,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--loads", type=int, default=5)
     args = parser.parse_args()
-    state = Path(tempfile.mkdtemp(prefix="bench-ui-"))
-    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
-    db = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
-    migrate.upgrade(db)
-    for i in range(args.hosts):
-        conf.set_override("host", f"host-{i:03d}")
-        devices = tuple(FakeDriver(conf, Path("/")).discover())
-        inventory.reconcile(db, HostReport(f"host-{i:03d}", "1", devices))
+    conf, db = fake_hosts(args.hosts, "bench-ui-")
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
