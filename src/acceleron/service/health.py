@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, select, update
+from sqlalchemy import Connection, Row, Select, Table, bindparam, select, update
 
 from acceleron.db.models import (
     AcceleratorRequest,
@@ -73,15 +73,7 @@ def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None
     reason. Doing it again with another reason updates the reason, not the time."""
     wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
     by_uuid = select(DEVICES).where(DEVICES.c.uuid == bindparam("uuid"))
-    with db.writer() as conn:
-        device = conn.execute(by_uuid, {"uuid": wanted}).first()
-        if device is None:
-            raise NotFound(f"Device {wanted} not found.")
-        values = _maintenance_values(device, on, why)
-        if values:
-            conn.execute(update(DEVICES).where(DEVICES.c.id == device.id).values(values))
-            _bump(conn, device.hostname)
-            device = conn.execute(by_uuid, {"uuid": wanted}).one()
+    device = _set_maintenance(db, DEVICES, by_uuid, wanted, on, why, "Device")
     LOG.info("Device %s (%s %s) maintenance %s%s", device.uuid, device.hostname,
              device.pci_address, "on" if on else "off", f": {why}" if why else "")  # fmt: skip
     return device
@@ -95,18 +87,33 @@ def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = 
         .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
         .where(DEPLOYABLES.c.uuid == bindparam("uuid"))
     )
-    with db.writer() as conn:
-        dep = conn.execute(by_uuid, {"uuid": wanted}).first()
-        if dep is None:
-            raise NotFound(f"Deployable {wanted} not found.")
-        values = _maintenance_values(dep, on, why)
-        if values:
-            conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.id == dep.id).values(values))
-            _bump(conn, dep.hostname)
-            dep = conn.execute(by_uuid, {"uuid": wanted}).one()
+    dep = _set_maintenance(db, DEPLOYABLES, by_uuid, wanted, on, why, "Deployable")
     LOG.info("Deployable %s (%s) maintenance %s%s", dep.uuid, dep.name,
              "on" if on else "off", f": {why}" if why else "")  # fmt: skip
     return dep
+
+
+def _set_maintenance(
+    db: Database,
+    rows: Table,
+    by_uuid: Select[Any],
+    wanted: str,
+    on: bool,
+    why: str | None,
+    noun: str,
+) -> Row[Any]:
+    """Maintenance on or off for the row of ``rows`` that ``by_uuid`` finds (its host's
+    generation bumped when it changed, so the sync reserves or releases); the row after."""
+    with db.writer() as conn:
+        row = conn.execute(by_uuid, {"uuid": wanted}).first()
+        if row is None:
+            raise NotFound(f"{noun} {wanted} not found.")
+        values = _maintenance_values(row, on, why)
+        if values:
+            conn.execute(update(rows).where(rows.c.id == row.id).values(values))
+            _bump(conn, row.hostname)
+            row = conn.execute(by_uuid, {"uuid": wanted}).one()
+    return row
 
 
 def _maintenance_values(row: Row[Any], on: bool, reason: str | None) -> dict[str, Any]:
