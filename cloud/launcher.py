@@ -772,7 +772,8 @@ def computes_in_placement(cloud: Cloud) -> None:
 
 
 def agents(cloud: Cloud) -> None:
-    """One agent per compute host; wait until each host's providers are in Placement."""
+    """One agent per compute host; wait until each host's accelerators are in Placement
+    (child providers, or the compute node's own inventory in a flat cloud)."""
     command = str(REPO / ".venv" / "bin" / "acceleron")
     for host in COMPUTES:
         cloud.start(
@@ -785,9 +786,18 @@ def agents(cloud: Cloud) -> None:
     def published() -> bool:
         roots = {rp.name: rp.id for rp in conn.placement.resource_providers()}
         for host in COMPUTES:
-            tree = list(conn.placement.resource_providers(in_tree=roots[host]))
-            if len(tree) < 2:
-                return False
+            if cloud.nested:
+                tree = list(conn.placement.resource_providers(in_tree=roots[host]))
+                if len(tree) < 2:
+                    return False
+            else:
+                # Flat: the classes land on the compute node itself (spec 001's fallback).
+                inventory = conn.placement.get(
+                    f"/resource_providers/{roots[host]}/inventories",
+                    headers={"OpenStack-API-Version": "placement 1.14"},
+                ).json()["inventories"]
+                if not any(rc.startswith("CUSTOM_ACCELERATOR_") for rc in inventory):
+                    return False
         return True
 
     wait_for(
