@@ -954,7 +954,7 @@ def to_nested(cloud: Cloud) -> None:
     replicas restarted. The compute nodes keep their flat inventory until the migration."""
     cloud.nested = True
     cloud.save()
-    render("acceleron.conf", RUN / "acceleron" / "acceleron.conf", variables(cloud))
+    acceleron_config(cloud, limits_endpoint(cloud))
     for index in (1, 2):
         restart(cloud, f"acceleron-api-{index}")
 
