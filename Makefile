@@ -14,7 +14,7 @@ WORKERS ?= auto
 FUZZ_EXAMPLES ?= 40
 CHECK_FUZZ_EXAMPLES ?= 5
 
-.PHONY: run test check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e
+.PHONY: run test check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ cloud-stop: $(STAMP)
 ## unless one is already running: then it is used and left running).
 e2e: $(STAMP)
 	$(BIN)/python -m cloud e2e
+
+## The flat-mode end-to-end test (spec 001's fallback: [placement] nested = false) in a
+## flat reference cloud of its own, then the move to nested providers.
+e2e-flat: $(STAMP)
+	$(BIN)/python -m cloud e2e --flat
 
 ## Regenerate the OpenStack services' locks (cloud/requirements/*.txt) from their .in files.
 cloud-lock:
