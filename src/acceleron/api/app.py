@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -75,22 +74,8 @@ def create_app(
         if service is not None and service.mode == "embedded":  # load it beside the start
             threading.Thread(target=service.embedded_app, name="placement-load",
                              daemon=True).start()  # fmt: skip
-        started = workers.start_sync(app.state, service, conf)
-        app.state.nova.start()
-        app.state.task_wakeup.start()
-        tasks = [asyncio.create_task(workers.reap_binds(app))]
-        if conf.metrics.enabled:
-            tasks.append(asyncio.create_task(workers.refresh_metrics(app)))
-        if service is not None and conf.reconciler.interval:
-            tasks.append(asyncio.create_task(workers.reconcile(app)))
-        yield
-        for task in tasks:
-            task.cancel()
-        app.state.task_wakeup.stop()
-        app.state.nova.stop()
-        if started is not None:
-            started.stop()
-            app.state.sync_worker = None
+        async with workers.running(app, service, conf):
+            yield
         if db is None:
             database.dispose()
 

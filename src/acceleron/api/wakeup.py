@@ -34,15 +34,18 @@ class TaskWakeup:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._remote: ChannelListener | None = None
 
-    def start(self) -> None:
-        if self.mode == "poll":
-            return
+    def start(self) -> bool:
+        """Listen for task signals on the running loop; False (and nothing done) in poll
+        mode or when started already (an app started twice: a test serving it again)."""
+        if self.mode == "poll" or self._loop is not None:
+            return False
         self._loop = asyncio.get_running_loop()
         self._db.listen(self._heard)
         if self.mode == "notify" and self._db.backend == "postgresql":
             self._db.notify_channels = True
             self._remote = ChannelListener(self._db, [tasks.CHANNEL])
             self._remote.start()
+        return True
 
     def stop(self) -> None:
         self._db.unlisten(self._heard)

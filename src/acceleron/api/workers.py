@@ -8,11 +8,12 @@ event-loop tasks that reap binds, refresh the metrics and reconcile Placement.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 from oslo_config import cfg
@@ -27,6 +28,34 @@ from acceleron.service import stats
 from acceleron.service.placement import PlacementService
 
 LOG = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    app: FastAPI, service: PlacementService | None, conf: cfg.ConfigOpts
+) -> AsyncIterator[None]:
+    """Every background worker, for the lifespan of ``app``. An app started twice (a
+    test serving it again) keeps the first start's workers, stopped by that start."""
+    started = start_sync(app.state, service, conf)
+    nova_started = app.state.nova.start()
+    wakeup_started = app.state.task_wakeup.start()
+    tasks = [asyncio.create_task(reap_binds(app))]
+    if conf.metrics.enabled:
+        tasks.append(asyncio.create_task(refresh_metrics(app)))
+    if service is not None and conf.reconciler.interval:
+        tasks.append(asyncio.create_task(reconcile(app)))
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        if wakeup_started:
+            app.state.task_wakeup.stop()
+        if nova_started:
+            app.state.nova.stop()
+        if started is not None:
+            started.stop()
+            app.state.sync_worker = None
 
 
 def wake_sync(state: State) -> None:

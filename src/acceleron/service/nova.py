@@ -68,15 +68,23 @@ class NovaNotifier:
         self._stopping = threading.Event()
         self.sent: list[dict[str, str]] = []  # every event Nova accepted (for operators' logs)
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start the sender's thread; False (and nothing done) when it runs already: an
+        app started twice (a test serving it again) has one sender, stopped by the start
+        that made it."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="nova-events", daemon=True)
         self._thread.start()
+        return True
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
+            self._thread = None
 
     def notify(self, resolved: Sequence[Resolved]) -> None:
         # Once it is known that no Nova is configured (the all-in-one), nothing is queued:
