@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Row
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion, middleware, wakeup, workers
 from acceleron.api.common import CallDep, json_response, requires, timestamp
@@ -28,11 +28,13 @@ router = APIRouter(
 )
 
 
-class TaskOut(BaseModel):
+class Task_2_8(TypedDict):
+    """A task, from 2.8."""
+
     uuid: str
     hostname: str
-    kind: str = Field(description="program, create_mdev or remove_mdev")
-    state: str = Field(description="pending, running, done, failed or cancelled")
+    kind: Annotated[str, Field(description="program, create_mdev or remove_mdev")]
+    state: Annotated[str, Field(description="pending, running, done, failed or cancelled")]
     phase: str | None
     progress: int | None
     params: dict[str, Any]
@@ -43,8 +45,8 @@ class TaskOut(BaseModel):
     updated_at: str | None
 
 
-class TaskList(BaseModel):
-    tasks: list[TaskOut]
+class TaskList(TypedDict):
+    tasks: list[Task_2_8]
 
 
 class TaskReport(BaseModel):
@@ -57,21 +59,21 @@ class TaskReport(BaseModel):
     error: str | None = Field(None, max_length=4000)
 
 
-def view(task: Row[Any]) -> dict[str, Any]:
-    return {
-        "uuid": task.uuid,
-        "hostname": task.hostname,
-        "kind": task.kind,
-        "state": task.state,
-        "phase": task.phase,
-        "progress": task.progress,
-        "params": task.params,
-        "result": task.result,
-        "error": task.error,
-        "attempts": task.attempts,
-        "created_at": timestamp(task.created_at),
-        "updated_at": timestamp(task.updated_at),
-    }
+def view(task: tasks.TaskRecord) -> Task_2_8:
+    return Task_2_8(
+        uuid=task.uuid,
+        hostname=task.hostname,
+        kind=task.kind,
+        state=task.state,
+        phase=task.phase,
+        progress=task.progress,
+        params=task.params,
+        result=task.result,
+        error=task.error,
+        attempts=task.attempts,
+        created_at=timestamp(task.created_at),
+        updated_at=timestamp(task.updated_at),
+    )
 
 
 @router.post(
@@ -100,7 +102,7 @@ async def claim_tasks(
             await wakeup.sleep(woken, min(left, waker.interval))
 
 
-@router.get("/v2/tasks/{uuid}", responses={200: {"model": TaskOut}}, summary="Show a task (2.8)")
+@router.get("/v2/tasks/{uuid}", responses={200: {"model": Task_2_8}}, summary="Show a task (2.8)")
 async def show_task(uuid: str, call: CallDep) -> Response:
     call.authorize("task:get")
     return json_response(view(await call.run(tasks.get, uuid)))
@@ -108,7 +110,7 @@ async def show_task(uuid: str, call: CallDep) -> Response:
 
 @router.put(
     "/v2/tasks/{uuid}",
-    responses={200: {"model": TaskOut}},
+    responses={200: {"model": Task_2_8}},
     summary="Report a task's progress or end (agents; 2.8)",
 )
 async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: CallDep) -> Response:

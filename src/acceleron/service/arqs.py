@@ -1009,7 +1009,7 @@ def finish_task(
     progress: int | None = None,
     result: Mapping[str, Any] | None = None,
     error: str | None = None,
-) -> tuple[Row[Any], list[Resolved]]:
+) -> tuple[tasks.TaskRecord, list[Resolved]]:
     """An agent's word on a task: progress shown on the ARQ and the deployable; its end
     binds the ARQ (when it was the last task) or fails it. The task after, and what ended."""
     tasks.check_progress(state, phase, progress)
@@ -1028,7 +1028,7 @@ def finish_task(
     return task, resolved
 
 
-def _mirror_progress(conn: Connection, task: Row[Any]) -> None:
+def _mirror_progress(conn: Connection, task: tasks.TaskRecord) -> None:
     if task.arq_id is not None and task.state == "running":
         conn.execute(
             update(ARQS)
@@ -1051,7 +1051,7 @@ def _mirror_progress(conn: Connection, task: Row[Any]) -> None:
         _bump_host(conn, task.hostname)
 
 
-def _programmed(task: Row[Any]) -> dict[str, Any]:
+def _programmed(task: tasks.TaskRecord) -> dict[str, Any]:
     """What a region holds after a program task: the agent's word, else the bitstream's."""
     result, bitstream = task.result or {}, task.params.get("bitstream") or {}
     function = result.get("function_uuid") or bitstream.get("function_uuid")
@@ -1069,7 +1069,7 @@ def _bump_host(conn: Connection, hostname: str) -> None:
     )
 
 
-def _bind_end(conn: Connection, task: Row[Any]) -> list[Resolved]:
+def _bind_end(conn: Connection, task: tasks.TaskRecord) -> list[Resolved]:
     if task.arq_id is None:
         return []
     arq = conn.execute(select(ARQS).where(ARQS.c.id == task.arq_id)).first()

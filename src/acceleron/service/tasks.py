@@ -12,15 +12,38 @@ States: pending -> running -> done | failed; pending or running -> cancelled.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid as uuidlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from acceleron.db.models import Task, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock, signal
 from acceleron.exceptions import Conflict, InvalidInput, NotFound
+
+
+class TaskRecord(NamedTuple):
+    """A task as the service hands it out. Built from a row of ``_COLUMNS`` (the same
+    names, in the same order) with ``TaskRecord._make(row)``."""
+
+    id: int
+    uuid: str
+    hostname: str
+    kind: str
+    state: str
+    phase: str | None
+    progress: int | None
+    params: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+    attempts: int
+    arq_id: int | None
+    deployable_id: int | None
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+
 
 TASKS = table(Task)
 KINDS = ("program", "create_mdev", "remove_mdev")
@@ -33,12 +56,14 @@ PHASES = ("queued", "fetch", "verify", "program", "report")
 # for work in a long poll, is woken (``Database.listen``; PostgreSQL's LISTEN across APIs).
 CHANNEL = "acceleron_tasks"
 
-_BY_UUID = select(TASKS).where(TASKS.c.uuid == bindparam("uuid"))
+_COLUMNS = [TASKS.c[name] for name in TaskRecord._fields]
+_BY_UUID = select(*_COLUMNS).where(TASKS.c.uuid == bindparam("uuid"))
 _OPEN_FOR_HOST = (
-    select(TASKS)
+    select(*_COLUMNS)
     .where(TASKS.c.hostname == bindparam("host"), TASKS.c.state.in_(OPEN))
     .order_by(TASKS.c.id)
 )
+_make = TaskRecord._make
 
 
 def create(
@@ -77,34 +102,31 @@ def cancel_for_arq(conn: Connection, arq_id: int) -> None:
     )
 
 
-def claim(db: Database, hostname: str) -> list[Row[Any]]:
+def claim(db: Database, hostname: str) -> list[TaskRecord]:
     """The host's unfinished tasks, oldest first; pending ones become running (an agent
     that restarts gets back the ones it was running: it must not redo finished work).
     Nothing pending (an idle agent's frequent question) costs one read."""
     with db.reader() as conn:
-        tasks = list(conn.execute(_OPEN_FOR_HOST, {"host": hostname}))
+        tasks = list(map(_make, conn.execute(_OPEN_FOR_HOST, {"host": hostname})))
     if not any(t.state == "pending" for t in tasks):
         return tasks
     return _start_pending(db, hostname)
 
 
 @retry_on_deadlock
-def _start_pending(db: Database, hostname: str) -> list[Row[Any]]:
+def _start_pending(db: Database, hostname: str) -> list[TaskRecord]:
     with db.writer() as conn:
         conn.execute(
             update(TASKS)
             .where(TASKS.c.hostname == hostname, TASKS.c.state == "pending")
             .values(state="running", attempts=TASKS.c.attempts + 1, updated_at=utcnow())
         )
-        return list(conn.execute(_OPEN_FOR_HOST, {"host": hostname}))
+        return list(map(_make, conn.execute(_OPEN_FOR_HOST, {"host": hostname})))
 
 
-def get(db: Database, uuid: str) -> Row[Any]:
+def get(db: Database, uuid: str) -> TaskRecord:
     with db.reader() as conn:
-        task = conn.execute(_BY_UUID, {"uuid": uuid}).first()
-    if task is None:
-        raise NotFound(f"Task {uuid!r} not found.")
-    return task
+        return lock(conn, uuid)
 
 
 def check_progress(state: str, phase: str | None, progress: int | None) -> None:
@@ -118,14 +140,14 @@ def check_progress(state: str, phase: str | None, progress: int | None) -> None:
 
 def record(
     conn: Connection,
-    task: Row[Any],
+    task: TaskRecord,
     *,
     state: str,
     phase: str | None,
     progress: int | None,
     result: Mapping[str, Any] | None,
     error: str | None,
-) -> Row[Any]:
+) -> TaskRecord:
     """Store an agent's report on a task (in the caller's transaction); the task after."""
     if task.state in FINISHED:
         if task.state == state:  # the agent resent its last word: nothing to do
@@ -141,12 +163,12 @@ def record(
     if error is not None:
         values["error"] = error
     conn.execute(update(TASKS).where(TASKS.c.id == task.id).values(values))
-    return conn.execute(_BY_UUID, {"uuid": task.uuid}).one()
+    return _make(conn.execute(_BY_UUID, {"uuid": task.uuid}).one())
 
 
-def lock(conn: Connection, uuid: str) -> Row[Any]:
-    """A task, read inside a write transaction."""
+def lock(conn: Connection, uuid: str) -> TaskRecord:
+    """A task, read in the caller's transaction."""
     task = conn.execute(_BY_UUID, {"uuid": uuid}).first()
     if task is None:
         raise NotFound(f"Task {uuid!r} not found.")
-    return task
+    return _make(task)
