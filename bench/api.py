@@ -29,7 +29,18 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 from acceleron.drivers.fake import DEFAULT_INVENTORY
-from load import Request, Result, all_in_one, body, checkout, report_fake_hosts, run
+from load import (
+    Request,
+    Result,
+    Url,
+    all_in_one,
+    body,
+    checkout,
+    cpu_seconds,
+    report_fake_hosts,
+    run,
+    wait_synced,
+)
 
 PATH = "/v2/device_profiles"
 GROUPS = [
@@ -70,16 +81,23 @@ def gets(paths: list[str]) -> Callable[[int], Iterator[Request]]:
     return make
 
 
-def inventory(url: str, hosts: int, clients: int, seconds: float, label: str) -> list[Result]:
-    """The inventory's reads, ``hosts`` fake hosts reported."""
-    report_fake_hosts(url, [f"bench-{i:03d}" for i in range(hosts)], DEFAULT_INVENTORY)
+def inventory(url: Url, hosts: int, clients: int, seconds: float, label: str) -> list[Result]:
+    """The inventory's reads, ``hosts`` fake hosts reported (and in Placement, so that no
+    sync runs meanwhile); each result's name ends with the server's CPU time per request."""
+    names = [f"bench-{i:03d}" for i in range(hosts)]
+    report_fake_hosts(url, names, DEFAULT_INVENTORY)
+    wait_synced(url, names)
     results: list[Result] = []
     for noun in ("devices", "deployables"):
         with urllib.request.urlopen(f"{url}/v2/{noun}") as response:
             uuids = [item["uuid"] for item in json.load(response)[noun]]
-        listing, shown = gets([f"/v2/{noun}"]), gets([f"/v2/{noun}/{u}" for u in uuids])
-        results.append(run(f"{label}list, {len(uuids)} {noun}", url, listing, clients, seconds))
-        results.append(run(f"{label}show, {len(uuids)} {noun}", url, shown, clients, seconds))
+        paths = {"list": [f"/v2/{noun}"], "show": [f"/v2/{noun}/{u}" for u in uuids]}
+        for what, wanted in paths.items():
+            cpu = cpu_seconds(url.pid)
+            result = run(f"{label}{what}, {len(uuids)} {noun}", url, gets(wanted), clients, seconds)
+            cpu = (cpu_seconds(url.pid) - cpu) / max(result.requests, 1) * 1000
+            result.name += f" ({cpu:.2f} ms CPU)"
+            results.append(result)
     return results
 
 
@@ -95,10 +113,10 @@ def main() -> None:
     if args.inventory:
         if args.baseline != "none":
             with checkout(args.baseline) as source, all_in_one(source=source) as url:
-                label = f"baseline ({args.baseline}): "
+                label = f"{args.baseline}: "
                 results += inventory(url, args.hosts, args.clients, args.seconds, label)
         with all_in_one() as url:
-            results += inventory(url, args.hosts, args.clients, args.seconds, "")
+            results += inventory(url, args.hosts, args.clients, args.seconds, "this tree: ")
     else:
         results = profiles(args.clients, args.seconds)
     print(f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per read test")
