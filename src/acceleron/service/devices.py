@@ -11,9 +11,9 @@ from sqlalchemy import Row, bindparam, select, update
 from acceleron.db.models import Device, Host, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import NotFound
-from acceleron.service.health import HealthFilter
 from acceleron.service.listing import (
     Filter,
+    HealthFilter,
     Listed,
     Page,
     check_address,

@@ -26,8 +26,7 @@ from acceleron.db.models import (
 )
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput, NotFound
-from acceleron.service.listing import Filter, check_uuid
-from acceleron.vocabulary import HEALTH_STATES
+from acceleron.service.listing import check_uuid
 
 LOG = logging.getLogger(__name__)
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
@@ -35,20 +34,6 @@ HANDLES, ARQS = table(AttachHandle), table(AcceleratorRequest)
 REASON_MAX = 255
 # The words older microversions (2.5 to 2.12) show for a health state.
 OLD_WORDS = {"healthy": "ok", "degraded": "degraded", "unhealthy": "failed"}
-
-
-class HealthFilter(Filter):
-    """``health=unhealthy`` or several states at once: ``health=degraded,unhealthy``."""
-
-    def condition(self, value: str, param: str) -> Any:
-        states = [s.strip().lower() for s in value.split(",") if s.strip()]
-        bad = [s for s in states if s not in HEALTH_STATES]
-        if bad or not states:
-            raise InvalidInput(
-                f"{param}: {', '.join(bad) or value!r} is not a health state; give one or more "
-                f"of {', '.join(HEALTH_STATES)}, separated by commas."
-            )
-        return self.column.in_(states)
 
 
 def _reason(on: bool, reason: Any) -> str | None:
