@@ -45,7 +45,7 @@ class Result:
     def line(self) -> str:
         ok = sum(n for s, n in self.statuses.items() if s < 400)
         return (
-            f"{self.name:<34} {self.rate:8.0f} req/s   p50 {self.percentile(50):6.1f} ms   "
+            f"{self.name:<50} {self.rate:8.0f} req/s   p50 {self.percentile(50):6.1f} ms   "
             f"p99 {self.percentile(99):6.1f} ms   ({self.requests} requests, {ok} ok, "
             f"mean {statistics.mean(self.latencies) * 1000:.1f} ms)"
         )

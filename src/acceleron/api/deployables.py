@@ -14,28 +14,34 @@
 
 Spec 003's paths answer with the same data; outside /v2 no microversion is
 negotiated, so they always show the latest view.
+
+A deployable's response has one schema per microversion that changed it
+(``Deployable_2_0``, ``Deployable_2_5``, ``Deployable_2_10``, ``Deployable_2_13``):
+typed dicts that both document the response (OpenAPI) and build it (``view``), so a
+renamed field fails the type check.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, Field
-from sqlalchemy import Row
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, same_uuid, timestamp
 from acceleron.api.devices import (
+    HealthDetail,
     MaintenanceIn,
     PageQuery,
+    health_detail,
     page_body,
     sort_key_field,
     wake_placement,
-    with_health,
 )
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
@@ -43,7 +49,7 @@ from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
 from acceleron.service import health, programming
-from acceleron.service.deployables import DeployableInfo
+from acceleron.service.deployables import DeployableInfo, HandleRecord
 from acceleron.vocabulary import DEVICE_TYPES, KINDS
 
 PATH = "/v2/deployables"
@@ -89,69 +95,99 @@ class DeployableQuery(PageQuery):
     sort_key: str | None = sort_key_field(service.SORT_KEYS)
 
 
-class AttachHandleOut(BaseModel):
+class AttachHandleOut(TypedDict):
     uuid: str
-    type: str = Field(description="PCI, MDEV, MIG or TEST_PCI.")
-    address: str = Field(description="PCI address, mdev uuid or MIG uuid.")
-    in_use: bool = Field(description="Held by an accelerator request.")
-    host_in_use: bool = Field(description="Busy on the host outside Acceleron.")
-    state: str = Field(description="'present', or 'lost'.")
+    type: Annotated[str, Field(description="PCI, MDEV, MIG or TEST_PCI.")]
+    address: Annotated[str, Field(description="PCI address, mdev uuid or MIG uuid.")]
+    in_use: Annotated[bool, Field(description="Held by an accelerator request.")]
+    host_in_use: Annotated[bool, Field(description="Busy on the host outside Acceleron.")]
+    state: Annotated[str, Field(description="'present', or 'lost'.")]
     attach_info: dict[str, Any]
 
 
-class DeployableOut(BaseModel):
+class Deployable_2_0(TypedDict):  # named after its microversion
+    """A deployable, 2.0 to 2.4: upstream's fields."""
+
     uuid: str
     parent_id: int | None
     root_id: int | None
     name: str
     num_accelerators: int
     device_id: int
-    attributes_list: str = Field(description="JSON list of {key: value}; nested keys dotted.")
+    attributes_list: Annotated[
+        str, Field(description="JSON list of {key: value}; nested keys dotted.")
+    ]
     rp_uuid: str | None
     driver_name: str
     bitstream_id: str | None
     created_at: str | None
     updated_at: str | None
-    links: list[Link] = Field(description="self, and a bookmark outside /v2.")
-    id: int | None = Field(None, description="From 2.5. What parent_id and root_id refer to.")
-    kind: str | None = Field(None, description=f"From 2.5. One of {', '.join(KINDS)}.")
-    key: str | None = Field(None, description="From 2.5. Stable key in its device.")
-    device_uuid: str | None = Field(None, description="From 2.5.")
-    hostname: str | None = Field(None, description="From 2.5.")
-    parent_uuid: str | None = Field(None, description="From 2.5.")
-    root_uuid: str | None = Field(None, description="From 2.5.")
-    availability: str | None = Field(None, description="From 2.5.")
-    assignable: bool | None = Field(None, description="From 2.5.")
-    instance_uuid: str | None = Field(None, description="From 2.5.")
-    region_type: str | None = Field(None, description="From 2.5.")
-    function_uuid: str | None = Field(None, description="From 2.5. The first of function_uuids.")
-    function_uuids: list[str] | None = Field(
-        None, description="From 2.5. Every function (AFU id) it implements."
-    )
-    accelerator_type: str | None = Field(None, description="From 2.5.")
-    programmable: bool | None = Field(None, description="From 2.5.")
-    memory_mb: int | None = Field(None, description="From 2.5.")
-    memory_type: str | None = Field(
-        None,
-        description="From 2.10. The memory's family (DDR, HBM, GDDR...), which names its "
-        "resource class CUSTOM_ACCELERATOR_MEMORY_<memory_type>; null when the driver "
-        "cannot tell (the class is then named after the accelerator type).",
-    )
-    traits: list[str] | None = Field(None, description="From 2.5.")
-    resource_class: str | None = Field(None, description="From 2.5.")
-    program_phase: str | None = Field(None, description="From 2.5. While being programmed.")
-    program_progress: int | None = Field(None, description="From 2.5. Percent.")
-    program_error: str | None = Field(None, description="From 2.5. Why programming failed.")
-    attributes: dict[str, Any] | None = Field(None, description="From 2.5. Nested object.")
-    attach_handles: list[AttachHandleOut] | None = Field(None, description="From 2.5.")
-    health: str | None = Field(
-        None, description="From 2.13. Its own: healthy, degraded or unhealthy (a region whose "
-        "port failed); its device's health applies to it too.")  # fmt: skip
-    health_reason: str | None = Field(None, description="From 2.13.")
-    health_since: str | None = Field(None, description="From 2.13.")
-    status: str | None = Field(None, description="From 2.13. 'enabled' or 'maintaining'.")
-    maintenance_reason: str | None = Field(None, description="From 2.13.")
-    maintenance_since: str | None = Field(None, description="From 2.13.")
+    links: Annotated[list[Link], Field(description="self, and a bookmark outside /v2.")]
+
+
+class Deployable_2_5(Deployable_2_0):
+    """A deployable, 2.5 to 2.9: where it is in its device's tree, what it offers, its
+    programming, its attributes as an object and its attach handles."""
+
+    id: Annotated[int, Field(description="What parent_id and root_id refer to.")]
+    kind: Annotated[str, Field(description=f"One of {', '.join(KINDS)}.")]
+    key: Annotated[str, Field(description="Stable key in its device.")]
+    device_uuid: str
+    hostname: str
+    parent_uuid: str | None
+    root_uuid: str | None
+    availability: str
+    assignable: bool
+    instance_uuid: str | None
+    region_type: str | None
+    function_uuid: Annotated[str | None, Field(description="The first of function_uuids.")]
+    function_uuids: Annotated[
+        list[str], Field(description="Every function (AFU id) it implements.")
+    ]
+    accelerator_type: str | None
+    programmable: bool
+    memory_mb: int | None
+    traits: list[str]
+    resource_class: str | None
+    program_phase: Annotated[str | None, Field(description="While being programmed.")]
+    program_progress: Annotated[int | None, Field(description="Percent.")]
+    program_error: Annotated[str | None, Field(description="Why programming failed.")]
+    attributes: Annotated[dict[str, Any], Field(description="Nested object.")]
+    attach_handles: list[AttachHandleOut]
+
+
+class Deployable_2_10(Deployable_2_5):
+    """A deployable, 2.10 to 2.12: its memory's family."""
+
+    memory_type: Annotated[
+        str | None,
+        Field(
+            description="The memory's family (DDR, HBM, GDDR...), which names its resource "
+            "class CUSTOM_ACCELERATOR_MEMORY_<memory_type>; null when the driver cannot tell "
+            "(the class is then named after the accelerator type)."
+        ),
+    ]
+
+
+class _OwnHealth(TypedDict):
+    health: Annotated[
+        str,
+        Field(
+            description="Its own: healthy, degraded or unhealthy (a region whose port "
+            "failed); its device's health applies to it too."
+        ),
+    ]
+
+
+class _Status(TypedDict):
+    status: Annotated[str, Field(description="'enabled' or 'maintaining'.")]
+
+
+class Deployable_2_13(Deployable_2_10, _OwnHealth, HealthDetail, _Status):
+    """A deployable, from 2.13: its own health and maintenance."""
+
+
+DeployableOut: TypeAlias = Deployable_2_0 | Deployable_2_5 | Deployable_2_10 | Deployable_2_13
 
 
 class DeployableList(BaseModel):
@@ -159,7 +195,7 @@ class DeployableList(BaseModel):
     deployables_links: list[Link] | None = Field(None, description="The next page, if any.")
 
 
-class DeployableWrapped(BaseModel):
+class DeployableWrapped(TypedDict):
     deployable: DeployableOut
 
 
@@ -173,48 +209,75 @@ class DeployableAttribute(BaseModel):
 
 # --- views -----------------------------------------------------------------------------
 
-_RICH_FIELDS = ("id", "kind", "key", "device_uuid", "hostname", "parent_uuid", "root_uuid",
-                "availability", "assignable", "instance_uuid", "region_type", "function_uuid",
-                "function_uuids", "accelerator_type", "programmable", "memory_mb", "traits",
-                "resource_class", "program_phase", "program_progress",
-                "program_error")  # fmt: skip
-_HANDLE_FIELDS = ("uuid", "type", "address", "in_use", "host_in_use", "state", "attach_info")
+
+def handle_view(handle: HandleRecord) -> AttachHandleOut:
+    return AttachHandleOut(
+        uuid=handle.uuid,
+        type=handle.type,
+        address=handle.address,
+        in_use=handle.in_use,
+        host_in_use=handle.host_in_use,
+        state=handle.state,
+        attach_info=handle.attach_info,
+    )
 
 
-def handle_view(handle: Row[Any]) -> dict[str, Any]:
-    return {field: getattr(handle, field) for field in _HANDLE_FIELDS}
-
-
-def view(dep: DeployableInfo, version: microversion.Version, base: str) -> dict[str, Any]:
-    row = dep.row
-    data: dict[str, Any] = {
-        "uuid": row.uuid,
-        "parent_id": row.parent_id,
-        "root_id": row.root_id,
-        "name": row.name,
-        "num_accelerators": row.num_accelerators,
-        "device_id": row.device_id,
-        "attributes_list": orjson.dumps(attributes_service.flatten(dep.attributes)).decode(),
-        "rp_uuid": row.rp_uuid,
-        "driver_name": row.driver_name,
-        "bitstream_id": row.bitstream_id,
-        "created_at": timestamp(row.created_at),
-        "updated_at": timestamp(row.updated_at),
-        "links": [
-            {"href": f"{base}{PATH}/{row.uuid}", "rel": "self"},
-            {"href": f"{base}{SPEC003_PATH}/{row.uuid}", "rel": "bookmark"},
+def view(info: DeployableInfo, version: microversion.Version, base: str) -> DeployableOut:
+    dep = info.deployable
+    data = Deployable_2_0(
+        uuid=dep.uuid,
+        parent_id=dep.parent_id,
+        root_id=dep.root_id,
+        name=dep.name,
+        num_accelerators=dep.num_accelerators,
+        device_id=dep.device_id,
+        attributes_list=orjson.dumps(attributes_service.flatten(info.attributes)).decode(),
+        rp_uuid=dep.rp_uuid,
+        driver_name=dep.driver_name,
+        bitstream_id=dep.bitstream_id,
+        created_at=timestamp(dep.created_at),
+        updated_at=timestamp(dep.updated_at),
+        links=[
+            Link(href=f"{base}{PATH}/{dep.uuid}", rel="self"),
+            Link(href=f"{base}{SPEC003_PATH}/{dep.uuid}", rel="bookmark"),
         ],
-    }
-    if version >= microversion.V2_5:
-        data.update((field, getattr(row, field)) for field in _RICH_FIELDS)
-        data["attributes"] = dep.attributes
-        data["attach_handles"] = [handle_view(h) for h in dep.handles]
-    if version >= microversion.V2_10:
-        data["memory_type"] = row.memory_type
-    if version >= microversion.V2_13:
-        with_health(data, row, version)
-        data["status"] = row.status
-    return data
+    )
+    if version < microversion.V2_5:
+        return data
+    rich = Deployable_2_5(
+        **data,
+        id=dep.id,
+        kind=dep.kind,
+        key=dep.key,
+        device_uuid=dep.device_uuid,
+        hostname=dep.hostname,
+        parent_uuid=dep.parent_uuid,
+        root_uuid=dep.root_uuid,
+        availability=dep.availability,
+        assignable=dep.assignable,
+        instance_uuid=dep.instance_uuid,
+        region_type=dep.region_type,
+        function_uuid=dep.function_uuid,
+        function_uuids=dep.function_uuids,
+        accelerator_type=dep.accelerator_type,
+        programmable=dep.programmable,
+        memory_mb=dep.memory_mb,
+        traits=dep.traits,
+        resource_class=dep.resource_class,
+        program_phase=dep.program_phase,
+        program_progress=dep.program_progress,
+        program_error=dep.program_error,
+        attributes=info.attributes,
+        attach_handles=[handle_view(h) for h in info.handles],
+    )
+    if version < microversion.V2_10:
+        return rich
+    with_memory = Deployable_2_10(**rich, memory_type=dep.memory_type)
+    if version < microversion.V2_13:
+        return with_memory
+    return Deployable_2_13(
+        **with_memory, health=dep.health, **health_detail(dep), status=dep.status
+    )
 
 
 # --- handlers -------------------------------------------------------------------------
@@ -243,7 +306,7 @@ async def _list(call: Call, query: DeployableQuery, path: str) -> dict[str, Any]
     return page_body("deployables", items, listed, call, path)
 
 
-async def _show(call: Call, uuid: str) -> dict[str, Any]:
+async def _show(call: Call, uuid: str) -> DeployableOut:
     call.authorize("deployable:get_one")
     deployable = await call.run(service.get, uuid)
     return view(deployable, call.version, call.base_url)
@@ -371,7 +434,7 @@ async def spec003_list(call: CallDep, query: Annotated[DeployableQuery, Query()]
     summary="Show a deployable (spec 003; the latest view)",
 )
 async def spec003_show(uuid: str, call: CallDep) -> Response:
-    return json_response({"deployable": await _show(call, uuid)})
+    return json_response(DeployableWrapped(deployable=await _show(call, uuid)))
 
 
 @spec003_router.get(

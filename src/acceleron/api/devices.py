@@ -14,20 +14,23 @@
   and adds ``POST /v2/devices/{uuid}/maintenance`` and ``GET /v2/devices/{uuid}/binds``.
 
 The paging parameters and links here are those of every inventory list.
+
+A device's response has one schema per microversion that changed it (``Device_2_0``,
+``Device_2_3``, ``Device_2_5``, ``Device_2_13``): typed dicts that both document the
+response (OpenAPI) and build it (``view``), so a renamed field fails the type check.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 from urllib.parse import urlencode
 
 import orjson
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Row
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
@@ -35,6 +38,7 @@ from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.service import devices as service
 from acceleron.service import health
+from acceleron.service.deployables import DeployableRecord
 from acceleron.service.listing import Listed, Page, make_page
 from acceleron.vocabulary import DEVICE_TYPES
 
@@ -105,38 +109,64 @@ class DeviceQuery(PageQuery):
     sort_key: str | None = sort_key_field(service.SORT_KEYS)
 
 
-class DeviceOut(BaseModel):
+BOARD_INFO_DOC = "A JSON string before 2.5, an object from 2.5."
+
+
+class Device_2_0(TypedDict):  # named after its microversion
+    """A device, 2.0 to 2.2."""
+
     uuid: str
     type: str
     vendor: str
     model: str
-    std_board_info: str | dict[str, Any] | None = Field(
-        description="A JSON string before 2.5, an object from 2.5."
-    )
-    vendor_board_info: str | dict[str, Any] | None = Field(
-        description="A JSON string before 2.5, an object from 2.5."
-    )
+    std_board_info: Annotated[str | dict[str, Any] | None, Field(description=BOARD_INFO_DOC)]
+    vendor_board_info: Annotated[str | dict[str, Any] | None, Field(description=BOARD_INFO_DOC)]
     hostname: str
-    status: str | None = Field(None, description="From 2.3. 'enabled' or 'maintaining'.")
-    id: int | None = Field(None, description="From 2.5. What deployables' device_id is.")
-    pci_address: str | None = Field(None, description="From 2.5.")
-    numa_node: int | None = Field(None, description="From 2.5. None when unknown.")
-    state: str | None = Field(None, description="From 2.5. 'present', or 'lost'.")
-    health: str | None = Field(
-        None,
-        description="From 2.5. 'ok', 'degraded' or 'failed'; from 2.13 'healthy', "
-        "'degraded' or 'unhealthy'.",
-    )
-    health_reason: str | None = Field(None, description="From 2.13. Why, as the driver says.")
-    health_since: str | None = Field(None, description="From 2.13. When first seen so.")
-    maintenance_reason: str | None = Field(None, description="From 2.13. Set by an admin.")
-    maintenance_since: str | None = Field(None, description="From 2.13.")
-    driver_name: str | None = Field(None, description="From 2.5. The driver that found it.")
-    vendor_name: str | None = Field(None, description="From 2.5. e.g. INTEL.")
-    product_id: str | None = Field(None, description="From 2.5. PCI device id.")
     created_at: str | None
     updated_at: str | None
     links: list[Link]
+
+
+class Device_2_3(Device_2_0):
+    """A device, 2.3 and 2.4: its status."""
+
+    status: Annotated[str, Field(description="'enabled' or 'maintaining'.")]
+
+
+class Device_2_5(Device_2_3):
+    """A device, 2.5 to 2.12: where it is, its state and health, what found it."""
+
+    id: Annotated[int, Field(description="What deployables' device_id is.")]
+    pci_address: str
+    numa_node: Annotated[int | None, Field(description="None when unknown.")]
+    state: Annotated[str, Field(description="'present', or 'lost'.")]
+    health: Annotated[
+        str,
+        Field(
+            description="'ok', 'degraded' or 'failed' before 2.13; 'healthy', 'degraded' or "
+            "'unhealthy' from 2.13."
+        ),
+    ]
+    driver_name: Annotated[str, Field(description="The driver that found it.")]
+    vendor_name: Annotated[str, Field(description="e.g. INTEL.")]
+    product_id: Annotated[str, Field(description="PCI device id.")]
+
+
+class HealthDetail(TypedDict):
+    """Why a device or a deployable has its health, and its maintenance (from 2.13)."""
+
+    health_reason: Annotated[str | None, Field(description="Why, as the driver says.")]
+    health_since: Annotated[str | None, Field(description="When first seen so.")]
+    maintenance_reason: Annotated[str | None, Field(description="Set by an admin.")]
+    maintenance_since: str | None
+
+
+class Device_2_13(Device_2_5, HealthDetail):
+    """A device, from 2.13: health in the words healthy/degraded/unhealthy, why, and its
+    maintenance."""
+
+
+DeviceOut: TypeAlias = Device_2_0 | Device_2_3 | Device_2_5 | Device_2_13
 
 
 class DeviceList(BaseModel):
@@ -144,48 +174,56 @@ class DeviceList(BaseModel):
     devices_links: list[Link] | None = Field(None, description="The next page, if any.")
 
 
-def _board_info(value: dict[str, Any] | None, version: microversion.Version) -> Any:
+def _board_info(
+    value: dict[str, Any] | None, version: microversion.Version
+) -> str | dict[str, Any] | None:
     if version >= microversion.V2_5 or value is None:
         return value
     return orjson.dumps(value).decode()
 
 
-def view(device: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "uuid": device.uuid,
-        "type": device.type,
-        "vendor": device.vendor,
-        "model": device.model,
-        "std_board_info": _board_info(device.std_board_info, version),
-        "vendor_board_info": _board_info(device.vendor_board_info, version),
-        "hostname": device.hostname,
-        "created_at": timestamp(device.created_at),
-        "updated_at": timestamp(device.updated_at),
-        "links": [{"href": f"{base}/v2/devices/{device.uuid}", "rel": "self"}],
-    }
-    if version >= microversion.V2_3:
-        data["status"] = device.status
-    if version >= microversion.V2_5:
-        for field in ("id", "pci_address", "numa_node", "state", "health", "driver_name",
-                      "vendor_name", "product_id"):  # fmt: skip
-            data[field] = getattr(device, field)
-    return with_health(data, device, version)
+def health_detail(record: service.DeviceRecord | DeployableRecord) -> HealthDetail:
+    return HealthDetail(
+        health_reason=record.health_reason,
+        health_since=timestamp(record.health_since),
+        maintenance_reason=record.maintenance_reason,
+        maintenance_since=timestamp(record.maintenance_since),
+    )
 
 
-def with_health(
-    data: dict[str, Any], row: Row[Any], version: microversion.Version
-) -> dict[str, Any]:
-    """Health as the version shows it: the old words before 2.13, the reasons from 2.13."""
-    if version < microversion.V2_13:
-        if "health" in data:
-            data["health"] = health.OLD_WORDS.get(row.health, row.health)
+def view(device: service.DeviceRecord, version: microversion.Version, base: str) -> DeviceOut:
+    data = Device_2_0(
+        uuid=device.uuid,
+        type=device.type,
+        vendor=device.vendor,
+        model=device.model,
+        std_board_info=_board_info(device.std_board_info, version),
+        vendor_board_info=_board_info(device.vendor_board_info, version),
+        hostname=device.hostname,
+        created_at=timestamp(device.created_at),
+        updated_at=timestamp(device.updated_at),
+        links=[Link(href=f"{base}/v2/devices/{device.uuid}", rel="self")],
+    )
+    if version < microversion.V2_3:
         return data
-    data["health"] = row.health
-    data["health_reason"] = row.health_reason
-    data["health_since"] = timestamp(row.health_since)
-    data["maintenance_reason"] = row.maintenance_reason
-    data["maintenance_since"] = timestamp(row.maintenance_since)
-    return data
+    with_status = Device_2_3(**data, status=device.status)
+    if version < microversion.V2_5:
+        return with_status
+    latest = version >= microversion.V2_13
+    rich = Device_2_5(
+        **with_status,
+        id=device.id,
+        pci_address=device.pci_address,
+        numa_node=device.numa_node,
+        state=device.state,
+        health=device.health if latest else health.OLD_WORDS.get(device.health, device.health),
+        driver_name=device.driver_name,
+        vendor_name=device.vendor_name,
+        product_id=device.product_id,
+    )
+    if not latest:
+        return rich
+    return Device_2_13(**rich, **health_detail(device))
 
 
 def _filters(query: DeviceQuery, version: microversion.Version) -> dict[str, str | None]:
@@ -267,7 +305,7 @@ async def device_maintenance(uuid: str, body: MaintenanceIn, call: CallDep) -> R
     return json_response(view(device, call.version, call.base_url))
 
 
-class BoundOut(BaseModel):
+class BoundOut(TypedDict):
     arq_uuid: str
     state: str
     instance_uuid: str | None
@@ -275,7 +313,7 @@ class BoundOut(BaseModel):
     attach_handle: str
 
 
-class BindsOut(BaseModel):
+class BindsOut(TypedDict):
     device_uuid: str
     status: str
     health: str
@@ -291,9 +329,16 @@ class BindsOut(BaseModel):
 async def device_binds(uuid: str, call: CallDep) -> Response:
     call.authorize("device:get_one")
     device, binds = await call.run(health.device_with_binds, uuid)
-    return json_response({
-        "device_uuid": device.uuid,
-        "status": device.status,
-        "health": device.health,
-        "binds": [dataclasses.asdict(b) for b in binds],
-    })  # fmt: skip
+    bound = [
+        BoundOut(
+            arq_uuid=b.arq_uuid,
+            state=b.state,
+            instance_uuid=b.instance_uuid,
+            deployable=b.deployable,
+            attach_handle=b.attach_handle,
+        )
+        for b in binds
+    ]
+    return json_response(
+        BindsOut(device_uuid=device.uuid, status=device.status, health=device.health, binds=bound)
+    )

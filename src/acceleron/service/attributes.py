@@ -83,8 +83,7 @@ def list_attributes(
     """Attributes (every level of nesting) matching the filters, one page of them."""
     statement = _SELECT.where(*conditions(FILTERS, filters))
     with db.reader() as conn:
-        rows = paginate(conn, statement, ATTRIBUTES, page, SORT_KEYS, "attribute")
-    return Listed(list(map(_make, rows.items)), rows.more)
+        return paginate(conn, statement, ATTRIBUTES, page, SORT_KEYS, "attribute", _make)
 
 
 def get(db: Database, uuid: str) -> AttributeRecord:

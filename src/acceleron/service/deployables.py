@@ -14,10 +14,11 @@ nested one; the value ``None`` (or ``null``) matches those without it, so spec
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import uuid as uuidlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     BindParameter,
@@ -51,17 +52,74 @@ from acceleron.service.listing import (
     paginate,
 )
 
+
+class DeployableRecord(NamedTuple):
+    """A deployable with what it is read with: its device's uuid and host, its parent's
+    and its root's uuids. Built from a row of ``_SELECT`` (the same names, in the same
+    order) with ``DeployableRecord._make(row)``."""
+
+    id: int
+    uuid: str
+    parent_id: int | None
+    root_id: int | None
+    device_id: int
+    key: str
+    name: str
+    kind: str
+    num_accelerators: int
+    accelerator_type: str | None
+    programmable: bool
+    memory_mb: int | None
+    memory_type: str | None
+    resource_class: str | None
+    traits: list[str]
+    rp_uuid: str | None
+    driver_name: str
+    bitstream_id: str | None
+    region_type: str | None
+    function_uuid: str | None
+    function_uuids: list[str]
+    assignable: bool
+    availability: str
+    instance_uuid: str | None
+    program_phase: str | None
+    program_progress: int | None
+    program_error: str | None
+    health: str
+    health_reason: str | None
+    health_since: dt.datetime | None
+    status: str
+    maintenance_reason: str | None
+    maintenance_since: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    device_uuid: str
+    hostname: str
+    parent_uuid: str | None
+    root_uuid: str | None
+
+
+class HandleRecord(NamedTuple):
+    """An attach handle of a deployable, as deployables are read with them."""
+
+    uuid: str
+    type: str  # PCI, MDEV, MIG or TEST_PCI
+    address: str
+    in_use: bool
+    host_in_use: bool
+    state: str  # present or lost
+    attach_info: dict[str, Any]
+    deployable_id: int
+
+
 DEPLOYABLES, DEVICES = table(Deployable), table(Device)
 ATTRIBUTES, HANDLES = table(Attribute), table(AttachHandle)
 _PARENT = DEPLOYABLES.alias("parent_deployable")
 _ROOT = DEPLOYABLES.alias("root_deployable")
-# Deployable rows with what they are read with: device uuid, host and type,
-# parent and root uuids.
 _SELECT = select(
-    DEPLOYABLES,
+    *(DEPLOYABLES.c[field] for field in DeployableRecord._fields[:-4]),
     DEVICES.c.uuid.label("device_uuid"),
     DEVICES.c.hostname,
-    DEVICES.c.type.label("device_type"),
     _PARENT.c.uuid.label("parent_uuid"),
     _ROOT.c.uuid.label("root_uuid"),
 ).select_from(
@@ -75,7 +133,12 @@ _OF: BindParameter[int] = bindparam("ids", expanding=True)
 _ATTRIBUTES_OF = (
     select(ATTRIBUTES).where(ATTRIBUTES.c.deployable_id.in_(_OF)).order_by(ATTRIBUTES.c.id)
 )
-_HANDLES_OF = select(HANDLES).where(HANDLES.c.deployable_id.in_(_OF)).order_by(HANDLES.c.id)
+_HANDLES_OF = (
+    select(*(HANDLES.c[field] for field in HandleRecord._fields))
+    .where(HANDLES.c.deployable_id.in_(_OF))
+    .order_by(HANDLES.c.id)
+)
+_make = DeployableRecord._make
 
 SORT_KEYS = ("created_at", "name", "key", "kind", "num_accelerators", "availability",
              "driver_name", "uuid")  # fmt: skip
@@ -144,12 +207,11 @@ FILTERS: dict[str, Filter] = {
 
 @dataclasses.dataclass(frozen=True)
 class DeployableInfo:
-    """A deployable row (with device_uuid, hostname, device_type, parent_uuid and
-    root_uuid), its attributes nested, and its attach handles."""
+    """A deployable, its attributes nested, and its attach handles."""
 
-    row: Row[Any]
+    deployable: DeployableRecord
     attributes: dict[str, Any]
-    handles: list[Row[Any]]
+    handles: list[HandleRecord]
 
 
 # --- attribute filters ------------------------------------------------------------
@@ -195,23 +257,30 @@ def _attribute_conditions(wanted: Mapping[str, str]) -> list[ColumnElement[bool]
 # --- reading ------------------------------------------------------------------------
 
 
-def _by_deployable(rows: Iterable[Row[Any]]) -> dict[int, list[Row[Any]]]:
-    grouped: dict[int, list[Row[Any]]] = defaultdict(list)
+R = TypeVar("R")
+
+
+def _by_deployable(rows: Iterable[Row[Any]], make: Callable[[Row[Any]], R]) -> dict[int, list[R]]:
+    grouped: dict[int, list[R]] = defaultdict(list)
     for row in rows:
-        grouped[row.deployable_id].append(row)
+        grouped[row.deployable_id].append(make(row))
     return grouped
 
 
-def _complete(conn: Connection, rows: list[Row[Any]]) -> list[DeployableInfo]:
-    """The rows with their attributes and handles: two statements for all of them."""
-    if not rows:
+def _same(row: Row[Any]) -> Row[Any]:
+    return row
+
+
+def _complete(conn: Connection, deployables: list[DeployableRecord]) -> list[DeployableInfo]:
+    """The deployables with their attributes and handles: two statements for all of them."""
+    if not deployables:
         return []
-    ids = {"ids": [row.id for row in rows]}
-    attrs = _by_deployable(conn.execute(_ATTRIBUTES_OF, ids))
-    handles = _by_deployable(conn.execute(_HANDLES_OF, ids))
+    ids = {"ids": [dep.id for dep in deployables]}
+    attrs = _by_deployable(conn.execute(_ATTRIBUTES_OF, ids), _same)
+    handles = _by_deployable(conn.execute(_HANDLES_OF, ids), HandleRecord._make)
     return [
-        DeployableInfo(row, attributes.nest(attrs.get(row.id, ())), handles.get(row.id, []))
-        for row in rows
+        DeployableInfo(dep, attributes.nest(attrs.get(dep.id, ())), handles.get(dep.id, []))
+        for dep in deployables
     ]
 
 
@@ -227,7 +296,7 @@ def list_deployables(
         *conditions(FILTERS, filters), *_attribute_conditions(attribute_filters or {})
     )
     with db.reader() as conn:
-        listed = paginate(conn, statement, DEPLOYABLES, page, SORT_KEYS, "deployable")
+        listed = paginate(conn, statement, DEPLOYABLES, page, SORT_KEYS, "deployable", _make)
         return Listed(_complete(conn, listed.items), listed.more)
 
 
@@ -237,7 +306,7 @@ def get(db: Database, uuid: str) -> DeployableInfo:
         row = conn.execute(_BY_UUID, {"uuid": wanted}).first()
         if row is None:
             raise NotFound(f"Deployable {wanted} not found.")
-        return _complete(conn, [row])[0]
+        return _complete(conn, [_make(row)])[0]
 
 
 def attributes_of(db: Database, uuid: str) -> dict[str, Any]:

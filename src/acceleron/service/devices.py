@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Row, bindparam, select, update
+from sqlalchemy import bindparam, select, update
 
 from acceleron.db.models import Device, Host, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import NotFound
-from acceleron.service.health import HealthFilter
 from acceleron.service.listing import (
     Filter,
+    HealthFilter,
     Listed,
     Page,
     check_address,
@@ -24,6 +25,35 @@ from acceleron.service.listing import (
 )
 
 # --- devices --------------------------------------------------------------------------
+
+
+class DeviceRecord(NamedTuple):
+    """A device as every read and write hands it out. Built from a row of ``COLUMNS``
+    (the same names, in the same order) with ``DeviceRecord._make(row)``."""
+
+    id: int
+    uuid: str
+    hostname: str
+    pci_address: str
+    type: str
+    vendor: str
+    vendor_name: str
+    product_id: str
+    model: str
+    driver_name: str
+    std_board_info: dict[str, Any] | None
+    vendor_board_info: dict[str, Any] | None
+    numa_node: int | None
+    status: str  # enabled or maintaining
+    state: str  # present or lost
+    health: str  # vocabulary.HEALTH_STATES
+    health_reason: str | None
+    health_since: dt.datetime | None
+    maintenance_reason: str | None
+    maintenance_since: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+
 
 DEVICES, HOSTS = table(Device), table(Host)
 LOG = logging.getLogger(__name__)
@@ -40,33 +70,39 @@ FILTERS: dict[str, Filter] = {
     "pci_address": Filter(DEVICES.c.pci_address, check_address),
     "health": HealthFilter(DEVICES.c.health),
 }
-_BY_UUID = select(DEVICES).where(DEVICES.c.uuid == bindparam("uuid"))
+COLUMNS = [DEVICES.c[field] for field in DeviceRecord._fields]
+_SELECT = select(*COLUMNS)
+BY_UUID = _SELECT.where(DEVICES.c.uuid == bindparam("uuid"))
+make = DeviceRecord._make
 
 
-def list_devices(db: Database, filters: Mapping[str, str | None], page: Page) -> Listed[Row[Any]]:
+def list_devices(
+    db: Database, filters: Mapping[str, str | None], page: Page
+) -> Listed[DeviceRecord]:
     """Devices matching every filter given (``FILTERS``), one page of them."""
-    statement = select(DEVICES).where(*conditions(FILTERS, filters))
+    statement = _SELECT.where(*conditions(FILTERS, filters))
     with db.reader() as conn:
-        return paginate(conn, statement, DEVICES, page, SORT_KEYS, "device")
+        return paginate(conn, statement, DEVICES, page, SORT_KEYS, "device", make)
 
 
-def get(db: Database, uuid: str) -> Row[Any]:
+def get(db: Database, uuid: str) -> DeviceRecord:
     wanted = check_uuid(uuid, "uuid")
     with db.reader() as conn:
-        device = conn.execute(_BY_UUID, {"uuid": wanted}).first()
+        device = conn.execute(BY_UUID, {"uuid": wanted}).first()
     if device is None:
         raise NotFound(f"Device {wanted} not found.")
-    return device
+    return make(device)
 
 
-def set_status(db: Database, uuid: str, status: str) -> Row[Any]:
+def set_status(db: Database, uuid: str, status: str) -> DeviceRecord:
     """Enable a device (``enabled``) or take it out of service (``maintaining``): a device
     in maintenance reserves its whole inventory in Placement, so nothing new lands on it."""
     wanted = check_uuid(uuid, "uuid")
     with db.writer() as conn:
-        device = conn.execute(_BY_UUID, {"uuid": wanted}).first()
-        if device is None:
+        row = conn.execute(BY_UUID, {"uuid": wanted}).first()
+        if row is None:
             raise NotFound(f"Device {wanted} not found.")
+        device = make(row)
         if device.status != status:
             now = utcnow()
             since = now if status == "maintaining" else None
@@ -76,6 +112,6 @@ def set_status(db: Database, uuid: str, status: str) -> Row[Any]:
             # The host's inventory changed: its Placement providers must follow.
             conn.execute(update(HOSTS).where(HOSTS.c.hostname == device.hostname)
                          .values(generation=HOSTS.c.generation + 1))  # fmt: skip
-            device = conn.execute(_BY_UUID, {"uuid": wanted}).one()
+            device = make(conn.execute(BY_UUID, {"uuid": wanted}).one())
     LOG.info("Device %s (%s %s) is %s", device.uuid, device.hostname, device.pci_address, status)
     return device

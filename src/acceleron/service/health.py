@@ -26,8 +26,9 @@ from acceleron.db.models import (
 )
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput, NotFound
-from acceleron.service.listing import Filter, check_uuid
-from acceleron.vocabulary import HEALTH_STATES
+from acceleron.service import devices
+from acceleron.service.devices import DeviceRecord
+from acceleron.service.listing import check_uuid
 
 LOG = logging.getLogger(__name__)
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
@@ -35,20 +36,6 @@ HANDLES, ARQS = table(AttachHandle), table(AcceleratorRequest)
 REASON_MAX = 255
 # The words older microversions (2.5 to 2.12) show for a health state.
 OLD_WORDS = {"healthy": "ok", "degraded": "degraded", "unhealthy": "failed"}
-
-
-class HealthFilter(Filter):
-    """``health=unhealthy`` or several states at once: ``health=degraded,unhealthy``."""
-
-    def condition(self, value: str, param: str) -> Any:
-        states = [s.strip().lower() for s in value.split(",") if s.strip()]
-        bad = [s for s in states if s not in HEALTH_STATES]
-        if bad or not states:
-            raise InvalidInput(
-                f"{param}: {', '.join(bad) or value!r} is not a health state; give one or more "
-                f"of {', '.join(HEALTH_STATES)}, separated by commas."
-            )
-        return self.column.in_(states)
 
 
 def _reason(on: bool, reason: Any) -> str | None:
@@ -67,19 +54,19 @@ def _bump(conn: Connection, hostname: str) -> None:
                  .values(generation=HOSTS.c.generation + 1))  # fmt: skip
 
 
-def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> Row[Any]:
+def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> DeviceRecord:
     """Put a device in maintenance (``reason`` required, kept with the time) or take it
     out. Existing binds stay; new ones are refused unless their profile tolerates the
     reason. Doing it again with another reason updates the reason, not the time."""
     wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
-    by_uuid = select(DEVICES).where(DEVICES.c.uuid == bindparam("uuid"))
-    device = _set_maintenance(db, DEVICES, by_uuid, wanted, on, why, "Device")
+    row = _set_maintenance(db, DEVICES, devices.BY_UUID, wanted, on, why, "Device")
+    device = devices.make(row)
     LOG.info("Device %s (%s %s) maintenance %s%s", device.uuid, device.hostname,
              device.pci_address, "on" if on else "off", f": {why}" if why else "")  # fmt: skip
     return device
 
 
-def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> Row[Any]:
+def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> None:
     """The same for one deployable (an FPGA region, a MIG profile) of a device."""
     wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
     by_uuid = (
@@ -90,7 +77,6 @@ def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = 
     dep = _set_maintenance(db, DEPLOYABLES, by_uuid, wanted, on, why, "Deployable")
     LOG.info("Deployable %s (%s) maintenance %s%s", dep.uuid, dep.name,
              "on" if on else "off", f": {why}" if why else "")  # fmt: skip
-    return dep
 
 
 def _set_maintenance(
@@ -158,11 +144,11 @@ def bound_to_device(conn: Connection, device_id: int) -> list[Bound]:
     return [Bound(*row) for row in conn.execute(query)]
 
 
-def device_with_binds(db: Database, uuid: str) -> tuple[Row[Any], list[Bound]]:
+def device_with_binds(db: Database, uuid: str) -> tuple[DeviceRecord, list[Bound]]:
     """A device and the requests bound to it (what ``acceleron device drain`` watches)."""
     wanted = check_uuid(uuid, "uuid")
     with db.reader() as conn:
-        device = conn.execute(select(DEVICES).where(DEVICES.c.uuid == wanted)).first()
+        device = conn.execute(devices.BY_UUID, {"uuid": wanted}).first()
         if device is None:
             raise NotFound(f"Device {wanted} not found.")
-        return device, bound_to_device(conn, device.id)
+        return devices.make(device), bound_to_device(conn, device.id)

@@ -12,7 +12,7 @@ import dataclasses
 import re
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from sqlalchemy import (
     ColumnElement,
@@ -27,6 +27,7 @@ from sqlalchemy import (
 
 from acceleron.exceptions import InvalidInput
 from acceleron.placement import names
+from acceleron.vocabulary import HEALTH_STATES
 
 T = TypeVar("T")
 
@@ -125,6 +126,20 @@ class Filter:
         return condition
 
 
+class HealthFilter(Filter):
+    """``health=unhealthy`` or several states at once: ``health=degraded,unhealthy``."""
+
+    def condition(self, value: str, param: str) -> Any:
+        states = [s.strip().lower() for s in value.split(",") if s.strip()]
+        bad = [s for s in states if s not in HEALTH_STATES]
+        if bad or not states:
+            raise InvalidInput(
+                f"{param}: {', '.join(bad) or value!r} is not a health state; give one or more "
+                f"of {', '.join(HEALTH_STATES)}, separated by commas."
+            )
+        return self.column.in_(states)
+
+
 def conditions(
     filters: Mapping[str, Filter], values: Mapping[str, str | None]
 ) -> list[ColumnElement[bool]]:
@@ -179,6 +194,7 @@ class Listed(Generic[T]):
     more: bool
 
 
+@overload
 def paginate(
     conn: Connection,
     statement: Select[Any],
@@ -186,8 +202,32 @@ def paginate(
     page: Page,
     sort_keys: Sequence[str],
     noun: str,
-) -> Listed[Row[Any]]:
-    """Run ``statement`` (rows of ``tbl``, perhaps joined) sorted and cut to ``page``.
+) -> Listed[Row[Any]]: ...
+
+
+@overload
+def paginate(
+    conn: Connection,
+    statement: Select[Any],
+    tbl: Table,
+    page: Page,
+    sort_keys: Sequence[str],
+    noun: str,
+    make: Callable[[Row[Any]], T],
+) -> Listed[T]: ...
+
+
+def paginate(
+    conn: Connection,
+    statement: Select[Any],
+    tbl: Table,
+    page: Page,
+    sort_keys: Sequence[str],
+    noun: str,
+    make: Callable[[Row[Any]], Any] | None = None,
+) -> Listed[Any]:
+    """Run ``statement`` (rows of ``tbl``, perhaps joined) sorted and cut to ``page``;
+    each row made into a record by ``make`` (a record type's ``_make``), or left a row.
 
     Keyset pagination: the rows after the marker's (sort value, id), ties broken by
     id, so a page never repeats or skips a row whatever the sort key. Sort keys are
@@ -203,7 +243,10 @@ def paginate(
     else:
         statement = statement.order_by(column.asc(), ident.asc())
     rows = list(conn.execute(statement.limit(page.limit + 1)))
-    return Listed(rows[: page.limit], more=len(rows) > page.limit)
+    more = len(rows) > page.limit
+    if more:
+        del rows[page.limit :]
+    return Listed(rows if make is None else list(map(make, rows)), more=more)
 
 
 def _after_marker(

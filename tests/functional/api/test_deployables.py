@@ -31,6 +31,7 @@ from tests.functional.api.test_devices import (
     V2_0,
     V2_5,
     error,
+    fields_by_version,
     listed,
     name_of,
     seeded,
@@ -38,6 +39,13 @@ from tests.functional.api.test_devices import (
 )
 from tests.functional.conftest import LATEST
 
+from acceleron.api.deployables import (
+    Deployable_2_0,
+    Deployable_2_5,
+    Deployable_2_10,
+    Deployable_2_13,
+)
+from acceleron.api.microversion import VERSIONS
 from acceleron.db.models import Attribute, Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
@@ -121,6 +129,22 @@ def test_upstream_view_before_2_5(seeded: TestClient, db: Database) -> None:
     child = seeded.get(f"{PATH}/{VFS}").json()
     assert (child["parent_id"], child["root_id"]) == (known["region0"], known["region0"])
     assert child["attributes_list"] == "[]"
+
+
+def test_each_microversion_answers_with_its_schema(seeded: TestClient) -> None:
+    """The typed dict of a microversion documents the body it builds: the same fields, in
+    the same order, shown and listed; spec 003's paths answer with the latest."""
+    schemas = {"2.0": Deployable_2_0, "2.5": Deployable_2_5, "2.10": Deployable_2_10,
+               "2.13": Deployable_2_13}  # fmt: skip
+    by_version = fields_by_version(schemas)
+    for version, fields in by_version.items():
+        headers = {"OpenStack-API-Version": f"accelerator {version}"}
+        shown = seeded.get(f"{PATH}/{R0}", headers=headers).json()
+        assert list(shown) == fields, version
+        page = seeded.get(PATH, params={"key": "region0"}, headers=headers).json()
+        assert page["deployables"] == [shown], version
+    latest = seeded.get(f"{SPEC003}/{R0}").json()["deployable"]
+    assert list(latest) == by_version[VERSIONS[-1]]
 
 
 def test_rich_view_from_2_5(seeded: TestClient, db: Database) -> None:

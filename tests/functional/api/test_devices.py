@@ -17,6 +17,8 @@ from oslo_config import cfg
 from sqlalchemy import select, update
 from tests.functional.conftest import LATEST
 
+from acceleron.api.devices import Device_2_0, Device_2_3, Device_2_5, Device_2_13
+from acceleron.api.microversion import VERSIONS
 from acceleron.db.models import AttachHandle, Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.placement import names
@@ -180,6 +182,30 @@ def test_device_view_grows_with_the_microversion(seeded: TestClient, db: Databas
     listed_new = seeded.get(PATH, headers=V2_5).json()["devices"]
     assert listed_new[0] == new
     assert seeded.get(PATH).json()["devices"][0] == old
+
+
+def fields_by_version(schemas: dict[str, Any]) -> dict[str, list[str]]:
+    """The fields, in order, of the schema each microversion answers with: ``schemas``
+    maps the microversions that changed it to their typed dicts."""
+    fields: dict[str, list[str]] = {}
+    current: list[str] = []
+    for version in VERSIONS:
+        if version in schemas:
+            current = list(schemas[version].__annotations__)
+        fields[version] = current
+    return fields
+
+
+def test_each_microversion_answers_with_its_schema(seeded: TestClient) -> None:
+    """The typed dict of a microversion documents the body it builds: the same fields, in
+    the same order, shown and listed."""
+    schemas = {"2.0": Device_2_0, "2.3": Device_2_3, "2.5": Device_2_5, "2.13": Device_2_13}
+    fpga = uuid_of(HOST_A, FPGA)
+    for version, fields in fields_by_version(schemas).items():
+        headers = {"OpenStack-API-Version": f"accelerator {version}"}
+        shown = seeded.get(f"{PATH}/{fpga}", headers=headers).json()
+        assert list(shown) == fields, version
+        assert seeded.get(PATH, headers=headers).json()["devices"][0] == shown, version
 
 
 def test_show_unknown_or_malformed(seeded: TestClient) -> None:
