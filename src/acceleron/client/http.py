@@ -35,6 +35,7 @@ SERVICE_TYPE = "accelerator"
 # where neither the caller nor the keystoneauth session says otherwise.
 DEFAULT_TIMEOUT = 120.0
 CATALOG = "the catalog's accelerator API"  # where the API is, before it is looked up
+NO_ENDPOINT = "the Keystone catalog has no 'accelerator' endpoint"
 
 
 class ApiError(Exception):
@@ -148,7 +149,7 @@ class AcceleronClient:
             return self.url
         found = self._transport(self._adapter.get_endpoint)
         if not found:
-            raise NoEndpoint("the Keystone catalog has no 'accelerator' endpoint")
+            raise NoEndpoint(NO_ENDPOINT)
         self.url = base_url(found)
         self._adapter.endpoint_override = self.url
         return self.url
@@ -190,7 +191,7 @@ class AcceleronClient:
             status = error.http_status
             raise KeystoneError(f"Keystone answered {status}: {error}", status) from error
         except ks_exc.EndpointNotFound as error:
-            raise NoEndpoint(str(error)) from error
+            raise NoEndpoint(NO_ENDPOINT) from error
         except ks_exc.ClientException as error:  # options that cannot work
             raise CallFailed(str(error)) from error
 
