@@ -29,9 +29,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from acceleron.agent.client import ReportClient, ReportError
+from acceleron.agent.client import ReportClient
+from acceleron.client import arqs as arqs_api
 from acceleron.client.arqs import bind_body, wait_resolved
 from acceleron.client.errors import detail
+from acceleron.client.http import AcceleronClient, ApiError, CallFailed
 from acceleron.exceptions import InvalidInput
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_accelerator_class
 from os_acc import operations
@@ -70,10 +72,16 @@ class NotReady(OsAccError):
 
 
 class Connector:
+    """``client``: the API's client, or the host agent's (whose connection it shares)."""
+
     def __init__(
-        self, client: ReportClient, hostname: str, timeout: float = 300.0, poll: float = 0.2
+        self,
+        client: AcceleronClient | ReportClient,
+        hostname: str,
+        timeout: float = 300.0,
+        poll: float = 0.2,
     ) -> None:
-        self.client = client
+        self.client = client.api if isinstance(client, ReportClient) else client
         self.hostname = hostname
         self.timeout = timeout
         self.poll = poll
@@ -83,7 +91,7 @@ class Connector:
         """Reach the API as ``[agent]`` says, for the host ``[DEFAULT] host``."""
         from acceleron.agent.client import connect
 
-        return cls(connect(conf), conf.host, timeout=float(conf.binding.bind_timeout))
+        return cls(connect(conf).api, conf.host, timeout=float(conf.binding.bind_timeout))
 
     # --- the three calls of spec 000 ---------------------------------------------
 
@@ -92,10 +100,7 @@ class Connector:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         path = f"/v2/hosts/{quote(self.hostname, safe='')}"
         while True:
-            try:
-                response = self._call("GET", path)
-            except ReportError as error:
-                raise AgentUnavailable(f"The accelerator API cannot be reached: {error}") from error
+            response = self._call("GET", path)
             host = response.json()["host"] if response.status_code == 200 else None
             if host is not None and host.get("placement_synced") is not False:
                 return
@@ -116,7 +121,9 @@ class Connector:
         """Attach the flavor's accelerators to the instance; one entry per accelerator."""
         instance = _instance_uuid(instance_info)
         profile = self._profile(flavor_extra_specs)
-        arqs = self._create(profile)
+        arqs = arqs_api.create(
+            self._call, profile, PlugFailed, f"Cannot request profile {profile!r}"
+        )
         try:
             providers = providers_by_group(
                 selected_rp, {a["device_profile_group_id"] for a in arqs}
@@ -275,15 +282,6 @@ class Connector:
             raise PlugFailed(f"Cannot record the flavor's request: {detail(response)}")
         return name
 
-    def _create(self, profile: str) -> list[dict[str, Any]]:
-        response = self._call(
-            "POST", "/v2/accelerator_requests", json={"device_profile_name": profile}
-        )
-        if response.status_code != 201:
-            raise PlugFailed(f"Cannot request profile {profile!r}: {detail(response)}")
-        arqs: list[dict[str, Any]] = response.json()["arqs"]
-        return arqs
-
     def _bind(
         self,
         arqs: Sequence[Mapping[str, Any]],
@@ -292,9 +290,7 @@ class Connector:
         project: str | None,
     ) -> None:
         body = bind_body(arqs, providers, self.hostname, instance, project)
-        response = self._call("PATCH", "/v2/accelerator_requests", json=body)
-        if response.status_code != 202:
-            raise PlugFailed(f"Cannot bind the accelerators: {detail(response)}")
+        arqs_api.bind(self._call, body, PlugFailed, "Cannot bind the accelerators")
 
     def _wait(self, instance: str) -> list[dict[str, Any]]:
         return wait_resolved(self._call, instance, self.timeout, self.poll, PlugFailed)
@@ -309,16 +305,16 @@ class Connector:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             return self.client.send(method, path, microversion=MICROVERSION, **kwargs)
-        except ReportError as error:
+        except CallFailed as error:
             raise AgentUnavailable(f"The accelerator API cannot be reached: {error}") from error
 
     def _json(
         self, method: str, path: str, error: type[OsAccError] = PlugFailed, **kwargs: Any
     ) -> dict[str, Any]:
-        response = self._call(method, path, **kwargs)
-        if response.status_code != 200:
-            raise error(f"{method} {path}: {detail(response)}")
-        body: dict[str, Any] = response.json()
+        try:
+            body: dict[str, Any] = self.client.check(self._call(method, path, **kwargs)).json()
+        except ApiError as failed:
+            raise error(f"{method} {path}: {failed}") from failed
         return body
 
 

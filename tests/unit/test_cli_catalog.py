@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from acceleron.cli.client import ApiClient
+import pytest
+
+from acceleron.cli.client import ApiClient, CommandError
 
 
 def client(endpoint: str, url: str | None = None) -> ApiClient:
@@ -28,3 +30,12 @@ def test_the_catalog_endpoint_loses_its_v2() -> None:
 def test_a_given_url_wins() -> None:
     found = client("http://192.0.2.7:6666/v2", url="http://198.51.100.1/v2")
     assert found.adapter.endpoint_override == "http://198.51.100.1"
+
+
+def test_a_catalog_without_the_api_is_one_line() -> None:
+    options = argparse.Namespace(
+        os_auth_type="admin_token", os_endpoint=None, os_token="t", os_url=None,
+        os_accelerator_api_version="2.14", insecure=False,
+    )  # fmt: skip
+    with pytest.raises(CommandError, match=r"no accelerator endpoint: give the API's URL \(--os"):
+        ApiClient(options).get("/v2/device_profiles")

@@ -28,8 +28,15 @@ from oslo_config import cfg
 from acceleron import conf as confmod
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.client.errors import parse_error
+from acceleron.client.http import (
+    AcceleronClient,
+    CallFailed,
+    KeystoneError,
+    NoEndpoint,
+    Unreachable,
+    as_client,
+)
 from acceleron.conf import AGENT_DEFAULT_ENDPOINT
-from acceleron.connection import base_url, root_cause
 from acceleron.report import HostReport, to_bytes
 
 LOG = logging.getLogger(__name__)
@@ -101,24 +108,23 @@ def unknown_host_message(error: UnknownHost) -> str:
     )
 
 
-def error_url(error: BaseException, default: str) -> str:
-    """The URL a keystoneauth connection error was about (Keystone's or the API's)."""
-    words = [w.rstrip(":") for w in str(error).split() if w.startswith(("http://", "https://"))]
-    return words[0] if words else default
-
-
 class ReportClient:
-    """The agent's calls to the API (reports, tasks, bitstream bytes); every failure
-    becomes a ReportError."""
+    """The agent's calls to the API (reports, tasks, bitstream bytes) through ``api``
+    (:class:`~acceleron.client.http.AcceleronClient`, or the adapter to wrap in one);
+    every failure becomes a ReportError."""
 
-    def __init__(self, adapter: ks_adapter.Adapter) -> None:
-        self._adapter = adapter
-        self._base: str | None = None
+    def __init__(self, api: AcceleronClient | ks_adapter.Adapter) -> None:
+        self.api = as_client(api)
+
+    @property
+    def _adapter(self) -> ks_adapter.Adapter:
+        """The keystoneauth adapter (its endpoint not looked up)."""
+        return self.api._adapter
 
     @property
     def where(self) -> str:
         """The API's address for messages (the catalog's, until it has been looked up)."""
-        return self._base or self._adapter.endpoint_override or "the catalog's accelerator API"
+        return self.api.where
 
     def report(self, report: HostReport) -> dict[str, Any]:
         """PUT the report; the API's answer (the host) on 200."""
@@ -194,27 +200,21 @@ class ReportClient:
     def send(self, method: str, path: str, **kwargs: Any) -> Any:
         """One request to the API; connection and Keystone failures become ReportErrors."""
         try:
-            return self._adapter.request(self._root() + path, method, **kwargs)
-        except ks_exc.ConnectionError as error:
-            where = error_url(error, self.where)
-            raise ApiUnreachable(f"cannot reach {where}: {root_cause(error)}") from error
-        except ks_exc.HttpError as error:  # from Keystone, while authenticating
-            if (error.http_status or 500) >= 500:
-                raise ApiUnavailable(f"Keystone answered {error.http_status}: {error}") from error
-            raise ReportRefused(f"Keystone refused the agent's credentials: {error}") from error
-        except ks_exc.ClientException as error:  # no endpoint in the catalog, bad options
+            return self.api.send(method, path, **kwargs)
+        except Unreachable as error:
+            raise ApiUnreachable(str(error)) from error
+        except KeystoneError as error:
+            if (error.status or 500) >= 500:
+                raise ApiUnavailable(str(error)) from error
+            raise ReportRefused(
+                f"Keystone refused the agent's credentials: {error.__cause__}"
+            ) from error
+        except NoEndpoint as error:
+            raise ReportRefused(
+                f"{error}: register the Acceleron API there, or set [agent] api_endpoint"
+            ) from error
+        except CallFailed as error:  # options that cannot work
             raise ReportRefused(f"cannot call the API: {error}") from error
-
-    def _root(self) -> str:
-        if self._base is None:
-            endpoint = self._adapter.get_endpoint()
-            if not endpoint:
-                raise ReportRefused(
-                    "the Keystone catalog has no 'accelerator' endpoint: register the "
-                    "Acceleron API there, or set [agent] api_endpoint"
-                )
-            self._base = base_url(endpoint)
-        return self._base
 
 
 def _json(response: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import requests
 from acceleron.cli.base import AnyCommand, Command, ShowOne
 from acceleron.cli.client import ApiClient, CommandError
 from acceleron.cli.inventory import _List, fetch, find_uuid, raw, show
-from acceleron.client.errors import parse_error
 from acceleron.exceptions import AcceleronError
 
 if TYPE_CHECKING:  # the bitstream store's package loads SQLAlchemy: only where needed
@@ -36,18 +35,6 @@ CHUNK_SIZE = MIB
 COLUMNS = ("uuid", "name", "status", "size", "function_uuid", "function_name",
            "region_type_uuid", "vendor", "visibility")  # fmt: skip
 FILTERS = ("name", "function_uuid", "function_name", "region_type_uuid", "vendor")
-
-
-class BitstreamClient(ApiClient):
-    """The API client, plus a download that streams instead of reading JSON."""
-
-    def stream(self, path: str) -> requests.Response:
-        response: requests.Response = self.send("GET", path, stream=True, microversion=VERSION)
-        if response.status_code >= 400:
-            raise CommandError(
-                f"{response.status_code}: {parse_error(response.text, response.reason).detail}"
-            )
-        return response
 
 
 class Progress:
@@ -98,8 +85,8 @@ def bitstream_uuid(client: ApiClient, ident: str) -> str:
     return find_uuid(client, PATH, ident, query, what, VERSION)
 
 
-def _client(command: AnyCommand) -> BitstreamClient:
-    return BitstreamClient(command.app.options)
+def _client(command: AnyCommand) -> ApiClient:
+    return ApiClient(command.app.options)
 
 
 def from_header(path: Path, meta: dict[str, Any], out: TextIO) -> None:
@@ -274,7 +261,7 @@ class DownloadBitstream(Command):
         path = f"{PATH}/{bitstream_uuid(client, parsed_args.bitstream)}"
         record = show(client, path, VERSION)
         output = parsed_args.output or Path(record["name"]).name
-        with client.stream(f"{path}/data") as response:
+        with client.stream(f"{path}/data", microversion=VERSION) as response:
             expected = _expected(record, response.headers.get(HASH_HEADER, ""))
             chunks = response.iter_content(CHUNK_SIZE)
             try:

@@ -60,7 +60,7 @@ def _claimer(command: AnyCommand, parsed_args: argparse.Namespace, timeout: floa
     from acceleron.scheduler.claim import Claimer
 
     client = api_client(command)
-    return Claimer(client.adapter, placement_client(client, _option(parsed_args)), timeout=timeout)
+    return Claimer(client.api, placement_client(client, _option(parsed_args)), timeout=timeout)
 
 
 def _option(parsed_args: argparse.Namespace) -> str | None:

@@ -1,4 +1,5 @@
-"""The REST client the CLI commands use: keystoneauth, noauth or Keystone.
+"""The CLI's connection options and its client of the API: the one client
+(:mod:`acceleron.client.http`), noauth or Keystone, with failures in the CLI's words.
 
 keystoneauth is imported by the functions that use it, not with this module.
 """
@@ -7,17 +8,20 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acceleron.api import microversion
-from acceleron.client.errors import parse_error
-from acceleron.connection import base_url, root_cause
+from acceleron.client.http import AcceleronClient, ApiError, CallFailed, NoEndpoint, Unreachable
+from acceleron.connection import root_cause
 
 if TYPE_CHECKING:
+    import requests
     from cliff.command import Command
     from keystoneauth1 import adapter
 
 DEFAULT_URL = "http://127.0.0.1:6666"
+T = TypeVar("T")
 
 
 class CommandError(Exception):
@@ -49,70 +53,49 @@ def register_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> None
 
 
 class ApiClient:
-    """JSON over HTTP to the Acceleron API, errors turned into CommandError."""
+    """The CLI's calls to the API (:class:`~acceleron.client.http.AcceleronClient`), its
+    failures turned into CommandError."""
 
     def __init__(self, options: argparse.Namespace) -> None:
-        from keystoneauth1 import adapter, loading, session
-        from keystoneauth1.noauth import NoAuth
+        from keystoneauth1 import loading
 
         if getattr(options, "os_auth_type", "none") in (None, "none"):
-            auth: Any = NoAuth()
+            auth = None
             url = options.os_url or getattr(options, "os_endpoint", None) or DEFAULT_URL
         else:
             auth = loading.load_auth_from_argparse_arguments(options)
             url = options.os_url
-        sess = session.Session(auth=auth, verify=not getattr(options, "insecure", False))
-        self.session = sess
-        self.noauth = isinstance(auth, NoAuth)
-        self.url = base_url(url) if url else None
-        self._adapter = adapter.Adapter(
-            sess,
-            service_type="accelerator",
-            endpoint_override=self.url,
-            default_microversion=options.os_accelerator_api_version,
-            raise_exc=False,
+        self.api = AcceleronClient.connect(
+            url,
+            auth,
+            microversion=options.os_accelerator_api_version,
+            verify=not getattr(options, "insecure", False),
         )
+        self.session = self.api.session
+        self.noauth = self.api.noauth
+
+    @property
+    def url(self) -> str | None:
+        """The API root (None until the catalog has been asked, with Keystone)."""
+        return self.api.url
 
     @property
     def adapter(self) -> adapter.Adapter:
         """The keystoneauth adapter for the accelerator API (for library calls)."""
-        self._resolve()
-        return self._adapter
-
-    def _resolve(self) -> None:
-        """Take the API root from the catalog when no URL was given: catalogs register
-        the accelerator endpoint with its /v2, which the CLI's paths carry already."""
-        if self.url is not None:
-            return
-        from keystoneauth1 import exceptions as ks_exc
-
-        try:
-            found = self._adapter.get_endpoint()
-        except ks_exc.ConnectionError as error:
-            raise unreachable(None, error) from error
-        if found:
-            self.url = base_url(found)
-            self._adapter.endpoint_override = self.url
+        return self._failures(lambda: self.api.adapter)
 
     def send(self, method: str, path: str, **kwargs: Any) -> Any:
         """The raw answer (a requests Response); an unreachable API is a CommandError."""
-        from keystoneauth1 import exceptions as ks_exc
-
-        self._resolve()
-        try:
-            return self._adapter.request(path, method, **kwargs)
-        except ks_exc.ConnectionError as error:
-            raise unreachable(self.url, error) from error
+        return self._failures(lambda: self.api.send(method, path, **kwargs))
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.send(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise CommandError(
-                f"{response.status_code}: {parse_error(response.text, response.reason).detail}"
-            )
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
+        return self._failures(lambda: self.api.call(method, path, **kwargs))
+
+    def stream(self, path: str, **kwargs: Any) -> requests.Response:
+        """A download whose body is read in chunks (a bitstream's bytes)."""
+        response = self.send("GET", path, stream=True, **kwargs)
+        checked: requests.Response = self._failures(lambda: self.api.check(response))
+        return checked
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v})
@@ -125,6 +108,20 @@ class ApiClient:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+    def _failures(self, call: Callable[[], T]) -> T:
+        """``call()``, its failures in the CLI's words."""
+        try:
+            return call()
+        except ApiError as error:
+            raise CommandError(f"{error.status}: {error.detail}") from error
+        except Unreachable as error:
+            raise unreachable(self.url, error) from error
+        except NoEndpoint as error:
+            message = "The Keystone catalog has no accelerator endpoint: give the API's URL"
+            raise CommandError(f"{message} (--os-url).") from error
+        except CallFailed as error:
+            raise CommandError(str(error)) from error
 
 
 def unreachable(url: str | None, error: BaseException, service: str = "Acceleron") -> CommandError:

@@ -1,5 +1,7 @@
 """Accelerator requests as Nova drives them, for the clients that do the same (the
-scheduler's claims, os_acc): the bind body, and waiting until the binds end."""
+scheduler's claims, os_acc): creating them, binding them, and waiting until the binds
+end. ``call(method, path, **kwargs)`` sends a request (the caller's wrapper of
+:meth:`acceleron.client.http.AcceleronClient.send`); ``error`` is the caller's exception."""
 
 from __future__ import annotations
 
@@ -10,6 +12,24 @@ from typing import Any
 from acceleron.client.errors import detail
 
 Progress = Callable[[Sequence[Mapping[str, Any]]], None]
+Call = Callable[..., Any]
+PATH = "/v2/accelerator_requests"
+
+
+def create(call: Call, profile: str, error: type[Exception], doing: str) -> list[dict[str, Any]]:
+    """The requests ``profile`` makes; ``error`` "<doing>: <why>" when refused."""
+    response = call("POST", PATH, json={"device_profile_name": profile})
+    if response.status_code != 201:
+        raise error(f"{doing}: {detail(response)}")
+    arqs: list[dict[str, Any]] = response.json()["arqs"]
+    return arqs
+
+
+def bind(call: Call, body: Mapping[str, Any], error: type[Exception], doing: str) -> None:
+    """Send a bind PATCH (``bind_body``'s); ``error`` "<doing>: <why>" when refused."""
+    response = call("PATCH", PATH, json=body)
+    if response.status_code != 202:
+        raise error(f"{doing}: {detail(response)}")
 
 
 def bind_body(
@@ -35,7 +55,7 @@ def bind_body(
 
 
 def wait_resolved(
-    call: Callable[..., Any],
+    call: Call,
     instance: str,
     timeout: float,
     poll: float,
@@ -43,19 +63,18 @@ def wait_resolved(
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """The instance's requests once every bind has ended (the API answers 423 until
-    then); ``call(method, path, **kwargs)`` sends a request; ``error`` is raised on a
-    failure or after ``timeout`` seconds."""
+    then); ``error`` on a failure or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     params = {"instance": instance, "bind_state": "resolved"}
     while True:
-        response = call("GET", "/v2/accelerator_requests", params=params)
+        response = call("GET", PATH, params=params)
         if response.status_code == 200:
             arqs: list[dict[str, Any]] = response.json()["arqs"]
             return arqs
         if response.status_code != 423:
             raise error(f"Cannot follow the binds: {detail(response)}")
         if progress is not None:
-            current = call("GET", "/v2/accelerator_requests", params={"instance": instance})
+            current = call("GET", PATH, params={"instance": instance})
             if current.status_code == 200:
                 progress(current.json()["arqs"])
         if time.monotonic() >= deadline:

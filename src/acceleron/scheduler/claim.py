@@ -30,8 +30,10 @@ from typing import Any
 
 from keystoneauth1 import adapter as ks_adapter
 
+from acceleron.client import arqs as arqs_api
 from acceleron.client.arqs import Progress, bind_body, wait_resolved
 from acceleron.client.errors import detail, parse_error
+from acceleron.client.http import AcceleronClient, ApiError, CallFailed, as_client
 from acceleron.exceptions import AllocationConflict, PlacementError
 from acceleron.placement import names
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
@@ -70,18 +72,18 @@ class Claim:
 
 
 class Claimer:
-    """Claims over the Acceleron API (``api``: a keystoneauth Adapter for the
-    accelerator service) and Placement."""
+    """Claims over the Acceleron API (``api``: its client, or a keystoneauth Adapter for
+    the accelerator service) and Placement."""
 
     def __init__(
         self,
-        api: ks_adapter.Adapter,
+        api: AcceleronClient | ks_adapter.Adapter,
         placement: PlacementClient,
         *,
         timeout: float = 600.0,
         poll: float = 0.2,
     ) -> None:
-        self.api = api
+        self.api = as_client(api)
         self.placement = placement
         self.timeout = timeout
         self.poll = poll
@@ -162,7 +164,7 @@ class Claimer:
         groups = self._groups(profile)
         # The requests first: a project over its quota is refused before anything is
         # allocated in Placement.
-        arqs = self._create(profile)
+        arqs = arqs_api.create(self._call, profile, ClaimFailed, "Cannot create the requests")
         made = [a["uuid"] for a in arqs]
         try:
             request, hostname = self._allocate(groups, consumer, project_id, user_id)
@@ -244,11 +246,9 @@ class Claimer:
     def _functions(self, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset[str]]:
         """The functions each group wants, for the weigher (a function named by name or
         a bitstream is looked up in the bitstream catalogue)."""
-        from keystoneauth1 import exceptions as ks_exc
-
         try:
             return functions.wanted(self.api, groups)
-        except ks_exc.ClientException as error:
+        except CallFailed as error:
             raise ClaimFailed(f"The accelerator API cannot be reached: {error}") from error
 
     def _hostname(self, request: AllocationRequest, candidates: Candidates) -> str:
@@ -268,15 +268,6 @@ class Claimer:
             self._hosts[uuid] = root.name
         return self._hosts[uuid]
 
-    def _create(self, profile: str) -> list[dict[str, Any]]:
-        response = self._call(
-            "POST", "/v2/accelerator_requests", json={"device_profile_name": profile}
-        )
-        if response.status_code != 201:
-            raise ClaimFailed(f"Cannot create the requests: {detail(response)}")
-        arqs: list[dict[str, Any]] = response.json()["arqs"]
-        return arqs
-
     def _bind(
         self,
         arqs: Sequence[Mapping[str, Any]],
@@ -292,9 +283,7 @@ class Claimer:
                 raise ClaimFailed(f"Placement mapped no provider to group {group}.")
             providers[group] = mapped[0]
         body = bind_body(arqs, providers, hostname, consumer)
-        response = self._call("PATCH", "/v2/accelerator_requests", json=body)
-        if response.status_code != 202:
-            raise ClaimFailed(f"Cannot bind the requests: {detail(response)}")
+        arqs_api.bind(self._call, body, ClaimFailed, "Cannot bind the requests")
 
     def _wait(self, consumer: str, progress: Progress | None) -> list[dict[str, Any]]:
         return wait_resolved(self._call, consumer, self.timeout, self.poll, ClaimFailed, progress)
@@ -343,19 +332,16 @@ class Claimer:
 
     def _call(self, method: str, path: str, microversion: str = MICROVERSION,
               **kwargs: Any) -> Any:  # fmt: skip
-        from keystoneauth1 import exceptions as ks_exc
-
         try:
-            return self.api.request(path, method, microversion=microversion,
-                                    raise_exc=False, **kwargs)  # fmt: skip
-        except ks_exc.ClientException as error:
+            return self.api.send(method, path, microversion=microversion, **kwargs)
+        except CallFailed as error:
             raise ClaimFailed(f"The accelerator API cannot be reached: {error}") from error
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self._call(method, path, **kwargs)
-        if response.status_code != 200:
-            raise ClaimFailed(f"{method} {path}: {detail(response)}")
-        body: dict[str, Any] = response.json()
+        try:
+            body: dict[str, Any] = self.api.check(self._call(method, path, **kwargs)).json()
+        except ApiError as error:
+            raise ClaimFailed(f"{method} {path}: {error}") from error
         return body
 
 

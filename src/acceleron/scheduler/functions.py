@@ -21,10 +21,12 @@ from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from acceleron.client.http import AcceleronClient, NoEndpoint, as_client
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
 from acceleron.scheduler.weigher import host_weight, wanted_functions
 
 LOG = logging.getLogger(__name__)
+Api = AcceleronClient | ks_adapter.Adapter  # the API's client, or an adapter to wrap in one
 MICROVERSION = "2.8"
 # The Nova weigher's own section of nova.conf (acceleron.scheduler.nova_weigher).
 GROUP = "acceleron_weigher"
@@ -67,21 +69,18 @@ def load_adapter(conf: cfg.ConfigOpts) -> ks_adapter.Adapter:
         )
     session = ks_loading.load_session_from_conf_options(conf, GROUP, auth=auth)
     api = ks_loading.load_adapter_from_conf_options(conf, GROUP, session=session, auth=auth)
-    # Paths start with /v2; catalogs often register the endpoint with it.
-    endpoint = api.get_endpoint()
-    if not endpoint:
-        raise LookupError("no accelerator endpoint in the catalog")
-    api.endpoint_override = endpoint.rstrip("/").removesuffix("/v2")
+    try:
+        AcceleronClient(api).resolve()  # the endpoint, without the /v2 catalogs register
+    except NoEndpoint as error:
+        raise LookupError("no accelerator endpoint in the catalog") from error
     return api
 
 
-def wanted(
-    api: ks_adapter.Adapter, groups: Sequence[Mapping[str, str]]
-) -> dict[str, frozenset[str]]:
+def wanted(api: Api, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset[str]]:
     """The functions each group wants, by request group suffix (``device_profile_<i>``);
-    groups that want none are left out. ``api``: a keystoneauth Adapter for the
-    accelerator service. A look-up that finds nothing (or is refused) wants nothing;
-    an API that cannot be reached raises keystoneauth's error."""
+    groups that want none are left out. A look-up that finds nothing (or is refused)
+    wants nothing; an API that cannot be reached raises CallFailed."""
+    api = as_client(api)
     found = dict(wanted_functions(groups))
     for index, group in enumerate(groups):
         suffix = f"{GROUP_PREFIX}{index}"
@@ -90,7 +89,7 @@ def wanted(
     return found
 
 
-def from_catalogue(api: ks_adapter.Adapter, group: Mapping[str, str]) -> frozenset[str]:
+def from_catalogue(api: AcceleronClient, group: Mapping[str, str]) -> frozenset[str]:
     """The functions of the bitstreams a group names by function name or bitstream."""
     if "accel:function_name" in group:
         items = _list(api, {"function_name": group["accel:function_name"]})
@@ -98,16 +97,15 @@ def from_catalogue(api: ks_adapter.Adapter, group: Mapping[str, str]) -> frozens
         items = _list(api, {"name": group["accel:bitstream_name"]})
     elif "accel:bitstream_id" in group:
         path = f"/v2/bitstreams/{quote(group['accel:bitstream_id'], safe='')}"
-        response = api.get(path, microversion=MICROVERSION, raise_exc=False)
+        response = api.send("GET", path, microversion=MICROVERSION)
         items = [response.json()] if response.status_code == 200 else []
     else:
         return frozenset()
     return frozenset(b["function_uuid"] for b in items if b.get("function_uuid"))
 
 
-def _list(api: ks_adapter.Adapter, params: Mapping[str, str]) -> list[dict[str, Any]]:
-    response = api.get("/v2/bitstreams", params=params, microversion=MICROVERSION,
-                       raise_exc=False)  # fmt: skip
+def _list(api: AcceleronClient, params: Mapping[str, str]) -> list[dict[str, Any]]:
+    response = api.send("GET", "/v2/bitstreams", params=params, microversion=MICROVERSION)
     if response.status_code != 200:
         return []
     items: list[dict[str, Any]] = response.json().get("bitstreams", [])
@@ -125,7 +123,7 @@ def union(sets: Iterable[frozenset[str]]) -> frozenset[str]:
 
 
 def weigh_hosts(
-    connect: Callable[[], ks_adapter.Adapter],
+    connect: Callable[[], Api],
     extra_specs: Mapping[str, str],
     hostnames: Sequence[str],
 ) -> list[float]:
@@ -137,7 +135,7 @@ def weigh_hosts(
         groups = flavor_groups(connect, extra_specs)
         if not groups:
             return [0.0] * len(hostnames)
-        api = connect()
+        api = as_client(connect())
         wanted_all = union(wanted(api, groups).values())
         held = holders(api, wanted_all)
     except Exception as error:  # never fail scheduling
@@ -148,7 +146,7 @@ def weigh_hosts(
 
 
 def flavor_groups(
-    connect: Callable[[], ks_adapter.Adapter], extra_specs: Mapping[str, str]
+    connect: Callable[[], Api], extra_specs: Mapping[str, str]
 ) -> list[dict[str, str]]:
     """The groups of the flavor's device profile (``accel:device_profile``, read from the
     API), or of its inline extra specs (spec 001's ``function1:``...); empty when it names
@@ -157,19 +155,21 @@ def flavor_groups(
     if not name:
         inline = [dict(group) for group in groups_from_flavor(extra_specs).groups]
         return inline if any(k.startswith("accel:") for g in inline for k in g) else []
-    response = connect().get("/v2/device_profiles", params={"name": name})
-    found = response.json()["device_profiles"]
+    found = as_client(connect()).call("GET", "/v2/device_profiles", params={"name": name})[
+        "device_profiles"
+    ]
     if len(found) != 1:
         raise LookupError(f"device profile {name!r}: {len(found)} found, 1 expected")
     groups: list[dict[str, str]] = found[0]["groups"]
     return groups
 
 
-def holders(api: ks_adapter.Adapter, functions: Iterable[str]) -> dict[str, set[str]]:
+def holders(api: Api, functions: Iterable[str]) -> dict[str, set[str]]:
     """The hosts whose accelerators hold each function now (one request per function)."""
+    api = as_client(api)
     found = {}
     for function in functions:
-        response = api.get("/v2/deployables", params={"function_uuid": function},
-                           microversion=MICROVERSION)  # fmt: skip
-        found[function] = {d["hostname"] for d in response.json()["deployables"]}
+        body = api.call("GET", "/v2/deployables", params={"function_uuid": function},
+                        microversion=MICROVERSION)  # fmt: skip
+        found[function] = {d["hostname"] for d in body["deployables"]}
     return found
