@@ -114,6 +114,44 @@ def suggestions(words: list[str], names: list[str]) -> list[str]:
     return sorted(name for score, name in scored if score >= best - 0.05)
 
 
+class GlobalParser(argparse.ArgumentParser):
+    """The options before the command, and after it those the commands do not share:
+    ``--timeout`` after a command is the command's (``claim``, ``program``, ``drain``),
+    not keystoneauth's HTTP timeout, which goes before the command."""
+
+    COMMANDS_OWN = ("--timeout",)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        start = self._command_start(argv)
+        kept, commands_own = argv[:start], []
+        words = iter(argv[start:])
+        for word in words:
+            if word in self.COMMANDS_OWN:
+                commands_own += [word, next(words, "")]
+            elif word.split("=", 1)[0] in self.COMMANDS_OWN:
+                commands_own.append(word)
+            else:
+                kept.append(word)
+        if namespace is None:
+            parsed, rest = super().parse_known_args(kept)
+        else:
+            parsed, rest = super().parse_known_args(kept, namespace)
+        return parsed, rest + commands_own
+
+    def _command_start(self, argv: list[str]) -> int:
+        """Where the command's words begin: the first word that is not an option or an
+        option's value."""
+        index = 0
+        while index < len(argv) and argv[index].startswith("-"):
+            action = self._option_string_actions.get(argv[index])
+            takes_value = action is not None and action.nargs != 0 and "=" not in argv[index]
+            index += 2 if takes_value else 1
+        return index
+
+
 class AcceleronApp(App):
     def __init__(self) -> None:
         manager = ExactCommandManager(None)
@@ -130,6 +168,7 @@ class AcceleronApp(App):
         self, description: str | None, version: str | None, argparse_kwargs: Any = None
     ) -> argparse.ArgumentParser:
         parser = super().build_option_parser(description, version, argparse_kwargs)
+        parser.__class__ = GlobalParser  # cliff makes a plain ArgumentParser
         parser.add_argument(
             "--config-file",
             action="append",
