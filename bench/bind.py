@@ -16,9 +16,13 @@ Placement embedded, the fake driver's agent) and measures:
 
 With ``--baseline REV`` the create + bind figure is first taken, the same way, on
 the code of commit ``REV`` (default ``d178f91``, before the bind path was cut down),
-and printed beside this tree's; ``--baseline none`` skips it.
+and printed beside this tree's; ``--baseline none`` skips it. With ``--profile DIR``
+each server runs under cProfile (which slows it: its rate is not the figure to quote),
+its statistics are written to ``DIR/baseline.prof`` and ``DIR/now.prof``, and the top
+entries by own time printed.
 
     .venv/bin/python bench/bind.py [--seconds 10] [--clients 16] [--size-mb 16] [--baseline REV]
+                                   [--profile DIR]
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import io
 import json
+import pstats
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from acceleron.drivers import gbs
@@ -40,6 +47,7 @@ from load import (
     checkout,
     cpu_seconds,
     exchange,
+    profiling,
     report_fake_hosts,
     wait_synced,
 )
@@ -98,7 +106,8 @@ def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, lis
                                for i in range(clients)))  # fmt: skip
 
     started, cpu = time.perf_counter(), cpu_seconds(url.pid)  # type: ignore[attr-defined]
-    asyncio.run(main())
+    with profiling(url):
+        asyncio.run(main())
     result.seconds = time.perf_counter() - started
     cpu = cpu_seconds(url.pid) - cpu  # type: ignore[attr-defined]
     result.name += f", server CPU {cpu / max(result.requests, 1) * 1000:.2f} ms/bind"
@@ -178,18 +187,34 @@ def programming(url: str, size_mb: int) -> list[tuple[str, list[tuple[str, float
     ]  # fmt: skip
 
 
+def top(profile: Path, entries: int = 30) -> str:
+    """The functions of a cProfile file that took the most time of their own."""
+    out = io.StringIO()
+    stats = pstats.Stats(str(profile), stream=out)
+    stats.sort_stats("tottime").print_stats(entries)
+    return out.getvalue()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--size-mb", type=int, default=16, help="bitstream size")
     parser.add_argument("--baseline", default=BASELINE, help="commit to compare with, or none")
+    parser.add_argument("--profile", type=Path, help="directory for the servers' cProfiles")
     args = parser.parse_args()
+    profiles = {}
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        profiles = {"baseline": args.profile / "baseline.prof", "now": args.profile / "now.prof"}
     baseline = None
     if args.baseline != "none":
-        with checkout(args.baseline) as source, all_in_one(source=source) as url:
+        with (
+            checkout(args.baseline) as source,
+            all_in_one(source=source, profile=profiles.get("baseline")) as url,
+        ):
             baseline, _ = create_and_bind(url, args.clients, args.seconds)
-    with all_in_one() as url:
+    with all_in_one(profile=profiles.get("now")) as url:
         bound, instances = create_and_bind(url, args.clients, args.seconds)
         states = bound_states(url)
         deleted = delete_all(url, instances, args.clients)
@@ -206,6 +231,17 @@ def main() -> None:
         print(f"\n{title}:")
         for phase, seconds in phases:
             print(f"    {phase:<14} {seconds * 1000:8.1f} ms")
+    for name, profile in profiles.items():
+        if profile.exists():
+            print(f"\nserver profile, {name} ({profile}):\n{top(profile)}")
+    for name, profile in profiles.items():
+        run = baseline if name == "baseline" else bound
+        counted = profile.with_suffix(".statements.json")
+        if run is not None and counted.exists():
+            verbs = json.loads(counted.read_text())
+            per = ", ".join(f"{n / run.requests:.1f} {v}" for v, n in sorted(verbs.items()))
+            total = sum(verbs.values()) / run.requests
+            print(f"statements per create + bind, {name}: {total:.1f} ({per})")
 
 
 if __name__ == "__main__":
