@@ -700,7 +700,7 @@ def _visible_arqs(
 
 
 def _prepare(
-    db: Database,
+    conn: Connection,
     context: RequestContext,
     bindings: Sequence[Binding],
     store: BitstreamStore | None,
@@ -708,17 +708,16 @@ def _prepare(
     limits: quotas.Limits | None = None,
 ) -> list[_Prepared]:
     """Everything a bind needs that is read (and looked up in the bitstream store, and
-    the limits of its projects) before its write transaction starts."""
+    the limits of its projects) before it writes."""
     uuids = _check_uuids([b.arq_uuid for b in bindings])
-    with db.reader() as conn:
-        arqs = _visible_arqs(conn, context, uuids)
-        group_of = {b.arq_uuid: _group(arqs[b.arq_uuid]) for b in bindings}
-        deployables = {
-            b.arq_uuid: _deployables_for(
-                conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
-            )
-            for b in bindings
-        }
+    arqs = _visible_arqs(conn, context, uuids)
+    group_of = {b.arq_uuid: _group(arqs[b.arq_uuid]) for b in bindings}
+    deployables = {
+        b.arq_uuid: _deployables_for(
+            conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
+        )
+        for b in bindings
+    }
     prepared = []
     for b in bindings:
         arq = arqs[b.arq_uuid]
@@ -788,18 +787,37 @@ def bind(
     if not bindings:
         raise InvalidInput("Name at least one accelerator request to bind.")
     _check(bindings, context)
-    prepared = _prepare(db, context, bindings, store, flat_mode, limits)
     try:
+        if _local(db, store, limits):
+            with db.writer() as conn:
+                return _bind_all(conn, _prepare(conn, context, bindings, store, flat_mode, limits))
+        with db.reader() as conn:
+            prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
         with db.writer() as conn:
-            prepared = _relock(conn, prepared)
-            _count_quotas(conn, prepared)
-            _claim_instances(conn, prepared)
-            resolved = [r for p in prepared for r in _bind_one(conn, p)]
+            return _bind_all(conn, _relock(conn, prepared))
     except IntegrityError as error:  # a concurrent bind of the same instance won
         raise Conflict(
             "Another bind of the same instance is in progress or done; unbind it first."
         ) from error
-    return resolved
+
+
+def _local(db: Database, store: BitstreamStore | None, limits: quotas.Limits | None) -> bool:
+    """Whether a bind reads what it needs inside its write transaction: on SQLite, whose
+    writer holds the whole database (it reads what no other writer can change, with no
+    lock to take again, in one transaction instead of two), when nothing it looks up
+    waits on another service (the local bitstream store, limits from the config file).
+    Elsewhere it reads first, calls what it must, then locks and reads again."""
+    return (
+        db.backend == "sqlite"
+        and (store is None or store.backend == "local")
+        and (limits is None or not limits.enforcing or limits.driver == "config")
+    )
+
+
+def _bind_all(conn: Connection, prepared: Sequence[_Prepared]) -> list[Resolved]:
+    _count_quotas(conn, prepared)
+    _claim_instances(conn, prepared)
+    return [r for p in prepared for r in _bind_one(conn, p)]
 
 
 def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
