@@ -5,9 +5,9 @@ Placement embedded, the fake driver's agent) and measures:
 
 1. **create + bind, no programming**: 16 clients each loop on Nova's two calls,
    ``POST /v2/accelerator_requests`` then ``PATCH`` binding the new request to a VF
-   pool of a host that reported 128 QAT cards of 32 VFs (4,096 attach handles);
-   every bind ends Bound at once. Then the same requests are deleted
-   (``DELETE ?instance=``), 16 clients.
+   pool of a host that reported 256 QAT cards of 32 VFs (8,192 attach handles, so
+   that no pool runs out at 400 binds/s); every bind ends Bound at once. Then the
+   same requests are deleted (``DELETE ?instance=``), 16 clients.
 2. **a bind that programs a region**, with the all-in-one's own agent doing the
    work: upload a GBS bitstream to the local store, bind a request whose profile
    names its function to a fake FPGA region, and time each phase the request
@@ -56,11 +56,11 @@ HOST = "bench-host"
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
 BASELINE = "d178f91"  # main before the bind path was cut down
 REGION_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
-INVENTORY = "devices:\n  - {type: QAT, count: 128, product_id: '37c8', model: C62X, vfs: 32}\n"
+INVENTORY = "devices:\n  - {type: QAT, count: 256, product_id: '37c8', model: C62X, vfs: 32}\n"
 
 
 def report_big_host(url: str) -> list[str]:
-    """Report a host with 4,096 VF handles; the resource providers of its VF pools."""
+    """Report a host with 8,192 VF handles; the resource providers of its VF pools."""
     report_fake_hosts(url, [HOST], INVENTORY)
     wait_synced(url, [HOST])  # the embedded Placement gets the new host first
     deployables = call(url, "GET", f"/v2/deployables?hostname={HOST}&kind=vf_pool&limit=1000")
