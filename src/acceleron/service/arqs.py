@@ -125,29 +125,6 @@ class Resolved:
 # --- reading -----------------------------------------------------------------------
 
 
-class Arq(NamedTuple):
-    """An accelerator request's own row (``_ARQ_COLUMNS``, built with ``Arq._make``):
-    what the state machine reads and changes."""
-
-    id: int
-    uuid: str
-    state: str
-    project_id: str | None
-    device_profile_id: int
-    device_profile_group_id: int
-    hostname: str | None
-    device_rp_uuid: str | None
-    instance_uuid: str | None
-    deployable_id: int | None
-    bind_started_at: dt.datetime | None
-    phase: str | None
-    progress: int | None
-    failure_reason: str | None
-    resource_class: str | None
-    created_at: dt.datetime
-    updated_at: dt.datetime | None
-
-
 class ArqRecord(NamedTuple):
     """An accelerator request as the API shows it: its row, its profile's name and
     groups, its attach handle and the health of what it is bound to. Built from a row
@@ -191,9 +168,7 @@ class Handle(NamedTuple):
     attach_info: dict[str, Any] | None
 
 
-AnyArq = Arq | ArqRecord
-_ARQ_COLUMNS = [ARQS.c[f] for f in Arq._fields]
-_arq = Arq._make
+_ARQ_COLUMNS = [ARQS.c[f] for f in ArqRecord._fields if f in ARQS.c]  # its own row's
 _record = ArqRecord._make
 _handle = Handle._make
 
@@ -406,38 +381,14 @@ _INSERT = insert(ARQS)
 _IDS = select(ARQS.c.uuid, ARQS.c.id).where(ARQS.c.uuid.in_(bindparam("uuids", expanding=True)))
 
 
+_NOTHING = dict.fromkeys(ArqRecord._fields)  # no value in any field
+
+
 def _new(id_: int, row: Mapping[str, Any], profile: _Profile) -> ArqRecord:
-    """A request just made, as a read would find it: nothing bound (no handle, no
-    health)."""
-    return ArqRecord(
-        id=id_,
-        uuid=row["uuid"],
-        state="Initial",
-        project_id=row["project_id"],
-        device_profile_id=profile.id,
-        device_profile_group_id=row["device_profile_group_id"],
-        hostname=None,
-        device_rp_uuid=None,
-        instance_uuid=None,
-        deployable_id=None,
-        bind_started_at=None,
-        phase=None,
-        progress=None,
-        failure_reason=None,
-        resource_class=row["resource_class"],
-        created_at=row["created_at"],
-        updated_at=None,
-        device_profile_name=profile.name,
-        device_profile_groups=profile.groups,
-        attach_handle_uuid=None,
-        attach_handle_type=None,
-        attach_handle_address=None,
-        attach_handle_info=None,
-        deployable_health=None,
-        deployable_health_reason=None,
-        device_health=None,
-        device_health_reason=None,
-    )
+    """A request just made (``row``: what was inserted), as a read would find it:
+    nothing bound, no handle, no health."""
+    made = {"id": id_, "device_profile_name": profile.name, "device_profile_groups": profile.groups}
+    return ArqRecord(**{**_NOTHING, **row, **made})
 
 
 def _insert(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -465,7 +416,7 @@ _STATE = select(ARQS.c.state).where(ARQS.c.id == bindparam("arq_id"))
 
 
 def _move(
-    conn: Connection, arq: AnyArq, target: str, via: str | None = None, **values: Any
+    conn: Connection, arq: ArqRecord, target: str, via: str | None = None, **values: Any
 ) -> None:
     """The conditional update of the state machine; Conflict when another request won.
     ``via``: reach ``target`` through that state in the same statement (both moves
@@ -661,7 +612,7 @@ def program_for(
 @dataclasses.dataclass(frozen=True)
 class _Prepared:
     binding: Binding
-    arq: AnyArq  # as first read; the locked row once the write transaction holds it
+    arq: ArqRecord  # as first read; its own row read again once locked, outside SQLite
     # The deployables the bind may take a handle of, in order, each with the bitstream
     # to load first (None: none): one in nested mode, the fitting ones in flat mode.
     choices: tuple[tuple[Row[Any], Bitstream | None], ...]
@@ -677,12 +628,15 @@ _LOCKED = select(*_ARQ_COLUMNS).order_by(ARQS.c.id).with_for_update()
 _LOCK_ONE = _LOCKED.where(ARQS.c.id == bindparam("arq_id"))
 
 
-def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Arq]:
+def _lock(conn: Connection, where: ColumnElement[bool]) -> list[ArqRecord]:
     """The requests ``where`` selects, their rows locked until the transaction ends
     (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
     anyway): a bind, an unbind, a delete and the reaper of one request take turns, and
-    each reads the state the one before it left."""
-    return list(map(_arq, conn.execute(_LOCKED.where(where))))
+    each reads the state the one before it left. (Only the requests' own rows are
+    locked: the joins of ``_VIEW`` are read after.)"""
+    ids = list(conn.execute(_LOCKED.with_only_columns(ARQS.c.id).where(where)).scalars())
+    query = _VIEW.where(ARQS.c.id.in_(ids)).order_by(ARQS.c.id)
+    return list(map(_record, conn.execute(query))) if ids else []
 
 
 def _visible_arqs(
@@ -691,7 +645,9 @@ def _visible_arqs(
     """The requests named, as the caller sees them (NotFound for any it does not);
     ``lock``: inside a write transaction, locked first (``_lock``)."""
     if lock:
-        _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
+        conn.execute(
+            _LOCKED.with_only_columns(ARQS.c.id).where(ARQS.c.uuid.in_(uuids) & _visible(context))
+        ).all()
     found = {a.uuid: a for a in _view_of(conn, context, uuids)}
     missing = [u for u in uuids if u not in found]
     if missing:
@@ -824,14 +780,15 @@ def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
     """The requests to bind, locked and read again: one deleted (or changed) since they
     were first read is seen as it is now, not as it was."""
     if len(prepared) == 1:
-        locked = list(map(_arq, conn.execute(_LOCK_ONE, {"arq_id": prepared[0].arq.id})))
+        locked = list(conn.execute(_LOCK_ONE, {"arq_id": prepared[0].arq.id}))
     else:
-        locked = _lock(conn, ARQS.c.id.in_([p.arq.id for p in prepared]))
+        locked = list(conn.execute(_LOCKED.where(ARQS.c.id.in_([p.arq.id for p in prepared]))))
     rows = {row.id: row for row in locked}
     gone = [p.arq.uuid for p in prepared if p.arq.id not in rows]
     if gone:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
-    return [dataclasses.replace(p, arq=rows[p.arq.id]) for p in prepared]
+    # Its own row as it is now; its profile's groups do not change.
+    return [dataclasses.replace(p, arq=p.arq._replace(**rows[p.arq.id]._mapping)) for p in prepared]
 
 
 def _count_quotas(conn: Connection, prepared: Sequence[_Prepared]) -> None:
@@ -1007,12 +964,12 @@ def _observe_bind(started: dt.datetime | None, outcome: str) -> None:
         metrics.BIND_SECONDS.labels(outcome).observe(seconds)
 
 
-_BY_ID = select(*_ARQ_COLUMNS).where(ARQS.c.id == bindparam("arq_id"))
+_BY_ID = _VIEW.where(ARQS.c.id == bindparam("arq_id"))
 
 
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     """End a bind in BindFailed, its handle freed and its tasks cancelled."""
-    arq = _arq(conn.execute(_BY_ID, {"arq_id": arq_id}).one())
+    arq = _record(conn.execute(_BY_ID, {"arq_id": arq_id}).one())
     programming.cancel_for_arq(conn, arq.id)
     _free_handle(conn, arq.id)
     _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
@@ -1037,7 +994,7 @@ def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
     return conn.execute(query).first()
 
 
-def _release(conn: Connection, arq: AnyArq, reason: str | None = None) -> None:
+def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None:
     """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
     the instance released once none of its ARQs stays bound; ``reason``: why, shown as
     the request's failure_reason."""
@@ -1077,7 +1034,7 @@ def _release(conn: Connection, arq: AnyArq, reason: str | None = None) -> None:
         conn.execute(delete(BINDINGS).where(BINDINGS.c.instance_uuid == arq.instance_uuid))
 
 
-def _check_service(arqs: Iterable[AnyArq], service_token: bool, doing: str) -> None:
+def _check_service(arqs: Iterable[ArqRecord], service_token: bool, doing: str) -> None:
     """Changing a bound ARQ needs the compute service's token (where tokens exist)."""
     bound = [a.uuid for a in arqs if a.state in BOUND]
     if bound and not service_token:
@@ -1130,10 +1087,10 @@ def delete_for_instance(
 _DELETE = delete(ARQS).where(ARQS.c.id == bindparam("arq_id"))
 
 
-def _delete(conn: Connection, arqs: Iterable[AnyArq]) -> None:
+def _delete(conn: Connection, arqs: Iterable[ArqRecord]) -> None:
     """Delete requests whose rows this transaction locked (``_lock``)."""
     for arq in arqs:
-        _release(conn, _arq(conn.execute(_BY_ID, {"arq_id": arq.id}).one()))
+        _release(conn, _record(conn.execute(_BY_ID, {"arq_id": arq.id}).one()))
         conn.execute(_DELETE, {"arq_id": arq.id})
         LOG.info("Deleted accelerator request %s", arq.uuid)
 
@@ -1290,7 +1247,7 @@ def _bind_end(conn: Connection, task: Row[Any]) -> list[Resolved]:
     if task.arq_id is None:
         return []
     row = conn.execute(_BY_ID, {"arq_id": task.arq_id}).first()
-    arq = None if row is None else _arq(row)
+    arq = None if row is None else _record(row)
     if arq is not None and arq.state == "Bound":  # a run-time reprogram ended
         reason = None if task.state == "done" else f"reprogramming failed: {task.error}"
         conn.execute(
