@@ -15,7 +15,7 @@ Placement embedded, the fake driver's agent) and measures:
    the card's other region, where the host's cache spares the fetch.
 
 With ``--baseline REV`` the create + bind figure is first taken, the same way, on
-the code of commit ``REV`` (default ``d178f91``, before the bind path was cut down),
+the code of commit ``REV`` (default ``2723894``, before issue 14's cut of the bind path),
 and printed beside this tree's; ``--baseline none`` skips it. With ``--profile DIR``
 each server runs under cProfile (which slows it: its rate is not the figure to quote),
 its statistics are written to ``DIR/baseline.prof`` and ``DIR/now.prof``, and the top
@@ -54,7 +54,7 @@ from load import (
 
 HOST = "bench-host"
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
-BASELINE = "d178f91"  # main before the bind path was cut down
+BASELINE = "2723894"  # main before issue 14's cut of the bind path
 REGION_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
 INVENTORY = "devices:\n  - {type: QAT, count: 256, product_id: '37c8', model: C62X, vfs: 32}\n"
 
