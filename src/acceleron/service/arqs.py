@@ -433,20 +433,24 @@ def _move(
         )
 
 
+_LOST = (
+    select(DEVICES.c.hostname)
+    .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+    .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
+    .where(HANDLES.c.arq_id == bindparam("arq_id"), HANDLES.c.state == "lost")
+)
+_FREE = (
+    update(HANDLES)
+    .where(HANDLES.c.arq_id == bindparam("arq"))
+    .values(arq_id=None, in_use=False, updated_at=bindparam("now"))
+)
+
+
 def _free_handle(conn: Connection, arq_id: int) -> None:
     """Give the request's handle back. A handle whose device vanished while held (lost)
     can go now: the host's next report is diffed in full, which removes it."""
-    lost = conn.execute(
-        select(DEVICES.c.hostname)
-        .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-        .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
-        .where(HANDLES.c.arq_id == arq_id, HANDLES.c.state == "lost")
-    ).first()
-    conn.execute(
-        update(HANDLES)
-        .where(HANDLES.c.arq_id == arq_id)
-        .values(arq_id=None, in_use=False, updated_at=utcnow())
-    )
+    lost = conn.execute(_LOST, {"arq_id": arq_id}).first()
+    conn.execute(_FREE, {"arq": arq_id, "now": utcnow()})
     if lost is not None:
         inventory.forget_report(conn, lost.hostname)
 
@@ -984,14 +988,20 @@ def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
 BOUND = ("BindStarted", "Bound", "BindFailed", "UnbindFailed")
 
 
+_HANDLE_OF = (
+    select(HANDLES, DEVICES.c.pci_address, DEPLOYABLES.c.key.label("deployable_key"))
+    .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
+    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+    .where(HANDLES.c.arq_id == bindparam("arq_id"))
+)
+_STILL_BOUND = select(func.count()).where(
+    ARQS.c.instance_uuid == bindparam("instance"), or_(*(ARQS.c.state == s for s in BOUND))
+)
+_UNCLAIM = delete(BINDINGS).where(BINDINGS.c.instance_uuid == bindparam("instance"))
+
+
 def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
-    query = (
-        select(HANDLES, DEVICES.c.pci_address, DEPLOYABLES.c.key.label("deployable_key"))
-        .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
-        .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-        .where(HANDLES.c.arq_id == arq_id)
-    )
-    return conn.execute(query).first()
+    return conn.execute(_HANDLE_OF, {"arq_id": arq_id}).first()
 
 
 def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None:
@@ -1025,13 +1035,8 @@ def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> Non
         **({"failure_reason": reason[:4000]} if reason else {}),
     )
     _refresh_deployable(conn, arq.deployable_id)
-    still = conn.execute(
-        select(func.count()).where(
-            ARQS.c.instance_uuid == arq.instance_uuid, ARQS.c.state.in_(BOUND)
-        )
-    ).scalar()
-    if not still:
-        conn.execute(delete(BINDINGS).where(BINDINGS.c.instance_uuid == arq.instance_uuid))
+    if not conn.execute(_STILL_BOUND, {"instance": arq.instance_uuid}).scalar():
+        conn.execute(_UNCLAIM, {"instance": arq.instance_uuid})
 
 
 def _check_service(arqs: Iterable[ArqRecord], service_token: bool, doing: str) -> None:

@@ -16,7 +16,7 @@ import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, or_, select, update
 
 from acceleron.db.models import Task, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock, signal
@@ -26,6 +26,7 @@ TASKS = table(Task)
 KINDS = ("program", "create_mdev", "remove_mdev")
 STATES = ("pending", "running", "done", "failed", "cancelled")
 OPEN = ("pending", "running")
+IS_OPEN = or_(*(TASKS.c.state == s for s in OPEN))  # no IN list to expand per call
 FINISHED = ("done", "failed", "cancelled")
 # Phases an agent reports, in order, for a programming task.
 PHASES = ("queued", "fetch", "verify", "program", "report")
@@ -69,12 +70,15 @@ def create(
     return uuid
 
 
+_CANCEL_FOR_ARQ = (
+    update(TASKS)
+    .where(TASKS.c.arq_id == bindparam("arq"), IS_OPEN)
+    .values(state="cancelled", updated_at=bindparam("now"))
+)
+
+
 def cancel_for_arq(conn: Connection, arq_id: int) -> None:
-    conn.execute(
-        update(TASKS)
-        .where(TASKS.c.arq_id == arq_id, TASKS.c.state.in_(OPEN))
-        .values(state="cancelled", updated_at=utcnow())
-    )
+    conn.execute(_CANCEL_FOR_ARQ, {"arq": arq_id, "now": utcnow()})
 
 
 def claim(db: Database, hostname: str) -> list[Row[Any]]:
