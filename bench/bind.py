@@ -5,9 +5,9 @@ Placement embedded, the fake driver's agent) and measures:
 
 1. **create + bind, no programming**: 16 clients each loop on Nova's two calls,
    ``POST /v2/accelerator_requests`` then ``PATCH`` binding the new request to a VF
-   pool of a host that reported 128 QAT cards of 32 VFs (4,096 attach handles);
-   every bind ends Bound at once. Then the same requests are deleted
-   (``DELETE ?instance=``), 16 clients.
+   pool of a host that reported 256 QAT cards of 32 VFs (8,192 attach handles, so
+   that no pool runs out at 400 binds/s); every bind ends Bound at once. Then the
+   same requests are deleted (``DELETE ?instance=``), 16 clients.
 2. **a bind that programs a region**, with the all-in-one's own agent doing the
    work: upload a GBS bitstream to the local store, bind a request whose profile
    names its function to a fake FPGA region, and time each phase the request
@@ -15,10 +15,14 @@ Placement embedded, the fake driver's agent) and measures:
    the card's other region, where the host's cache spares the fetch.
 
 With ``--baseline REV`` the create + bind figure is first taken, the same way, on
-the code of commit ``REV`` (default ``d178f91``, before the bind path was cut down),
-and printed beside this tree's; ``--baseline none`` skips it.
+the code of commit ``REV`` (default ``2723894``, before issue 14's cut of the bind path),
+and printed beside this tree's; ``--baseline none`` skips it. With ``--profile DIR``
+each server runs under cProfile (which slows it: its rate is not the figure to quote),
+its statistics are written to ``DIR/baseline.prof`` and ``DIR/now.prof``, and the top
+entries by own time printed.
 
     .venv/bin/python bench/bind.py [--seconds 10] [--clients 16] [--size-mb 16] [--baseline REV]
+                                   [--profile DIR]
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import io
 import json
+import pstats
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from acceleron.drivers import gbs
@@ -40,19 +47,20 @@ from load import (
     checkout,
     cpu_seconds,
     exchange,
+    profiling,
     report_fake_hosts,
     wait_synced,
 )
 
 HOST = "bench-host"
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
-BASELINE = "d178f91"  # main before the bind path was cut down
+BASELINE = "2723894"  # main before issue 14's cut of the bind path
 REGION_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
-INVENTORY = "devices:\n  - {type: QAT, count: 128, product_id: '37c8', model: C62X, vfs: 32}\n"
+INVENTORY = "devices:\n  - {type: QAT, count: 256, product_id: '37c8', model: C62X, vfs: 32}\n"
 
 
 def report_big_host(url: str) -> list[str]:
-    """Report a host with 4,096 VF handles; the resource providers of its VF pools."""
+    """Report a host with 8,192 VF handles; the resource providers of its VF pools."""
     report_fake_hosts(url, [HOST], INVENTORY)
     wait_synced(url, [HOST])  # the embedded Placement gets the new host first
     deployables = call(url, "GET", f"/v2/deployables?hostname={HOST}&kind=vf_pool&limit=1000")
@@ -98,7 +106,8 @@ def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, lis
                                for i in range(clients)))  # fmt: skip
 
     started, cpu = time.perf_counter(), cpu_seconds(url.pid)  # type: ignore[attr-defined]
-    asyncio.run(main())
+    with profiling(url):
+        asyncio.run(main())
     result.seconds = time.perf_counter() - started
     cpu = cpu_seconds(url.pid) - cpu  # type: ignore[attr-defined]
     result.name += f", server CPU {cpu / max(result.requests, 1) * 1000:.2f} ms/bind"
@@ -178,18 +187,34 @@ def programming(url: str, size_mb: int) -> list[tuple[str, list[tuple[str, float
     ]  # fmt: skip
 
 
+def top(profile: Path, entries: int = 30) -> str:
+    """The functions of a cProfile file that took the most time of their own."""
+    out = io.StringIO()
+    stats = pstats.Stats(str(profile), stream=out)
+    stats.sort_stats("tottime").print_stats(entries)
+    return out.getvalue()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--size-mb", type=int, default=16, help="bitstream size")
     parser.add_argument("--baseline", default=BASELINE, help="commit to compare with, or none")
+    parser.add_argument("--profile", type=Path, help="directory for the servers' cProfiles")
     args = parser.parse_args()
+    profiles = {}
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        profiles = {"baseline": args.profile / "baseline.prof", "now": args.profile / "now.prof"}
     baseline = None
     if args.baseline != "none":
-        with checkout(args.baseline) as source, all_in_one(source=source) as url:
+        with (
+            checkout(args.baseline) as source,
+            all_in_one(source=source, profile=profiles.get("baseline")) as url,
+        ):
             baseline, _ = create_and_bind(url, args.clients, args.seconds)
-    with all_in_one() as url:
+    with all_in_one(profile=profiles.get("now")) as url:
         bound, instances = create_and_bind(url, args.clients, args.seconds)
         states = bound_states(url)
         deleted = delete_all(url, instances, args.clients)
@@ -206,6 +231,17 @@ def main() -> None:
         print(f"\n{title}:")
         for phase, seconds in phases:
             print(f"    {phase:<14} {seconds * 1000:8.1f} ms")
+    for name, profile in profiles.items():
+        if profile.exists():
+            print(f"\nserver profile, {name} ({profile}):\n{top(profile)}")
+    for name, profile in profiles.items():
+        run = baseline if name == "baseline" else bound
+        counted = profile.with_suffix(".statements.json")
+        if run is not None and counted.exists():
+            verbs = json.loads(counted.read_text())
+            per = ", ".join(f"{n / run.requests:.1f} {v}" for v, n in sorted(verbs.items()))
+            total = sum(verbs.values()) / run.requests
+            print(f"statements per create + bind, {name}: {total:.1f} ({per})")
 
 
 if __name__ == "__main__":

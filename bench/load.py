@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -129,6 +130,24 @@ class Url(str):
     """A server's URL, with the process id of the server (for its CPU time)."""
 
     pid: int = 0
+    profile: Path | None = None  # where its cProfile goes (bench/profiled.py)
+
+
+@contextmanager
+def profiling(url: Url) -> Iterator[None]:
+    """Profile the server (started with ``profile``) while the block runs: its
+    statistics are in ``url.profile`` after it."""
+    if url.profile is None:
+        yield
+        return
+    os.kill(url.pid, signal.SIGUSR1)
+    try:
+        yield
+    finally:
+        os.kill(url.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not url.profile.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -139,27 +158,37 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def all_in_one(
-    extra_args: tuple[str, ...] = (), config: str = "", source: Path | None = None
+    extra_args: tuple[str, ...] = (),
+    config: str = "",
+    source: Path | None = None,
+    profile: Path | None = None,
 ) -> Iterator[Url]:
     """Start ``acceleron all-in-one`` as ``make run`` does, in a fresh data directory;
     ``config``: the text of a configuration file to start it with; ``source``: the
-    ``src`` directory of another checkout to run instead of this one (a baseline)."""
+    ``src`` directory of another checkout to run instead of this one (a baseline);
+    ``profile``: where the server writes the cProfile that ``profiling`` takes (see
+    bench/profiled.py)."""
     port = free_port()
-    acceleron = Path(sys.executable).parent / "acceleron"
+    acceleron: list[str] = [str(Path(sys.executable).parent / "acceleron")]
+    if profile is not None:
+        acceleron = [sys.executable, str(Path(__file__).parent / "profiled.py")]
     with tempfile.TemporaryDirectory() as data_dir:
         log = open(Path(data_dir) / "server.log", "w")  # noqa: SIM115
         env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+        if profile is not None:
+            env["ACCELERON_PROFILE"] = str(profile)
         if source is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
         conf_file = Path(data_dir) / "acceleron.conf"
         conf_file.write_text(config)
         process = subprocess.Popen(
-            [str(acceleron), "--config-file", str(conf_file), "all-in-one", "--data-dir",
+            [*acceleron, "--config-file", str(conf_file), "all-in-one", "--data-dir",
              data_dir, "--port", str(port), *extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
         url = Url(f"http://127.0.0.1:{port}")
         url.pid = process.pid
+        url.profile = profile
         started = time.perf_counter()
         try:
             wait_ready(url, process)

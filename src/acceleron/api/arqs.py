@@ -16,12 +16,12 @@ In keystone mode, changing a bound ARQ needs a service token beside the user's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field, RootModel
-from sqlalchemy import Row
 from starlette.responses import Response
+from typing_extensions import TypedDict
 
 from acceleron.api import microversion
 from acceleron.api.common import (
@@ -63,7 +63,9 @@ class PatchOp(BaseModel):
 Patch = RootModel[dict[str, list[PatchOp]]]
 
 
-class ArqOut(BaseModel):
+class Arq_2_0(TypedDict):  # named after its microversion
+    """An accelerator request, 2.0 to 2.7."""
+
     uuid: str
     state: str
     device_profile_name: str
@@ -72,74 +74,104 @@ class ArqOut(BaseModel):
     device_rp_uuid: str | None
     instance_uuid: str | None
     project_id: str | None
-    attach_handle_type: str | None = Field(description="PCI, MDEV, MIG or TEST_PCI, once Bound.")
+    attach_handle_type: Annotated[
+        str | None, Field(description="PCI, MDEV, MIG or TEST_PCI, once Bound.")
+    ]
     attach_handle_uuid: str | None
-    attach_handle_info: dict[str, str] | None = Field(
-        description="Once Bound: domain, bus, device, function (and asked_type, vgpu_mark "
-        "for MDEV; gpu_uuid, mig_uuid for MIG)."
-    )
-    phase: str | None = Field(None, description="From 2.8: the bind's current phase.")
-    progress: int | None = Field(None, description="From 2.8: percent of that phase done.")
-    failure_reason: str | None = Field(None, description="From 2.8: why the bind failed.")
-    attach_target: str | None = Field(
-        None,
-        description="From 2.11: where the accelerator is attached, from its group's "
-        "accel:attach_target: VM (the default), host or none. Before 2.11 a request whose "
-        "target is not VM shows no attach handle.",
-    )
-    health: dict[str, Any] | None = Field(
-        None,
-        description="From 2.13: the health ({state, reason}) of the deployable and device a "
-        "bound request holds; the request stays Bound when they fail, this shows it.",
-    )
+    attach_handle_info: Annotated[
+        dict[str, str] | None,
+        Field(
+            description="Once Bound: domain, bus, device, function (and asked_type, vgpu_mark "
+            "for MDEV; gpu_uuid, mig_uuid for MIG)."
+        ),
+    ]
     created_at: str | None
     updated_at: str | None
     links: list[Link]
 
 
-class ArqList(BaseModel):
+class Arq_2_8(Arq_2_0):
+    """An accelerator request, 2.8 to 2.10: the bind's phase and progress."""
+
+    phase: Annotated[str | None, Field(description="The bind's current phase.")]
+    progress: Annotated[int | None, Field(description="Percent of that phase done.")]
+    failure_reason: Annotated[str | None, Field(description="Why the bind failed.")]
+
+
+class Arq_2_11(Arq_2_8):
+    """An accelerator request, 2.11 and 2.12: where its accelerator is attached."""
+
+    attach_target: Annotated[
+        str,
+        Field(
+            description="Where the accelerator is attached, from its group's "
+            "accel:attach_target: VM (the default), host or none. Before 2.11 a request "
+            "whose target is not VM shows no attach handle."
+        ),
+    ]
+
+
+class Arq_2_13(Arq_2_11):
+    """An accelerator request, from 2.13: the health of what it is bound to."""
+
+    health: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The health ({state, reason}) of the deployable and device a bound "
+            "request holds; the request stays Bound when they fail, this shows it."
+        ),
+    ]
+
+
+ArqOut: TypeAlias = Arq_2_0 | Arq_2_8 | Arq_2_11 | Arq_2_13
+
+
+class ArqList(TypedDict):
     arqs: list[ArqOut]
 
 
-def view(arq: Row[Any], version: microversion.Version, base: str) -> dict[str, Any]:
+def view(arq: service.ArqRecord, version: microversion.Version, base: str) -> ArqOut:
     target = service.attach_target(arq)
     # Before 2.11 a client cannot tell where a handle goes, and Nova attaches every PCI
     # or MDEV handle it sees to the instance: show none for the host's or nobody's.
     bound = arq.state == "Bound" and (target == "VM" or version >= microversion.V2_11)
-    data: dict[str, Any] = {
-        "uuid": arq.uuid,
-        "state": arq.state,
-        "device_profile_name": arq.device_profile_name,
-        "device_profile_group_id": arq.device_profile_group_id,
-        "hostname": arq.hostname,
-        "device_rp_uuid": arq.device_rp_uuid,
-        "instance_uuid": arq.instance_uuid,
-        "project_id": arq.project_id,
-        "attach_handle_type": arq.attach_handle_type if bound else None,
-        "attach_handle_uuid": _handle_uuid(arq) if bound else None,
-        "attach_handle_info": _info(arq) if bound else None,
-        "created_at": timestamp(arq.created_at),
-        "updated_at": timestamp(arq.updated_at),
-        "links": [{"href": f"{base}/v2/accelerator_requests/{arq.uuid}", "rel": "self"}],
-    }
-    if version >= microversion.V2_8:
-        data.update(phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason)
-    if version >= microversion.V2_11:
-        data["attach_target"] = target
-    if version >= microversion.V2_13:
-        data["health"] = service.health_of(arq)
-    return data
-
-
-def _handle_uuid(arq: Row[Any]) -> str:
-    """For an mdev, the mdev's own uuid: Nova's libvirt driver attaches the mdev by it."""
-    uuid: str = (
-        arq.attach_handle_address if arq.attach_handle_type == "MDEV" else arq.attach_handle_uuid
+    data = Arq_2_0(
+        uuid=arq.uuid,
+        state=arq.state,
+        device_profile_name=arq.device_profile_name,
+        device_profile_group_id=arq.device_profile_group_id,
+        hostname=arq.hostname,
+        device_rp_uuid=arq.device_rp_uuid,
+        instance_uuid=arq.instance_uuid,
+        project_id=arq.project_id,
+        attach_handle_type=arq.attach_handle_type if bound else None,
+        attach_handle_uuid=_handle_uuid(arq) if bound else None,
+        attach_handle_info=_info(arq) if bound else None,
+        created_at=timestamp(arq.created_at),
+        updated_at=timestamp(arq.updated_at),
+        links=[Link(href=f"{base}/v2/accelerator_requests/{arq.uuid}", rel="self")],
     )
-    return uuid
+    if version < microversion.V2_8:
+        return data
+    with_phase = Arq_2_8(
+        **data, phase=arq.phase, progress=arq.progress, failure_reason=arq.failure_reason
+    )
+    if version < microversion.V2_11:
+        return with_phase
+    with_target = Arq_2_11(**with_phase, attach_target=target)
+    if version < microversion.V2_13:
+        return with_target
+    return Arq_2_13(**with_target, health=service.health_of(arq))
 
 
-def _info(arq: Row[Any]) -> dict[str, str]:
+def _handle_uuid(arq: service.ArqRecord) -> str | None:
+    """For an mdev, the mdev's own uuid: Nova's libvirt driver attaches the mdev by it."""
+    if arq.attach_handle_type == "MDEV":
+        return arq.attach_handle_address
+    return arq.attach_handle_uuid
+
+
+def _info(arq: service.ArqRecord) -> dict[str, str]:
     return {k: str(v) for k, v in (arq.attach_handle_info or {}).items() if v is not None}
 
 
@@ -175,7 +207,7 @@ async def create_arqs(body: Annotated[ArqCreate, Body()], call: CallDep) -> Resp
     run = call.run if limits.driver == "config" else call.run_blocking
     created = await run(service.create, call.context, body.device_profile_name, limits)
     base = call.base_url
-    return json_response({"arqs": [view(a, call.version, base) for a in created]}, 201)
+    return json_response(ArqList(arqs=[view(a, call.version, base) for a in created]), 201)
 
 
 @router.get("", responses={200: {"model": ArqList}}, summary="List accelerator requests")
@@ -194,7 +226,7 @@ async def list_arqs(
         raise InvalidInput("bind_state=resolved needs instance=<uuid>.")
     found = await call.run(service.list_arqs, call.context, instance, resolved)
     base = call.base_url
-    return json_response({"arqs": [view(a, call.version, base) for a in found]})
+    return json_response(ArqList(arqs=[view(a, call.version, base) for a in found]))
 
 
 @router.get("/{uuid}", responses={200: {"model": ArqOut}}, summary="Show an accelerator request")

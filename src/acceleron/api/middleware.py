@@ -58,8 +58,9 @@ def _patient(receive: Receive, send: Send, timeout: float) -> tuple[Receive, Sen
         nonlocal body_done
         if body_done:  # only a disconnect may come now: wait for it as long as it takes
             return await receive()
-        try:
-            message = await asyncio.wait_for(receive(), timeout)
+        try:  # asyncio.timeout, unlike wait_for, makes no task of its own: cheaper
+            async with asyncio.timeout(timeout):
+                message = await receive()
         except TimeoutError:
             raise HTTPException(
                 408,
@@ -73,7 +74,8 @@ def _patient(receive: Receive, send: Send, timeout: float) -> tuple[Receive, Sen
             await send(message)
             return
         try:
-            await asyncio.wait_for(send(message), timeout)
+            async with asyncio.timeout(timeout):
+                await send(message)
         except TimeoutError:
             raise ClientStalled() from None
 

@@ -25,19 +25,19 @@ import logging
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
-    Select,
     bindparam,
     case,
     delete,
     distinct,
     func,
     insert,
+    or_,
     select,
     true,
     update,
@@ -124,23 +124,71 @@ class Resolved:
 
 # --- reading -----------------------------------------------------------------------
 
+
+class ArqRecord(NamedTuple):
+    """An accelerator request as the API shows it: its row, its profile's name and
+    groups, its attach handle and the health of what it is bound to. Built from a row
+    of ``_VIEW`` (the same names, in the same order) with ``ArqRecord._make``."""
+
+    id: int
+    uuid: str
+    state: str
+    project_id: str | None
+    device_profile_id: int
+    device_profile_group_id: int
+    hostname: str | None
+    device_rp_uuid: str | None
+    instance_uuid: str | None
+    deployable_id: int | None
+    bind_started_at: dt.datetime | None
+    phase: str | None
+    progress: int | None
+    failure_reason: str | None
+    resource_class: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    device_profile_name: str
+    device_profile_groups: list[dict[str, str]]
+    attach_handle_uuid: str | None
+    attach_handle_type: str | None
+    attach_handle_address: str | None
+    attach_handle_info: dict[str, Any] | None
+    deployable_health: str | None
+    deployable_health_reason: str | None
+    device_health: str | None
+    device_health_reason: str | None
+
+
+class Handle(NamedTuple):
+    """A free attach handle a bind takes (``_HANDLE_COLUMNS``)."""
+
+    id: int
+    type: str
+    address: str
+    attach_info: dict[str, Any] | None
+
+
+_ARQ_COLUMNS = [ARQS.c[f] for f in ArqRecord._fields if f in ARQS.c]  # its own row's
+_record = ArqRecord._make
+_handle = Handle._make
+
 # The deployable and device a request is bound to, for its health.
 _HEALTH_DEP = DEPLOYABLES.alias("bound_deployable")
 _HEALTH_DEV = DEVICES.alias("bound_device")
+_JOINED = {
+    "device_profile_name": PROFILES.c.name,
+    "device_profile_groups": PROFILES.c.groups,
+    "attach_handle_uuid": HANDLES.c.uuid,
+    "attach_handle_type": HANDLES.c.type,
+    "attach_handle_address": HANDLES.c.address,
+    "attach_handle_info": HANDLES.c.attach_info,
+    "deployable_health": _HEALTH_DEP.c.health,
+    "deployable_health_reason": _HEALTH_DEP.c.health_reason,
+    "device_health": _HEALTH_DEV.c.health,
+    "device_health_reason": _HEALTH_DEV.c.health_reason,
+}
 _VIEW = (
-    select(
-        ARQS,
-        PROFILES.c.name.label("device_profile_name"),
-        PROFILES.c.groups.label("device_profile_groups"),
-        HANDLES.c.uuid.label("attach_handle_uuid"),
-        HANDLES.c.type.label("attach_handle_type"),
-        HANDLES.c.address.label("attach_handle_address"),
-        HANDLES.c.attach_info.label("attach_handle_info"),
-        _HEALTH_DEP.c.health.label("deployable_health"),
-        _HEALTH_DEP.c.health_reason.label("deployable_health_reason"),
-        _HEALTH_DEV.c.health.label("device_health"),
-        _HEALTH_DEV.c.health_reason.label("device_health_reason"),
-    )
+    select(*(_JOINED[f].label(f) if f in _JOINED else ARQS.c[f] for f in ArqRecord._fields))
     .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
     .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
     .outerjoin(_HEALTH_DEP, _HEALTH_DEP.c.id == ARQS.c.deployable_id)
@@ -148,7 +196,7 @@ _VIEW = (
 )
 
 
-def health_of(arq: Row[Any]) -> dict[str, Any] | None:
+def health_of(arq: ArqRecord) -> dict[str, Any] | None:
     """The health of what a request is bound to (its deployable, with its device's): the
     condition shown on a request whose device fails under it; None when not bound."""
     if arq.state not in ("BindStarted", "Bound") or arq.device_health is None:
@@ -156,24 +204,27 @@ def health_of(arq: Row[Any]) -> dict[str, Any] | None:
     found = [(arq.device_health, arq.device_health_reason),
              (arq.deployable_health, arq.deployable_health_reason)]  # fmt: skip
     rank = {"healthy": 0, "degraded": 1, "unhealthy": 2}
-    state = max((s for s, _ in found), key=lambda s: rank.get(s, 1))
+    state = max((s for s, _ in found), key=lambda s: rank.get(s or "", 1))
     reasons = [r for s, r in found if s == state and r]
     return {"state": state, "reason": "; ".join(reasons) or None}
 
 
-def attach_target(arq: Row[Any]) -> str:
+def attach_target(arq: ArqRecord) -> str:
     """Where the request's accelerator is attached (spec 002's ``accel:attach_target``):
     ``VM`` (the default), ``host`` (the host uses it: infrastructure offload) or ``none``
     (nothing attaches it: the instance reaches it indirectly)."""
+    return _target(_group(arq))
+
+
+def _group(arq: ArqRecord) -> dict[str, str]:
+    """The device profile group the request was made from."""
     groups = arq.device_profile_groups or []
     index = arq.device_profile_group_id
-    group = groups[index] if 0 <= index < len(groups) else {}
-    target: str = group.get(f"accel:{ATTACH_TARGET_KEY}", "VM")
-    return target
+    return groups[index] if 0 <= index < len(groups) else {}
 
 
-# What a bind reads first: the requests with their profiles' groups (one statement).
-_VIEW_WITH_GROUPS = _VIEW.add_columns(PROFILES.c.groups.label("profile_groups"))
+def _target(group: Mapping[str, str]) -> str:
+    return group.get(f"accel:{ATTACH_TARGET_KEY}", "VM")
 
 
 def _privileged(context: RequestContext) -> bool:
@@ -188,6 +239,32 @@ def _visible(context: RequestContext) -> ColumnElement[bool]:
     return true() if _privileged(context) else ARQS.c.project_id == context.project_id
 
 
+# The requests named, as a caller sees them: one statement built once per case (by one
+# uuid or several; every project's or one's), so that none is compiled per request.
+_BY_UUID = ARQS.c.uuid == bindparam("uuid")
+_BY_UUIDS = ARQS.c.uuid.in_(bindparam("uuids", expanding=True))
+_OWN = ARQS.c.project_id == bindparam("project")
+_VIEWS = {
+    (True, True): _VIEW.where(_BY_UUID),
+    (True, False): _VIEW.where(_BY_UUIDS).order_by(ARQS.c.id),
+    (False, True): _VIEW.where(_BY_UUID, _OWN),
+    (False, False): _VIEW.where(_BY_UUIDS, _OWN).order_by(ARQS.c.id),
+}
+
+
+def _view_of(conn: Connection, context: RequestContext, uuids: Sequence[str]) -> list[ArqRecord]:
+    """The requests of ``uuids`` the caller may see (in id order)."""
+    privileged = _privileged(context)
+    if not privileged and context.project_id is None:  # sees the requests of no project
+        query = _VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)).order_by(ARQS.c.id)
+        return list(map(_record, conn.execute(query)))
+    one = len(uuids) == 1
+    params: dict[str, Any] = {"uuid": uuids[0]} if one else {"uuids": list(uuids)}
+    if not privileged:
+        params["project"] = context.project_id
+    return list(map(_record, conn.execute(_VIEWS[privileged, one], params)))
+
+
 def _check_uuids(values: Iterable[str], what: str = "uuid") -> list[str]:
     found = list(dict.fromkeys(values))
     for value in found:
@@ -198,14 +275,14 @@ def _check_uuids(values: Iterable[str], what: str = "uuid") -> list[str]:
 
 def list_arqs(
     db: Database, context: RequestContext, instance: str | None = None, resolved: bool = False
-) -> list[Row[Any]]:
+) -> list[ArqRecord]:
     """ARQs the caller may see (of one instance, if given). With ``resolved``, Locked
     while any of the instance's ARQs is still being bound."""
     query = _VIEW.where(_visible(context)).order_by(ARQS.c.id)
     if instance is not None:
         query = query.where(ARQS.c.instance_uuid == _check_uuids([instance], "instance")[0])
     with db.reader() as conn:
-        arqs = list(conn.execute(query))
+        arqs = list(map(_record, conn.execute(query)))
     if resolved:
         waiting = [a.uuid for a in arqs if a.state not in RESOLVED]
         if waiting:
@@ -213,13 +290,23 @@ def list_arqs(
     return arqs
 
 
-def get(db: Database, context: RequestContext, uuid: str) -> Row[Any]:
+def get(db: Database, context: RequestContext, uuid: str) -> ArqRecord:
     wanted = _check_uuids([uuid])[0]
     with db.reader() as conn:
-        arq = conn.execute(_VIEW.where(ARQS.c.uuid == wanted, _visible(context))).first()
-    if arq is None:
+        found = _view_of(conn, context, [wanted])
+    if not found:
         raise NotFound(f"Accelerator request {wanted} not found.")
-    return arq
+    return found[0]
+
+
+def of_instance(db: Database, instance: str) -> list[ArqRecord]:
+    """Every request bound (or being bound) to ``instance``, by group then id (whoever
+    may see the instance sees them: the caller checked)."""
+    query = _VIEW.where(ARQS.c.instance_uuid == instance).order_by(
+        ARQS.c.device_profile_group_id, ARQS.c.id
+    )
+    with db.reader() as conn:
+        return list(map(_record, conn.execute(query)))
 
 
 # --- creating ------------------------------------------------------------------------
@@ -231,7 +318,7 @@ def create(
     context: RequestContext,
     profile_name: Any,
     limits: quotas.Limits | None = None,
-) -> list[Row[Any]]:
+) -> list[ArqRecord]:
     """One ARQ per accelerator the profile asks for, tagged with its group's index and
     the accelerator's resource class. With ``limits``: QuotaExceeded when the project's
     accelerators of a class, with these, would pass its limit."""
@@ -252,12 +339,14 @@ def create(
         wanted = {rc for g in groups or [] for rc in quotas.resource_classes(g)}
         limit_of = limits.limits(project, wanted)
     with db.writer() as conn:
-        profile = conn.execute(select(PROFILES).where(PROFILES.c.name == profile_name)).first()
-        if profile is None:
+        found = conn.execute(_PROFILE, {"name": profile_name}).first()
+        if found is None:
             raise NotFound(f"Device profile {profile_name!r} not found.")
+        profile = _Profile._make(found)
         if not profile.enabled:
             raise Disabled(f"Device profile {profile_name!r} is disabled: no new requests.")
-        rows = [
+        now = utcnow()
+        rows: list[dict[str, Any]] = [
             {
                 "uuid": str(uuidlib.uuid4()),
                 "state": "Initial",
@@ -265,59 +354,103 @@ def create(
                 "device_profile_id": profile.id,
                 "device_profile_group_id": index,
                 "resource_class": resource_class,
+                "created_at": now,
             }
             for index, group in enumerate(profile.groups)
             for resource_class in quotas.resource_classes(group)
         ]
         if counted and project:
             quotas.check(conn, project, Counter(r["resource_class"] for r in rows), limit_of)
-        conn.execute(insert(ARQS), rows)
-        created = list(
-            conn.execute(
-                _VIEW.where(ARQS.c.uuid.in_([r["uuid"] for r in rows])).order_by(ARQS.c.id)
-            )
-        )
+        ids = _insert(conn, rows)
     LOG.info("Created %d accelerator request(s) from device profile %s", len(rows), profile_name)
-    return created
+    # What a read would find: nothing is bound yet (no handle, no health).
+    return [_new(ids[r["uuid"]], r, profile) for r in rows]
+
+
+class _Profile(NamedTuple):
+    id: int
+    name: str
+    enabled: bool
+    groups: list[dict[str, str]]
+
+
+_PROFILE = select(*(PROFILES.c[f] for f in _Profile._fields)).where(
+    PROFILES.c.name == bindparam("name")
+)
+_INSERT = insert(ARQS)
+_IDS = select(ARQS.c.uuid, ARQS.c.id).where(ARQS.c.uuid.in_(bindparam("uuids", expanding=True)))
+
+
+_NOTHING = dict.fromkeys(ArqRecord._fields)  # no value in any field
+
+
+def _new(id_: int, row: Mapping[str, Any], profile: _Profile) -> ArqRecord:
+    """A request just made (``row``: what was inserted), as a read would find it:
+    nothing bound, no handle, no health."""
+    made = {"id": id_, "device_profile_name": profile.name, "device_profile_groups": profile.groups}
+    return ArqRecord(**{**_NOTHING, **row, **made})
+
+
+def _insert(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Insert new requests; their ids by uuid (one statement for one request)."""
+    if len(rows) == 1:
+        key = conn.execute(_INSERT, rows[0]).inserted_primary_key
+        assert key is not None  # an INSERT of one row always has it
+        return {rows[0]["uuid"]: key[0]}
+    conn.execute(_INSERT, rows)
+    return {row.uuid: row.id for row in conn.execute(_IDS, {"uuids": [r["uuid"] for r in rows]})}
 
 
 # --- state transitions ----------------------------------------------------------------
 
 
+# The state machine's updates, one per source states (built once): the values to set
+# are the parameters' other keys.
+_MOVES = {
+    allowed: update(ARQS).where(
+        ARQS.c.id == bindparam("arq_id"), or_(*(ARQS.c.state == s for s in allowed))
+    )
+    for allowed in set(TRANSITIONS.values())
+}
+_STATE = select(ARQS.c.state).where(ARQS.c.id == bindparam("arq_id"))
+
+
 def _move(
-    conn: Connection, arq: Row[Any], target: str, via: str | None = None, **values: Any
+    conn: Connection, arq: ArqRecord, target: str, via: str | None = None, **values: Any
 ) -> None:
     """The conditional update of the state machine; Conflict when another request won.
     ``via``: reach ``target`` through that state in the same statement (both moves
     allowed, nobody can see the one between)."""
     allowed = TRANSITIONS[via or target]
     done = conn.execute(
-        update(ARQS)
-        .where(ARQS.c.id == arq.id, ARQS.c.state.in_(allowed))
-        .values(state=target, updated_at=utcnow(), **values)
+        _MOVES[allowed], {"arq_id": arq.id, **values, "state": target, "updated_at": utcnow()}
     )
     if done.rowcount != 1:
-        current = conn.execute(select(ARQS.c.state).where(ARQS.c.id == arq.id)).scalar()
+        current = conn.execute(_STATE, {"arq_id": arq.id}).scalar()
         raise Conflict(
             f"Accelerator request {arq.uuid} is {current or 'gone'}: it cannot become {target} "
             f"(only from {', '.join(allowed)})."
         )
 
 
+_LOST = (
+    select(DEVICES.c.hostname)
+    .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+    .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
+    .where(HANDLES.c.arq_id == bindparam("arq_id"), HANDLES.c.state == "lost")
+)
+_FREE = (
+    update(HANDLES)
+    .where(HANDLES.c.arq_id == bindparam("arq"))
+    .values(arq_id=None, in_use=False, updated_at=bindparam("now"))
+)
+
+
 def _free_handle(conn: Connection, arq_id: int) -> None:
     """Give the request's handle back. A handle whose device vanished while held (lost)
     can go now: the host's next report is diffed in full, which removes it."""
-    lost = conn.execute(
-        select(DEVICES.c.hostname)
-        .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-        .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
-        .where(HANDLES.c.arq_id == arq_id, HANDLES.c.state == "lost")
-    ).first()
-    conn.execute(
-        update(HANDLES)
-        .where(HANDLES.c.arq_id == arq_id)
-        .values(arq_id=None, in_use=False, updated_at=utcnow())
-    )
+    lost = conn.execute(_LOST, {"arq_id": arq_id}).first()
+    conn.execute(_FREE, {"arq": arq_id, "now": utcnow()})
     if lost is not None:
         inventory.forget_report(conn, lost.hostname)
 
@@ -360,7 +493,7 @@ _DEPLOYABLE = programming.REGION.where(DEPLOYABLES.c.rp_uuid == bindparam("rp"))
     DEPLOYABLES.c.id
 )
 _FREE_HANDLES = (
-    select(HANDLES)
+    select(*(HANDLES.c[f] for f in Handle._fields))
     .where(
         HANDLES.c.deployable_id == bindparam("deployable"),
         HANDLES.c.arq_id.is_(None),
@@ -368,6 +501,7 @@ _FREE_HANDLES = (
         HANDLES.c.state == "present",
     )
     .order_by(HANDLES.c.id)
+    .limit(1)
 )
 
 
@@ -482,7 +616,7 @@ def program_for(
 @dataclasses.dataclass(frozen=True)
 class _Prepared:
     binding: Binding
-    arq: Row[Any]
+    arq: ArqRecord  # as first read; its own row read again once locked, outside SQLite
     # The deployables the bind may take a handle of, in order, each with the bitstream
     # to load first (None: none): one in nested mode, the fitting ones in flat mode.
     choices: tuple[tuple[Row[Any], Bitstream | None], ...]
@@ -494,27 +628,31 @@ class _Prepared:
         return self.binding.project_id or self.arq.project_id or ""
 
 
-def _lock(conn: Connection, where: ColumnElement[bool]) -> list[Row[Any]]:
+_LOCKED = select(*_ARQ_COLUMNS).order_by(ARQS.c.id).with_for_update()
+_LOCK_ONE = _LOCKED.where(ARQS.c.id == bindparam("arq_id"))
+
+
+def _lock(conn: Connection, where: ColumnElement[bool]) -> list[ArqRecord]:
     """The requests ``where`` selects, their rows locked until the transaction ends
     (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
     anyway): a bind, an unbind, a delete and the reaper of one request take turns, and
-    each reads the state the one before it left."""
-    query = select(ARQS).where(where).order_by(ARQS.c.id).with_for_update()
-    return list(conn.execute(query))
+    each reads the state the one before it left. (Only the requests' own rows are
+    locked: the joins of ``_VIEW`` are read after.)"""
+    ids = list(conn.execute(_LOCKED.with_only_columns(ARQS.c.id).where(where)).scalars())
+    query = _VIEW.where(ARQS.c.id.in_(ids)).order_by(ARQS.c.id)
+    return list(map(_record, conn.execute(query))) if ids else []
 
 
 def _visible_arqs(
-    conn: Connection,
-    context: RequestContext,
-    uuids: Sequence[str],
-    lock: bool = False,
-    view: Select[Any] = _VIEW,
-) -> dict[str, Row[Any]]:
+    conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
+) -> dict[str, ArqRecord]:
     """The requests named, as the caller sees them (NotFound for any it does not);
     ``lock``: inside a write transaction, locked first (``_lock``)."""
     if lock:
-        _lock(conn, ARQS.c.uuid.in_(uuids) & _visible(context))
-    found = {a.uuid: a for a in conn.execute(view.where(ARQS.c.uuid.in_(uuids), _visible(context)))}
+        conn.execute(
+            _LOCKED.with_only_columns(ARQS.c.id).where(ARQS.c.uuid.in_(uuids) & _visible(context))
+        ).all()
+    found = {a.uuid: a for a in _view_of(conn, context, uuids)}
     missing = [u for u in uuids if u not in found]
     if missing:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(missing)}.")
@@ -522,7 +660,7 @@ def _visible_arqs(
 
 
 def _prepare(
-    db: Database,
+    conn: Connection,
     context: RequestContext,
     bindings: Sequence[Binding],
     store: BitstreamStore | None,
@@ -530,20 +668,16 @@ def _prepare(
     limits: quotas.Limits | None = None,
 ) -> list[_Prepared]:
     """Everything a bind needs that is read (and looked up in the bitstream store, and
-    the limits of its projects) before its write transaction starts."""
+    the limits of its projects) before it writes."""
     uuids = _check_uuids([b.arq_uuid for b in bindings])
-    with db.reader() as conn:
-        arqs = _visible_arqs(conn, context, uuids, view=_VIEW_WITH_GROUPS)
-        group_of = {
-            b.arq_uuid: arqs[b.arq_uuid].profile_groups[arqs[b.arq_uuid].device_profile_group_id]
-            for b in bindings
-        }
-        deployables = {
-            b.arq_uuid: _deployables_for(
-                conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
-            )
-            for b in bindings
-        }
+    arqs = _visible_arqs(conn, context, uuids)
+    group_of = {b.arq_uuid: _group(arqs[b.arq_uuid]) for b in bindings}
+    deployables = {
+        b.arq_uuid: _deployables_for(
+            conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
+        )
+        for b in bindings
+    }
     prepared = []
     for b in bindings:
         arq = arqs[b.arq_uuid]
@@ -613,28 +747,52 @@ def bind(
     if not bindings:
         raise InvalidInput("Name at least one accelerator request to bind.")
     _check(bindings, context)
-    prepared = _prepare(db, context, bindings, store, flat_mode, limits)
     try:
+        if _local(db, store, limits):
+            with db.writer() as conn:
+                return _bind_all(conn, _prepare(conn, context, bindings, store, flat_mode, limits))
+        with db.reader() as conn:
+            prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
         with db.writer() as conn:
-            prepared = _relock(conn, prepared)
-            _count_quotas(conn, prepared)
-            _claim_instances(conn, prepared)
-            resolved = [r for p in prepared for r in _bind_one(conn, p)]
+            return _bind_all(conn, _relock(conn, prepared))
     except IntegrityError as error:  # a concurrent bind of the same instance won
         raise Conflict(
             "Another bind of the same instance is in progress or done; unbind it first."
         ) from error
-    return resolved
+
+
+def _local(db: Database, store: BitstreamStore | None, limits: quotas.Limits | None) -> bool:
+    """Whether a bind reads what it needs inside its write transaction: on SQLite, whose
+    writer holds the whole database (it reads what no other writer can change, with no
+    lock to take again, in one transaction instead of two), when nothing it looks up
+    waits on another service (the local bitstream store, limits from the config file).
+    Elsewhere it reads first, calls what it must, then locks and reads again."""
+    return (
+        db.backend == "sqlite"
+        and (store is None or store.backend == "local")
+        and (limits is None or not limits.enforcing or limits.driver == "config")
+    )
+
+
+def _bind_all(conn: Connection, prepared: Sequence[_Prepared]) -> list[Resolved]:
+    _count_quotas(conn, prepared)
+    _claim_instances(conn, prepared)
+    return [r for p in prepared for r in _bind_one(conn, p)]
 
 
 def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
     """The requests to bind, locked and read again: one deleted (or changed) since they
     were first read is seen as it is now, not as it was."""
-    rows = {row.id: row for row in _lock(conn, ARQS.c.id.in_([p.arq.id for p in prepared]))}
+    if len(prepared) == 1:
+        locked = list(conn.execute(_LOCK_ONE, {"arq_id": prepared[0].arq.id}))
+    else:
+        locked = list(conn.execute(_LOCKED.where(ARQS.c.id.in_([p.arq.id for p in prepared]))))
+    rows = {row.id: row for row in locked}
     gone = [p.arq.uuid for p in prepared if p.arq.id not in rows]
     if gone:
         raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
-    return [dataclasses.replace(p, arq=rows[p.arq.id]) for p in prepared]
+    # Its own row as it is now; its profile's groups do not change.
+    return [dataclasses.replace(p, arq=p.arq._replace(**rows[p.arq.id]._mapping)) for p in prepared]
 
 
 def _count_quotas(conn: Connection, prepared: Sequence[_Prepared]) -> None:
@@ -661,20 +819,33 @@ def _is_retry(p: _Prepared) -> bool:
     )
 
 
+_CLAIM = insert(BINDINGS)
+_CLAIMED = select(BINDINGS.c.id).where(BINDINGS.c.instance_uuid == bindparam("instance"))
+
+
 def _claim_instances(conn: Connection, prepared: Sequence[_Prepared]) -> None:
-    """Each instance is bound once: a second bind of it (not a retry) is refused."""
-    for instance in {p.binding.instance_uuid for p in prepared}:
+    """Each instance is bound once: a second bind of it (not a retry) is refused. A bind
+    none of whose requests holds a handle yet cannot be a retry: it claims the instance
+    at once, and the unique ``instance_bindings.instance_uuid`` refuses it if taken."""
+    for instance in sorted({p.binding.instance_uuid for p in prepared}):
         mine = [p for p in prepared if p.binding.instance_uuid == instance]
-        taken = conn.execute(
-            select(BINDINGS.c.id).where(BINDINGS.c.instance_uuid == instance)
-        ).first()
-        if taken is None:
-            conn.execute(insert(BINDINGS).values(instance_uuid=instance))
+        if not any(p.arq.state in HOLDING for p in mine):
+            try:
+                conn.execute(_CLAIM, {"instance_uuid": instance})
+            except IntegrityError:
+                raise _taken(instance) from None
+            continue
+        if conn.execute(_CLAIMED, {"instance": instance}).first() is None:
+            conn.execute(_CLAIM, {"instance_uuid": instance})
         elif not all(_is_retry(p) for p in mine):
-            raise Conflict(
-                f"Instance {instance} already has bound accelerator requests: unbind or delete "
-                f"them before binding others."
-            )
+            raise _taken(instance)
+
+
+def _taken(instance: str) -> Conflict:
+    return Conflict(
+        f"Instance {instance} already has bound accelerator requests: unbind or delete "
+        f"them before binding others."
+    )
 
 
 _TAKE = (
@@ -684,19 +855,21 @@ _TAKE = (
 )
 
 
-def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Row[Any] | None:
-    """Take one free attach handle: a conditional update per candidate, so of two binds
-    racing for a handle one gets it and the other tries the next."""
-    for handle in list(conn.execute(_FREE_HANDLES, {"deployable": deployable_id})):
-        taken = conn.execute(_TAKE, {"handle": handle.id, "arq": arq_id, "now": utcnow()})
+def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Handle | None:
+    """Take one free attach handle: the first free one, with a conditional update, so
+    of two binds racing for a handle one gets it and the other reads the next."""
+    while True:
+        row = conn.execute(_FREE_HANDLES, {"deployable": deployable_id}).first()
+        if row is None:
+            return None
+        taken = conn.execute(_TAKE, {"handle": row.id, "arq": arq_id, "now": utcnow()})
         if taken.rowcount == 1:
-            return handle
-    return None
+            return _handle(row)
 
 
 def _take(
     conn: Connection, arq_id: int, choices: Sequence[tuple[Row[Any], Bitstream | None]]
-) -> tuple[Row[Any], Bitstream | None, Row[Any] | None]:
+) -> tuple[Row[Any], Bitstream | None, Handle | None]:
     """A handle of the first choice that has one free, each choice's region locked first
     (binds of one region queue there); the last choice with no handle when none has."""
     last = len(choices) - 1
@@ -760,7 +933,7 @@ def _queue_work(
     arq_id: int,
     hostname: str,
     dep: Row[Any],
-    handle: Row[Any],
+    handle: Handle,
     program: Bitstream | None,
 ) -> bool:
     """Tasks the host's agent must finish before the bind ends; whether there are any."""
@@ -779,7 +952,7 @@ def _queue_work(
     return program is not None or prepare
 
 
-def needs_preparing(handle: Row[Any]) -> bool:
+def needs_preparing(handle: Handle | Row[Any]) -> bool:
     """Whether the agent makes the handle before it can be attached: an mdev, or a VF
     that takes a vGPU type (the vendor VFIO form)."""
     return handle.type == "MDEV" or bool((handle.attach_info or {}).get("vgpu_type"))
@@ -795,16 +968,19 @@ def _observe_bind(started: dt.datetime | None, outcome: str) -> None:
         metrics.BIND_SECONDS.labels(outcome).observe(seconds)
 
 
+_BY_ID = _VIEW.where(ARQS.c.id == bindparam("arq_id"))
+
+
 def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
     """End a bind in BindFailed, its handle freed and its tasks cancelled."""
-    arq = conn.execute(select(ARQS).where(ARQS.c.id == arq_id)).one()
+    arq = _record(conn.execute(_BY_ID, {"arq_id": arq_id}).one())
     programming.cancel_for_arq(conn, arq.id)
     _free_handle(conn, arq.id)
     _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
     _refresh_deployable(conn, arq.deployable_id)
     _observe_bind(arq.bind_started_at, "failed")
     LOG.warning("Bind of %s failed: %s", arq.uuid, reason)
-    return [Resolved(arq.instance_uuid, arq.uuid, "failed")]
+    return [Resolved(arq.instance_uuid or "", arq.uuid, "failed")]
 
 
 # --- unbinding and deleting -----------------------------------------------------------
@@ -812,17 +988,23 @@ def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
 BOUND = ("BindStarted", "Bound", "BindFailed", "UnbindFailed")
 
 
+_HANDLE_OF = (
+    select(HANDLES, DEVICES.c.pci_address, DEPLOYABLES.c.key.label("deployable_key"))
+    .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
+    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+    .where(HANDLES.c.arq_id == bindparam("arq_id"))
+)
+_STILL_BOUND = select(func.count()).where(
+    ARQS.c.instance_uuid == bindparam("instance"), or_(*(ARQS.c.state == s for s in BOUND))
+)
+_UNCLAIM = delete(BINDINGS).where(BINDINGS.c.instance_uuid == bindparam("instance"))
+
+
 def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
-    query = (
-        select(HANDLES, DEVICES.c.pci_address, DEPLOYABLES.c.key.label("deployable_key"))
-        .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
-        .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-        .where(HANDLES.c.arq_id == arq_id)
-    )
-    return conn.execute(query).first()
+    return conn.execute(_HANDLE_OF, {"arq_id": arq_id}).first()
 
 
-def _release(conn: Connection, arq: Row[Any], reason: str | None = None) -> None:
+def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None:
     """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
     the instance released once none of its ARQs stays bound; ``reason``: why, shown as
     the request's failure_reason."""
@@ -853,16 +1035,11 @@ def _release(conn: Connection, arq: Row[Any], reason: str | None = None) -> None
         **({"failure_reason": reason[:4000]} if reason else {}),
     )
     _refresh_deployable(conn, arq.deployable_id)
-    still = conn.execute(
-        select(func.count()).where(
-            ARQS.c.instance_uuid == arq.instance_uuid, ARQS.c.state.in_(BOUND)
-        )
-    ).scalar()
-    if not still:
-        conn.execute(delete(BINDINGS).where(BINDINGS.c.instance_uuid == arq.instance_uuid))
+    if not conn.execute(_STILL_BOUND, {"instance": arq.instance_uuid}).scalar():
+        conn.execute(_UNCLAIM, {"instance": arq.instance_uuid})
 
 
-def _check_service(arqs: Iterable[Row[Any]], service_token: bool, doing: str) -> None:
+def _check_service(arqs: Iterable[ArqRecord], service_token: bool, doing: str) -> None:
     """Changing a bound ARQ needs the compute service's token (where tokens exist)."""
     bound = [a.uuid for a in arqs if a.state in BOUND]
     if bound and not service_token:
@@ -906,18 +1083,20 @@ def delete_for_instance(
     """Delete every ARQ of an instance (idempotent: none left is fine); how many."""
     wanted = _check_uuids([instance], "instance")[0]
     with db.writer() as conn:
-        mine = _lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
-        arqs = list(conn.execute(_VIEW.where(ARQS.c.id.in_([a.id for a in mine]))))
+        arqs = _lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
         _check_service(arqs, service_token, "Deleting")
         _delete(conn, arqs)
     return len(arqs)
 
 
-def _delete(conn: Connection, arqs: Iterable[Row[Any]]) -> None:
+_DELETE = delete(ARQS).where(ARQS.c.id == bindparam("arq_id"))
+
+
+def _delete(conn: Connection, arqs: Iterable[ArqRecord]) -> None:
     """Delete requests whose rows this transaction locked (``_lock``)."""
     for arq in arqs:
-        _release(conn, conn.execute(select(ARQS).where(ARQS.c.id == arq.id)).one())
-        conn.execute(delete(ARQS).where(ARQS.c.id == arq.id))
+        _release(conn, _record(conn.execute(_BY_ID, {"arq_id": arq.id}).one()))
+        conn.execute(_DELETE, {"arq_id": arq.id})
         LOG.info("Deleted accelerator request %s", arq.uuid)
 
 
@@ -963,7 +1142,7 @@ def reprogram(
     uuid: str,
     selector: Mapping[str, str],
     store: BitstreamStore,
-) -> Row[Any]:
+) -> ArqRecord:
     """Load another bitstream into the region of a Bound request, for its project
     (spec 001: an instance may ask for bitstreams at run time). The bitstream must be
     one that project sees, and no other request may hold the region. The request."""
@@ -991,7 +1170,7 @@ def reprogram(
             .where(ARQS.c.id == arq.id, ARQS.c.state == "Bound")
             .values(phase="queued", progress=0, failure_reason=None, updated_at=utcnow())
         )
-        found: Row[Any] = conn.execute(_VIEW.where(ARQS.c.id == arq.id)).one()
+        found = _record(conn.execute(_VIEW.where(ARQS.c.id == arq.id)).one())
     LOG.info("Reprogramming %s for %s with %s", region.name, wanted, bitstream.describe())
     return found
 
@@ -1072,7 +1251,8 @@ def _bump_host(conn: Connection, hostname: str) -> None:
 def _bind_end(conn: Connection, task: tasks.TaskRecord) -> list[Resolved]:
     if task.arq_id is None:
         return []
-    arq = conn.execute(select(ARQS).where(ARQS.c.id == task.arq_id)).first()
+    row = conn.execute(_BY_ID, {"arq_id": task.arq_id}).first()
+    arq = None if row is None else _record(row)
     if arq is not None and arq.state == "Bound":  # a run-time reprogram ended
         reason = None if task.state == "done" else f"reprogramming failed: {task.error}"
         conn.execute(
@@ -1096,7 +1276,7 @@ def _bind_end(conn: Connection, task: tasks.TaskRecord) -> list[Resolved]:
     _refresh_deployable(conn, arq.deployable_id)
     _observe_bind(arq.bind_started_at, "bound")
     LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, task.kind)
-    return [Resolved(arq.instance_uuid, arq.uuid, "completed")]
+    return [Resolved(arq.instance_uuid or "", arq.uuid, "completed")]
 
 
 @retry_on_deadlock

@@ -70,7 +70,7 @@ class ClaimView:
     claim: Row[Any]
     state: str
     failure_reason: str | None
-    arqs: tuple[Row[Any], ...]
+    arqs: tuple[arq_service.ArqRecord, ...]
 
 
 def _owner(context: RequestContext, project_id: str | None) -> str:
@@ -371,14 +371,7 @@ def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
 def show(db: Database, context: RequestContext, consumer: str) -> ClaimView:
     """The claim with its requests; its state follows them while they are bound."""
     claim = lookup(db, context, consumer)
-    with db.reader() as conn:
-        arqs = tuple(
-            conn.execute(
-                arq_service._VIEW.where(ARQS.c.instance_uuid == claim.consumer).order_by(
-                    ARQS.c.device_profile_group_id, ARQS.c.id
-                )
-            )
-        )
+    arqs = tuple(arq_service.of_instance(db, claim.consumer))
     state, reason = claim.state, claim.failure_reason
     if state == "binding" and arqs:
         failed = [a for a in arqs if a.state == "BindFailed"]

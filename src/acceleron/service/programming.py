@@ -128,19 +128,18 @@ def queue(
     return uuid
 
 
+_PROGRAMMING_FOR_ARQ = select(tasks.TASKS.c.deployable_id).where(
+    tasks.TASKS.c.arq_id == bindparam("arq_id"),
+    tasks.TASKS.c.kind == "program",
+    tasks.IS_OPEN,
+)
+
+
 def cancel_for_arq(conn: Connection, arq_id: int) -> None:
     """Cancel a request's open tasks (its bind ended or was undone); a region whose
     programming that stops shows no program phase any more (what it holds is the
     agent's next report's to say)."""
-    regions = list(
-        conn.execute(
-            select(tasks.TASKS.c.deployable_id).where(
-                tasks.TASKS.c.arq_id == arq_id,
-                tasks.TASKS.c.kind == "program",
-                tasks.TASKS.c.state.in_(tasks.OPEN),
-            )
-        ).scalars()
-    )
+    regions = list(conn.execute(_PROGRAMMING_FOR_ARQ, {"arq_id": arq_id}).scalars())
     tasks.cancel_for_arq(conn, arq_id)
     if regions:
         conn.execute(

@@ -17,7 +17,7 @@ import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from acceleron.db.models import Task, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock, signal
@@ -49,6 +49,7 @@ TASKS = table(Task)
 KINDS = ("program", "create_mdev", "remove_mdev")
 STATES = ("pending", "running", "done", "failed", "cancelled")
 OPEN = ("pending", "running")
+IS_OPEN = or_(*(TASKS.c.state == s for s in OPEN))  # no IN list to expand per call
 FINISHED = ("done", "failed", "cancelled")
 # Phases an agent reports, in order, for a programming task.
 PHASES = ("queued", "fetch", "verify", "program", "report")
@@ -94,12 +95,15 @@ def create(
     return uuid
 
 
+_CANCEL_FOR_ARQ = (
+    update(TASKS)
+    .where(TASKS.c.arq_id == bindparam("arq"), IS_OPEN)
+    .values(state="cancelled", updated_at=bindparam("now"))
+)
+
+
 def cancel_for_arq(conn: Connection, arq_id: int) -> None:
-    conn.execute(
-        update(TASKS)
-        .where(TASKS.c.arq_id == arq_id, TASKS.c.state.in_(OPEN))
-        .values(state="cancelled", updated_at=utcnow())
-    )
+    conn.execute(_CANCEL_FOR_ARQ, {"arq": arq_id, "now": utcnow()})
 
 
 def claim(db: Database, hostname: str) -> list[TaskRecord]:
