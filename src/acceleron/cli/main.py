@@ -116,8 +116,8 @@ def suggestions(words: list[str], names: list[str]) -> list[str]:
 
 class GlobalParser(argparse.ArgumentParser):
     """The options before the command, and after it those the commands do not share:
-    ``--timeout`` after a command is the command's (``claim``, ``deployable program``, ``device drain``),
-    not keystoneauth's HTTP timeout, which goes before the command."""
+    ``--timeout`` after a command is the command's (``claim``, ``deployable program``,
+    ``device drain``), not keystoneauth's HTTP timeout, which goes before the command."""
 
     COMMANDS_OWN = ("--timeout",)
 
