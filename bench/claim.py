@@ -30,12 +30,16 @@ for every host, against the one a server-side claim sends first (the regions hol
 function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
-        [--profiles daas-qat,...] [--flows placement,client,server]
+        [--profiles daas-qat,...] [--flows placement,client,server] [--baseline REV]
+
+With ``--baseline REV`` the server-side claims are first run, the same way, on the code
+of commit ``REV`` (its flow shown as the commit), and printed beside this tree's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -50,7 +54,7 @@ from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.scheduler.claim import Claimer
 from acceleron.service import claims
-from load import all_in_one, call, report_fake_hosts, wait_synced
+from load import all_in_one, call, checkout, report_fake_hosts, wait_synced
 
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
 INVENTORY = """
@@ -78,6 +82,7 @@ PROFILES = {
     ],
 }
 FLOWS = ("placement", "client", "server")
+BASELINE = "2723894"  # main before claims asked about hosts' trees first
 
 
 def claimer(url: str) -> Claimer:
@@ -211,35 +216,52 @@ def main() -> None:
     parser.add_argument(
         "--flows", default=",".join(FLOWS), help="flows to run, of: " + ", ".join(FLOWS)
     )
+    parser.add_argument("--baseline", default="none",
+                        help="run the server-side claims of this commit's code first, in an "
+                             f"all-in-one of its own (e.g. {BASELINE}); none: skip")  # fmt: skip
     args = parser.parse_args()
     profiles, flows = args.profiles.split(","), args.flows.split(",")
+    counts = [int(n) for n in args.clients.split(",")]
+    results: list[dict[str, Any]] = []
+    if args.baseline != "none":
+        with checkout(args.baseline) as source, all_in_one(source=source) as url:
+            roots = fill(url, args.hosts)
+            for r in (run(url, name, n, args.seconds, "server", roots) for n in counts
+                      for name in profiles):  # fmt: skip
+                results.append({**r, "flow": f"{args.baseline[:7]}"})
     with all_in_one() as url:
-        started = time.monotonic()
-        hostnames = [f"bench-{n:03d}" for n in range(args.hosts)]
-        report_fake_hosts(url, hostnames, INVENTORY)
-        reported = time.monotonic() - started
-        synced = wait_synced(url, hostnames)
-        print(f"{args.hosts} hosts x 8 devices reported in {reported:.1f} s, "
-              f"in Placement {synced:.1f} s later")  # fmt: skip
-        for name, groups in PROFILES.items():
-            call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": groups}])
-        roots = roots_of(url, hostnames)
+        roots = fill(url, args.hosts)
         candidates = candidates_queries(url, roots)
-        counts = [int(n) for n in args.clients.split(",")]
-        results = [run(url, name, n, args.seconds, flow, roots) for n in counts for name in profiles
-                   for flow in flows]  # fmt: skip
+        results += [run(url, name, n, args.seconds, flow, roots) for n in counts
+                    for name in profiles for flow in flows]  # fmt: skip
     print(f"\nallocation candidates for one FPGA region of function {FUNCTION[:8]}…, "
           f"{args.hosts} hosts, median of 10 (a server-side claim sends 1 to 4 in turn, "
           f"until one has candidates):")  # fmt: skip
     for title, (ms, count) in candidates.items():
         print(f"    {title:<46} {ms:8.1f} ms   {count:5d} candidates")
     print(f"\n{args.seconds:.0f} s per run; a claim is candidates + ranking + allocation + "
-          "requests created and bound, each followed by its release")  # fmt: skip
+          "requests created and bound, each followed by its release; the load average "
+          f"now: {os.getloadavg()[0]:.1f}")  # fmt: skip
     own = {(r["profile"], r["clients"]): r for r in results if r["flow"] == "placement"}
-    for r in results:
+    for r in sorted(results, key=lambda r: (r["clients"], profiles.index(r["profile"]))):
         print(line(r, own.get((r["profile"], r["clients"]))))
         if r["failures"]:
             print(f"    first failure: {r['failures'][0]}")
+
+
+def fill(url: str, hosts: int) -> frozenset[str]:
+    """Report the hosts, wait until Placement has them, make the profiles; the hosts'
+    compute node providers."""
+    started = time.monotonic()
+    hostnames = [f"bench-{n:03d}" for n in range(hosts)]
+    report_fake_hosts(url, hostnames, INVENTORY)
+    reported = time.monotonic() - started
+    synced = wait_synced(url, hostnames)
+    print(f"{hosts} hosts x 8 devices reported in {reported:.1f} s, "
+          f"in Placement {synced:.1f} s later (load average {os.getloadavg()[0]:.1f})")  # fmt: skip
+    for name, groups in PROFILES.items():
+        call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": groups}])
+    return roots_of(url, hostnames)
 
 
 def line(r: dict[str, Any], own: dict[str, Any] | None) -> str:
