@@ -24,7 +24,18 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    String,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
@@ -188,24 +199,46 @@ def survey(
     classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
     folded = {suffix: {weigher.fold_function(f) for f in fs} for suffix, fs in wanted.items()}
     held: dict[str, set[str]] = {suffix: set() for suffix in wanted}
-    holder_trees: set[str] = set()
+    holder_trees: set[str | None] = set()
+    every = {"functions": sorted(set().union(*folded.values()))}
+
+    def hold(device_type: str, vendor: str, function: str) -> bool:
+        suffixes = [s for s, fs in folded.items() if weigher.fold_function(function) in fs]
+        for suffix in suffixes:
+            held[suffix].update(names.function_traits(device_type, vendor, function))
+        return bool(suffixes)
+
     with db.reader() as conn:
         if wanted:
-            for row in conn.execute(_HOLDERS):
-                for function in tree.functions(row):
-                    spelled = weigher.fold_function(function)
-                    for suffix, functions in folded.items():
-                        if spelled in functions:
-                            held[suffix].update(
-                                names.function_traits(row.type, row.vendor_name, function)
-                            )
-                            if row.rp_uuid:
-                                holder_trees.add(row.rp_uuid)
+            for one in conn.execute(_SPELLED, every):
+                hold(one.type, one.vendor_name, one.function_uuid)
+            holder_trees.update(conn.execute(_HOLDER_TREES, every).scalars())
+            for row in conn.execute(_SEVERAL):
+                found = [hold(row.type, row.vendor_name, f) for f in tree.functions(row)]
+                if any(found):  # every function spelled, not only up to the first held
+                    holder_trees.add(row.rp_uuid)
         trees = _trees(conn, classes)
-    return Survey({s: frozenset(t) for s, t in held.items()}, frozenset(holder_trees), trees)
+    holders = frozenset(t for t in holder_trees if t)  # None: a host not in Placement yet
+    return Survey({s: frozenset(t) for s, t in held.items()}, holders, trees)
 
 
-_HOLDERS = (
+# A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone,
+# unless ``function_uuids`` lists several. The regions of one function are found in SQL
+# (``weigher.fold_function`` spelled there), those of several checked one by one.
+_FOLDED = func.upper(func.replace(func.replace(func.trim(DEPLOYABLES.c.function_uuid), "-", ""),
+                                  "_", ""))  # fmt: skip
+_ONE = _FOLDED.in_(bindparam("functions", expanding=True))
+_HELD = DEPLOYABLES.join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id).join(
+    HOSTS, HOSTS.c.hostname == DEVICES.c.hostname
+)
+_SPELLED = (
+    select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.function_uuid)
+    .distinct()
+    .select_from(_HELD)
+    .where(_ONE)
+)
+_HOLDER_TREES = select(HOSTS.c.rp_uuid).distinct().select_from(_HELD).where(_ONE)
+_SEVERAL = (
     select(
         DEVICES.c.type,
         DEVICES.c.vendor_name,
@@ -213,9 +246,11 @@ _HOLDERS = (
         DEPLOYABLES.c.function_uuids,
         HOSTS.c.rp_uuid,
     )
-    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-    .join(HOSTS, HOSTS.c.hostname == DEVICES.c.hostname)
-    .where(DEPLOYABLES.c.function_uuid.is_not(None))
+    .select_from(_HELD)
+    .where(
+        DEPLOYABLES.c.function_uuid.is_not(None),
+        cast(DEPLOYABLES.c.function_uuids, String).like("%,%"),
+    )
 )
 
 
