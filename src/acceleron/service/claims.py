@@ -294,8 +294,10 @@ def candidate_queries(
     holders = [(f"required{suffix}", "in:" + ",".join(sorted(traits)))
                for suffix, traits in sorted(found.held.items()) if traits]  # fmt: skip
 
-    def in_tree(root: str) -> list[tuple[str, str]]:
-        return [(f"in_tree{query.GROUP_PREFIX}{i}", root) for i in range(len(groups))]
+    suffixes = [group.suffix for group in query.profile_groups(groups)]
+
+    def in_tree(root: str) -> list[tuple[str, str]]:  # every group on that host
+        return [(f"in_tree{suffix}", root) for suffix in suffixes]
 
     def some(trees: frozenset[str]) -> list[str]:
         ordered = sorted(trees)
