@@ -19,7 +19,7 @@ CHECK_FUZZ_EXAMPLES ?= 5
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[test]'
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[test,bench]'
 	touch $@
 
 ## Set up and run Acceleron on the embedded default (SQLite in ./data, noauth, 127.0.0.1:6666).
@@ -47,7 +47,8 @@ typecheck: $(STAMP)
 ## Regenerate the pinned dependency set after editing pyproject.toml.
 lock:
 	test -x $(BIN)/uv || ($(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q uv)
-	$(BIN)/uv pip compile -q --python-version 3.11 --extra test pyproject.toml -o requirements.lock
+	$(BIN)/uv pip compile -q --python-version 3.11 --extra test --extra bench pyproject.toml \
+	  -o requirements.lock
 
 ## Regenerate what the docs take from the code: API reference, OpenAPI schema, samples.
 docs: $(STAMP)

@@ -15,20 +15,31 @@ followed by its release:
 
 A claim is the whole flow: allocation candidates from Placement, ranking, the
 allocation, the requests created and bound, the wait until they are Bound. Each is run
-twice: ``client``, the flow run by the client over HTTP and Placement (the baseline,
-``Claimer.claim_here``), and ``server``, one ``POST /v2/claims`` (2.12) followed until
-bound.
+three ways, side by side:
+
+* ``placement``: Placement's own share, what no claim can go below: the candidates
+  query a server-side claim sends first (same parameters, same ``limit``), the weigher's
+  choice and ``PUT /allocations`` for a new consumer, over HTTP to the all-in-one's
+  ``/placement``; released with ``DELETE /allocations``;
+* ``client``: the flow run by the client over HTTP and Placement (the baseline,
+  ``Claimer.claim_here``);
+* ``server``: one ``POST /v2/claims`` (2.12) followed until bound (``Claimer.claim``).
 
 Placement's share of a claim naming a function is shown on its own: the candidates query
 for every host, against the one a server-side claim sends first (the regions holding the
 function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
+        [--profiles daas-qat,...] [--flows placement,client,server] [--baseline REV]
+
+With ``--baseline REV`` the server-side claims are first run, the same way, on the code
+of commit ``REV`` (its flow shown as the commit), and printed beside this tree's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -38,9 +49,12 @@ from typing import Any
 from keystoneauth1 import adapter, session, token_endpoint
 from keystoneauth1.noauth import NoAuth
 
+from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
+from acceleron.scheduler import query, weigher
 from acceleron.scheduler.claim import Claimer
-from load import all_in_one, call, report_fake_hosts, wait_synced
+from acceleron.service import claims
+from load import all_in_one, call, checkout, report_fake_hosts, wait_synced
 
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
 INVENTORY = """
@@ -67,7 +81,8 @@ PROFILES = {
         {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION},
     ],
 }
-FLOWS = ("client", "server")
+FLOWS = ("placement", "client", "server")
+BASELINE = "2723894"  # main before claims asked about hosts' trees first
 
 
 def claimer(url: str) -> Claimer:
@@ -82,14 +97,47 @@ def claimer(url: str) -> Claimer:
     return Claimer(api, PlacementClient(placement), poll=0.01)
 
 
-def run(url: str, profile: str, clients: int, seconds: float, flow_name: str) -> dict[str, Any]:
+def survey(groups: list[dict[str, str]], roots: frozenset[str]) -> claims.Survey:
+    """What a server-side claim reads from its database first, for these hosts: every
+    host has a card whose region0 holds the function."""
+    traits = frozenset(names.function_traits("FPGA", "Intel", FUNCTION))
+    held = dict.fromkeys(weigher.wanted_functions(groups), traits)
+    return claims.Survey(held, roots, roots)
+
+
+class PlacementOnly:
+    """Placement's own share of a claim: the server's first candidates query (the same
+    parameters and limit), the weigher's choice, the allocation; released by dropping
+    it."""
+
+    def __init__(self, url: str, roots: frozenset[str]) -> None:
+        self.placement = claimer(url).placement
+        self.roots = roots
+
+    def claim(self, profile: str, consumer: str) -> None:
+        groups = PROFILES[profile]
+        wanted = weigher.wanted_functions(groups)
+        params = claims.candidate_queries(groups, survey(groups, self.roots))[0]
+        best = weigher.best(self.placement.get_allocation_candidates(params), wanted)
+        if best is None:
+            raise RuntimeError("no candidate")
+        self.placement.put_allocations(consumer, best.allocations, project_id="bench",
+                                       user_id="bench")  # fmt: skip
+
+    def release(self, consumer: str) -> None:
+        self.placement.delete_allocations(consumer)
+
+
+def run(
+    url: str, profile: str, clients: int, seconds: float, flow_name: str, roots: frozenset[str]
+) -> dict[str, Any]:
     latencies: list[float] = []
     releases: list[float] = []
     failures: list[str] = []
     deadline = time.monotonic() + seconds
 
     def worker() -> None:
-        flow = claimer(url)
+        flow: Any = PlacementOnly(url, roots) if flow_name == "placement" else claimer(url)
         while time.monotonic() < deadline:
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
@@ -113,25 +161,34 @@ def run(url: str, profile: str, clients: int, seconds: float, flow_name: str) ->
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
-    return {"profile": f"{profile} ({flow_name})", "clients": clients,
+    return {"profile": profile, "flow": flow_name, "clients": clients,
             "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
             "releases": releases, "failures": failures}  # fmt: skip
 
 
-def candidates_queries(url: str) -> dict[str, tuple[float, int]]:
-    """Placement's time for the query of every host against the holders-first one."""
-    from acceleron.placement import names
-    from acceleron.scheduler import query
+def roots_of(url: str, hostnames: list[str]) -> frozenset[str]:
+    """The compute node providers of the hosts."""
+    client = claimer(url).placement
+    found = (client.find_provider(name) for name in hostnames)
+    return frozenset(provider.uuid for provider in found if provider is not None)
 
+
+def candidates_queries(url: str, roots: frozenset[str]) -> dict[str, tuple[float, int]]:
+    """Placement's time for the query of every host (a client-side claim) against those
+    a server-side claim sends, in turn: one host holding the function, the holders
+    anywhere (``limit``), one host, every host (``limit``)."""
     groups = PROFILES["afaas-by-function"]
-    everything = query.profile_query(groups).params()
-    traits = ",".join(sorted(names.function_traits("FPGA", "Intel", FUNCTION)))
-    holders = [("limit", "10"), *everything, ("required" + query.GROUP_PREFIX + "0",
-                                              f"in:{traits}")]  # fmt: skip
+    sent = claims.candidate_queries(groups, survey(groups, roots), lambda trees, n: list(trees[:1]))
     client = claimer(url).placement
     found = {}
-    for title, params in (("every host (client-side claim, baseline)", everything),
-                          ("holders first, limit 10 (server-side claim)", holders)):  # fmt: skip
+    queries = {
+        "every host (client-side claim, baseline)": query.profile_query(groups).params(),
+        "1. one host holding it (in_tree), limit 10": sent[0],
+        f"2. holders anywhere, limit {claims.HOLDERS_LIMIT}": sent[1],
+        "3. one host (in_tree), limit 20": sent[2],
+        f"4. every host, limit {claims.CANDIDATES_LIMIT}": sent[3],
+    }
+    for title, params in queries.items():
         times, count = [], 0
         for _ in range(10):
             started = time.perf_counter()
@@ -151,38 +208,75 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", default="1,8", help="client counts to run, e.g. 1,8")
+    parser.add_argument(
+        "--profiles",
+        default=",".join(PROFILES),
+        help="device profiles to claim, of: " + ", ".join(PROFILES),
+    )
+    parser.add_argument(
+        "--flows", default=",".join(FLOWS), help="flows to run, of: " + ", ".join(FLOWS)
+    )
+    parser.add_argument("--baseline", default="none",
+                        help="run the server-side claims of this commit's code first, in an "
+                             f"all-in-one of its own (e.g. {BASELINE}); none: skip")  # fmt: skip
     args = parser.parse_args()
+    profiles, flows = args.profiles.split(","), args.flows.split(",")
+    counts = [int(n) for n in args.clients.split(",")]
+    results: list[dict[str, Any]] = []
+    if args.baseline != "none":
+        with checkout(args.baseline) as source, all_in_one(source=source) as url:
+            roots = fill(url, args.hosts)
+            for r in (run(url, name, n, args.seconds, "server", roots) for n in counts
+                      for name in profiles):  # fmt: skip
+                results.append({**r, "flow": f"{args.baseline[:7]}"})
     with all_in_one() as url:
-        started = time.monotonic()
-        names = [f"bench-{n:03d}" for n in range(args.hosts)]
-        report_fake_hosts(url, names, INVENTORY)
-        reported = time.monotonic() - started
-        synced = wait_synced(url, names)
-        print(f"{args.hosts} hosts x 8 devices reported in {reported:.1f} s, "
-              f"in Placement {synced:.1f} s later")  # fmt: skip
-        for name, groups in PROFILES.items():
-            call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": groups}])
-        candidates = candidates_queries(url)
-        counts = [int(n) for n in args.clients.split(",")]
-        results = [run(url, name, n, args.seconds, flow) for n in counts for name in PROFILES
-                   for flow in FLOWS]  # fmt: skip
+        roots = fill(url, args.hosts)
+        candidates = candidates_queries(url, roots)
+        results += [run(url, name, n, args.seconds, flow, roots) for n in counts
+                    for name in profiles for flow in flows]  # fmt: skip
     print(f"\nallocation candidates for one FPGA region of function {FUNCTION[:8]}…, "
-          f"{args.hosts} hosts, median of 10:")  # fmt: skip
+          f"{args.hosts} hosts, median of 10 (a server-side claim sends 1 to 4 in turn, "
+          f"until one has candidates):")  # fmt: skip
     for title, (ms, count) in candidates.items():
         print(f"    {title:<46} {ms:8.1f} ms   {count:5d} candidates")
     print(f"\n{args.seconds:.0f} s per run; a claim is candidates + ranking + allocation + "
-          "requests created and bound, each followed by its release")  # fmt: skip
-    for r in results:
-        lat = r["latencies"]
-        print(
-            f"{r['profile']:<30} {r['clients']:2d} clients "
-            f"{len(lat) / r['seconds']:6.1f} claims/s   "
-            f"p50 {percentile(lat, 50):6.1f} ms   p99 {percentile(lat, 99):6.1f} ms   "
-            f"(mean {statistics.mean(lat) * 1000:.1f} ms; release p50 "
-            f"{percentile(r['releases'], 50):.1f} ms; {len(r['failures'])} failed)"
-        )
+          "requests created and bound, each followed by its release; the load average "
+          f"now: {os.getloadavg()[0]:.1f}")  # fmt: skip
+    own = {(r["profile"], r["clients"]): r for r in results if r["flow"] == "placement"}
+    for r in sorted(results, key=lambda r: (r["clients"], profiles.index(r["profile"]))):
+        print(line(r, own.get((r["profile"], r["clients"]))))
         if r["failures"]:
             print(f"    first failure: {r['failures'][0]}")
+
+
+def fill(url: str, hosts: int) -> frozenset[str]:
+    """Report the hosts, wait until Placement has them, make the profiles; the hosts'
+    compute node providers."""
+    started = time.monotonic()
+    hostnames = [f"bench-{n:03d}" for n in range(hosts)]
+    report_fake_hosts(url, hostnames, INVENTORY)
+    reported = time.monotonic() - started
+    synced = wait_synced(url, hostnames)
+    print(f"{hosts} hosts x 8 devices reported in {reported:.1f} s, "
+          f"in Placement {synced:.1f} s later (load average {os.getloadavg()[0]:.1f})")  # fmt: skip
+    for name, groups in PROFILES.items():
+        call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": groups}])
+    return roots_of(url, hostnames)
+
+
+def line(r: dict[str, Any], own: dict[str, Any] | None) -> str:
+    """One run's figures; against Placement's own share (``own``) of the same claims."""
+    lat = r["latencies"]
+    head = f"{r['profile']:<20} {r['flow']:<9} {r['clients']:2d} clients"
+    if not lat:
+        return f"{head}: no claim made ({len(r['failures'])} failed)"
+    p50, ratio = percentile(lat, 50), ""
+    if own is not None and own is not r and own["latencies"]:
+        ratio = f"   {p50 / percentile(own['latencies'], 50):4.2f}x Placement's p50"
+    failed = len(r["failures"])
+    return (f"{head} {len(lat) / r['seconds']:6.1f} claims/s   p50 {p50:6.1f} ms   "
+            f"p99 {percentile(lat, 99):6.1f} ms{ratio}   "
+            f"(release p50 {percentile(r['releases'], 50):.1f} ms; {failed} failed)")  # fmt: skip
 
 
 if __name__ == "__main__":

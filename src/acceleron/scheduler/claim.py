@@ -88,6 +88,7 @@ class Claimer:
         self.timeout = timeout
         self.poll = poll
         self._hosts: dict[str, str] = {}  # root provider uuid -> compute node name
+        self._server_side: bool | None = None  # whether the API takes claims (asked once)
 
     # --- claim ------------------------------------------------------------------------
 
@@ -133,7 +134,12 @@ class Claimer:
         return Claim(consumer, claim["hostname"], held, tuple(arqs))
 
     def _server_claims(self) -> bool:
-        """Whether the API takes claims itself (2.12 or later)."""
+        """Whether the API takes claims itself (2.12 or later); asked once per Claimer."""
+        if self._server_side is None:
+            self._server_side = self._ask_server_claims()
+        return self._server_side
+
+    def _ask_server_claims(self) -> bool:
         response = self._call("GET", "/v2")
         if response.status_code != 200:
             return False

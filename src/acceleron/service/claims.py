@@ -18,12 +18,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import time
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    String,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
@@ -36,6 +48,7 @@ from acceleron.exceptions import (
     Conflict,
     Disabled,
     InvalidInput,
+    InvalidPlacementName,
     NotFound,
     PlacementError,
     PlacementUnavailable,
@@ -54,6 +67,11 @@ STATES = ("allocating", "binding", "bound", "failed")
 ATTEMPTS = 5  # choices made again after an allocation conflict
 # How many candidates are asked for first, among the regions that hold a wanted function.
 HOLDERS_LIMIT = 10
+# How many candidates are asked for among every provider: the weigher chooses among a
+# sample, and Placement encodes (and the API decodes) a few dozen rather than thousands.
+CANDIDATES_LIMIT = 20
+# How many hosts' trees are asked about one at a time before a wider query.
+TREES_TRIED = 2
 
 
 class NoCapacity(Conflict):
@@ -162,47 +180,138 @@ def wanted_functions(
     return found
 
 
-def candidate_queries(
-    db: Database,
-    groups: Sequence[Mapping[str, str]],
-    wanted: Mapping[str, frozenset[str]],
-) -> list[list[tuple[str, str]]]:
-    """The candidate queries to try in turn. When a group wants a function that some
-    region holds already, first among those regions only (their function traits
-    required, a small ``limit``): the weigher would rank them first anyway, and
-    Placement is spared the whole cloud. Then, if that finds nothing, everything."""
-    everything = query.profile_query(groups).params()
-    holders: list[tuple[str, str]] = []
-    for suffix, functions in sorted(wanted.items()):
-        traits = held_function_traits(db, functions)
-        if traits:
-            holders.append((f"required{suffix}", "in:" + ",".join(sorted(traits))))
-    if not holders:
-        return [everything]
-    return [[("limit", str(HOLDERS_LIMIT)), *everything, *holders], everything]
+@dataclasses.dataclass(frozen=True)
+class Survey:
+    """What Acceleron's own records say about where a claim may land, read before
+    Placement is asked: by request group suffix, the function traits of the regions
+    holding the group's wanted function (``held``); the compute node providers (trees)
+    of the hosts holding them, and of the hosts with a device of a class asked for."""
+
+    held: Mapping[str, frozenset[str]]
+    holder_trees: frozenset[str]
+    trees: frozenset[str]
 
 
-def held_function_traits(db: Database, functions: frozenset[str]) -> set[str]:
-    """The function traits (every spelling) of the regions that hold one of
-    ``functions`` now, as the Placement sync publishes them."""
-    wanted = {weigher.fold_function(f) for f in functions}
-    query_ = (
-        select(
-            DEVICES.c.type,
-            DEVICES.c.vendor_name,
-            DEPLOYABLES.c.function_uuid,
-            DEPLOYABLES.c.function_uuids,
-        )
-        .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-        .where(DEPLOYABLES.c.function_uuid.is_not(None))
-    )
-    found: set[str] = set()
+def survey(
+    db: Database, groups: Sequence[Mapping[str, str]], wanted: Mapping[str, frozenset[str]]
+) -> Survey:
+    """Where the claim may land, from Acceleron's records (one read)."""
+    classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
+    folded = {suffix: {weigher.fold_function(f) for f in fs} for suffix, fs in wanted.items()}
+    held: dict[str, set[str]] = {suffix: set() for suffix in wanted}
+    holder_trees: set[str | None] = set()
+    every = {"functions": sorted(set().union(*folded.values()))}
+
+    def hold(device_type: str, vendor: str, function: str) -> bool:
+        suffixes = [s for s, fs in folded.items() if weigher.fold_function(function) in fs]
+        for suffix in suffixes:
+            held[suffix].update(names.function_traits(device_type, vendor, function))
+        return bool(suffixes)
+
     with db.reader() as conn:
-        for row in conn.execute(query_):
-            for function in tree.functions(row):
-                if weigher.fold_function(function) in wanted:
-                    found.update(names.function_traits(row.type, row.vendor_name, function))
-    return found
+        if wanted:
+            for one in conn.execute(_SPELLED, every):
+                hold(one.type, one.vendor_name, one.function_uuid)
+            holder_trees.update(conn.execute(_HOLDER_TREES, every).scalars())
+            for row in conn.execute(_SEVERAL):
+                found = [hold(row.type, row.vendor_name, f) for f in tree.functions(row)]
+                if any(found):  # every function spelled, not only up to the first held
+                    holder_trees.add(row.rp_uuid)
+        trees = _trees(conn, classes)
+    holders = frozenset(t for t in holder_trees if t)  # None: a host not in Placement yet
+    return Survey({s: frozenset(t) for s, t in held.items()}, holders, trees)
+
+
+# A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone,
+# unless ``function_uuids`` lists several. The regions of one function are found in SQL
+# (``weigher.fold_function`` spelled there), those of several checked one by one.
+_FOLDED = func.upper(func.replace(func.replace(func.trim(DEPLOYABLES.c.function_uuid), "-", ""),
+                                  "_", ""))  # fmt: skip
+_ONE = _FOLDED.in_(bindparam("functions", expanding=True))
+_HELD = DEPLOYABLES.join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id).join(
+    HOSTS, HOSTS.c.hostname == DEVICES.c.hostname
+)
+_SPELLED = (
+    select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.function_uuid)
+    .distinct()
+    .select_from(_HELD)
+    .where(_ONE)
+)
+_HOLDER_TREES = select(HOSTS.c.rp_uuid).distinct().select_from(_HELD).where(_ONE)
+_SEVERAL = (
+    select(
+        DEVICES.c.type,
+        DEVICES.c.vendor_name,
+        DEPLOYABLES.c.function_uuid,
+        DEPLOYABLES.c.function_uuids,
+        HOSTS.c.rp_uuid,
+    )
+    .select_from(_HELD)
+    .where(
+        DEPLOYABLES.c.function_uuid.is_not(None),
+        cast(DEPLOYABLES.c.function_uuids, String).like("%,%"),
+    )
+)
+
+
+def _trees(conn: Connection, classes: set[str]) -> frozenset[str]:
+    """The compute node providers of the hosts with a device of a type published in one
+    of ``classes`` (of every host, when no device type is published in one of them:
+    a memory class, say)."""
+    types = [t for t in conn.execute(select(DEVICES.c.type).distinct()).scalars()
+             if _classes_of(t) & classes]  # fmt: skip
+    hosts = select(HOSTS.c.rp_uuid).where(HOSTS.c.rp_uuid.is_not(None))
+    if types:
+        with_type = select(DEVICES.c.hostname).where(DEVICES.c.type.in_(types))
+        hosts = hosts.where(HOSTS.c.hostname.in_(with_type))
+    return frozenset(conn.execute(hosts).scalars())
+
+
+def _classes_of(device_type: str) -> set[str]:
+    """The accelerator classes a device type is published in (either spelling)."""
+    try:
+        return {names.accelerator_class(device_type, standard=s) for s in (False, True)}
+    except InvalidPlacementName:
+        return set()
+
+
+def candidate_queries(
+    groups: Sequence[Mapping[str, str]],
+    found: Survey,
+    sample: Callable[[Sequence[str], int], list[str]] = random.sample,
+) -> list[list[tuple[str, str]]]:
+    """The candidate queries to try in turn, each with a ``limit``, cheapest first.
+
+    Placement's work grows with the providers a query can match, whatever its
+    ``limit``; a query kept to one host's tree (``in_tree``) costs what one host does.
+    So: when a group wants a function that some region holds already, first the trees
+    of ``TREES_TRIED`` hosts holding it (chosen at random, so that concurrent claims
+    spread), their function traits required; then those regions wherever they are.
+    The weigher would rank them first anyway. Then ``TREES_TRIED`` hosts with a
+    device of a class asked for, at random; then everything. A cloud with free
+    capacity answers the first query; a full one costs a few more."""
+    everything = query.profile_query(groups).params()
+    holders = [(f"required{suffix}", "in:" + ",".join(sorted(traits)))
+               for suffix, traits in sorted(found.held.items()) if traits]  # fmt: skip
+
+    suffixes = [group.suffix for group in query.profile_groups(groups)]
+
+    def in_tree(root: str) -> list[tuple[str, str]]:  # every group on that host
+        return [(f"in_tree{suffix}", root) for suffix in suffixes]
+
+    def some(trees: frozenset[str]) -> list[str]:
+        ordered = sorted(trees)
+        return sample(ordered, min(TREES_TRIED, len(ordered)))
+
+    queries: list[list[tuple[str, str]]] = []
+    if holders:
+        narrow = [("limit", str(HOLDERS_LIMIT)), *everything, *holders]
+        queries += [[*narrow, *in_tree(root)] for root in some(found.holder_trees)]
+        queries.append(narrow)
+    wide = [("limit", str(CANDIDATES_LIMIT)), *everything]
+    queries += [[*wide, *in_tree(root)] for root in some(found.trees)]
+    queries.append(wide)
+    return queries
 
 
 def allocate(
@@ -216,9 +325,10 @@ def allocate(
     """Allocate the best candidate for the claim's consumer; choose again while other
     consumers win the race. The allocation and its compute node's name."""
     wanted = wanted_functions(groups, store, claim.project_id)
+    found = survey(db, groups, wanted)
     for attempt in range(1, ATTEMPTS + 1):
         best = None
-        for params in candidate_queries(db, groups, wanted):
+        for params in candidate_queries(groups, found):
             candidates = placement.get_allocation_candidates(params)
             best = weigher.best(candidates, wanted)
             if best is not None:

@@ -1,0 +1,71 @@
+"""What a server-side claim reads from Acceleron's records before it asks Placement: the
+regions holding a wanted function (however its id is spelled, alone or among several),
+the hosts holding them, and the hosts with a device of a class asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oslo_config import cfg
+from sqlalchemy import update
+
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.placement import names
+from acceleron.report import HostReport
+from acceleron.service import inventory
+from acceleron.service.claims import HOSTS, survey
+
+ONE = "d8424dc4a4a3c413f89e433683f9040b"
+TWO = "f7df405cbd7acf7222f144b0b93acd18"
+DASHED = "f7df405c-bd7a-cf72-22f1-44b0b93acd18"  # TWO, spelled with dashes
+FPGA = "resources:CUSTOM_ACCELERATOR_FPGA"
+
+
+def fpga(*functions: str) -> str:
+    return ("devices:\n  - type: FPGA\n    product_id: '09c4'\n    model: PAC_ARRIA10\n"
+            "    regions:\n      - {region_type: ce48969398f05f33946d560708be108a, "
+            f"accelerators: 1, functions: [{', '.join(functions)}]}}\n")  # fmt: skip
+
+
+QAT = "devices:\n  - {type: QAT, product_id: '37c8', model: C62X, vfs: 4}\n"
+
+
+def report(db: Database, conf: cfg.ConfigOpts, tmp_path: Path, host: str, text: str) -> None:
+    path = tmp_path / f"{host}.yaml"
+    path.write_text(text)
+    conf.set_override("inventory_file", str(path), group="fake")
+    conf.set_override("host", host)
+    devices = tuple(FakeDriver(conf, Path("/")).discover())
+    inventory.reconcile(db, HostReport(host, "1", devices))
+
+
+def in_placement(db: Database, *hosts: str) -> None:
+    with db.writer() as conn:
+        for host in hosts:
+            conn.execute(update(HOSTS).where(HOSTS.c.hostname == host).values(rp_uuid=host))
+
+
+def test_holders_of_one_function_or_of_several_and_hosts_with_the_class(
+    db: Database, conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    report(db, conf, tmp_path, "several", fpga(ONE, TWO))
+    report(db, conf, tmp_path, "dashed", fpga(DASHED))
+    report(db, conf, tmp_path, "qat", QAT)
+    report(db, conf, tmp_path, "unpublished", fpga(TWO))
+    in_placement(db, "several", "dashed", "qat")
+    groups = [{FPGA: "1"}]
+
+    found = survey(db, groups, {"device_profile_0": frozenset({TWO})})
+    assert found.holder_trees == {"several", "dashed"}
+    assert found.held["device_profile_0"] >= set(names.function_traits("FPGA", "Intel", TWO))
+    assert found.trees == {"several", "dashed"}  # the hosts with an FPGA, in Placement
+
+    found = survey(db, groups, {"device_profile_0": frozenset({ONE})})
+    assert found.holder_trees == {"several"}
+    assert not found.held["device_profile_0"] & set(names.function_traits("FPGA", "Intel", TWO))
+
+    qat = survey(db, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}], {})
+    assert not qat.held and not qat.holder_trees and qat.trees == {"qat"}
+    memory = survey(db, [{"resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "1024"}], {})
+    assert memory.trees == {"several", "dashed", "qat"}  # no type publishes it: every host
