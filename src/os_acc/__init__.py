@@ -84,10 +84,11 @@ def initialize() -> None:
 
 def plug(
     instance_info: Mapping[str, Any],
-    selected_rp: Mapping[str, Any],
+    selected_rp: Mapping[str, Any] | None,
     flavor_extra_specs: Mapping[str, str],
 ) -> list[dict[str, Any]]:
-    """Attach the flavor's accelerators; one ``{"pci_id": <bdf>, ...}`` per accelerator."""
+    """Attach the flavor's accelerators; one ``{"pci_id": <bdf>, ...}`` per accelerator.
+    ``selected_rp`` None: no scheduler chose, this host's accelerators are claimed."""
     return _default().plug(instance_info, selected_rp, flavor_extra_specs)
 
 

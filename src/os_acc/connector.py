@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 MICROVERSION = "2.11"  # attach_target
+CLAIMS = "2.15"  # a claim's hostname
 PROFILE_KEY = "accel:device_profile"
 # accel: keys a device profile takes (spec 002); the inline specs may give others.
 PROFILE_ACCEL_KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
@@ -115,12 +116,16 @@ class Connector:
     def plug(
         self,
         instance_info: Mapping[str, Any],
-        selected_rp: Mapping[str, Any],
+        selected_rp: Mapping[str, Any] | None,
         flavor_extra_specs: Mapping[str, str],
     ) -> list[dict[str, Any]]:
-        """Attach the flavor's accelerators to the instance; one entry per accelerator."""
+        """Attach the flavor's accelerators to the instance; one entry per accelerator.
+        Without ``selected_rp`` (no scheduler chose providers), this host's accelerators
+        are claimed: allocated in Placement for the instance and bound by the API."""
         instance = _instance_uuid(instance_info)
         profile = self._profile(flavor_extra_specs)
+        if selected_rp is None:
+            return self._plug_claimed(instance_info, instance, profile)
         arqs = arqs_api.create(
             self._call, profile, PlugFailed, f"Cannot request profile {profile!r}"
         )
@@ -144,9 +149,11 @@ class Connector:
         return [attachment(a) for a in sorted(bound, key=lambda a: a["device_profile_group_id"])]
 
     def unplug(self, instance_info: Mapping[str, Any]) -> int:
-        """Release every accelerator of the instance; how many were released."""
+        """Release every accelerator of the instance (its claim too, if plug made one);
+        how many were released."""
         instance = _instance_uuid(instance_info)
         held = self._json("GET", "/v2/accelerator_requests", params={"instance": instance})
+        self._release_claim(instance)
         self._delete(f"instance={instance}")
         count = len(held["arqs"])
         LOG.info("Unplugged %d accelerator(s) from %s", count, instance)
@@ -184,8 +191,8 @@ class Connector:
     ) -> Any:
         Action = operations.Action
         if action is Action.PLUG:
-            if selected_rp is None or flavor_extra_specs is None:
-                raise PlugFailed("Plugging needs selected_rp and flavor_extra_specs.")
+            if flavor_extra_specs is None:
+                raise PlugFailed("Plugging needs flavor_extra_specs.")
             return self.plug(instance_info, selected_rp, flavor_extra_specs)
         if action is Action.UNPLUG:
             return self.unplug(instance_info)
@@ -292,6 +299,43 @@ class Connector:
         body = bind_body(arqs, providers, self.hostname, instance, project)
         arqs_api.bind(self._call, body, PlugFailed, "Cannot bind the accelerators")
 
+    def _plug_claimed(
+        self, instance_info: Mapping[str, Any], instance: str, profile: str
+    ) -> list[dict[str, Any]]:
+        body = {"device_profile_name": profile, "consumer_uuid": instance,
+                "hostname": self.hostname}  # fmt: skip
+        if instance_info.get("project_id"):
+            body["project_id"] = instance_info["project_id"]
+        response = self._call("POST", "/v2/claims", json=body, microversion=CLAIMS)
+        if response.status_code != 201:
+            raise PlugFailed(f"Cannot claim profile {profile!r} on {self.hostname}: "
+                             f"{detail(response)}")  # fmt: skip
+        claim = self._wait_claim(instance, response.json())
+        if claim["state"] != "bound":
+            self._release_claim(instance)
+            late = f"not bound within {self.timeout:.0f} s"
+            reason = claim.get("failure_reason") or (late if claim["state"] != "failed" else "")
+            raise PlugFailed(f"Accelerators of instance {instance} could not be bound: "
+                             f"{reason or 'failed'}")  # fmt: skip
+        arqs = sorted(claim["accelerator_requests"], key=lambda a: a["device_profile_group_id"])
+        LOG.info("Claimed and plugged %d accelerator(s) into %s", len(arqs), instance)
+        return [attachment(a) for a in arqs]
+
+    def _wait_claim(self, instance: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """The claim once it is bound or failed; as it is when the timeout passes."""
+        deadline = time.monotonic() + self.timeout
+        path = f"/v2/claims/{quote(instance, safe='')}"
+        while claim["state"] not in ("bound", "failed") and time.monotonic() < deadline:
+            time.sleep(self.poll)
+            claim = self._json("GET", path, microversion=CLAIMS)
+        return claim
+
+    def _release_claim(self, instance: str) -> None:
+        path = f"/v2/claims/{quote(instance, safe='')}"
+        response = self._call("DELETE", path, microversion=CLAIMS)
+        if response.status_code not in (204, 404):  # 404: no claim (or an API before 2.12)
+            LOG.error("Releasing the claim of %s failed: %s", instance, detail(response))
+
     def _wait(self, instance: str) -> list[dict[str, Any]]:
         return wait_resolved(self._call, instance, self.timeout, self.poll, PlugFailed)
 
@@ -303,8 +347,9 @@ class Connector:
     # --- HTTP --------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("microversion", MICROVERSION)
         try:
-            return self.client.send(method, path, microversion=MICROVERSION, **kwargs)
+            return self.client.send(method, path, **kwargs)
         except CallFailed as error:
             raise AgentUnavailable(f"The accelerator API cannot be reached: {error}") from error
 

@@ -39,8 +39,10 @@ def profile(aio: AllInOne, *groups: dict[str, str]) -> str:
     return name
 
 
-def claim(aio: AllInOne, name: str, consumer: str, **extra: Any) -> requests.Response:
-    body = {"device_profile_name": name, "consumer_uuid": consumer}
+def claim(
+    aio: AllInOne, name: str, consumer: str, json_extra: dict[str, str] | None = None, **extra: Any
+) -> requests.Response:
+    body = {"device_profile_name": name, "consumer_uuid": consumer, **(json_extra or {})}
     return send(aio, "POST", "/v2/claims", json=body, **extra)
 
 
@@ -144,3 +146,48 @@ def test_bad_claims_leave_nothing_behind(aio: AllInOne) -> None:
     twice = claim(aio, name, consumer)
     assert twice.status_code == 409 and "has a claim already" in twice.text
     assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
+
+
+def test_a_claim_on_a_named_host(aio: AllInOne) -> None:
+    """2.15: admins and services name the host; a member may not; a host without the
+    accelerators is a 409, and the claim leaves nothing behind."""
+    name = profile(aio, QAT)
+    consumer = str(uuid.uuid4())
+    made = claim(aio, name, consumer, json_extra={"hostname": aio.host})
+    assert made.status_code == 201, made.text
+    assert made.json()["hostname"] == aio.host
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
+    member = claim(aio, name, consumer, json_extra={"hostname": aio.host}, headers=OTHER)
+    assert member.status_code == 403, member.text
+    elsewhere = claim(aio, name, consumer, json_extra={"hostname": "no-such-host"})
+    assert elsewhere.status_code == 409 and "no-such-host" in elsewhere.text
+    old = {"OpenStack-API-Version": "accelerator 2.14"}
+    before = claim(aio, name, consumer, json_extra={"hostname": aio.host}, headers=old)
+    assert before.status_code == 400 and "2.15" in before.text
+    assert send(aio, "GET", f"/v2/claims/{consumer}").status_code == 404
+    assert allocations(aio, consumer) == {}
+
+
+def test_os_acc_claims_this_hosts_accelerators_without_a_scheduler(aio: AllInOne) -> None:
+    """plug() with no selected_rp: a claim on the connector's host, bound by the API and
+    allocated in Placement for the instance; unplug() releases the claim."""
+    from acceleron.client.http import AcceleronClient
+    from os_acc import Connector, PlugFailed
+
+    connector = Connector(AcceleronClient.connect(aio.url), aio.host, timeout=30, poll=0.05)
+    name = profile(aio, QAT)
+    vm = {"uuid": str(uuid.uuid4()), "name": "vm"}
+    (plugged,) = connector.plug(vm, None, {"accel:device_profile": name})
+    assert plugged["attach_handle_type"] == "TEST_PCI" and plugged["attach_target"] == "VM"
+    shown = send(aio, "GET", f"/v2/claims/{vm['uuid']}").json()
+    assert (shown["state"], shown["hostname"]) == ("bound", aio.host)
+    assert list(allocations(aio, vm["uuid"])) == [
+        shown["accelerator_requests"][0]["device_rp_uuid"]
+    ]
+    assert connector.unplug(vm) == 1
+    assert send(aio, "GET", f"/v2/claims/{vm['uuid']}").status_code == 404
+    assert allocations(aio, vm["uuid"]) == {}
+    other = Connector(AcceleronClient.connect(aio.url), "no-such-host", timeout=5, poll=0.05)
+    with pytest.raises(PlugFailed, match=r"Cannot claim profile .* on no-such-host"):
+        other.plug(vm, None, {"accel:device_profile": name})
+    assert allocations(aio, vm["uuid"]) == {}

@@ -212,8 +212,8 @@ def test_every_instance_operation_does_what_its_rule_says(host: Host, operation:
     shared.unplug(vm)
 
 
-def test_plugging_around_an_operation_needs_the_provider_and_specs(host: Host) -> None:
-    with pytest.raises(PlugFailed, match="needs selected_rp and flavor_extra_specs"):
+def test_plugging_around_an_operation_needs_the_specs(host: Host) -> None:
+    with pytest.raises(PlugFailed, match="needs flavor_extra_specs"):
         connector(host).after("resize", instance())
 
 

@@ -56,3 +56,15 @@ def test_holders_of_the_function_come_first_every_group_in_the_same_tree() -> No
 
 def test_without_hosts_known_placement_is_asked_once() -> None:
     assert len(candidate_queries(QAT, Survey({}, frozenset(), frozenset()))) == 1
+
+
+def test_a_named_host_is_the_only_tree_asked_about() -> None:
+    """2.15's hostname: the holders there, then anything there; never the whole cloud."""
+    survey = Survey({"device_profile_0": TRAITS}, frozenset({"here"}), frozenset({"here"}),
+                    only="here")  # fmt: skip
+    queries = candidate_queries(FPGA, survey, first)
+    trees = [sorted(v for k, v in q if k.startswith("in_tree")) for q in queries]
+    assert trees == [["here", "here"], ["here", "here"]]
+    alone = Survey({"device_profile_0": TRAITS}, frozenset(), frozenset({"here"}), only="here")
+    assert [sorted(v for k, v in q if k.startswith("in_tree"))
+            for q in candidate_queries(FPGA, alone, first)] == [["here", "here"]]  # fmt: skip

@@ -42,6 +42,12 @@ class ClaimCreate(BaseModel):
     project_id: str | None = Field(
         None, max_length=255, description="Admins and services: claim for this project."
     )
+    hostname: str | None = Field(
+        None,
+        max_length=255,
+        description="From 2.15, admins and services: the host the accelerators must be on "
+        "(os_acc on a compute node without a scheduler).",
+    )
 
 
 class ClaimOut(BaseModel):
@@ -84,6 +90,9 @@ def _placement(call: Call) -> PlacementService:
              summary="Claim accelerators for a consumer (2.12)")  # fmt: skip
 async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> Response:
     call.authorize("claim:create")
+    if body.hostname is not None:
+        microversion.require(call.version, microversion.V2_15, "A claim's hostname")
+        claims.check_hostname(call.context, body.hostname)
     placement = _placement(call)
     claim, groups = await call.run(
         claims.begin, call.context, body.device_profile_name, body.consumer_uuid, body.project_id
@@ -96,7 +105,9 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
         client = placement.client()
         allocated = False
         try:
-            request, hostname = claims.allocate(call.db, client, claim, groups, user, store)
+            request, hostname = claims.allocate(
+                call.db, client, claim, groups, user, store, body.hostname
+            )
             allocated = True
             claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)
         except claims.MaybeAllocated:

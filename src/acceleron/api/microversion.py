@@ -69,6 +69,8 @@ VERSIONS: list[str] = [
     #          show the health of what they are bound to.
     "2.14",  # GET /v2/quotas/{project_id}: a project's usage against its limit for each
     #          accelerator resource class (limits named class:<RESOURCE_CLASS>).
+    "2.15",  # POST /v2/claims takes hostname (admins and services): the claim lands on
+    #          that host (os_acc on a compute node without a scheduler).
 ]
 
 V2_0 = Version(2, 0)
@@ -86,6 +88,7 @@ V2_11 = Version(2, 11)
 V2_12 = Version(2, 12)
 V2_13 = Version(2, 13)
 V2_14 = Version(2, 14)
+V2_15 = Version(2, 15)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

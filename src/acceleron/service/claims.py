@@ -47,6 +47,7 @@ from acceleron.exceptions import (
     AllocationConflict,
     Conflict,
     Disabled,
+    Forbidden,
     InvalidInput,
     InvalidPlacementName,
     NotFound,
@@ -190,12 +191,19 @@ class Survey:
     held: Mapping[str, frozenset[str]]
     holder_trees: frozenset[str]
     trees: frozenset[str]
+    only: str | None = None  # the one tree the claim must land in (a host named)
 
 
 def survey(
-    db: Database, groups: Sequence[Mapping[str, str]], wanted: Mapping[str, frozenset[str]]
+    db: Database,
+    groups: Sequence[Mapping[str, str]],
+    wanted: Mapping[str, frozenset[str]],
+    hostname: str | None = None,
 ) -> Survey:
-    """Where the claim may land, from Acceleron's records (one read)."""
+    """Where the claim may land, from Acceleron's records (one read); on ``hostname``
+    alone when it is given."""
+    if hostname is not None:
+        return _on_host(survey(db, groups, wanted), _host_tree(db, hostname))
     classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
     folded = {suffix: {weigher.fold_function(f) for f in fs} for suffix, fs in wanted.items()}
     held: dict[str, set[str]] = {suffix: set() for suffix in wanted}
@@ -220,6 +228,26 @@ def survey(
         trees = _trees(conn, classes)
     holders = frozenset(t for t in holder_trees if t)  # None: a host not in Placement yet
     return Survey({s: frozenset(t) for s, t in held.items()}, holders, trees)
+
+
+def _host_tree(db: Database, hostname: str) -> str:
+    """The compute node provider of ``hostname``, as Acceleron published it."""
+    with db.reader() as conn:
+        root = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == hostname)).scalar()
+    if root is None:
+        raise NoCapacity(f"Host {hostname[:255]!r} has no accelerators in Placement.")
+    return str(root)
+
+
+def _on_host(found: Survey, root: str) -> Survey:
+    return Survey(found.held, found.holder_trees & {root}, frozenset({root}), only=root)
+
+
+def check_hostname(context: RequestContext, hostname: str | None) -> None:
+    """Naming the host a claim lands on is for admins and services (os_acc on a compute
+    node), as forcing a host is in Nova."""
+    if hostname is not None and not (context.is_admin or "service" in context.roles):
+        raise Forbidden("hostname: only an admin or a service may name the host of a claim.")
 
 
 # A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone,
@@ -307,10 +335,12 @@ def candidate_queries(
     if holders:
         narrow = [("limit", str(HOLDERS_LIMIT)), *everything, *holders]
         queries += [[*narrow, *in_tree(root)] for root in some(found.holder_trees)]
-        queries.append(narrow)
+        if found.only is None:
+            queries.append(narrow)
     wide = [("limit", str(CANDIDATES_LIMIT)), *everything]
     queries += [[*wide, *in_tree(root)] for root in some(found.trees)]
-    queries.append(wide)
+    if found.only is None:
+        queries.append(wide)
     return queries
 
 
@@ -321,11 +351,13 @@ def allocate(
     groups: Sequence[Mapping[str, str]],
     user_id: str,
     store: BitstreamStore | None = None,
+    hostname: str | None = None,
 ) -> tuple[AllocationRequest, str]:
-    """Allocate the best candidate for the claim's consumer; choose again while other
-    consumers win the race. The allocation and its compute node's name."""
+    """Allocate the best candidate for the claim's consumer (on ``hostname`` when it is
+    given); choose again while other consumers win the race. The allocation and its
+    compute node's name."""
     wanted = wanted_functions(groups, store, claim.project_id)
-    found = survey(db, groups, wanted)
+    found = survey(db, groups, wanted, hostname)
     for attempt in range(1, ATTEMPTS + 1):
         best = None
         for params in candidate_queries(groups, found):
@@ -334,8 +366,9 @@ def allocate(
             if best is not None:
                 break
         if best is None:
+            where = "No host has" if hostname is None else f"Host {hostname!r} does not have"
             raise NoCapacity(
-                "No host has the accelerators the profile asks for free: they are all in use "
+                f"{where} the accelerators the profile asks for free: they are all in use "
                 "or disabled, or none matches its groups."
             )
         hostname = _hostname(db, best)
