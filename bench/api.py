@@ -27,6 +27,7 @@ import json
 import random
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from acceleron.drivers.fake import DEFAULT_INVENTORY
 from load import (
@@ -107,7 +108,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--inventory", action="store_true", help="devices and deployables")
     parser.add_argument("--hosts", type=int, default=20, help="fake hosts (--inventory)")
-    parser.add_argument("--baseline", default="none", help="commit to compare with (--inventory)")
+    parser.add_argument("--baseline", default="none", help="commit to compare with")
     args = parser.parse_args()
     results: list[Result] = []
     if args.inventory:
@@ -118,7 +119,10 @@ def main() -> None:
         with all_in_one() as url:
             results += inventory(url, args.hosts, args.clients, args.seconds, "this tree: ")
     else:
-        results = profiles(args.clients, args.seconds)
+        if args.baseline != "none":
+            with checkout(args.baseline) as source:
+                results += profiles(args.clients, args.seconds, source, f"{args.baseline}: ")
+        results += profiles(args.clients, args.seconds, label="this tree: " if results else "")
     print(f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per read test")
     for result in results:
         print(result.line())
@@ -127,18 +131,29 @@ def main() -> None:
             print(f"    errors: {bad}")
 
 
-def profiles(clients: int, seconds: float) -> list[Result]:
+def profiles(
+    clients: int, seconds: float, source: Path | None = None, label: str = ""
+) -> list[Result]:
+    """The profile API's figures, on this tree's code or ``source`` (another's src)."""
     results: list[Result] = []
-    with all_in_one() as url:
-        results.append(run("create (0 -> 200 profiles)", url, creates(0, 200), clients, 60))
-        results.append(run("list, 200 profiles", url, gets([PATH]), clients, seconds))
-        results.append(run("create (200 -> 1000 profiles)", url, creates(200, 1000), clients, 120))
+    with all_in_one(source=source) as url:
+        results.append(run(f"{label}create (0 -> 200 profiles)", url, creates(0, 200),
+                           clients, 60))  # fmt: skip
+        results.append(run(f"{label}list, 200 profiles", url, gets([PATH]), clients, seconds))
+        results.append(run(f"{label}create (200 -> 1000 profiles)", url, creates(200, 1000),
+                           clients, 120))  # fmt: skip
         uuids = all_uuids(url)
         assert len(uuids) == 1000, len(uuids)
         results.append(
-            run("show, 1000 profiles", url, gets([f"{PATH}/{u}" for u in uuids]), clients, seconds)
+            run(
+                f"{label}show, 1000 profiles",
+                url,
+                gets([f"{PATH}/{u}" for u in uuids]),
+                clients,
+                seconds,
+            )
         )
-        results.append(run("list, 1000 profiles", url, gets([PATH]), clients, seconds))
+        results.append(run(f"{label}list, 1000 profiles", url, gets([PATH]), clients, seconds))
     return results
 
 
