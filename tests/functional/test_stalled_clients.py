@@ -28,9 +28,12 @@ LATEST = {"OpenStack-API-Version": "accelerator latest"}
 MIB = 1 << 20
 
 
+PATIENCE = 2.0  # [api] client_timeout of the API these tests talk to
+
+
 @pytest.fixture
 def api_url(conf: cfg.ConfigOpts, db: Database) -> Iterator[str]:
-    conf.set_override("client_timeout", 2.0, group="api")
+    conf.set_override("client_timeout", PATIENCE, group="api")
     with serve(create_app(conf, db)) as url:
         yield url
 
@@ -145,7 +148,7 @@ def test_a_reader_that_stops_reading_is_cut_off(api_url: str, db: Database) -> N
     with socket.create_connection((where.hostname, where.port), timeout=60) as sock:
         sock.sendall(f"GET /v2/bitstreams/{created['uuid']}/data HTTP/1.1\r\nHost: x\r\n"
                      f"OpenStack-API-Version: accelerator latest\r\n\r\n".encode())  # fmt: skip
-        time.sleep(5 * 2.0)  # reading nothing, for five times the server's patience
+        time.sleep(3 * PATIENCE)  # reading nothing, for three times the server's patience
         received = 0
         while chunk := sock.recv(1 << 20):
             received += len(chunk)
