@@ -42,11 +42,10 @@ from acceleron.drivers import gbs
 from load import (
     Result,
     all_in_one,
-    body,
+    binder,
     call,
     checkout,
     cpu_seconds,
-    exchange,
     profiling,
     report_fake_hosts,
     wait_synced,
@@ -67,34 +66,8 @@ def report_big_host(url: str) -> list[str]:
     return [d["rp_uuid"] for d in deployables["deployables"]]
 
 
-async def _binder(url: str, name: str, rps: list[str], worker: int, deadline: float,
-                  result: Result, instances: list[str]) -> None:  # fmt: skip
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    n = worker
-    try:
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            create = ("POST", "/v2/accelerator_requests", body({"device_profile_name": name}))
-            status, created = await exchange(reader, writer, host, create)
-            arq = json.loads(created)["arqs"][0]["uuid"]
-            instance = str(uuid.uuid4())
-            ops = [{"op": "add", "path": "/hostname", "value": HOST},
-                   {"op": "add", "path": "/device_rp_uuid", "value": rps[n % len(rps)]},
-                   {"op": "add", "path": "/instance_uuid", "value": instance}]  # fmt: skip
-            status, _ = await exchange(reader, writer, host, (
-                "PATCH", "/v2/accelerator_requests", body({arq: ops})))  # fmt: skip
-            result.latencies.append(time.perf_counter() - started)
-            result.statuses[status] += 1
-            result.requests += 1
-            instances.append(instance)
-            n += 16
-    finally:
-        writer.close()
-
-
 def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, list[str]]:
-    rps = report_big_host(url)
+    pools = [(HOST, rp) for rp in report_big_host(url)]
     name = f"qat-{uuid.uuid4().hex[:6]}"
     call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": [QAT]}])
     result = Result("create + bind (no programming)", 0, 0.0, [], collections.Counter())
@@ -102,7 +75,7 @@ def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, lis
 
     async def main() -> None:
         deadline = time.perf_counter() + seconds
-        await asyncio.gather(*(_binder(url, name, rps, i, deadline, result, instances)
+        await asyncio.gather(*(binder(url, name, pools, i, 16, deadline, result, instances)
                                for i in range(clients)))  # fmt: skip
 
     started, cpu = time.perf_counter(), cpu_seconds(url.pid)  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -222,6 +223,44 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) 
         except OSError:
             time.sleep(0.05)
     raise RuntimeError("the server did not become ready")
+
+
+async def connect(url: str) -> tuple[str, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A keep-alive connection to ``url`` (http://host:port): its host, reader, writer."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    return host, reader, writer
+
+
+async def binder(url: str, profile: str, pools: list[tuple[str, str]], worker: int,
+                 step: int, deadline: float, result: Result,
+                 instances: list[str]) -> None:  # fmt: skip
+    """Nova's two calls in a loop until ``deadline``: create a request of ``profile``,
+    bind it to a (host, provider) of ``pools`` (the ``worker``-th, then every ``step``-th
+    after it) for a new instance, recorded in ``instances``; binds answered 202 count."""
+    host, reader, writer = await connect(url)
+    n = worker
+    try:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            create = ("POST", "/v2/accelerator_requests", body({"device_profile_name": profile}))
+            status, created = await exchange(reader, writer, host, create)
+            arq = json.loads(created)["arqs"][0]["uuid"]
+            instance = str(uuid.uuid4())
+            hostname, rp = pools[n % len(pools)]
+            ops = [{"op": "add", "path": "/hostname", "value": hostname},
+                   {"op": "add", "path": "/device_rp_uuid", "value": rp},
+                   {"op": "add", "path": "/instance_uuid", "value": instance}]  # fmt: skip
+            bind = ("PATCH", "/v2/accelerator_requests", body({arq: ops}))
+            status, _ = await exchange(reader, writer, host, bind)
+            result.latencies.append(time.perf_counter() - started)
+            result.statuses[status] += 1
+            if status == 202:
+                result.requests += 1
+            instances.append(instance)
+            n += step
+    finally:
+        writer.close()
 
 
 def body(data: Any) -> bytes:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from load import Result, body, call, exchange, free_port, wait_ready
+from load import Result, binder, body, call, connect, exchange, free_port, wait_ready
 
 INVENTORY = """
 devices:
@@ -200,14 +199,8 @@ def fill(conf_file: Path, hostnames: list[str]) -> tuple[float, float]:
 # --- load -----------------------------------------------------------------------------------
 
 
-async def _connect(url: str) -> tuple[str, asyncio.StreamReader, asyncio.StreamWriter]:
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    return host, reader, writer
-
-
 async def _claimer(url: str, deadline: float, result: Result) -> None:
-    host, reader, writer = await _connect(url)
+    host, reader, writer = await connect(url)
     try:
         while time.perf_counter() < deadline:
             consumer = str(uuid.uuid4())
@@ -224,35 +217,8 @@ async def _claimer(url: str, deadline: float, result: Result) -> None:
         writer.close()
 
 
-async def _binder(url: str, pools: list[tuple[str, str]], worker: int, deadline: float,
-                  result: Result, instances: list[str]) -> None:  # fmt: skip
-    host, reader, writer = await _connect(url)
-    n = worker
-    try:
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            create = ("POST", "/v2/accelerator_requests", body({"device_profile_name": QAT}))
-            status, created = await exchange(reader, writer, host, create)
-            arq = json.loads(created)["arqs"][0]["uuid"]
-            instance = str(uuid.uuid4())
-            hostname, rp = pools[n % len(pools)]
-            ops = [{"op": "add", "path": "/hostname", "value": hostname},
-                   {"op": "add", "path": "/device_rp_uuid", "value": rp},
-                   {"op": "add", "path": "/instance_uuid", "value": instance}]  # fmt: skip
-            bind = ("PATCH", "/v2/accelerator_requests", body({arq: ops}))
-            status, _ = await exchange(reader, writer, host, bind)
-            result.latencies.append(time.perf_counter() - started)
-            result.statuses[status] += 1
-            if status == 202:
-                result.requests += 1
-            instances.append(instance)
-            n += 7  # spread over the hosts
-    finally:
-        writer.close()
-
-
 async def _deleter(url: str, instances: list[str]) -> None:
-    host, reader, writer = await _connect(url)
+    host, reader, writer = await connect(url)
     try:
         while instances:
             instance = instances.pop()
@@ -273,7 +239,7 @@ def drive(
         if name == "claims":
             await asyncio.gather(*(_claimer(url, deadline, result) for _ in range(clients)))
         else:
-            await asyncio.gather(*(_binder(url, pools, i, deadline, result, instances)
+            await asyncio.gather(*(binder(url, QAT, pools, i, 7, deadline, result, instances)
                                    for i in range(clients)))  # fmt: skip
 
     started = time.perf_counter()
