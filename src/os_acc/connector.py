@@ -332,10 +332,8 @@ class Connector:
 
     def _release_claim(self, instance: str) -> None:
         """Release the instance's claim, if it has one (404: none, or an API before
-        2.12; looked at first, so that an API without Placement is not asked to)."""
+        2.12)."""
         path = f"/v2/claims/{quote(instance, safe='')}"
-        if self._call("GET", path, microversion=CLAIMS).status_code == 404:
-            return
         response = self._call("DELETE", path, microversion=CLAIMS)
         if response.status_code not in (204, 404):
             LOG.error("Releasing the claim of %s failed: %s", instance, detail(response))

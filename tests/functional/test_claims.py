@@ -156,6 +156,8 @@ def test_a_claim_on_a_named_host(aio: AllInOne) -> None:
     made = claim(aio, name, consumer, json_extra={"hostname": aio.host})
     assert made.status_code == 201, made.text
     assert made.json()["hostname"] == aio.host
+    for method in ("GET", "DELETE"):  # another project sees nothing of it
+        assert send(aio, method, f"/v2/claims/{consumer}", headers=OTHER).status_code == 404
     assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
     member = claim(aio, name, consumer, json_extra={"hostname": aio.host}, headers=OTHER)
     assert member.status_code == 403, member.text

@@ -132,6 +132,8 @@ async def show_claim(consumer: str, call: CallDep) -> Response:
 @router.delete("/{consumer}", status_code=204, summary="Release a consumer's claim (2.12)")
 async def delete_claim(consumer: str, call: CallDep) -> Response:
     call.authorize("claim:delete")
+    if call.request.app.state.placement is None:  # no claim can exist: 404 before 409
+        await call.run(claims.lookup, call.context, consumer)
     placement = _placement(call)
     claim = await call.run(claims.release, call.context, consumer)
     await call.outbound(claims.undo, call.db, placement.client(), claim, True)
