@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from acceleron.agent.client import ReportClient
 from acceleron.client import arqs as arqs_api
-from acceleron.client.arqs import bind_body, wait_resolved
+from acceleron.client.arqs import bind_body, wait_claim, wait_resolved
 from acceleron.client.errors import detail
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed
 from acceleron.exceptions import InvalidInput
@@ -310,7 +310,9 @@ class Connector:
         if response.status_code != 201:
             raise PlugFailed(f"Cannot claim profile {profile!r} on {self.hostname}: "
                              f"{detail(response)}")  # fmt: skip
-        claim = self._wait_claim(instance, response.json())
+        path = f"/v2/claims/{quote(instance, safe='')}"
+        claim = wait_claim(lambda: self._json("GET", path, microversion=CLAIMS),
+                           response.json(), self.timeout, self.poll)  # fmt: skip
         if claim["state"] != "bound":
             self._release_claim(instance)
             late = f"not bound within {self.timeout:.0f} s"
@@ -320,15 +322,6 @@ class Connector:
         arqs = sorted(claim["accelerator_requests"], key=lambda a: a["device_profile_group_id"])
         LOG.info("Claimed and plugged %d accelerator(s) into %s", len(arqs), instance)
         return [attachment(a) for a in arqs]
-
-    def _wait_claim(self, instance: str, claim: dict[str, Any]) -> dict[str, Any]:
-        """The claim once it is bound or failed; as it is when the timeout passes."""
-        deadline = time.monotonic() + self.timeout
-        path = f"/v2/claims/{quote(instance, safe='')}"
-        while claim["state"] not in ("bound", "failed") and time.monotonic() < deadline:
-            time.sleep(self.poll)
-            claim = self._json("GET", path, microversion=CLAIMS)
-        return claim
 
     def _release_claim(self, instance: str) -> None:
         """Release the instance's claim, if it has one (404: none, or an API before

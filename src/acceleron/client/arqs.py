@@ -80,3 +80,24 @@ def wait_resolved(
         if time.monotonic() >= deadline:
             raise error(f"The binds of {instance} did not end within {timeout:g} s.")
         time.sleep(poll)
+
+
+def wait_claim(
+    show: Callable[[], dict[str, Any]],
+    claim: dict[str, Any],
+    timeout: float,
+    poll: float,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """A server-side claim (``POST /v2/claims``'s answer) followed with ``show()`` (its
+    ``GET``) while it is ``binding``: the claim once bound or failed, or as it is when
+    ``timeout`` seconds pass. ``progress`` sees its requests at each look."""
+    deadline = time.monotonic() + timeout
+    while claim["state"] == "binding":
+        if progress is not None:
+            progress(claim["accelerator_requests"])
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+        claim = show()
+    return claim

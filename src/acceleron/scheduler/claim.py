@@ -31,7 +31,7 @@ from typing import Any
 from keystoneauth1 import adapter as ks_adapter
 
 from acceleron.client import arqs as arqs_api
-from acceleron.client.arqs import Progress, bind_body, wait_resolved
+from acceleron.client.arqs import Progress, bind_body, wait_claim, wait_resolved
 from acceleron.client.errors import detail, parse_error
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed, as_client
 from acceleron.exceptions import AllocationConflict, PlacementError
@@ -115,16 +115,13 @@ class Claimer:
         response = self._call("POST", "/v2/claims", json=body, microversion=CLAIMS)
         if response.status_code != 201:
             raise ClaimFailed(f"{_held_hint(response, consumer)}")
-        claim: dict[str, Any] = response.json()
-        deadline = time.monotonic() + self.timeout
-        while claim["state"] == "binding":
-            if progress is not None:
-                progress(claim["accelerator_requests"])
-            if time.monotonic() >= deadline:
-                self._release_claim(consumer)
-                raise ClaimFailed(f"The binds of {consumer} did not end within {self.timeout:g} s.")
-            time.sleep(self.poll)
-            claim = self._json("GET", f"/v2/claims/{consumer}", microversion=CLAIMS)
+        claim = wait_claim(
+            lambda: self._json("GET", f"/v2/claims/{consumer}", microversion=CLAIMS),
+            response.json(), self.timeout, self.poll, progress,
+        )  # fmt: skip
+        if claim["state"] == "binding":
+            self._release_claim(consumer)
+            raise ClaimFailed(f"The binds of {consumer} did not end within {self.timeout:g} s.")
         if claim["state"] != "bound":
             self._release_claim(consumer)
             raise ClaimFailed(f"The accelerators could not be bound: {claim['failure_reason']}")
