@@ -21,7 +21,7 @@ from keystoneauth1 import adapter, session, token_endpoint
 from oslo_config import cfg
 from requests.adapters import BaseAdapter
 from requests.structures import CaseInsensitiveDict
-from sqlalchemy import event
+from sqlalchemy import event, pool
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -45,11 +45,17 @@ def _load(connection: str) -> WSGIApp:
     conf.set_override("auth_strategy", "noauth2", group="api")
     conf.set_override("sync_on_startup", True, group="placement_database")
     db_api.configure(conf)
+    # oslo.db's sleep(0) at each connection check-in lets eventlet's green threads
+    # switch; in a threaded process it hands the GIL to whichever thread waits, and
+    # the request waits its turn back: 15 % of a claim's time in Placement.
+    db_api.placement_context_manager.configure(thread_checkin=False)
     app: WSGIApp = deploy.loadapp(conf)
     if not connection.startswith("sqlite"):
         return app
     if connection not in ("sqlite://", "sqlite:///:memory:"):
-        _write_ahead(db_api.get_placement_engine())
+        engine = db_api.get_placement_engine()
+        _write_ahead(engine)
+        _keep_connections(engine)
     return _one_at_a_time(app)
 
 
@@ -64,6 +70,25 @@ def _write_ahead(engine: Any) -> None:
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
     event.listen(engine, "connect", pragmas)
+
+
+def _keep_connections(engine: Any) -> None:
+    """Keep the SQLite file's connections open between transactions. oslo.db gives a
+    file database no pool (``NullPool``): Placement would open a connection, run its
+    connect-time statements, and close it again, for every transaction of every
+    request. Closing the last connection to a write-ahead log checkpoints it, and
+    connecting and closing took 20 % of Placement's time in a claim. The new pool
+    keeps the old one's event listeners (the pragmas above, oslo.db's own)."""
+    old = engine.pool
+    engine.pool = pool.QueuePool(
+        old._creator,
+        pool_size=2,
+        max_overflow=8,
+        reset_on_return=old._reset_on_return,
+        _dispatch=old.dispatch,
+        dialect=old._dialect,
+    )
+    old.dispose()
 
 
 def _one_at_a_time(app: WSGIApp) -> WSGIApp:
