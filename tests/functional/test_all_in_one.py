@@ -326,9 +326,9 @@ def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
         assert api(server, "GET", f"/v2/bitstreams/{bitstream}")["status"] == "active"
 
 
-def claimer(aio: AllInOne, project: str | None = None) -> Any:
+def claimer(aio: AllInOne, project: str | None = None, wrap: Any = None) -> Any:
     """The Python API of the claim flow, as a program without Nova uses it (as an admin
-    of ``project``, if given)."""
+    of ``project``, if given; its Placement adapter wrapped in ``wrap``, if given)."""
     from keystoneauth1 import adapter, session, token_endpoint
     from keystoneauth1.noauth import NoAuth
 
@@ -344,7 +344,26 @@ def claimer(aio: AllInOne, project: str | None = None) -> Any:
     placement_adapter = adapter.Adapter(
         placement_session, service_type="placement", endpoint_override=placement_url
     )
+    if wrap is not None:
+        placement_adapter = wrap(placement_adapter)
     return Claimer(api_adapter, PlacementClient(placement_adapter), poll=0.05)
+
+
+def test_the_claimer_takes_the_allocations_from_the_claim(aio: AllInOne) -> None:
+    """From 2.16 the claim shows what it allocated: the Claimer asks Placement nothing,
+    and hands back what Placement holds; against 2.15 it asks Placement."""
+    from tests.fixtures.placement import CountingAdapter
+
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    for latest, reads in (((2, 16), 0), ((2, 15), 1)):
+        flow, consumer = claimer(aio, wrap=CountingAdapter), str(uuid.uuid4())
+        flow._server_version = latest  # (2, 15): as an older API says
+        made = flow.claim(name, consumer)
+        held = placement(aio, f"/allocations/{consumer}")["allocations"]
+        assert made.allocations == {rp: a["resources"] for rp, a in held.items()}
+        counted = flow.placement._adapter
+        assert counted.count("GET", f"/allocations/{consumer}") == reads, latest
+        flow.release(consumer)
 
 
 def test_racing_claims_for_the_last_vfs_never_overbook(aio: AllInOne) -> None:

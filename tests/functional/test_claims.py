@@ -64,14 +64,30 @@ def test_claim_follow_and_release(aio: AllInOne) -> None:
     assert arq["state"] == "Bound" and arq["instance_uuid"] == consumer
     assert arq["attach_handle_type"] == "TEST_PCI"
     assert list(allocations(aio, consumer)) == [arq["device_rp_uuid"]]
+    held = {arq["device_rp_uuid"]: {"resources": {"CUSTOM_ACCELERATOR_QAT": 1}}}
+    assert body["allocations"] == held  # 2.16: no need to ask Placement
     shown = send(aio, "GET", f"/v2/claims/{consumer}").json()
     assert shown["state"] == "bound" and shown["accelerator_requests"] == [arq]
+    assert shown["allocations"] == held
 
     assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
     assert send(aio, "GET", f"/v2/claims/{consumer}").status_code == 404
     assert allocations(aio, consumer) == {}
     arqs = send(aio, "GET", "/v2/accelerator_requests", params={"instance": consumer})
     assert arqs.json()["arqs"] == []
+
+
+def test_allocations_are_shown_from_2_16(aio: AllInOne) -> None:
+    """Before 2.16 a claim shows no allocations; from it, Placement's for the consumer."""
+    name, consumer = profile(aio, QAT), str(uuid.uuid4())
+    older = {"OpenStack-API-Version": "accelerator 2.15"}
+    made = claim(aio, name, consumer, headers=older)
+    assert made.status_code == 201, made.text
+    assert "allocations" not in made.json()
+    assert "allocations" not in send(aio, "GET", f"/v2/claims/{consumer}", headers=older).json()
+    held = {rp: {"resources": a["resources"]} for rp, a in allocations(aio, consumer).items()}
+    assert send(aio, "GET", f"/v2/claims/{consumer}").json()["allocations"] == held
+    assert send(aio, "DELETE", f"/v2/claims/{consumer}").status_code == 204
 
 
 def test_a_claim_that_programs_is_binding_then_bound(aio: AllInOne) -> None:

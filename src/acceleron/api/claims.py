@@ -50,6 +50,10 @@ class ClaimCreate(BaseModel):
     )
 
 
+class Allocation(BaseModel):
+    resources: dict[str, int] = Field(description="Resource class -> amount.")
+
+
 class ClaimOut(BaseModel):
     consumer_uuid: str
     project_id: str
@@ -61,11 +65,16 @@ class ClaimOut(BaseModel):
     created_at: str | None
     updated_at: str | None
     links: list[Link]
+    allocations: dict[str, Allocation] | None = Field(
+        None,
+        description="From 2.16: what the claim allocated in Placement, by provider uuid "
+        "(null while allocating, and for a claim made before 2.16 existed).",
+    )
 
 
 def view(found: claims.ClaimView, call: Call) -> dict[str, Any]:
     claim, base = found.claim, call.base_url
-    return {
+    shown: dict[str, Any] = {
         "consumer_uuid": claim.consumer,
         "project_id": claim.project_id,
         "device_profile_name": claim.device_profile_name,
@@ -77,6 +86,12 @@ def view(found: claims.ClaimView, call: Call) -> dict[str, Any]:
         "updated_at": timestamp(claim.updated_at),
         "links": [{"href": f"{base}/v2/claims/{claim.consumer}", "rel": "self"}],
     }
+    if call.version >= microversion.V2_16:
+        held = claim.allocations
+        shown["allocations"] = (
+            None if held is None else {rp: {"resources": r} for rp, r in held.items()}
+        )
+    return shown
 
 
 def _placement(call: Call) -> PlacementService:

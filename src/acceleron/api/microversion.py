@@ -71,6 +71,8 @@ VERSIONS: list[str] = [
     #          accelerator resource class (limits named class:<RESOURCE_CLASS>).
     "2.15",  # POST /v2/claims takes hostname (admins and services): the claim lands on
     #          that host (os_acc on a compute node without a scheduler).
+    "2.16",  # A claim shows its allocations (provider uuid -> resources), as Placement
+    #          holds them: its client needs not ask Placement again.
 ]
 
 V2_0 = Version(2, 0)
@@ -89,6 +91,7 @@ V2_12 = Version(2, 12)
 V2_13 = Version(2, 13)
 V2_14 = Version(2, 14)
 V2_15 = Version(2, 15)
+V2_16 = Version(2, 16)
 MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
 MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
 _KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}

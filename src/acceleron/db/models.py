@@ -342,6 +342,8 @@ class Claim(TimestampMixin, Base):
     state: Mapped[str] = mapped_column(String(16))
     hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    # What it allocated: provider uuid -> resource class -> amount (null before 0011).
+    allocations: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class QuotaProject(Base):

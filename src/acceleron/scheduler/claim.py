@@ -42,6 +42,7 @@ from acceleron.scheduler import functions, query, weigher
 LOG = logging.getLogger(__name__)
 MICROVERSION = "2.11"  # attach_target
 CLAIMS = "2.12"  # server-side claims
+HELD = "2.16"  # a claim shows its allocations
 ATTEMPTS = 5  # choices made again after an allocation conflict
 
 
@@ -88,7 +89,7 @@ class Claimer:
         self.timeout = timeout
         self.poll = poll
         self._hosts: dict[str, str] = {}  # root provider uuid -> compute node name
-        self._server_side: bool | None = None  # whether the API takes claims (asked once)
+        self._server_version: tuple[int, int] | None = None  # the API's latest (asked once)
 
     # --- claim ------------------------------------------------------------------------
 
@@ -112,11 +113,12 @@ class Claimer:
         body = {"device_profile_name": profile, "consumer_uuid": consumer}
         if project_id:
             body["project_id"] = project_id
-        response = self._call("POST", "/v2/claims", json=body, microversion=CLAIMS)
+        version = HELD if self._version() >= (2, 16) else CLAIMS
+        response = self._call("POST", "/v2/claims", json=body, microversion=version)
         if response.status_code != 201:
             raise ClaimFailed(f"{_held_hint(response, consumer)}")
         claim = wait_claim(
-            lambda: self._json("GET", f"/v2/claims/{consumer}", microversion=CLAIMS),
+            lambda: self._json("GET", f"/v2/claims/{consumer}", microversion=version),
             response.json(), self.timeout, self.poll, progress,
         )  # fmt: skip
         if claim["state"] == "binding":
@@ -127,25 +129,36 @@ class Claimer:
             raise ClaimFailed(f"The accelerators could not be bound: {claim['failure_reason']}")
         LOG.info("Claimed %s for %s on %s", profile, consumer, claim["hostname"])
         arqs = claim["accelerator_requests"]
-        held = self.placement.get_consumer_allocations(consumer)  # what the API allocated
-        return Claim(consumer, claim["hostname"], held, tuple(arqs))
+        return Claim(consumer, claim["hostname"], self._held(claim), tuple(arqs))
+
+    def _held(self, claim: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+        """What the API allocated for the claim: shown in it from 2.16, else Placement's."""
+        shown = claim.get("allocations")
+        if shown is None:
+            return self.placement.get_consumer_allocations(claim["consumer_uuid"])
+        return {rp: dict(held["resources"]) for rp, held in shown.items()}
 
     def _server_claims(self) -> bool:
-        """Whether the API takes claims itself (2.12 or later); asked once per Claimer."""
-        if self._server_side is None:
-            self._server_side = self._ask_server_claims()
-        return self._server_side
+        """Whether the API takes claims itself (2.12 or later)."""
+        return self._version() >= (2, 12)
 
-    def _ask_server_claims(self) -> bool:
+    def _version(self) -> tuple[int, int]:
+        """The API's latest microversion, asked once per Claimer."""
+        if self._server_version is None:
+            self._server_version = self._ask_version()
+        return self._server_version
+
+    def _ask_version(self) -> tuple[int, int]:
+        """The API's latest microversion; (2, 0) when it does not say."""
         response = self._call("GET", "/v2")
         if response.status_code != 200:
-            return False
+            return (2, 0)
         version = response.json().get("max_version") or response.json().get("version", "")
         try:
             major, minor = (int(p) for p in str(version).split("."))
         except ValueError:
-            return False
-        return (major, minor) >= (2, 12)
+            return (2, 0)
+        return (major, minor)
 
     def _release_claim(self, consumer: str) -> None:
         response = self._call("DELETE", f"/v2/claims/{consumer}", microversion=CLAIMS)

@@ -454,8 +454,13 @@ def bind(
         conn.execute(
             update(CLAIMS)
             .where(CLAIMS.c.id == claim.id)
-            .values(state=state, hostname=hostname, updated_at=utcnow())
+            .values(state=state, hostname=hostname, allocations=_held(request), updated_at=utcnow())
         )
+
+
+def _held(request: AllocationRequest) -> dict[str, dict[str, int]]:
+    """What the claim allocated: provider uuid -> resource class -> amount."""
+    return {rp: dict(resources) for rp, resources in request.allocations.items()}
 
 
 def _reasons(db: Database, uuids: Sequence[str]) -> str:
