@@ -104,6 +104,38 @@ def test_an_allocation_no_request_holds_is_freed_leaving_the_rest(
     assert passes.run() == []
 
 
+def test_a_pass_reads_only_the_providers_whose_generation_moved(
+    db: Database, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """One listing per pass; a provider's allocations are read again only when an
+    allocation was written on it; a consumer dropped since (which bumps no generation)
+    is no leak."""
+    from tests.fixtures.placement import CountingAdapter
+
+    region, other = (r.rp_uuid for r in published["regions"][:2])
+    counted = CountingAdapter(placement)
+    passes = Reconciler(db, lambda: PlacementClient(counted), 0)
+
+    def reads() -> set[str]:
+        return {c.path.split("/")[2] for c in counted.calls if c.path.endswith("/allocations")}
+
+    leaked = str(uuid.uuid4())
+    allocate(placement, leaked, {region: {FPGA: 1}})
+    assert actions(passes.run()) == [("allocation", leaked, "waiting")]
+    assert region in reads() and other in reads()  # the first pass reads every provider
+    counted.reset()
+    assert actions(passes.run(free=False)) == [("allocation", leaked, "reported")]
+    assert reads() == set()
+    assert [c.path for c in counted.calls] == ["/resource_providers", f"/allocations/{leaked}"]
+    PlacementClient(placement).delete_allocations(leaked)
+    assert passes.run() == []
+    counted.reset()
+    fresh = str(uuid.uuid4())
+    allocate(placement, fresh, {other: {FPGA: 1}})
+    assert actions(passes.run(free=False)) == [("allocation", fresh, "waiting")]
+    assert reads() == {other}
+
+
 def test_a_request_whose_consumer_holds_no_allocation_is_released(
     db: Database, placement: adapter.Adapter, published: dict[str, Any]
 ) -> None:

@@ -307,6 +307,11 @@ class PlacementClient:
         body = self._get("/resource_providers", "list resource providers")
         return [p["name"] for p in body["resource_providers"]]
 
+    def list_providers(self) -> list[Provider]:
+        """Every provider, with its generation (one call)."""
+        body = self._get("/resource_providers", "listing resource providers")
+        return [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
+
     def get_tree(self, uuid: str) -> list[Provider]:
         """Every provider in the tree holding ``uuid`` (one call); empty if there is none."""
         body = self._get(f"/resource_providers?in_tree={uuid}", f"reading the tree of {uuid}")
