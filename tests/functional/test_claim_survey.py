@@ -14,7 +14,7 @@ from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service import inventory
-from acceleron.service.claims import HOSTS, survey
+from acceleron.service.claims import HOSTS, TREES_TRIED, survey
 
 ONE = "d8424dc4a4a3c413f89e433683f9040b"
 TWO = "f7df405cbd7acf7222f144b0b93acd18"
@@ -68,4 +68,28 @@ def test_holders_of_one_function_or_of_several_and_hosts_with_the_class(
     qat = survey(db, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}], {})
     assert not qat.held and not qat.holder_trees and qat.trees == {"qat"}
     memory = survey(db, [{"resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "1024"}], {})
-    assert memory.trees == {"several", "dashed", "qat"}  # no type publishes it: every host
+    assert len(memory.trees) == TREES_TRIED  # no type publishes it: any host
+    assert memory.trees < {"several", "dashed", "qat"}
+
+    on_host = survey(db, groups, {"device_profile_0": frozenset({TWO})}, hostname="dashed")
+    assert on_host.holder_trees == on_host.trees == {"dashed"} and on_host.only == "dashed"
+    on_qat = survey(db, groups, {"device_profile_0": frozenset({TWO})}, hostname="qat")
+    assert (on_qat.holder_trees, on_qat.trees) == (frozenset(), frozenset())
+
+
+def test_the_hosts_tried_are_a_few_chosen_at_random(
+    db: Database, conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    """A claim reads TREES_TRIED hosts of each kind, not every host, and not always the
+    same ones (so that concurrent claims spread)."""
+    hosts = [f"host-{n}" for n in range(6)]
+    for host in hosts:
+        report(db, conf, tmp_path, host, fpga(ONE))
+    in_placement(db, *hosts)
+    seen: set[frozenset[str]] = set()
+    for _ in range(30):
+        found = survey(db, [{FPGA: "1"}], {"device_profile_0": frozenset({ONE})})
+        assert len(found.holder_trees) == len(found.trees) == TREES_TRIED
+        assert found.holder_trees | found.trees <= set(hosts)
+        seen.add(found.holder_trees)
+    assert len(seen) > 1

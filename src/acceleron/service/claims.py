@@ -26,7 +26,9 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Float,
     Row,
+    Select,
     String,
     bindparam,
     cast,
@@ -37,6 +39,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import FunctionElement
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Query
@@ -186,7 +190,8 @@ class Survey:
     """What Acceleron's own records say about where a claim may land, read before
     Placement is asked: by request group suffix, the function traits of the regions
     holding the group's wanted function (``held``); the compute node providers (trees)
-    of the hosts holding them, and of the hosts with a device of a class asked for."""
+    of ``TREES_TRIED`` hosts holding them, and of as many with a device of a class asked
+    for, chosen at random (so that concurrent claims spread)."""
 
     held: Mapping[str, frozenset[str]]
     holder_trees: frozenset[str]
@@ -201,9 +206,9 @@ def survey(
     hostname: str | None = None,
 ) -> Survey:
     """Where the claim may land, from Acceleron's records (one read); on ``hostname``
-    alone when it is given."""
-    if hostname is not None:
-        return _on_host(survey(db, groups, wanted), _host_tree(db, hostname))
+    alone when it is given. The database chooses the hosts: a claim reads a few rows,
+    not one per host (under a busy GIL each row fetched from SQLite can wait for it)."""
+    root = None if hostname is None else _host_tree(db, hostname)
     classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
     folded = {suffix: {weigher.fold_function(f) for f in fs} for suffix, fs in wanted.items()}
     held: dict[str, set[str]] = {suffix: set() for suffix in wanted}
@@ -220,14 +225,14 @@ def survey(
         if wanted:
             for one in conn.execute(_SPELLED, every):
                 hold(one.type, one.vendor_name, one.function_uuid)
-            holder_trees.update(conn.execute(_HOLDER_TREES, every).scalars())
+            holder_trees.update(conn.execute(_some(_HOLDER_TREES, root), every).scalars())
             for row in conn.execute(_SEVERAL):
                 found = [hold(row.type, row.vendor_name, f) for f in tree.functions(row)]
-                if any(found):  # every function spelled, not only up to the first held
+                if any(found) and root in (None, row.rp_uuid):  # every function spelled
                     holder_trees.add(row.rp_uuid)
-        trees = _trees(conn, classes)
+        trees = _trees(conn, classes, root)
     holders = frozenset(t for t in holder_trees if t)  # None: a host not in Placement yet
-    return Survey({s: frozenset(t) for s, t in held.items()}, holders, trees)
+    return Survey({s: frozenset(t) for s, t in held.items()}, holders, trees, only=root)
 
 
 def _host_tree(db: Database, hostname: str) -> str:
@@ -239,8 +244,29 @@ def _host_tree(db: Database, hostname: str) -> str:
     return str(root)
 
 
-def _on_host(found: Survey, root: str) -> Survey:
-    return Survey(found.held, found.holder_trees & {root}, frozenset({root}), only=root)
+class _Random(FunctionElement[float]):
+    """A random number per row, to order rows at random: ``rand()`` in MariaDB."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(_Random)
+def _random(_element: _Random, _compiler: Any, **_kw: Any) -> str:
+    return "random()"
+
+
+@compiles(_Random, "mysql")
+@compiles(_Random, "mariadb")
+def _rand(_element: _Random, _compiler: Any, **_kw: Any) -> str:
+    return "rand()"
+
+
+def _some(hosts: Select[Any], root: str | None) -> Select[Any]:
+    """``TREES_TRIED`` of the trees ``hosts`` selects, at random; ``root`` alone if given."""
+    if root is not None:
+        hosts = hosts.where(HOSTS.c.rp_uuid == root)
+    return hosts.order_by(_Random()).limit(TREES_TRIED)
 
 
 def check_hostname(context: RequestContext, hostname: str | None) -> None:
@@ -265,7 +291,7 @@ _SPELLED = (
     .select_from(_HELD)
     .where(_ONE)
 )
-_HOLDER_TREES = select(HOSTS.c.rp_uuid).distinct().select_from(_HELD).where(_ONE)
+_HOLDER_TREES = select(HOSTS.c.rp_uuid).select_from(_HELD).where(_ONE).group_by(HOSTS.c.rp_uuid)
 _SEVERAL = (
     select(
         DEVICES.c.type,
@@ -282,17 +308,17 @@ _SEVERAL = (
 )
 
 
-def _trees(conn: Connection, classes: set[str]) -> frozenset[str]:
-    """The compute node providers of the hosts with a device of a type published in one
-    of ``classes`` (of every host, when no device type is published in one of them:
-    a memory class, say)."""
+def _trees(conn: Connection, classes: set[str], root: str | None) -> frozenset[str]:
+    """``TREES_TRIED`` compute node providers, at random, of the hosts with a device of
+    a type published in one of ``classes`` (of any host, when no device type is
+    published in one of them: a memory class, say); ``root`` alone if given."""
     types = [t for t in conn.execute(select(DEVICES.c.type).distinct()).scalars()
              if _classes_of(t) & classes]  # fmt: skip
     hosts = select(HOSTS.c.rp_uuid).where(HOSTS.c.rp_uuid.is_not(None))
     if types:
         with_type = select(DEVICES.c.hostname).where(DEVICES.c.type.in_(types))
         hosts = hosts.where(HOSTS.c.hostname.in_(with_type))
-    return frozenset(conn.execute(hosts).scalars())
+    return frozenset(conn.execute(_some(hosts, root)).scalars())
 
 
 def _classes_of(device_type: str) -> set[str]:
