@@ -13,9 +13,9 @@ followed by its release:
 * AFaaS by function id: one FPGA region, the profile naming the function
   (``accel:function_id``) that region0 of every card holds.
 
-A claim is the whole flow: allocation candidates from Placement, ranking, the
-allocation, the requests created and bound, the wait until they are Bound. Each is run
-three ways, side by side:
+The periodic reconciler is off (``CONFIG``). A claim is the whole flow: allocation
+candidates from Placement, ranking, the allocation, the requests created and bound, the
+wait until they are Bound. Each is run three ways, side by side:
 
 * ``placement``: Placement's own share, what no claim can go below: the candidates
   query a server-side claim sends first (same parameters, same ``limit``), the weigher's
@@ -83,6 +83,10 @@ PROFILES = {
 }
 FLOWS = ("placement", "client", "server")
 BASELINE = "2723894"  # main before claims asked about hosts' trees first
+# No periodic reconciler pass: the API's first reads every provider's allocations (a
+# minute at 1,000 hosts, bench/reconcile.py), and the figures would depend on when it
+# falls.
+CONFIG = "[reconciler]\ninterval = 0\n"
 
 
 def claimer(url: str) -> Claimer:
@@ -224,12 +228,12 @@ def main() -> None:
     counts = [int(n) for n in args.clients.split(",")]
     results: list[dict[str, Any]] = []
     if args.baseline != "none":
-        with checkout(args.baseline) as source, all_in_one(source=source) as url:
+        with checkout(args.baseline) as source, all_in_one(config=CONFIG, source=source) as url:
             roots = fill(url, args.hosts)
             for r in (run(url, name, n, args.seconds, "server", roots) for n in counts
                       for name in profiles):  # fmt: skip
                 results.append({**r, "flow": f"{args.baseline[:7]}"})
-    with all_in_one() as url:
+    with all_in_one(config=CONFIG) as url:
         roots = fill(url, args.hosts)
         candidates = candidates_queries(url, roots)
         results += [run(url, name, n, args.seconds, flow, roots) for n in counts
