@@ -205,9 +205,9 @@ def survey(
     wanted: Mapping[str, frozenset[str]],
     hostname: str | None = None,
 ) -> Survey:
-    """Where the claim may land, from Acceleron's records (one read); on ``hostname``
-    alone when it is given. The database chooses the hosts: a claim reads a few rows,
-    not one per host (under a busy GIL each row fetched from SQLite can wait for it)."""
+    """Where the claim may land, from Acceleron's records; on ``hostname`` alone when it
+    is given. The database chooses the hosts: a claim reads a few rows, not one per host
+    (under a busy GIL each row fetched from SQLite can wait for it)."""
     root = None if hostname is None else _host_tree(db, hostname)
     classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
     folded = {suffix: {weigher.fold_function(f) for f in fs} for suffix, fs in wanted.items()}
@@ -291,7 +291,12 @@ _SPELLED = (
     .select_from(_HELD)
     .where(_ONE)
 )
-_HOLDER_TREES = select(HOSTS.c.rp_uuid).select_from(_HELD).where(_ONE).group_by(HOSTS.c.rp_uuid)
+_HOLDER_TREES = (
+    select(HOSTS.c.rp_uuid)
+    .select_from(_HELD)
+    .where(_ONE, HOSTS.c.rp_uuid.is_not(None))  # None: a host not in Placement yet
+    .group_by(HOSTS.c.rp_uuid)
+)
 _SEVERAL = (
     select(
         DEVICES.c.type,
