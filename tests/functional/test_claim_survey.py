@@ -81,11 +81,11 @@ def test_the_hosts_tried_are_a_few_chosen_at_random(
     db: Database, conf: cfg.ConfigOpts, tmp_path: Path
 ) -> None:
     """A claim reads TREES_TRIED hosts of each kind, not every host, and not always the
-    same ones (so that concurrent claims spread)."""
+    same ones (so that concurrent claims spread); only hosts in Placement."""
     hosts = [f"host-{n}" for n in range(6)]
-    for host in hosts:
+    for host in [*hosts, "not-yet-1", "not-yet-2", "not-yet-3"]:
         report(db, conf, tmp_path, host, fpga(ONE))
-    in_placement(db, *hosts)
+    in_placement(db, *hosts)  # the other three are not in Placement yet: never tried
     seen: set[frozenset[str]] = set()
     for _ in range(30):
         found = survey(db, [{FPGA: "1"}], {"device_profile_0": frozenset({ONE})})
