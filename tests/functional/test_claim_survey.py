@@ -93,3 +93,16 @@ def test_the_hosts_tried_are_a_few_chosen_at_random(
         assert found.holder_trees | found.trees <= set(hosts)
         seen.add(found.holder_trees)
     assert len(seen) > 1
+
+
+def test_a_region_found_by_the_function_it_holds_now(
+    db: Database, conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    """The agent reports another function in the region: claims find it by that one."""
+    report(db, conf, tmp_path, "fpga-host", fpga(ONE))
+    in_placement(db, "fpga-host")
+    report(db, conf, tmp_path, "fpga-host", fpga(DASHED))
+    wanted = {"device_profile_0": frozenset({TWO})}  # DASHED, spelled without dashes
+    assert survey(db, [{FPGA: "1"}], wanted).holder_trees == {"fpga-host"}
+    was = {"device_profile_0": frozenset({ONE})}
+    assert survey(db, [{FPGA: "1"}], was).holder_trees == frozenset()

@@ -205,3 +205,28 @@ def test_0010_gives_existing_requests_their_resource_class(fresh_db: Database) -
     assert [tuple(row) for row in found] == [
         (1, "CUSTOM_ACCELERATOR_FPGA"), (2, "CUSTOM_A"), (3, "CUSTOM_B"),
     ]  # fmt: skip
+
+
+def test_0012_gives_existing_regions_their_function_key(fresh_db: Database) -> None:
+    migrate.upgrade(fresh_db, "0011")
+    created = dt.datetime(2026, 1, 1)
+    with fresh_db.engine.begin() as conn:
+        _insert(conn, "devices", {
+            "id": 1, "uuid": "d1", "hostname": "h", "pci_address": "0000:5e:00.0",
+            "type": "FPGA", "vendor": "8086", "vendor_name": "INTEL", "product_id": "09c4",
+            "model": "A10", "driver_name": "fake", "std_board_info": "{}",
+            "vendor_board_info": "{}", "status": "enabled", "state": "present",
+            "health": "healthy", "created_at": created,
+        })  # fmt: skip
+        for row_id, function in ((1, " f7df405c-bd7a-cf72-22f1-44b0b93acd18"), (2, None)):
+            _insert(conn, "deployables", {
+                "id": row_id, "uuid": f"u{row_id}", "device_id": 1, "key": f"r{row_id}",
+                "name": f"n{row_id}", "kind": "region", "num_accelerators": 1, "traits": "[]",
+                "driver_name": "fake", "assignable": True, "availability": "available",
+                "programmable": True, "function_uuid": function, "function_uuids": "[]",
+                "health": "healthy", "status": "enabled", "created_at": created,
+            })  # fmt: skip
+    migrate.upgrade(fresh_db)
+    with fresh_db.reader() as conn:
+        keys = conn.execute(select(DEPLOYABLES.c.function_key).order_by(DEPLOYABLES.c.id))
+        assert keys.scalars().all() == ["F7DF405CBD7ACF7222F144B0B93ACD18", None]

@@ -165,6 +165,8 @@ class Deployable(TimestampMixin, Base):
     region_type: Mapped[str | None] = mapped_column(String(W["region_type"]))
     # the first of function_uuids
     function_uuid: Mapped[str | None] = mapped_column(String(W["function_uuids"]))
+    # function_uuid as traits spell it (weigher.fold_function): what claims look it up by
+    function_key: Mapped[str | None] = mapped_column(String(W["function_uuids"]), index=True)
     # Every function it implements (AFU ids, in the driver's order); spec 004 wants a trait each.
     function_uuids: Mapped[list[Any]] = mapped_column(default=list)
     # Spec 003: whether it can be handed to users, its availability and its instance.

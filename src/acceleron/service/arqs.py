@@ -72,6 +72,7 @@ from acceleron.exceptions import (
     Unhealthy,
 )
 from acceleron.placement import names, tree
+from acceleron.scheduler.weigher import fold_function
 from acceleron.service import flat, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import is_uuid_like
@@ -1238,6 +1239,7 @@ def _programmed(task: tasks.TaskRecord) -> dict[str, Any]:
     return {
         "bitstream_id": result.get("bitstream_id") or bitstream.get("id"),
         "function_uuid": folded,
+        "function_key": fold_function(folded) if folded else None,
         "function_uuids": [folded] if folded else [],
     }
 

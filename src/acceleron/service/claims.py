@@ -33,7 +33,6 @@ from sqlalchemy import (
     bindparam,
     cast,
     delete,
-    func,
     insert,
     select,
     update,
@@ -276,12 +275,10 @@ def check_hostname(context: RequestContext, hostname: str | None) -> None:
         raise Forbidden("hostname: only an admin or a service may name the host of a claim.")
 
 
-# A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone,
-# unless ``function_uuids`` lists several. The regions of one function are found in SQL
-# (``weigher.fold_function`` spelled there), those of several checked one by one.
-_FOLDED = func.upper(func.replace(func.replace(func.trim(DEPLOYABLES.c.function_uuid), "-", ""),
-                                  "_", ""))  # fmt: skip
-_ONE = _FOLDED.in_(bindparam("functions", expanding=True))
+# A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone
+# (looked up folded, ``function_key``, indexed), unless ``function_uuids`` lists several,
+# checked one by one.
+_ONE = DEPLOYABLES.c.function_key.in_(bindparam("functions", expanding=True))
 _HELD = DEPLOYABLES.join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id).join(
     HOSTS, HOSTS.c.hostname == DEVICES.c.hostname
 )

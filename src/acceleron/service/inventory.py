@@ -33,6 +33,7 @@ from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, Hos
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.placement import names
 from acceleron.report import HostReport
+from acceleron.scheduler.weigher import fold_function
 from acceleron.service.attributes import AGENT
 
 LOG = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ def _deployable_values(
         "driver_name": device.driver,
         "region_type": dep.region_type,
         "function_uuid": functions[0] if functions else None,
+        "function_key": fold_function(functions[0]) if functions else None,
         "function_uuids": functions,
     }
     values.update(_health_values(device.health.deployables.get(dep.key)))
@@ -245,6 +247,7 @@ _DEPLOYABLE_COLUMNS = (
     "driver_name",
     "region_type",
     "function_uuid",
+    "function_key",
     "function_uuids",
     "bitstream_id",
     "health",
