@@ -127,17 +127,22 @@ def test_0005_fills_function_uuids_and_forgets_digests(fresh_db: Database) -> No
     assert digests == [None]
 
 
+def _fpga_card(conn: Connection, created: dt.datetime, health: str) -> None:
+    """Device 1, an FPGA card on host h, as the revisions before 0009 (health "ok") or
+    after (health "healthy") keep it."""
+    _insert(conn, "devices", {
+        "id": 1, "uuid": "d", "hostname": "h", "pci_address": "0000:5e:00.0", "type": "FPGA",
+        "vendor": "8086", "vendor_name": "INTEL", "product_id": "09c4", "model": "A10",
+        "driver_name": "fake", "std_board_info": "{}", "vendor_board_info": "{}",
+        "status": "enabled", "state": "present", "health": health, "created_at": created,
+    })  # fmt: skip
+
+
 def test_0006_marks_existing_attributes_as_the_agents(fresh_db: Database) -> None:
     migrate.upgrade(fresh_db, "0005")
     created = dt.datetime(2026, 1, 1)
     with fresh_db.engine.begin() as conn:
-        _insert(conn, "devices", {
-            "id": 1, "uuid": "d", "hostname": "h", "pci_address": "0000:5e:00.0",
-            "type": "FPGA", "vendor": "8086", "vendor_name": "INTEL", "product_id": "09c4",
-            "model": "A10", "driver_name": "fake", "std_board_info": "{}",
-            "vendor_board_info": "{}", "status": "enabled", "state": "present", "health": "ok",
-            "created_at": created,
-        })  # fmt: skip
+        _fpga_card(conn, created, "ok")
         _insert(conn, "deployables", {
             "id": 1, "uuid": "u1", "device_id": 1, "key": "r1", "name": "n1", "kind": "region",
             "num_accelerators": 1, "traits": "[]", "driver_name": "fake", "assignable": True,
@@ -211,13 +216,7 @@ def test_0012_gives_existing_regions_their_function_key(fresh_db: Database) -> N
     migrate.upgrade(fresh_db, "0011")
     created = dt.datetime(2026, 1, 1)
     with fresh_db.engine.begin() as conn:
-        _insert(conn, "devices", {
-            "id": 1, "uuid": "d1", "hostname": "h", "pci_address": "0000:5e:00.0",
-            "type": "FPGA", "vendor": "8086", "vendor_name": "INTEL", "product_id": "09c4",
-            "model": "A10", "driver_name": "fake", "std_board_info": "{}",
-            "vendor_board_info": "{}", "status": "enabled", "state": "present",
-            "health": "healthy", "created_at": created,
-        })  # fmt: skip
+        _fpga_card(conn, created, "healthy")
         for row_id, function in ((1, " f7df405c-bd7a-cf72-22f1-44b0b93acd18"), (2, None)):
             _insert(conn, "deployables", {
                 "id": row_id, "uuid": f"u{row_id}", "device_id": 1, "key": f"r{row_id}",
