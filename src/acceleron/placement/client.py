@@ -304,8 +304,7 @@ class PlacementClient:
 
     def provider_names(self) -> list[str]:
         """Names of every provider (one call; for error messages, not for hot paths)."""
-        body = self._get("/resource_providers", "list resource providers")
-        return [p["name"] for p in body["resource_providers"]]
+        return [provider.name for provider in self.list_providers()]
 
     def list_providers(self) -> list[Provider]:
         """Every provider, with its generation (one call)."""
