@@ -106,7 +106,8 @@ def survey(groups: list[dict[str, str]], roots: frozenset[str]) -> claims.Survey
     host has a card whose region0 holds the function."""
     traits = frozenset(names.function_traits("FPGA", "Intel", FUNCTION))
     held = dict.fromkeys(weigher.wanted_functions(groups), traits)
-    return claims.Survey(held, roots, roots)
+    return claims.Survey(dict.fromkeys(roots, held) if held else {}, roots,
+                         everywhere=lambda: held)  # fmt: skip
 
 
 class PlacementOnly:
@@ -121,7 +122,7 @@ class PlacementOnly:
     def claim(self, profile: str, consumer: str) -> None:
         groups = PROFILES[profile]
         wanted = weigher.wanted_functions(groups)
-        params = claims.candidate_queries(groups, survey(groups, self.roots))[0]
+        params = next(claims.candidate_queries(groups, survey(groups, self.roots)))
         best = weigher.best(self.placement.get_allocation_candidates(params), wanted)
         if best is None:
             raise RuntimeError("no candidate")
@@ -182,7 +183,8 @@ def candidates_queries(url: str, roots: frozenset[str]) -> dict[str, tuple[float
     a server-side claim sends, in turn: one host holding the function, the holders
     anywhere (``limit``), one host, every host (``limit``)."""
     groups = PROFILES["afaas-by-function"]
-    sent = claims.candidate_queries(groups, survey(groups, roots), lambda trees, n: list(trees[:1]))
+    sent = list(claims.candidate_queries(groups, survey(groups, roots),
+                                         lambda trees, n: list(trees[:1])))  # fmt: skip
     client = claimer(url).placement
     found = {}
     queries = {

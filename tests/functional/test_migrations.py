@@ -229,3 +229,34 @@ def test_0012_gives_existing_regions_their_function_key(fresh_db: Database) -> N
     with fresh_db.reader() as conn:
         keys = conn.execute(select(DEPLOYABLES.c.function_key).order_by(DEPLOYABLES.c.id))
         assert keys.scalars().all() == ["F7DF405CBD7ACF7222F144B0B93ACD18", None]
+
+
+def test_0014_marks_the_regions_holding_several_functions(fresh_db: Database) -> None:
+    """And keeps every deployable's rows: SQLite adds the column in place (a copied
+    table would take the attributes with it, through their cascade)."""
+    migrate.upgrade(fresh_db, "0013")
+    created = dt.datetime(2026, 1, 1)
+    listed = {1: ("a" * 32, '["' + "a" * 32 + '", "' + "b" * 32 + '"]'),
+              2: ("a" * 32, '["' + "a" * 32 + '"]'),
+              3: ("c" * 32, '["' + "a" * 32 + '", "' + "b" * 32 + '"]'),  # programmed since
+              4: (None, "[]")}  # fmt: skip
+    with fresh_db.engine.begin() as conn:
+        _fpga_card(conn, created, "healthy")
+        for row_id, (function, functions) in listed.items():
+            _insert(conn, "deployables", {
+                "id": row_id, "uuid": f"u{row_id}", "device_id": 1, "key": f"r{row_id}",
+                "name": f"n{row_id}", "kind": "region", "num_accelerators": 1, "traits": "[]",
+                "driver_name": "fake", "assignable": True, "availability": "available",
+                "programmable": True, "function_uuid": function, "function_uuids": functions,
+                "health": "healthy", "status": "enabled", "created_at": created,
+            })  # fmt: skip
+        _insert(conn, "attributes", {"id": 1, "uuid": "a1", "deployable_id": 1, "key": "afu",
+                                     "value": "gzip", "source": "agent",
+                                     "created_at": created})  # fmt: skip
+    migrate.upgrade(fresh_db)
+    with fresh_db.reader() as conn:
+        several = conn.execute(select(DEPLOYABLES.c.several_functions)
+                               .order_by(DEPLOYABLES.c.id)).scalars().all()  # fmt: skip
+        attributes = conn.execute(select(table(Attribute).c.key)).scalars().all()
+    assert several == [True, False, False, False]
+    assert attributes == ["afu"]

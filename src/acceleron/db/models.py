@@ -87,7 +87,7 @@ class Host(TimestampMixin, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     hostname: Mapped[str] = mapped_column(String(W["hostname"]), unique=True)
     # Placement resource provider of the compute node this host is.
-    rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
     agent_version: Mapped[str | None] = mapped_column(String(W["agent_version"]))
     # Digest of the last report applied: an identical report is a no-op.
     report_digest: Mapped[str | None] = mapped_column(String(64))
@@ -103,13 +103,18 @@ class Device(TimestampMixin, Base):
     """One physical card, keyed by host and PCI address."""
 
     __tablename__ = "devices"
-    __table_args__ = table_args(UniqueConstraint("hostname", "pci_address"))
+    __table_args__ = table_args(
+        UniqueConstraint("hostname", "pci_address"),
+        # A claim's survey walks the devices of a type in uuid order from a random
+        # point: a few hosts at random without reading every host's devices.
+        Index(None, "type", "uuid"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
     hostname: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
     pci_address: Mapped[str] = mapped_column(String(W["pci_address"]))
-    type: Mapped[str] = mapped_column(String(W["type"]), index=True)  # FPGA, GPU, QAT, AICHIP, ...
+    type: Mapped[str] = mapped_column(String(W["type"]))  # FPGA, GPU, QAT, AICHIP, ...
     # PCI vendor id, e.g. "8086"
     vendor: Mapped[str] = mapped_column(String(W["vendor_id"]), index=True)
     # e.g. "INTEL", used in traits
@@ -137,7 +142,12 @@ class Deployable(TimestampMixin, Base):
     """A node of a device's tree: the device itself, a region, a VF pool, a vGPU type..."""
 
     __tablename__ = "deployables"
-    __table_args__ = table_args(UniqueConstraint("device_id", "key"))
+    __table_args__ = table_args(
+        UniqueConstraint("device_id", "key"),
+        # The regions holding a function, walked in uuid order from a random point by a
+        # claim's survey (a few hosts at random, not every holder).
+        Index(None, "function_key", "uuid"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uuid: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
@@ -166,9 +176,12 @@ class Deployable(TimestampMixin, Base):
     # the first of function_uuids
     function_uuid: Mapped[str | None] = mapped_column(String(W["function_uuids"]))
     # function_uuid as traits spell it (weigher.fold_function): what claims look it up by
-    function_key: Mapped[str | None] = mapped_column(String(W["function_uuids"]), index=True)
+    function_key: Mapped[str | None] = mapped_column(String(W["function_uuids"]))
     # Every function it implements (AFU ids, in the driver's order); spec 004 wants a trait each.
     function_uuids: Mapped[list[Any]] = mapped_column(default=list)
+    # Whether it holds several functions (tree.functions): claims read these few regions
+    # one by one, since function_key finds the first alone.
+    several_functions: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     # Spec 003: whether it can be handed to users, its availability and its instance.
     assignable: Mapped[bool] = mapped_column(Boolean, default=True)
     availability: Mapped[str] = mapped_column(String(16), default="available")

@@ -1241,6 +1241,7 @@ def _programmed(task: tasks.TaskRecord) -> dict[str, Any]:
         "function_uuid": folded,
         "function_key": fold_function(folded) if folded else None,
         "function_uuids": [folded] if folded else [],
+        "several_functions": False,
     }
 
 

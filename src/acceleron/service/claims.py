@@ -21,25 +21,21 @@ import logging
 import random
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Float,
     Row,
     Select,
-    String,
     bindparam,
-    cast,
     delete,
     insert,
     select,
+    true,
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import FunctionElement
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Query
@@ -187,15 +183,21 @@ def wanted_functions(
 @dataclasses.dataclass(frozen=True)
 class Survey:
     """What Acceleron's own records say about where a claim may land, read before
-    Placement is asked: by request group suffix, the function traits of the regions
-    holding the group's wanted function (``held``); the compute node providers (trees)
-    of ``TREES_TRIED`` hosts holding them, and of as many with a device of a class asked
-    for, chosen at random (so that concurrent claims spread)."""
+    Placement is asked: the compute node providers (trees) of ``TREES_TRIED`` hosts
+    holding a wanted function, chosen at random, each with the function traits its
+    regions carry by request group suffix (``held``); as many trees of hosts with a
+    device of a class asked for (``trees``); and, read only when a claim asks (its
+    first queries found nothing free), the function traits of every region holding a
+    wanted function, by suffix (``everywhere``)."""
 
-    held: Mapping[str, frozenset[str]]
-    holder_trees: frozenset[str]
+    held: Mapping[str, Mapping[str, frozenset[str]]]
     trees: frozenset[str]
     only: str | None = None  # the one tree the claim must land in (a host named)
+    everywhere: Callable[[], Mapping[str, frozenset[str]]] = lambda: {}
+
+    @property
+    def holder_trees(self) -> frozenset[str]:
+        return frozenset(self.held)
 
 
 def survey(
@@ -205,33 +207,23 @@ def survey(
     hostname: str | None = None,
 ) -> Survey:
     """Where the claim may land, from Acceleron's records; on ``hostname`` alone when it
-    is given. The database chooses the hosts: a claim reads a few rows, not one per host
-    (under a busy GIL each row fetched from SQLite can wait for it)."""
+    is given. The hosts are found through indexes from a random point: a claim reads a
+    few rows, whatever the number of hosts."""
     root = None if hostname is None else _host_tree(db, hostname)
     classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
-    folded = {suffix: {weigher.fold_function(f) for f in fs} for suffix, fs in wanted.items()}
-    held: dict[str, set[str]] = {suffix: set() for suffix in wanted}
-    holder_trees: set[str | None] = set()
-    every = {"functions": sorted(set().union(*folded.values()))}
-
-    def hold(device_type: str, vendor: str, function: str) -> bool:
-        suffixes = [s for s, fs in folded.items() if weigher.fold_function(function) in fs]
-        for suffix in suffixes:
-            held[suffix].update(names.function_traits(device_type, vendor, function))
-        return bool(suffixes)
-
+    folded = {suffix: frozenset(weigher.fold_function(f) for f in fs)
+              for suffix, fs in wanted.items()}  # fmt: skip
     with db.reader() as conn:
-        if wanted:
-            for one in conn.execute(_SPELLED, every):
-                hold(one.type, one.vendor_name, one.function_uuid)
-            holder_trees.update(conn.execute(_some(_HOLDER_TREES, root), every).scalars())
-            for row in conn.execute(_SEVERAL):
-                found = [hold(row.type, row.vendor_name, f) for f in tree.functions(row)]
-                if any(found) and root in (None, row.rp_uuid):  # every function spelled
-                    holder_trees.add(row.rp_uuid)
+        chosen = _holders(conn, folded, root) if folded else []
+        rows = conn.execute(_REGIONS.where(HOSTS.c.rp_uuid.in_(chosen))).all() if chosen else []
+        held = _traits(_functions(rows), folded)
         trees = _trees(conn, classes, root)
-    holders = frozenset(t for t in holder_trees if t)  # None: a host not in Placement yet
-    return Survey({s: frozenset(t) for s, t in held.items()}, holders, trees, only=root)
+    return Survey(
+        {tree_: _frozen(by_suffix) for tree_, by_suffix in held.items() if tree_},
+        trees,
+        only=root,
+        everywhere=lambda: _everywhere(db, folded),
+    )
 
 
 def _host_tree(db: Database, hostname: str) -> str:
@@ -243,31 +235,6 @@ def _host_tree(db: Database, hostname: str) -> str:
     return str(root)
 
 
-class _Random(FunctionElement[float]):
-    """A random number per row, to order rows at random: ``rand()`` in MariaDB."""
-
-    type = Float()
-    inherit_cache = True
-
-
-@compiles(_Random)
-def _random(_element: _Random, _compiler: Any, **_kw: Any) -> str:
-    return "random()"
-
-
-@compiles(_Random, "mysql")
-@compiles(_Random, "mariadb")
-def _rand(_element: _Random, _compiler: Any, **_kw: Any) -> str:
-    return "rand()"
-
-
-def _some(hosts: Select[Any], root: str | None) -> Select[Any]:
-    """``TREES_TRIED`` of the trees ``hosts`` selects, at random; ``root`` alone if given."""
-    if root is not None:
-        hosts = hosts.where(HOSTS.c.rp_uuid == root)
-    return hosts.order_by(_Random()).limit(TREES_TRIED)
-
-
 def check_hostname(context: RequestContext, hostname: str | None) -> None:
     """Naming the host a claim lands on is for admins and services (os_acc on a compute
     node), as forcing a host is in Nova."""
@@ -276,25 +243,12 @@ def check_hostname(context: RequestContext, hostname: str | None) -> None:
 
 
 # A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone
-# (looked up folded, ``function_key``, indexed), unless ``function_uuids`` lists several,
-# checked one by one.
-_ONE = DEPLOYABLES.c.function_key.in_(bindparam("functions", expanding=True))
+# (looked up folded, ``function_key``), unless it holds several (``several_functions``:
+# those few are read and checked one by one).
 _HELD = DEPLOYABLES.join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id).join(
     HOSTS, HOSTS.c.hostname == DEVICES.c.hostname
 )
-_SPELLED = (
-    select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.function_uuid)
-    .distinct()
-    .select_from(_HELD)
-    .where(_ONE)
-)
-_HOLDER_TREES = (
-    select(HOSTS.c.rp_uuid)
-    .select_from(_HELD)
-    .where(_ONE, HOSTS.c.rp_uuid.is_not(None))  # None: a host not in Placement yet
-    .group_by(HOSTS.c.rp_uuid)
-)
-_SEVERAL = (
+_REGIONS = (
     select(
         DEVICES.c.type,
         DEVICES.c.vendor_name,
@@ -303,24 +257,114 @@ _SEVERAL = (
         HOSTS.c.rp_uuid,
     )
     .select_from(_HELD)
-    .where(
-        DEPLOYABLES.c.function_uuid.is_not(None),
-        cast(DEPLOYABLES.c.function_uuids, String).like("%,%"),
-    )
+    .where(DEPLOYABLES.c.function_uuid.is_not(None))
 )
+_SEVERAL = _REGIONS.where(DEPLOYABLES.c.several_functions == true())
+_SPELLED = (
+    select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.function_uuid)
+    .distinct()
+    .select_from(_HELD)
+    .where(DEPLOYABLES.c.function_key.in_(bindparam("functions", expanding=True)))
+)
+# In Placement (None: a host not published yet).
+_PUBLISHED = select(HOSTS.c.rp_uuid).where(HOSTS.c.rp_uuid.is_not(None))
+# How many rows a walk from a random point reads (then picks TREES_TRIED trees of them).
+WALKED = 8
+
+
+def _walk(conn: Connection, rows: Select[Any], order: Any) -> set[str]:
+    """The trees of the first ``WALKED`` rows of ``rows`` in ``order`` (an indexed
+    column of random uuids) from a random point on, and from the start when that found
+    fewer than ``TREES_TRIED``: a few trees at random, read through the index."""
+    pivot = str(uuidlib.uuid4())
+    found = set(conn.execute(rows.where(order >= pivot).order_by(order).limit(WALKED)).scalars())
+    if len(found) < TREES_TRIED:
+        found.update(conn.execute(rows.where(order < pivot).order_by(order).limit(WALKED))
+                     .scalars())  # fmt: skip
+    return found
+
+
+def _pick(trees: set[str]) -> list[str]:
+    return random.sample(sorted(trees), min(TREES_TRIED, len(trees)))
+
+
+def _holders(conn: Connection, folded: Mapping[str, frozenset[str]], root: str | None) -> list[str]:
+    """``TREES_TRIED`` trees, at random, of hosts holding a function of ``folded``
+    (some may hold none after all: a region listing several, checked later); ``root``
+    alone when given."""
+    if root is not None:
+        return [root]
+    holders = _PUBLISHED.select_from(_HELD)
+    found: set[str] = set()
+    for key in sorted(set().union(*folded.values())):
+        found |= _walk(conn, holders.where(DEPLOYABLES.c.function_key == key), DEPLOYABLES.c.uuid)
+    found.update(t for t in _traits(_functions(conn.execute(_SEVERAL)), folded) if t)
+    return _pick(found)
+
+
+def _functions(rows: Iterable[Any]) -> Iterator[tuple[str | None, str, str, str]]:
+    """Each function of each region in ``rows``: its tree, device type, vendor, id."""
+    for row in rows:
+        for function in tree.functions(row):
+            yield row.rp_uuid, row.type, row.vendor_name, function
+
+
+def _traits(
+    held: Iterable[tuple[str | None, str, str, str]], folded: Mapping[str, frozenset[str]]
+) -> dict[str | None, dict[str, set[str]]]:
+    """By tree, by request group suffix: the function traits of the functions ``held``
+    (as ``_functions`` gives them) that ``folded`` lists for that suffix."""
+    found: dict[str | None, dict[str, set[str]]] = {}
+    spelled: dict[tuple[str, str, str], tuple[str, ...]] = {}  # cards alike: named once
+    for tree_, device_type, vendor, function in held:
+        key = weigher.fold_function(function)
+        for suffix in (s for s, keys in folded.items() if key in keys):
+            what = (device_type, vendor, function)
+            if what not in spelled:
+                spelled[what] = names.function_traits(*what)
+            found.setdefault(tree_, {}).setdefault(suffix, set()).update(spelled[what])
+    return found
+
+
+def _frozen(by_suffix: Mapping[str, set[str]]) -> dict[str, frozenset[str]]:
+    return {suffix: frozenset(traits) for suffix, traits in by_suffix.items()}
+
+
+def _everywhere(db: Database, folded: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """By suffix, the function traits of every region holding a function ``folded``
+    lists for it (its first, by ``function_key``, however spelled; or among several)."""
+    every = {"functions": sorted(set().union(*folded.values()))}
+    with db.reader() as conn:
+        spelled = [(None, r.type, r.vendor_name, r.function_uuid)
+                   for r in conn.execute(_SPELLED, every)]  # fmt: skip
+        several = list(_functions(conn.execute(_SEVERAL)))
+    merged: dict[str, set[str]] = {}
+    for by_suffix in _traits([*spelled, *several], folded).values():
+        for suffix, traits in by_suffix.items():
+            merged.setdefault(suffix, set()).update(traits)
+    return _frozen(merged)
 
 
 def _trees(conn: Connection, classes: set[str], root: str | None) -> frozenset[str]:
     """``TREES_TRIED`` compute node providers, at random, of the hosts with a device of
-    a type published in one of ``classes`` (of any host, when no device type is
-    published in one of them: a memory class, say); ``root`` alone if given."""
+    a type published in one of ``classes`` (of any host with a device, when no device
+    type is published in one of them: a memory class, say); ``root`` alone if given."""
     types = [t for t in conn.execute(select(DEVICES.c.type).distinct()).scalars()
              if _classes_of(t) & classes]  # fmt: skip
-    hosts = select(HOSTS.c.rp_uuid).where(HOSTS.c.rp_uuid.is_not(None))
-    if types:
-        with_type = select(DEVICES.c.hostname).where(DEVICES.c.type.in_(types))
-        hosts = hosts.where(HOSTS.c.hostname.in_(with_type))
-    return frozenset(conn.execute(_some(hosts, root)).scalars())
+    with_device = _PUBLISHED.select_from(
+        DEVICES.join(HOSTS, HOSTS.c.hostname == DEVICES.c.hostname)
+    )
+    if root is not None:
+        if types:
+            with_device = with_device.where(DEVICES.c.type.in_(types))
+        return frozenset(conn.execute(with_device.where(HOSTS.c.rp_uuid == root).limit(1))
+                         .scalars())  # fmt: skip
+    if not types:
+        return frozenset(_pick(_walk(conn, with_device, DEVICES.c.uuid)))
+    found: set[str] = set()
+    for type_ in types:
+        found |= _walk(conn, with_device.where(DEVICES.c.type == type_), DEVICES.c.uuid)
+    return frozenset(_pick(found))
 
 
 def _classes_of(device_type: str) -> set[str]:
@@ -335,22 +379,23 @@ def candidate_queries(
     groups: Sequence[Mapping[str, str]],
     found: Survey,
     sample: Callable[[Sequence[str], int], list[str]] = random.sample,
-) -> list[list[tuple[str, str]]]:
+) -> Iterator[list[tuple[str, str]]]:
     """The candidate queries to try in turn, each with a ``limit``, cheapest first.
 
     Placement's work grows with the providers a query can match, whatever its
     ``limit``; a query kept to one host's tree (``in_tree``) costs what one host does.
     So: when a group wants a function that some region holds already, first the trees
-    of ``TREES_TRIED`` hosts holding it (chosen at random, so that concurrent claims
-    spread), their function traits required; then those regions wherever they are.
-    The weigher would rank them first anyway. Then ``TREES_TRIED`` hosts with a
-    device of a class asked for, at random; then everything. A cloud with free
-    capacity answers the first query; a full one costs a few more."""
+    of the hosts holding it that the survey chose, the function traits of their regions
+    required; then the regions holding it wherever they are (their traits read from
+    the database only now). The weigher would rank them first anyway. Then the hosts
+    with a device of a class asked for; then everything. A cloud with free capacity
+    answers the first query; a full one costs a few more."""
     everything = query.profile_query(groups).params()
-    holders = [(f"required{suffix}", "in:" + ",".join(sorted(traits)))
-               for suffix, traits in sorted(found.held.items()) if traits]  # fmt: skip
-
     suffixes = [group.suffix for group in query.profile_groups(groups)]
+
+    def required(held: Mapping[str, frozenset[str]]) -> list[tuple[str, str]]:
+        return [(f"required{suffix}", "in:" + ",".join(sorted(traits)))
+                for suffix, traits in sorted(held.items()) if traits]  # fmt: skip
 
     def in_tree(root: str) -> list[tuple[str, str]]:  # every group on that host
         return [(f"in_tree{suffix}", root) for suffix in suffixes]
@@ -359,17 +404,18 @@ def candidate_queries(
         ordered = sorted(trees)
         return sample(ordered, min(TREES_TRIED, len(ordered)))
 
-    queries: list[list[tuple[str, str]]] = []
-    if holders:
-        narrow = [("limit", str(HOLDERS_LIMIT)), *everything, *holders]
-        queries += [[*narrow, *in_tree(root)] for root in some(found.holder_trees)]
-        if found.only is None:
-            queries.append(narrow)
+    narrow = [("limit", str(HOLDERS_LIMIT)), *everything]
+    for root in some(found.holder_trees):
+        yield [*narrow, *required(found.held[root]), *in_tree(root)]
+    if found.held and found.only is None:
+        anywhere = required(found.everywhere())
+        if anywhere:
+            yield [*narrow, *anywhere]
     wide = [("limit", str(CANDIDATES_LIMIT)), *everything]
-    queries += [[*wide, *in_tree(root)] for root in some(found.trees)]
+    for root in some(found.trees):
+        yield [*wide, *in_tree(root)]
     if found.only is None:
-        queries.append(wide)
-    return queries
+        yield wide
 
 
 def allocate(

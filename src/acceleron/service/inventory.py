@@ -145,6 +145,7 @@ def _deployable_values(
         "function_uuid": functions[0] if functions else None,
         "function_key": fold_function(functions[0]) if functions else None,
         "function_uuids": functions,
+        "several_functions": len(functions) > 1,
     }
     values.update(_health_values(device.health.deployables.get(dep.key)))
     # The hardware rarely knows which image it holds: None means "keep what we recorded".
@@ -249,6 +250,7 @@ _DEPLOYABLE_COLUMNS = (
     "function_uuid",
     "function_key",
     "function_uuids",
+    "several_functions",
     "bitstream_id",
     "health",
     "health_reason",
