@@ -13,7 +13,8 @@ followed by its release:
 * AFaaS by function id: one FPGA region, the profile naming the function
   (``accel:function_id``) that region0 of every card holds.
 
-The periodic reconciler is off (``CONFIG``). A claim is the whole flow: allocation
+The periodic reconciler and the Placement sync's periodic verification of every host
+are off (``CONFIG``). A claim is the whole flow: allocation
 candidates from Placement, ranking, the allocation, the requests created and bound, the
 wait until they are Bound. Each is run three ways, side by side:
 
@@ -83,10 +84,11 @@ PROFILES = {
 }
 FLOWS = ("placement", "client", "server")
 BASELINE = "2723894"  # main before claims asked about hosts' trees first
-# No periodic reconciler pass: the API's first reads every provider's allocations (a
-# minute at 1,000 hosts, bench/reconcile.py), and the figures would depend on when it
-# falls.
-CONFIG = "[reconciler]\ninterval = 0\n"
+# No periodic reconciler pass (the API's first reads every provider's allocations: a
+# minute at 1,000 hosts, bench/reconcile.py), and no periodic verification of every
+# host's providers (sync_all, 10 minutes after the start: at 1,000 hosts it reads
+# Placement for minutes, and met the runs): the figures would depend on when they fall.
+CONFIG = "[reconciler]\ninterval = 0\n[placement]\nverify_interval = 0\n"
 
 
 def claimer(url: str) -> Claimer:
