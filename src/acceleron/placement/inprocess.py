@@ -220,6 +220,9 @@ def direct_adapter(
 ) -> adapter.Adapter:
     """A keystoneauth1 Adapter for the ``placement`` service answered by ``app``."""
     transport = requests.Session()
+    # No socket, so no proxy and no netrc: without this, each request reads the
+    # environment's proxy settings and stats ~/.netrc (a syscall that gives the GIL away).
+    transport.trust_env = False
     transport.mount(endpoint, WSGITransport(app))
     ks_session = session.Session(auth=token_endpoint.Token(endpoint, token), session=transport)
     return adapter.Adapter(ks_session, service_type="placement", raise_exc=False)
