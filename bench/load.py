@@ -306,16 +306,21 @@ def report_fake_hosts(url: str, names: list[str], inventory: str) -> None:
                 pass
 
 
-def wait_synced(url: str, names: list[str], timeout: float = 600) -> float:
-    """Seconds until Placement has every named host's latest inventory."""
+def wait_synced(url: str, names: list[str], timeout: float | None = None) -> float:
+    """Seconds until Placement has every named host's latest inventory; by default
+    waiting 600 s plus a second a host (a slow machine publishes 1,000 in 10 minutes),
+    and asking less often the more hosts there are (each look lists them all, in the
+    server that is publishing them)."""
+    limit = 600 + len(names) if timeout is None else timeout
+    pause = min(2.0, 0.2 + len(names) / 500)
     started = time.monotonic()
     while True:
         hosts = {h["hostname"]: h for h in call(url, "GET", "/v2/hosts")["hosts"]}
         if all(hosts.get(n, {}).get("placement_synced") for n in names):
             return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise RuntimeError(f"the hosts did not reach Placement in {timeout:g} s")
-        time.sleep(0.2)
+        if time.monotonic() - started > limit:
+            raise RuntimeError(f"the hosts did not reach Placement in {limit:g} s")
+        time.sleep(pause)
 
 
 def fake_hosts(hosts: int, prefix: str) -> tuple[Any, Any]:
