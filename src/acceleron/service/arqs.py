@@ -72,7 +72,6 @@ from acceleron.exceptions import (
     Unhealthy,
 )
 from acceleron.placement import names, tree
-from acceleron.scheduler.weigher import fold_function
 from acceleron.service import flat, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import is_uuid_like
@@ -1238,10 +1237,7 @@ def _programmed(task: tasks.TaskRecord) -> dict[str, Any]:
     folded = function.replace("-", "").lower() if function else None
     return {
         "bitstream_id": result.get("bitstream_id") or bitstream.get("id"),
-        "function_uuid": folded,
-        "function_key": fold_function(folded) if folded else None,
-        "function_uuids": [folded] if folded else [],
-        "several_functions": False,
+        **inventory.function_values([folded] if folded else []),
     }
 
 

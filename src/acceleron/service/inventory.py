@@ -122,6 +122,18 @@ def _health_values(health: vocabulary.Health | None) -> dict[str, Any]:
     return {"health": state, "health_reason": reason[:REASON_MAX] if reason else None}
 
 
+def function_values(functions: list[str]) -> dict[str, Any]:
+    """A deployable's function columns, from every function it holds (the first is its
+    ``function_uuid``; ``function_key`` and ``several_functions`` are what claims look
+    regions up by)."""
+    return {
+        "function_uuid": functions[0] if functions else None,
+        "function_key": fold_function(functions[0]) if functions else None,
+        "function_uuids": functions,
+        "several_functions": len(functions) > 1,
+    }
+
+
 def _deployable_values(
     host: str, device: vocabulary.Device, dep: vocabulary.Deployable
 ) -> dict[str, Any]:
@@ -142,10 +154,7 @@ def _deployable_values(
         "traits": sorted(dep.traits),
         "driver_name": device.driver,
         "region_type": dep.region_type,
-        "function_uuid": functions[0] if functions else None,
-        "function_key": fold_function(functions[0]) if functions else None,
-        "function_uuids": functions,
-        "several_functions": len(functions) > 1,
+        **function_values(functions),
     }
     values.update(_health_values(device.health.deployables.get(dep.key)))
     # The hardware rarely knows which image it holds: None means "keep what we recorded".
