@@ -259,10 +259,10 @@ _REGIONS = (
     .select_from(_HELD)
     .where(DEPLOYABLES.c.function_uuid.is_not(None))
 )
-_SEVERAL = _REGIONS.where(DEPLOYABLES.c.several_functions == true())
 # In Placement (None: a host not published yet, whose traits Placement may not know).
 _IN_PLACEMENT = HOSTS.c.rp_uuid.is_not(None)
 _PUBLISHED = select(HOSTS.c.rp_uuid).where(_IN_PLACEMENT)
+_SEVERAL = _REGIONS.where(DEPLOYABLES.c.several_functions == true(), _IN_PLACEMENT)
 _SPELLED = (
     select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.function_uuid)
     .distinct()
@@ -338,7 +338,7 @@ def _everywhere(db: Database, folded: Mapping[str, frozenset[str]]) -> dict[str,
     with db.reader() as conn:
         spelled = [(None, r.type, r.vendor_name, r.function_uuid)
                    for r in conn.execute(_SPELLED, every)]  # fmt: skip
-        several = list(_functions(conn.execute(_SEVERAL.where(_IN_PLACEMENT))))
+        several = list(_functions(conn.execute(_SEVERAL)))
     merged: dict[str, set[str]] = {}
     for by_suffix in _traits([*spelled, *several], folded).values():
         for suffix, traits in by_suffix.items():
