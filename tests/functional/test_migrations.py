@@ -260,3 +260,21 @@ def test_0014_marks_the_regions_holding_several_functions(fresh_db: Database) ->
         attributes = conn.execute(select(table(Attribute).c.key)).scalars().all()
     assert several == [True, False, False, False]
     assert attributes == ["afu"]
+
+
+def test_0015_marks_established_claims_done(fresh_db: Database) -> None:
+    """A claim made before its steps were recorded: an established one is ``done``; one
+    still ``allocating`` has no step (recovery undoes it as a claim of unknown progress)."""
+    migrate.upgrade(fresh_db, "0014")
+    created = dt.datetime(2026, 1, 1)
+    with fresh_db.engine.begin() as conn:
+        for row_id, state in ((1, "bound"), (2, "binding"), (3, "allocating")):
+            _insert(conn, "claims", {
+                "id": row_id, "consumer": f"c{row_id}", "project_id": "p",
+                "device_profile_name": "dp", "state": state, "created_at": created,
+            })  # fmt: skip
+    migrate.upgrade(fresh_db)
+    with fresh_db.reader() as conn:
+        rows = conn.execute(text("SELECT step, owner, lease_until FROM claims ORDER BY id"))
+        assert [tuple(r) for r in rows] == [("done", None, None), ("done", None, None),
+                                            (None, None, None)]  # fmt: skip

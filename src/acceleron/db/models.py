@@ -357,11 +357,19 @@ class Claim(TimestampMixin, Base):
     consumer: Mapped[str] = mapped_column(String(UUID_LEN), unique=True)
     project_id: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
     device_profile_name: Mapped[str] = mapped_column(String(NAME_LEN))
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16), index=True)
     hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
     failure_reason: Mapped[str | None] = mapped_column(Text)
     # What it allocated: provider uuid -> resource class -> amount (null before 0011).
+    # While ``allocating``, from step ``placing`` on: what it asks Placement for.
     allocations: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # How far a claim being made (or released) got, and who does it (0015): the step
+    # reached (begun, placing, created; done once established), the uuids of the
+    # requests it created, the process at work on it and until when it may be.
+    step: Mapped[str | None] = mapped_column(String(16))
+    requests: Mapped[list[Any] | None] = mapped_column(JSON)
+    owner: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    lease_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class QuotaProject(Base):

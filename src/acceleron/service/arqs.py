@@ -319,9 +319,11 @@ def create(
     profile_name: Any,
     limits: quotas.Limits | None = None,
 ) -> list[ArqRecord]:
-    """One ARQ per accelerator the profile asks for, tagged with its group's index and
-    the accelerator's resource class. With ``limits``: QuotaExceeded when the project's
-    accelerators of a class, with these, would pass its limit."""
+    """One ARQ per accelerator the profile asks for (``names.accelerators``: memory and
+    other amounts travel with the group's allocation, they are no requests), tagged with
+    its group's index and the accelerator's resource class. With ``limits``:
+    QuotaExceeded when the project's accelerators of a class, with these, would pass its
+    limit."""
     if not isinstance(profile_name, str):
         raise InvalidInput("device_profile_name: name the device profile to request.")
     # An empty name is a profile that does not exist (404), as upstream answers it.
@@ -336,7 +338,7 @@ def create(
             groups = conn.execute(
                 select(PROFILES.c.groups).where(PROFILES.c.name == profile_name)
             ).scalar()
-        wanted = {rc for g in groups or [] for rc in quotas.resource_classes(g)}
+        wanted = {rc for g in groups or [] for rc in names.accelerator_amounts(g)}
         limit_of = limits.limits(project, wanted)
     with db.writer() as conn:
         found = conn.execute(_PROFILE, {"name": profile_name}).first()
@@ -357,8 +359,13 @@ def create(
                 "created_at": now,
             }
             for index, group in enumerate(profile.groups)
-            for resource_class in quotas.resource_classes(group)
+            for resource_class in names.accelerators(group)
         ]
+        if not rows:
+            raise InvalidInput(
+                f"Device profile {profile_name!r} asks for no accelerator: none of its groups "
+                "names an accelerator class (CUSTOM_ACCELERATOR_<TYPE>, FPGA, PGPU or VGPU)."
+            )
         if counted and project:
             quotas.check(conn, project, Counter(r["resource_class"] for r in rows), limit_of)
         ids = _insert(conn, rows)
