@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What `make run` needs: the service and the OpenStack CLI of the README's tour, no test
+# or bench tools.
+RUN_STAMP := $(VENV)/.installed-run
 # `make run` listens where HOST and PORT say (default: [api] host_ip and port of the
 # configuration, 127.0.0.1:6666) and keeps its state in DATA_DIR.
 DATA_DIR ?= data
@@ -19,16 +22,23 @@ CHECK_FUZZ_EXAMPLES ?= 5
 # (CHECK_MARKERS="not slow" takes the Placement tests in too).
 CHECK_MARKERS ?= not slow and not placement
 
-.PHONY: run test check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat
+.PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat
 
-$(STAMP): pyproject.toml requirements.lock
+$(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[test,bench]'
+
+$(RUN_STAMP): pyproject.toml requirements.lock | $(BIN)/uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -c requirements.lock -e '.[client]'
 	touch $@
 
+$(STAMP): pyproject.toml requirements.lock | $(BIN)/uv
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c requirements.lock \
+	  -e '.[client,test,bench]'
+	touch $@ $(RUN_STAMP)
+
 ## Set up and run Acceleron on the embedded default (SQLite in ./data, noauth, 127.0.0.1:6666).
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/acceleron all-in-one --data-dir $(DATA_DIR)$(if $(HOST), --host $(HOST))$(if $(PORT), --port $(PORT))
 
 ## Set up and run every check CI runs: lint, format, types and the whole test suite
@@ -42,6 +52,11 @@ check: $(STAMP) lint
 	ACCELERON_TEST_DATABASES=sqlite ACCELERON_FUZZ_EXAMPLES=$(CHECK_FUZZ_EXAMPLES) \
 	  $(BIN)/pytest -q -n $(WORKERS) --dist worksteal -m "$(CHECK_MARKERS)"
 
+## The documented install: a wheel, installed with no extras into a clean virtualenv,
+## starts the all-in-one and serves a device profile (.ci/install-check).
+install-check: | $(BIN)/uv
+	bash .ci/install-check
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -52,7 +67,7 @@ typecheck: $(STAMP)
 ## Regenerate the pinned dependency set after editing pyproject.toml.
 lock:
 	test -x $(BIN)/uv || ($(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q uv)
-	$(BIN)/uv pip compile -q --python-version 3.11 --extra test --extra bench pyproject.toml \
+	$(BIN)/uv pip compile -q --python-version 3.11 --extra client --extra test --extra bench pyproject.toml \
 	  -o requirements.lock
 
 ## Regenerate what the docs take from the code: API reference, OpenAPI schema, samples.
