@@ -196,6 +196,25 @@ def wait_status(conn: Any, server_id: str, *wanted: str, seconds: float = WAIT) 
         time.sleep(1)
 
 
+def wait_migration(conn: Any, server_id: str, kind: str, seconds: float = WAIT) -> str:
+    """The status of the server's newest ``kind`` migration (``evacuation``, ...) once
+    Nova has ended it: ``done`` or ``completed`` (Nova's own signal that the server's
+    host has moved), or ``failed``/``error``. A server's status is set part way: an
+    evacuated server is SHUTOFF before Nova moves it to its new host."""
+    deadline = time.monotonic() + seconds
+    while True:
+        response = conn.compute.get("/os-migrations", params={"instance_uuid": server_id},
+                                    microversion="2.59")  # fmt: skip
+        assert response.status_code == 200, response.text
+        found = [m for m in response.json()["migrations"] if m["migration_type"] == kind]
+        status = max(found, key=lambda m: m["id"])["status"] if found else "none yet"
+        if status in ("done", "completed", "failed", "error"):
+            return str(status)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the {kind} of {server_id} is {status} after {seconds:.0f} s")
+        time.sleep(1)
+
+
 def active(conn: Any, server_id: str) -> Any:
     server = wait_status(conn, server_id, "ACTIVE")
     assert server.status == "ACTIVE", f"{server_id}: {server.status}: {server.fault}"

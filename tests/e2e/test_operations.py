@@ -27,6 +27,7 @@ from tests.e2e.conftest import (
     check_gone,
     delete_and_wait,
     osc,
+    wait_migration,
     wait_status,
 )
 
@@ -194,7 +195,9 @@ def test_evacuate_with_the_host_forced_down(admin: Any, server: Any) -> None:
     try:
         osc("server", "evacuate", server.id, "--os-compute-api-version", "2.95",
             user="admin")  # fmt: skip
-        # From 2.95 an evacuated server is stopped where it lands.
+        # Nova stops the server where it lands (from 2.95) before it moves the server's
+        # host there; the evacuation's migration is done only once the host has moved.
+        assert wait_migration(admin, server.id, "evacuation") in ("done", "completed")
         evacuated = settle(admin, server.id, "SHUTOFF")
         assert evacuated.compute_host == target
         found = check_bound(admin, evacuated, groups=1)
