@@ -1,5 +1,7 @@
 """Every design document the code and docs cite is in the repo: "spec NNN" has its page
-docs/design/spec-NNN.md, and every section cited of docs/design/hardware.md is there."""
+docs/design/spec-NNN.md, every section cited of docs/design/hardware.md is there, every
+Markdown file named is a file of the repo, and every `acceleron ...` command named is one
+the CLI has."""
 
 from __future__ import annotations
 
@@ -50,3 +52,50 @@ def test_no_reference_points_outside_the_repo() -> None:
         and outside.search(path.read_text())
     ]
     assert found == []
+
+
+# A Markdown file named in prose or a link: a path (relative to the citing file when it
+# starts with ./ or ../), or a name some file of the repo ends with.
+MARKDOWN = re.compile(r"(?<![\w/.:~-])((?:[\w.-]+/)*[\w-]+\.md)\b")
+
+
+def _markdown_files() -> set[str]:
+    skip = {".git", ".venv", "node_modules"}
+    return {
+        path.relative_to(REPO).as_posix()
+        for path in REPO.rglob("*.md")
+        if not skip & set(path.relative_to(REPO).parts)
+    }
+
+
+def test_every_cited_markdown_file_is_in_the_repo() -> None:
+    known = _markdown_files()
+    missing = []
+    for path in cited_in():
+        for cited in {m.group(1) for m in MARKDOWN.finditer(path.read_text())}:
+            if cited.startswith(("./", "../")):
+                target = (path.parent / cited).resolve()
+                found = target.is_file() and REPO in target.parents
+            else:
+                found = any(name == cited or name.endswith("/" + cited) for name in known)
+            if not found and "NNN" not in cited:
+                missing.append(f"{path.relative_to(REPO)}: {cited}")
+    assert missing == []
+
+
+COMMAND = re.compile(r"`acceleron ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
+
+
+def test_every_cited_command_exists() -> None:
+    from acceleron.cli.main import COMMANDS
+
+    groups = {name.split()[0] for name in COMMANDS}
+    wrong = [
+        f"{path.relative_to(REPO)}: {m.group(0)}"
+        for path in cited_in()
+        for m in COMMAND.finditer(path.read_text())
+        if m.group(1) not in COMMANDS
+        and f"{m.group(1)} {m.group(2)}" not in COMMANDS
+        and not (m.group(2) is None and m.group(1) in groups)
+    ]
+    assert wrong == []

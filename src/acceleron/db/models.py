@@ -4,7 +4,7 @@ Every schema change is an Alembic migration under ``db/migrations/versions``;
 ``tests/functional/test_migrations.py`` checks the migrations produce exactly
 these tables on SQLite, PostgreSQL and MariaDB.
 
-Shape (DESIGN.md, "Data model"):
+Shape (spec 003 for the deployables tree and its attributes):
 hosts 1-n devices 1-n deployables (a tree through parent_id/root_id)
 deployables 1-n attributes (nested through parent_id) and 1-n attach_handles;
 device_profiles 1-n accelerator_requests n-1 attach_handles; bitstreams; tasks.
