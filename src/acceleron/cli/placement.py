@@ -22,6 +22,15 @@ def _rows(body: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def summary(body: dict[str, Any], *, dry_run: bool) -> str:
+    """The line under the table: the changes (an error row is none), then the errors."""
+    changes = sum(len(host["actions"]) for host in body["hosts"])
+    errors = sum(len(host["errors"]) for host in body["hosts"])
+    verb = "would be made (dry run)" if dry_run else "made"
+    line = f"{changes} change(s) {verb} in Placement"
+    return f"{line}; {errors} error(s), shown as rows.\n" if errors else f"{line}.\n"
+
+
 class _PlacementCommand(Lister):
     path = ""
 
@@ -39,10 +48,8 @@ class _PlacementCommand(Lister):
         body = api_client(self).request(
             "POST", self.path, json=self.body(parsed_args), microversion=MICROVERSION
         )
-        rows = _rows(body)
-        verb = "would be made (dry run)" if parsed_args.dry_run else "made"
-        self.app.stderr.write(f"{len(rows)} change(s) {verb} in Placement.\n")
-        return COLUMNS, rows
+        self.app.stderr.write(summary(body, dry_run=parsed_args.dry_run))
+        return COLUMNS, _rows(body)
 
 
 class Sync(_PlacementCommand):
