@@ -149,8 +149,20 @@ PROFILE_OPTS: list[cfg.Opt] = [
         default=128,
         min=1,
         help=(
-            "Most accelerators (the sum of resources amounts, memory classes left out) one "
-            "device profile may ask for."
+            "Most accelerators one device profile may ask for, over all its groups. Only "
+            "accelerator classes count (CUSTOM_ACCELERATOR_<TYPE>, FPGA, PGPU, VGPU): "
+            "memory (CUSTOM_ACCELERATOR_MEMORY_*, in MB) and other amounts do not."
+        ),
+    ),
+    cfg.IntOpt(
+        "max_accelerators_per_group",
+        default=16,
+        min=1,
+        help=(
+            "Most accelerators one group of a device profile may ask for (counted as for "
+            "max_accelerators). Each accelerator becomes one accelerator request when the "
+            "profile is used, so this bounds the rows one request or claim makes; a profile "
+            "with a larger group is refused when it is created (400)."
         ),
     ),
 ]

@@ -73,9 +73,10 @@ def test_a_profile_that_would_break_stops_the_whole_rewrite(
     db: Database, second: list[dict[str, str]], fragment: str
 ) -> None:
     dp.create(db, name="fine", groups=OLD)
-    dp.create(db, name="broken", groups=second)
+    dp.create(db, name="broken", groups=second, limits=dp.Limits(max_accelerators_per_group=100))
+    limits = dp.Limits(max_accelerators=64, max_accelerators_per_group=100)
     with pytest.raises(InvalidInput) as info:
-        dp.rewrite_profiles(db, MAPPING, apply=True, limits=dp.Limits(max_accelerators=64))
+        dp.rewrite_profiles(db, MAPPING, apply=True, limits=limits)
     assert info.value.message.startswith(
         "Device profile 'broken' would be invalid after the rewrite: "
     )

@@ -8,6 +8,7 @@ import pytest
 
 from acceleron import uuids
 from acceleron.exceptions import InvalidInput
+from acceleron.placement import names
 from acceleron.service import device_profiles as dp
 
 LIMITS = dp.Limits(max_groups=4, max_accelerators=10)
@@ -38,8 +39,10 @@ def test_spec_example_group_is_kept_in_order() -> None:
 )
 def test_lower_case_and_hyphens_are_translated(raw: str, expected: str) -> None:
     assert dp.normalize_placement_name(raw) == expected
-    assert dp.normalize_groups([{f"resources:{raw}": "1"}], LIMITS) == [
-        {f"resources:{expected}": "1"}
+    # A class that is no accelerator's travels beside one (every group asks for one).
+    beside = {} if names.is_accelerator_class(expected) else {"resources:FPGA": "1"}
+    assert dp.normalize_groups([{**beside, f"resources:{raw}": "1"}], LIMITS) == [
+        {**beside, f"resources:{expected}": "1"}
     ]
     if expected.startswith("CUSTOM_"):  # FPGA is a resource class, not a trait
         group = dp.normalize_groups([{"resources:FPGA": "1", f"trait:{raw}": "Required"}], LIMITS)
@@ -286,3 +289,22 @@ def test_memory_is_not_counted_as_accelerators() -> None:
     assert "asks for 11 accelerators" in _error(
         [{"resources:CUSTOM_ACCELERATOR_GPU": "11", "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "1"}]
     )
+
+
+def test_a_group_is_limited_to_its_accelerators_alone() -> None:
+    """Each accelerator is one request: a group asks for at most
+    ``max_accelerators_per_group``; memory and other classes are not counted, and a group
+    of no accelerator is refused."""
+    limits = dp.Limits(max_groups=4, max_accelerators=100, max_accelerators_per_group=3)
+    mig, hbm = "resources:CUSTOM_ACCELERATOR_MIG", "resources:CUSTOM_ACCELERATOR_MEMORY_HBM"
+    within = [{mig: "3", hbm: "100000", "resources:VCPU": "64"}]
+    assert dp.normalize_groups(within, limits) == within
+    message = _error([{mig: "1"}, {mig: "4", hbm: "1"}], limits)
+    assert message.startswith("groups[1] asks for 4 accelerators")
+    assert "more than the 3 one group may ask for" in message
+    assert "[device_profiles] max_accelerators_per_group" in message
+    assert "asks for no accelerator" in _error([{hbm: "100"}], limits)
+    assert "asks for no accelerator" in _error([{"resources:CUSTOM_A": "1"}], limits)
+    # The total over all groups stays bounded by max_accelerators.
+    total = _error([{mig: "3"}] * 4, dp.Limits(4, 10, 3))
+    assert "asks for 12 accelerators" in total and "max_accelerators)" in total

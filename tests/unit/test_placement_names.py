@@ -330,3 +330,23 @@ def test_the_family_trait_names_the_family_not_the_product() -> None:
     assert names.family_trait("FPGA", "INTEL", "OFS") is None  # not in the table
     assert names.family_trait("FPGA", "Intel/Altera", "X") is None
     assert names.product_trait("FPGA", "INTEL", "PAC_ARRIA10") == "CUSTOM_FPGA_INTEL_PAC_ARRIA10"
+
+
+def test_only_accelerator_classes_count_as_accelerators() -> None:
+    """One helper says how many accelerators (requests) a group is: memory (in MB) and
+    any other class travel with the group's allocation."""
+    for accelerator in ("CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_QAT", "FPGA", "PGPU", "VGPU"):
+        assert names.is_accelerator_class(accelerator)
+    for other in ("CUSTOM_ACCELERATOR_MEMORY_HBM", "CUSTOM_ACCELERATOR_", "CUSTOM_A", "VCPU",
+                  "MEMORY_MB", "VGPU_DISPLAY_HEAD", "SRIOV_NET_VF"):  # fmt: skip
+        assert not names.is_accelerator_class(other)
+    group = {
+        "resources:CUSTOM_ACCELERATOR_MIG": "1",
+        "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "100",
+        "trait:CUSTOM_GPU_NVIDIA": "required",
+        "resources:FPGA": "2",
+        "accel:function_name": "gzip",
+    }
+    assert names.accelerators(group) == ["CUSTOM_ACCELERATOR_MIG", "FPGA", "FPGA"]
+    assert names.accelerator_amounts(group) == {"CUSTOM_ACCELERATOR_MIG": 1, "FPGA": 2}
+    assert names.accelerators({"resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "20000"}) == []

@@ -106,7 +106,11 @@ def view(profile: service.Profile, version: microversion.Version, base: str) -> 
 
 def _limits(call: Call) -> service.Limits:
     conf = call.request.app.state.conf.device_profiles
-    return service.Limits(max_groups=conf.max_groups, max_accelerators=conf.max_accelerators)
+    return service.Limits(
+        max_groups=conf.max_groups,
+        max_accelerators=conf.max_accelerators,
+        max_accelerators_per_group=conf.max_accelerators_per_group,
+    )
 
 
 @router.get("", responses={200: {"model": DeviceProfileList}}, summary="List device profiles")

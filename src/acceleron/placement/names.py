@@ -255,9 +255,45 @@ def memory_class(kind: str, *, origin: Origin = UNKNOWN) -> str:
     return custom("ACCELERATOR", "MEMORY", kind, origin=origin)
 
 
+_ACCELERATOR_PREFIX = "CUSTOM_ACCELERATOR_"
+_MEMORY_PREFIX = "CUSTOM_ACCELERATOR_MEMORY_"
+_STANDARD_ACCELERATOR_CLASSES = frozenset(STANDARD_CLASSES.values())  # FPGA, PGPU, VGPU
+_RESOURCES = "resources:"
+
+
 def is_memory_class(name: str) -> bool:
     """Whether ``name`` is an accelerator memory class (counted in MB, not accelerators)."""
-    return name.startswith("CUSTOM_ACCELERATOR_MEMORY_")
+    return name.startswith(_MEMORY_PREFIX)
+
+
+def is_accelerator_class(name: str) -> bool:
+    """Whether a unit of ``name`` is one accelerator (one request, one attach handle):
+    ``CUSTOM_ACCELERATOR_<TYPE>`` other than memory, or upstream's standard classes
+    (``FPGA``, ``PGPU``, ``VGPU``). Memory (in MB) and every other class are amounts
+    that travel with a group's allocation, never accelerators."""
+    if name.startswith(_ACCELERATOR_PREFIX):
+        return not name.startswith(_MEMORY_PREFIX) and len(name) > len(_ACCELERATOR_PREFIX)
+    return name in _STANDARD_ACCELERATOR_CLASSES
+
+
+def accelerator_amounts(group: Mapping[str, object]) -> dict[str, int]:
+    """The accelerators a device profile group asks for, by class, in the group's order
+    (``resources:<class>`` entries of :func:`is_accelerator_class` classes; an amount
+    that is not a whole number counts none)."""
+    found: dict[str, int] = {}
+    for key, value in group.items():
+        name = key[len(_RESOURCES) :] if key.startswith(_RESOURCES) else ""
+        text = str(value).strip()
+        if is_accelerator_class(name) and text.isascii() and text.isdigit():
+            found[name] = found.get(name, 0) + int(text)
+    return found
+
+
+def accelerators(group: Mapping[str, object]) -> list[str]:
+    """The class of each accelerator a device profile group asks for, one entry per
+    accelerator (one request each), in order: ``FPGA=2, CUSTOM_ACCELERATOR_MEMORY_HBM=100``
+    is ``[FPGA, FPGA]``. The one place that says how many accelerators a group is."""
+    return [rc for rc, n in accelerator_amounts(group).items() for _ in range(n)]
 
 
 # Traits

@@ -45,8 +45,12 @@ BITSTREAM_SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "functio
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
+    """``[device_profiles]``: how much one profile may ask for. Each accelerator is one
+    request (one row) when the profile is used, so these bound what any request makes."""
+
     max_groups: int = 32
-    max_accelerators: int = 128
+    max_accelerators: int = 128  # over all groups
+    max_accelerators_per_group: int = 16
 
 
 def normalize_placement_name(raw: str) -> str:
@@ -173,12 +177,18 @@ def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str
                 f"are translated."
             )
         out[new_key] = new_value
-    amounts = {k.removeprefix("resources:"): int(v) for k, v in out.items()
-               if k.startswith("resources:")}  # fmt: skip
-    if sum(amounts.values()) == 0:
+    if not any(k.startswith("resources:") for k in out):
         raise InvalidInput(
             f"groups[{index}] asks for no resource: every group needs at least one "
             f"'resources:<class>' entry."
+        )
+    accelerators = sum(placement_names.accelerator_amounts(out).values())
+    if not accelerators:
+        raise InvalidInput(
+            f"groups[{index}] asks for no accelerator: every group needs one "
+            f"'resources:<class>' entry of an accelerator class (CUSTOM_ACCELERATOR_<TYPE>, "
+            f"FPGA, PGPU or VGPU); memory (CUSTOM_ACCELERATOR_MEMORY_*) and other classes "
+            f"only travel with it."
         )
     selectors = [k for k in BITSTREAM_SELECTORS if f"accel:{k}" in out]
     if len(selectors) > 1:
@@ -186,8 +196,8 @@ def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str
             f"groups[{index}] names its bitstream in more than one way "
             f"({', '.join('accel:' + s for s in selectors)}): give only one."
         )
-    # Memory (in MB) is no accelerator: only the other classes count toward the limit.
-    return out, sum(n for rc, n in amounts.items() if not placement_names.is_memory_class(rc))
+    # Memory (in MB) and other amounts are no accelerators: only accelerators are counted.
+    return out, accelerators
 
 
 def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
@@ -204,12 +214,19 @@ def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
         if not isinstance(group, dict):
             raise InvalidInput(f"groups[{index}]: a group must be an object of key/value pairs.")
         normalized, amount = normalize_group(group, index)
+        if amount > limits.max_accelerators_per_group:
+            raise InvalidInput(
+                f"groups[{index}] asks for {amount} accelerators, more than the "
+                f"{limits.max_accelerators_per_group} one group may ask for "
+                f"([device_profiles] max_accelerators_per_group): each accelerator is one "
+                f"request."
+            )
         result.append(normalized)
         total += amount
     if total > limits.max_accelerators:
         raise InvalidInput(
             f"groups: the profile asks for {total} accelerators, at most "
-            f"{limits.max_accelerators} are allowed."
+            f"{limits.max_accelerators} are allowed ([device_profiles] max_accelerators)."
         )
     return result
 

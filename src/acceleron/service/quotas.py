@@ -34,6 +34,7 @@ from sqlalchemy.exc import IntegrityError
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, QuotaProject, table
 from acceleron.db.session import Database
 from acceleron.exceptions import ConfigError, InvalidInput, QuotaExceeded, QuotaUnavailable
+from acceleron.placement import names
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, PROJECTS = table(AcceleratorRequest), table(DeviceProfile), table(QuotaProject)
@@ -45,17 +46,6 @@ UNLIMITED = None
 def resource_name(resource_class: str) -> str:
     """The limit's name for a resource class (Keystone's resource_name)."""
     return f"{PREFIX}{resource_class}"
-
-
-def resource_classes(group: Mapping[str, str]) -> list[str]:
-    """The resource class of each accelerator a device profile group asks for, in order:
-    ``resources:X=2, resources:Y=1`` is ``[X, X, Y]``."""
-    return [
-        key[len("resources:") :]
-        for key, value in group.items()
-        if key.startswith("resources:")
-        for _ in range(int(value))
-    ]
 
 
 class Limits(Protocol):
@@ -260,11 +250,11 @@ class Quota:
 
 
 def profile_classes(conn: Connection) -> set[str]:
-    """Every resource class some device profile asks for."""
+    """Every accelerator class some device profile asks for (memory is no accelerator)."""
     found: set[str] = set()
     for (groups,) in conn.execute(select(PROFILES.c.groups)):
         for group in groups or []:
-            found.update(k[len("resources:") :] for k in group if k.startswith("resources:"))
+            found.update(names.accelerator_amounts(group))
     return found
 
 
