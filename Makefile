@@ -22,6 +22,11 @@ CHECK_FUZZ_EXAMPLES ?= 5
 # (CHECK_MARKERS="not slow" takes the Placement tests in too).
 CHECK_MARKERS ?= not slow and not placement
 
+# Python may write its bytecode (and pytest its rewritten test modules) even where the
+# environment says not to: without them every pytest worker compiles the whole tree again
+# (8 s of CPU each for `make check`'s collection).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat
 
 $(BIN)/uv:
