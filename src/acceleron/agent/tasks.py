@@ -66,8 +66,9 @@ class TaskCancelled(Exception):
 class Journal:
     """The ends of the tasks this host finished, in a small JSON file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keep: int = JOURNAL_KEEP) -> None:
         self.path = path
+        self.keep = keep
         self._lock = threading.Lock()
 
     def get(self, uuid: str) -> dict[str, Any] | None:
@@ -79,7 +80,7 @@ class Journal:
             entries = self._load()
             entries.pop(uuid, None)
             entries[uuid] = dict(outcome)
-            kept = dict(list(entries.items())[-JOURNAL_KEEP:])
+            kept = dict(list(entries.items())[-self.keep :])
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(
                 "w", dir=self.path.parent, prefix=".tasks-", delete=False

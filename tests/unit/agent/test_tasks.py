@@ -5,6 +5,7 @@ driver that breaks fails its task instead of stopping the agent; the journal sta
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,10 +110,11 @@ def test_a_broken_driver_fails_its_task_not_the_agent(tmp_path: Path) -> None:
 
 
 def test_the_journal_keeps_the_latest_tasks(tmp_path: Path) -> None:
-    journal = tasks.Journal(tmp_path / "journal.json")
-    for n in range(tasks.JOURNAL_KEEP + 20):
+    journal = tasks.Journal(tmp_path / "journal.json", keep=5)
+    for n in range(25):
         journal.put(f"t{n}", {"state": "done"})
-    assert journal.get("t0") is None and journal.get(f"t{tasks.JOURNAL_KEEP + 19}") is not None
+    assert journal.get("t19") is None and journal.get("t20") is not None
+    assert len(json.loads((tmp_path / "journal.json").read_text())) == 5
     (tmp_path / "journal.json").write_text("{not json")
     assert journal.get("t1") is None  # an unreadable journal is ignored, with a warning
 
