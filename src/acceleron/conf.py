@@ -351,6 +351,20 @@ BINDING_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+# Server-side claims (docs/claims.md).
+CLAIM_OPTS: list[cfg.Opt] = [
+    cfg.IntOpt(
+        "timeout",
+        default=300,
+        min=10,
+        help="Seconds a claim may take to be made (or released). Past it, a claim still "
+        "being made is given up: its own maker can no longer move it on, and a DELETE, the "
+        "reconciler or a restarted API undoes it (requests deleted, handles freed, its "
+        "Placement allocation dropped). Keep it longer than any claim takes; a maker "
+        "found gone sooner (an API process of this machine that died) is not waited for.",
+    ),
+]
+
 # The reconciler of Placement allocations and accelerator requests (docs/reconciler.md).
 RECONCILER_OPTS: list[cfg.Opt] = [
     cfg.IntOpt(
@@ -583,6 +597,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("nvidia_gpu", NVIDIA_GPU_OPTS),
     ("placement", PLACEMENT_OPTS),
     ("binding", BINDING_OPTS),
+    ("claims", CLAIM_OPTS),
     ("reconciler", RECONCILER_OPTS),
     ("quota", QUOTA_OPTS),
     ("metrics", METRICS_OPTS),

@@ -35,7 +35,7 @@ from acceleron.client.arqs import bind_body, wait_claim, wait_resolved
 from acceleron.client.errors import detail
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed
 from acceleron.exceptions import InvalidInput
-from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_accelerator_class
+from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_device_class
 from os_acc import operations
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class Connector:
         Without ``selected_rp`` (no scheduler chose providers), this host's accelerators
         are claimed: allocated in Placement for the instance and bound by the API."""
         instance = _instance_uuid(instance_info)
-        profile = self._profile(flavor_extra_specs)
+        profile, suffixes = self._profile(flavor_extra_specs)
         if selected_rp is None:
             return self._plug_claimed(instance_info, instance, profile)
         arqs = arqs_api.create(
@@ -131,7 +131,7 @@ class Connector:
         )
         try:
             providers = providers_by_group(
-                selected_rp, {a["device_profile_group_id"] for a in arqs}
+                selected_rp, {a["device_profile_group_id"] for a in arqs}, suffixes
             )
             self._bind(arqs, providers, instance, instance_info.get("project_id"))
             bound = self._wait(instance)
@@ -259,22 +259,23 @@ class Connector:
                 params = {"hostname": host, "marker": page["deployables"][-1]["uuid"]}
         return found
 
-    def _profile(self, extra_specs: Mapping[str, str]) -> str:
-        """The device profile the flavor names, or one made for its inline specs."""
+    def _profile(self, extra_specs: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+        """The device profile the flavor names, or one made for its inline specs; and
+        for inline specs, the flavor's suffix of each group (as Nova maps them)."""
         named = extra_specs.get(PROFILE_KEY)
         try:
-            inline = groups_from_flavor(extra_specs).groups
+            request = groups_from_flavor(extra_specs)
         except InvalidInput as error:
             raise PlugFailed(
                 f"The flavor's accelerator extra specs are invalid: {error}"
             ) from error
         if named:
-            _refuse_inline_beside(named, inline)
-            return named
-        groups = [_profile_group(g) for g in inline]
+            _refuse_inline_beside(named, request.groups)
+            return named, ()
+        groups = [_profile_group(g) for g in request.groups]
         if not groups:
             raise PlugFailed("The flavor asks for no accelerator: nothing to plug.")
-        return self._ensure_profile(groups)
+        return self._ensure_profile(groups), request.suffixes
 
     def _ensure_profile(self, groups: list[dict[str, str]]) -> str:
         """A profile named after its content: the same inline specs share one."""
@@ -358,24 +359,41 @@ class Connector:
         return body
 
 
-def providers_by_group(selected_rp: Mapping[str, Any], groups: set[int]) -> dict[int, str]:
+def providers_by_group(
+    selected_rp: Mapping[str, Any], groups: set[int], suffixes: Sequence[str] = ()
+) -> dict[int, str]:
     """The provider chosen for each group, from what the compute service passes:
 
     * ``{"uuid": <rp>}``: one provider for every group;
-    * ``{"device_profile_<i>": [<rp>], ...}``: Nova's request-group mapping;
-    * ``{"<i>": <rp>, ...}``: by group index.
+    * ``{"device_profile_<i>": [<rp>], ...}``: Nova's request-group mapping of a
+      device profile's groups;
+    * ``{"<suffix>": [<rp>], ...}``: Nova's (and Placement's) mapping of a flavor's
+      inline groups, keyed by their suffixes (``resources1:`` is ``"1"``, the unsuffixed
+      group ``""``); ``suffixes[i]`` is group ``i``'s. Read so when it names every group;
+    * ``{"<i>": <rp>, ...}``: by 0-based group index.
     """
     if isinstance(selected_rp.get("uuid"), str):
         return dict.fromkeys(groups, selected_rp["uuid"])
-    found: dict[int, str] = {}
+    chosen: dict[str, str] = {}
     for key, value in selected_rp.items():
-        index = key.removeprefix(GROUP_PREFIX)
         rp = value[0] if isinstance(value, list) and value else value
-        if index.isdigit() and isinstance(rp, str):
+        if isinstance(key, str) and isinstance(rp, str):
+            chosen[key] = rp
+    by_suffix = {i: chosen[s] for i, s in enumerate(suffixes) if s in chosen}
+    if suffixes and groups <= set(by_suffix):
+        return {i: by_suffix[i] for i in sorted(groups)}
+    found: dict[int, str] = {}
+    for key, rp in chosen.items():
+        index = key.removeprefix(GROUP_PREFIX)
+        if index.isascii() and index.isdigit():
             found[int(index)] = rp
     missing = sorted(groups - set(found))
     if missing:
-        raise PlugFailed(f"selected_rp names no provider for group(s) {missing}: {selected_rp}")
+        named = [repr(suffixes[i]) for i in missing if i < len(suffixes)]
+        also = f" (flavor suffix(es) {', '.join(named)})" if named else ""
+        raise PlugFailed(
+            f"selected_rp names no provider for group(s) {missing}{also}: {selected_rp}"
+        )
     return found
 
 
@@ -496,7 +514,7 @@ def _refuse_inline_beside(profile: str, inline: Sequence[Mapping[str, str]]) -> 
 
 def _is_accelerator_entry(key: str) -> bool:
     kind, _, name = key.partition(":")
-    return kind == "accel" or (kind == "resources" and is_accelerator_class(name))
+    return kind == "accel" or (kind == "resources" and is_device_class(name))
 
 
 def _instance_uuid(instance_info: Mapping[str, Any]) -> str:

@@ -115,6 +115,20 @@ def test_plug_inline_extra_specs_shares_one_profile(host: Host) -> None:
     assert connector(host).unplug(first) == 1 and connector(host).unplug(second) == 1
 
 
+def test_plug_inline_groups_by_nova_suffixes(host: Host) -> None:
+    """Nova maps a flavor's inline groups to providers by their suffixes ("1", "2"), not
+    by 0-based index: each group is bound to the provider its suffix names."""
+    specs = {"resources1:CUSTOM_ACCELERATOR_FPGA": "1", "resources2:CUSTOM_ACCELERATOR_QAT": "1"}
+    region, pool = rp_of(host, "region1", "region"), rp_of(host, "vf_pool", "vf_pool")
+    vm = instance()
+    plugged = connector(host).plug(vm, {"1": [region], "2": [pool]}, specs)
+    assert [p["device_profile_group_id"] for p in plugged] == [0, 1]
+    arqs = get(host.url, "/v2/accelerator_requests", instance=vm["uuid"])["arqs"]
+    bound = {a["device_profile_group_id"]: a["device_rp_uuid"] for a in arqs}
+    assert bound == {0: region, 1: pool}
+    assert connector(host).unplug(vm) == 2
+
+
 def test_concurrent_plugs_share_the_handles_and_the_last_one_fails_cleanly(host: Host) -> None:
     name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
     selected = {"uuid": rp_of(host, "vf_pool", "vf_pool")}

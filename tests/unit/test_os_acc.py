@@ -77,6 +77,21 @@ def test_providers_by_group_reads_the_three_forms() -> None:
         providers_by_group({"device_profile_0": ["a"]}, {0, 1})
 
 
+def test_providers_by_group_reads_nova_suffixes_of_inline_groups() -> None:
+    """Nova maps a flavor's inline groups by their suffixes (``resources1:`` is "1");
+    group ``i`` of the profile os_acc made is the flavor's ``suffixes[i]``."""
+    nova = {"1": ["region"], "2": ["pool"]}
+    assert providers_by_group(nova, {0, 1}, ("1", "2")) == {0: "region", 1: "pool"}
+    unsuffixed = {"": ["gpu"], "3": ["pool"], "_net": "nic"}
+    assert providers_by_group(unsuffixed, {0, 1, 2}, ("", "3", "_net")) == {
+        0: "gpu", 1: "pool", 2: "nic"
+    }  # fmt: skip
+    # 0-based indexes still work beside suffixes that do not name every group.
+    assert providers_by_group({"0": "a", "1": "b"}, {0, 1}, ("1", "2")) == {0: "a", 1: "b"}
+    with pytest.raises(PlugFailed, match=r"\[0, 1\] \(flavor suffix\(es\) '1', '2'\)"):
+        providers_by_group({"2": ["pool"]}, {0, 1}, ("1", "2"))
+
+
 def test_an_attachment_carries_the_pci_id() -> None:
     arq = {
         "uuid": "u",

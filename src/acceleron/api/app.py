@@ -95,6 +95,7 @@ def create_app(
     app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
+    app.state.claims_recovered = None  # the claims recovered at the start, once done
     app.state.quotas = quota_service.from_conf(conf)
     app.state.metrics_refreshes = 0
     app.state.threads = Threads.from_conf(conf)

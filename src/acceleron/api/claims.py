@@ -6,7 +6,8 @@ the consumer (retrying when another consumer wins the capacity), creates and bin
 accelerator requests, and undoes everything if a step fails. GET
 ``/v2/claims/{consumer}`` follows it (state ``binding`` until the host's agent has
 programmed or prepared what it must, then ``bound``); DELETE releases it: requests
-deleted, allocation dropped.
+deleted, allocation dropped; a claim whose maker is gone (its process died, or it
+outlived ``[claims] timeout``) is undone by it, or by the next POST for its consumer.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class ClaimOut(BaseModel):
     consumer_uuid: str
     project_id: str
     device_profile_name: str
-    state: str = Field(description="allocating, binding, bound or failed (docs/claims.md).")
+    state: str = Field(
+        description="allocating, binding, bound, failed or releasing (docs/claims.md)."
+    )
     hostname: str | None
     failure_reason: str | None
     accelerator_requests: list[arqs_api.ArqOut]
@@ -87,7 +90,7 @@ def view(found: claims.ClaimView, call: Call) -> dict[str, Any]:
         "links": [{"href": f"{base}/v2/claims/{claim.consumer}", "rel": "self"}],
     }
     if call.version >= microversion.V2_16:
-        held = claim.allocations
+        held = None if claim.state == "allocating" else claim.allocations
         shown["allocations"] = (
             None if held is None else {rp: {"resources": r} for rp, r in held.items()}
         )
@@ -109,30 +112,43 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
         microversion.require(call.version, microversion.V2_15, "A claim's hostname")
         claims.check_hostname(call.context, body.hostname)
     placement = _placement(call)
-    claim, groups = await call.run(
-        claims.begin, call.context, body.device_profile_name, body.consumer_uuid, body.project_id
-    )
+    timeout = call.request.app.state.conf.claims.timeout
+    begin = (claims.begin, call.context, body.device_profile_name, body.consumer_uuid,
+             body.project_id, timeout)  # fmt: skip
+    try:
+        claim, groups = await call.run(*begin)
+    except claims.ClaimExists:  # one whose maker is gone is undone, and no longer in the way
+        recovered = await call.outbound(
+            claims.recover_consumer, call.db, placement.client(), body.consumer_uuid, timeout
+        )
+        if not recovered:
+            raise
+        claim, groups = await call.run(*begin)
     store = call.bitstreams
     user = call.context.user_id or "acceleron"
     flat_mode, limits = arqs_api.flat_mode_of(call), arqs_api.limits_of(call)
 
     def flow() -> None:  # blocking: Placement, and the bitstream store
         client = placement.client()
-        allocated = False
+        placed: bool | None = False  # whether this maker's allocation was made
         try:
             request, hostname = claims.allocate(
                 call.db, client, claim, groups, user, store, body.hostname
             )
-            allocated = True
+            placed = True
             claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)
-        except claims.MaybeAllocated:
-            claims.undo(call.db, client, claim, True)
+        except BaseException as error:
+            if isinstance(error, claims.MaybeAllocated):
+                placed = None
+            claims.give_up(call.db, client, claim, placed, timeout)
             raise
-        except BaseException:
-            claims.undo(call.db, client, claim, allocated)
-            raise
+        finally:
+            claims.stopped(claim.id)
 
-    await call.outbound(flow)
+    try:
+        await call.outbound(flow)
+    finally:  # the flow never ran (no thread free, say): left to recovery
+        claims.stopped(claim.id)
     found = await call.run(claims.show, call.context, claim.consumer)
     return json_response(view(found, call), 201)
 
@@ -150,6 +166,10 @@ async def delete_claim(consumer: str, call: CallDep) -> Response:
     if call.request.app.state.placement is None:  # no claim can exist: 404 before 409
         await call.run(claims.lookup, call.context, consumer)
     placement = _placement(call)
-    claim = await call.run(claims.release, call.context, consumer)
-    await call.outbound(claims.undo, call.db, placement.client(), claim, True)
+    timeout = call.request.app.state.conf.claims.timeout
+    claim = await call.run(claims.release, call.context, consumer, timeout)
+    try:
+        await call.outbound(claims.undo, call.db, placement.client(), claim)
+    finally:
+        claims.stopped(claim.id)
     return Response(status_code=204)

@@ -58,17 +58,27 @@ class ReconcileRequest(BaseModel):
 
 
 class LeakOut(BaseModel):
-    kind: str = Field(description="allocation (no request holds it) or request (no "
-                      "allocation holds its consumer)")  # fmt: skip
+    kind: str = Field(description="allocation (no request holds it), request (no "
+                      "allocation holds its consumer) or claim (a claim whose maker is "
+                      "gone)")  # fmt: skip
     consumer: str
     allocations: dict[str, dict[str, int]] = Field(
-        description="kind allocation: Acceleron's part, provider uuid -> class -> amount."
+        description="kind allocation: Acceleron's part, provider uuid -> class -> amount; "
+        "kind claim: what the claim allocated."
     )
-    requests: list[str] = Field(description="kind request: the requests holding handles.")
-    seen_for: float = Field(description="Seconds the passes have seen it without a break.")
+    requests: list[str] = Field(
+        description="kind request: the requests holding handles; kind claim: the requests "
+        "it created."
+    )
+    seen_for: float = Field(
+        description="Seconds the passes have seen it without a break (kind claim: since "
+        "the claim last moved)."
+    )
     action: str = Field(
         description="waiting (not yet [reconciler] grace seconds over two passes), "
-        "would free (dry run), freed, released, reported, or failed: why."
+        "would free (dry run), freed, released, reported, or failed: why; kind claim: "
+        "undone (it was being made), released (it was being released), would undo or "
+        "would release (dry run), gone meanwhile, or failed: why."
     )
 
 
@@ -141,7 +151,10 @@ def reconciler_of(state: Any) -> Reconciler:
     if state.reconciler is None:
         placement: PlacementService = state.placement
         state.reconciler = Reconciler(
-            state.db, lambda: placement.syncer().client, state.conf.reconciler.grace
+            state.db,
+            lambda: placement.syncer().client,
+            state.conf.reconciler.grace,
+            state.conf.claims.timeout,
         )
     found: Reconciler = state.reconciler
     return found

@@ -1,5 +1,6 @@
 """The API process's background workers: the Placement sync's thread, and the
-event-loop tasks that reap binds, refresh the metrics and reconcile Placement.
+event-loop tasks that reap binds, refresh the metrics, reconcile Placement, and
+recover (once, at the start) the claims whose maker is gone.
 
 ``create_app``'s lifespan starts them all and stops them all; the Nova events' sender
 (``service.nova.NovaNotifier``) and the tasks' wake-ups (``api.wakeup``) beside them.
@@ -42,6 +43,8 @@ async def running(
     tasks = [asyncio.create_task(reap_binds(app))]
     if conf.metrics.enabled:
         tasks.append(asyncio.create_task(refresh_metrics(app)))
+    if service is not None:
+        tasks.append(asyncio.create_task(recover_claims(app)))
     if service is not None and conf.reconciler.interval:
         tasks.append(asyncio.create_task(reconcile(app)))
     try:
@@ -169,6 +172,24 @@ async def refresh_metrics(app: FastAPI) -> None:
         except Exception:  # nothing must end the refresher
             LOG.exception("Refreshing the metrics failed")
         await asyncio.sleep(app.state.conf.metrics.refresh_interval)
+
+
+async def recover_claims(app: FastAPI) -> None:
+    """Once, at the start: finish or undo the claims whose maker is gone (an earlier
+    process of this machine killed while it made or released them, say)."""
+    reconciler = placement_api.reconciler_of(app.state)
+    try:
+        threads: Threads = app.state.threads
+        done = await threads.outbound(reconciler.claims)
+    except AcceleronError as error:  # Placement or the database away: the passes do it
+        LOG.warning("Recovering claims failed: %s", error.message)
+        return
+    except Exception:
+        LOG.exception("Recovering claims failed")
+        return
+    if done:
+        LOG.warning("Recovered %d claim(s) whose maker was gone", len(done))
+    app.state.claims_recovered = done
 
 
 async def reconcile(app: FastAPI) -> None:

@@ -178,11 +178,14 @@ _ACCELERATOR_STANDARD = frozenset({"FPGA", "PGPU", "VGPU", "VGPU_DISPLAY_HEAD"})
 
 @dataclass(frozen=True)
 class FlavorRequest:
-    """Accelerator groups read from a flavor, in the device profile group structure."""
+    """Accelerator groups read from a flavor, in the device profile group structure;
+    ``suffixes[i]``: the flavor's suffix of group ``i`` ("" for the unsuffixed one), the
+    key under which Nova and Placement map that group to its provider."""
 
     groups: list[dict[str, str]]
     flavor_resources: dict[str, int]
     group_policy: str | None = None
+    suffixes: tuple[str, ...] = ()
 
     def query(self, *, limit: int | None = None) -> CandidateQuery:
         return build_query(
@@ -193,8 +196,10 @@ class FlavorRequest:
         )
 
 
-def is_accelerator_class(name: str) -> bool:
-    """Whether a resource class may be an accelerator's: custom, or FPGA/PGPU/VGPU..."""
+def is_device_class(name: str) -> bool:
+    """Whether a resource class may be on a device's provider, so an inline flavor group
+    keeps it: custom, or FPGA/PGPU/VGPU... How many accelerators (requests) a group is
+    is another question: ``placement.names.accelerators`` answers it."""
     return name.startswith("CUSTOM_") or name in _ACCELERATOR_STANDARD
 
 
@@ -274,8 +279,8 @@ def groups_from_flavor(extra_specs: Mapping[str, str]) -> FlavorRequest:
             sections.setdefault(parsed[0], {}).update(parsed[1])
     flavor_resources = _split_flavor_resources(sections)
     policy = extra_specs.get("group_policy")
-    ordered = [sections[s] for s in sorted(sections, key=_suffix_order) if sections[s]]
-    return FlavorRequest(ordered, flavor_resources, policy)
+    suffixes = tuple(s for s in sorted(sections, key=_suffix_order) if sections[s])
+    return FlavorRequest([sections[s] for s in suffixes], flavor_resources, policy, suffixes)
 
 
 def _split_flavor_resources(sections: dict[str, dict[str, str]]) -> dict[str, int]:
@@ -284,7 +289,7 @@ def _split_flavor_resources(sections: dict[str, dict[str, str]]) -> dict[str, in
     moved: dict[str, int] = {}
     for key in [k for k in unsuffixed if k.startswith("resources:")]:
         rc = key.partition(":")[2]
-        if not is_accelerator_class(rc) and rc in os_resource_classes.STANDARDS:
+        if not is_device_class(rc) and rc in os_resource_classes.STANDARDS:
             moved[rc] = _amount(unsuffixed.pop(key), f"flavor extra spec 'resources:{rc}'")
     if unsuffixed and not any(k.startswith("resources:") for k in unsuffixed):
         sections.pop("", None)  # traits of the host itself, not of an accelerator

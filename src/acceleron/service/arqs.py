@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -318,6 +318,7 @@ def create(
     context: RequestContext,
     profile_name: Any,
     limits: quotas.Limits | None = None,
+    within: Callable[[Connection, list[str]], None] | None = None,
 ) -> list[ArqRecord]:
     """One ARQ per accelerator the profile asks for (``names.accelerators``: memory and
     other amounts travel with the group's allocation, they are no requests), tagged with
@@ -369,6 +370,8 @@ def create(
         if counted and project:
             quotas.check(conn, project, Counter(r["resource_class"] for r in rows), limit_of)
         ids = _insert(conn, rows)
+        if within is not None:  # the caller's own record of them, in the same transaction
+            within(conn, [r["uuid"] for r in rows])
     LOG.info("Created %d accelerator request(s) from device profile %s", len(rows), profile_name)
     # What a read would find: nothing is bound yet (no handle, no health).
     return [_new(ids[r["uuid"]], r, profile) for r in rows]
@@ -744,9 +747,12 @@ def bind(
     store: BitstreamStore | None = None,
     flat_mode: tree.Options | None = None,
     limits: quotas.Limits | None = None,
+    within: Callable[[Connection, list[Resolved]], None] | None = None,
 ) -> list[Resolved]:
     """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
     already ended (Nova is told of those now; the others end with their tasks).
+    ``within``: the caller's own record of the bind, called with those in the same
+    transaction (what it raises undoes the bind).
     ``flat_mode``: the Placement sync's options when it publishes flat (a bind may then
     name the compute node's provider; see ``service.flat``). With ``limits``:
     QuotaExceeded, and nothing bound, when a project would hold more than its limit of
@@ -757,11 +763,12 @@ def bind(
     try:
         if _local(db, store, limits):
             with db.writer() as conn:
-                return _bind_all(conn, _prepare(conn, context, bindings, store, flat_mode, limits))
+                prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
+                return _bind_all(conn, prepared, within)
         with db.reader() as conn:
             prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
         with db.writer() as conn:
-            return _bind_all(conn, _relock(conn, prepared))
+            return _bind_all(conn, _relock(conn, prepared), within)
     except IntegrityError as error:  # a concurrent bind of the same instance won
         raise Conflict(
             "Another bind of the same instance is in progress or done; unbind it first."
@@ -781,10 +788,17 @@ def _local(db: Database, store: BitstreamStore | None, limits: quotas.Limits | N
     )
 
 
-def _bind_all(conn: Connection, prepared: Sequence[_Prepared]) -> list[Resolved]:
+def _bind_all(
+    conn: Connection,
+    prepared: Sequence[_Prepared],
+    within: Callable[[Connection, list[Resolved]], None] | None = None,
+) -> list[Resolved]:
     _count_quotas(conn, prepared)
     _claim_instances(conn, prepared)
-    return [r for p in prepared for r in _bind_one(conn, p)]
+    resolved = [r for p in prepared for r in _bind_one(conn, p)]
+    if within is not None:
+        within(conn, resolved)
+    return resolved
 
 
 def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
@@ -1092,6 +1106,19 @@ def delete_for_instance(
     with db.writer() as conn:
         arqs = _lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
         _check_service(arqs, service_token, "Deleting")
+        _delete(conn, arqs)
+    return len(arqs)
+
+
+@retry_on_deadlock
+def delete_present(db: Database, context: RequestContext, uuids: Sequence[str]) -> int:
+    """Delete those of ``uuids`` that exist and the caller sees, unbinding the bound ones
+    first (idempotent: none left is fine); how many."""
+    wanted = _check_uuids(uuids)
+    if not wanted:
+        return 0
+    with db.writer() as conn:
+        arqs = _lock(conn, ARQS.c.uuid.in_(wanted) & _visible(context))
         _delete(conn, arqs)
     return len(arqs)
 

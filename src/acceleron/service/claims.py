@@ -11,14 +11,34 @@ allocation dropped, claim gone.
 States (the ``state`` column, and what ``show`` derives from the requests):
 ``allocating`` (Placement is asked), ``binding`` (requests bound, some still being
 programmed or prepared by the host's agent), ``bound`` (every request Bound), ``failed``
-(a bind failed after the claim was answered: release it). Releasing deletes the claim.
+(a bind failed after the claim was answered: release it), ``releasing`` (being undone:
+a release, or a claim given up). Releasing deletes the claim.
+
+Whatever is killed when, a claim ends in a state it can leave. Its row records how far
+it got (``step``: ``begun``; ``placing``, with the allocation asked of Placement in
+``allocations``; ``created``, with its requests' uuids in ``requests``, written in the
+transaction that creates them; ``done``, written in the transaction that binds them),
+which process is at work on it (``owner``) and until when (``lease_until``, ``[claims]
+timeout`` after it began). Each step of its maker is a conditional update that holds
+only while the claim is the maker's and its lease runs: a claim given up can no longer
+move on. A claim whose maker is gone (its lease passed; or its process, on this
+machine, died or gave up) is taken over with a conditional update (``releasing``) and
+undone from its record, by a DELETE, a POST for the same consumer, the reconciler's
+passes and the API's start (``recover``). Undoing is idempotent: requests recorded (or,
+established, the consumer's) deleted, handles freed; the allocation recorded taken out
+of the consumer's, guarded by its generation; the row deleted last.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import functools
 import logging
+import os
 import random
+import socket
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -43,6 +63,7 @@ from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, Claim, Deployable, Device, Host, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import (
+    AcceleronError,
     AllocationConflict,
     Conflict,
     Disabled,
@@ -63,7 +84,10 @@ from acceleron.service.device_profiles import could_exist
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
 DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
-STATES = ("allocating", "binding", "bound", "failed")
+STATES = ("allocating", "binding", "bound", "failed", "releasing")
+ESTABLISHED = ("binding", "bound", "failed")  # made: the consumer's requests are bound
+STEPS = ("begun", "placing", "created", "done")
+TIMEOUT = 300.0  # [claims] timeout's default
 ATTEMPTS = 5  # choices made again after an allocation conflict
 # How many candidates are asked for first, among the regions that hold a wanted function.
 HOLDERS_LIMIT = 10
@@ -81,6 +105,15 @@ class NoCapacity(Conflict):
 class MaybeAllocated(PlacementUnavailable):
     """Placement failed while allocating for a new consumer: the allocation may have
     been made (an answer lost on the way back), so an undo drops it."""
+
+
+class ClaimExists(Conflict):
+    """The consumer has a claim already."""
+
+
+class GivenUp(Conflict):
+    """The claim was given up while being made: it outlived ``[claims] timeout``, or its
+    release began. Its maker stops (and undoes what it alone knows it did)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +148,12 @@ def begin(
     profile_name: str,
     consumer: str,
     project_id: str | None,
+    timeout: float = TIMEOUT,
 ) -> tuple[Row[Any], list[dict[str, str]]]:
-    """Record the claim (``allocating``); the claim and its profile's groups. Conflict
-    when the consumer has a claim already."""
+    """Record the claim (``allocating``, step ``begun``, this process at work on it for
+    ``timeout`` seconds at most); the claim and its profile's groups. ClaimExists when
+    the consumer has a claim already. The caller ends its work with ``undo`` or
+    ``bind``, and says it stopped with ``stopped``."""
     consumer = _consumer(consumer)
     project = _owner(context, project_id)
     if not profile_name or not could_exist(profile_name):
@@ -135,20 +171,26 @@ def begin(
                     f"Device profile {profile_name!r} is disabled: it takes no new requests "
                     f"(`acceleron profile enable {profile_name}` allows them again)."
                 )
+            now = utcnow()
             conn.execute(
                 insert(CLAIMS).values(
                     consumer=consumer,
                     project_id=project,
                     device_profile_name=profile_name,
                     state="allocating",
+                    step="begun",
+                    owner=worker(),
+                    lease_until=now + dt.timedelta(seconds=timeout),
+                    created_at=now,
                 )
             )
             claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer)).one()
     except IntegrityError as error:
-        raise Conflict(
+        raise ClaimExists(
             f"Consumer {consumer} has a claim already: release it first (DELETE "
             f"/v2/claims/{consumer})."
         ) from error
+    _working(claim.id)
     return claim, list(profile.groups)
 
 
@@ -447,6 +489,8 @@ def allocate(
                 "or disabled, or none matches its groups."
             )
         hostname = _hostname(db, best)
+        with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
+            _step(conn, claim, "placing", allocations=_held(best))
         try:
             placement.put_allocations(
                 claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
@@ -498,39 +542,39 @@ def bind(
     flat_mode: tree.Options | None = None,
     limits: quotas.Limits | None = None,
 ) -> None:
-    """Create the claim's requests and bind each to the provider Placement mapped its
-    group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do).
-    ``flat_mode`` and ``limits`` as for ``arqs.bind``; requests created here are deleted
-    again when the bind is refused (over a quota, say)."""
+    """Create the claim's requests (their uuids recorded in the claim in the same
+    transaction, step ``created``) and bind each to the provider Placement mapped its
+    group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do) in
+    the bind's own transaction (step ``done``). ``flat_mode`` and ``limits`` as for
+    ``arqs.bind``. GivenUp, and nothing done, when the claim is no longer its maker's;
+    on any failure the caller undoes the claim (``give_up``), its requests with it."""
     owner = dataclasses.replace(context, project_id=claim.project_id)
-    created = arq_service.create(db, owner, claim.device_profile_name, limits)
-    try:
-        bindings = []
-        for arq in created:
-            group = arq.device_profile_group_id
-            mapped = request.mappings.get(f"{query.GROUP_PREFIX}{group}")
-            if not mapped:
-                raise Conflict(f"Placement mapped no provider to group {group}.")
-            bindings.append(arq_service.Binding(arq.uuid, hostname, mapped[0], claim.consumer))
-        resolved = arq_service.bind(db, owner, bindings, store, flat_mode, limits)
-        failed = [r for r in resolved if r.status == "failed"]
-        if failed:
-            reasons = _reasons(db, [r.arq_uuid for r in failed])
-            raise Conflict(f"The accelerators could not be bound: {reasons}")
-    except BaseException:
-        # Exactly the requests this claim made go (never another's of the same consumer).
-        try:
-            arq_service.delete_arqs(db, _owner_context(claim), [a.uuid for a in created])
-        except Exception:
-            LOG.exception("Undoing the claim of %s: deleting its requests failed", claim.consumer)
-        raise
-    state = "bound" if len(resolved) == len(created) else "binding"
-    with db.writer() as conn:
-        conn.execute(
-            update(CLAIMS)
-            .where(CLAIMS.c.id == claim.id)
-            .values(state=state, hostname=hostname, allocations=_held(request), updated_at=utcnow())
-        )
+
+    def created_(conn: Connection, uuids: list[str]) -> None:
+        _step(conn, claim, "created", requests=uuids)
+
+    created = arq_service.create(db, owner, claim.device_profile_name, limits, created_)
+    bindings = []
+    for arq in created:
+        group = arq.device_profile_group_id
+        mapped = request.mappings.get(f"{query.GROUP_PREFIX}{group}")
+        if not mapped:
+            raise Conflict(f"Placement mapped no provider to group {group}.")
+        bindings.append(arq_service.Binding(arq.uuid, hostname, mapped[0], claim.consumer))
+
+    def bound_(conn: Connection, resolved: list[arq_service.Resolved]) -> None:
+        if any(r.status == "failed" for r in resolved):
+            _step(conn, claim, "created")  # still the maker's: it undoes the claim
+            return
+        state = "bound" if len(resolved) == len(created) else "binding"
+        _step(conn, claim, "done", state=state, hostname=hostname, allocations=_held(request),
+              owner=None, lease_until=None)  # fmt: skip
+
+    resolved = arq_service.bind(db, owner, bindings, store, flat_mode, limits, bound_)
+    failed = [r for r in resolved if r.status == "failed"]
+    if failed:
+        reasons = _reasons(db, [r.arq_uuid for r in failed])
+        raise Conflict(f"The accelerators could not be bound: {reasons}")
 
 
 def _held(request: AllocationRequest) -> dict[str, dict[str, int]]:
@@ -551,26 +595,285 @@ def _owner_context(claim: Row[Any]) -> RequestContext:
     return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
 
 
-def undo(db: Database, placement: PlacementClient | None, claim: Row[Any], allocated: bool) -> None:
-    """Undo what a claim did, every step whatever the others do (what cannot be undone
-    now is logged; the reconciler frees a leaked allocation later). ``allocated``:
-    whether this claim made the consumer's allocation (one it did not make, say another
-    consumer's of the same uuid, is never dropped). The claim's requests are deleted as
-    its project's: another project's are never touched."""
-    if claim.state != "allocating":  # an established claim: its requests are bound
-        try:
-            arq_service.delete_for_instance(db, _owner_context(claim), claim.consumer, True)
-        except Exception:
-            LOG.exception("Releasing the claim of %s: deleting its requests failed",
-                          claim.consumer)  # fmt: skip
-    if placement is not None and allocated:
-        try:
-            placement.delete_allocations(claim.consumer)
-        except Exception:
-            LOG.exception("Undoing the claim of %s: dropping its allocation failed",
-                          claim.consumer)  # fmt: skip
+# --- who is at work on a claim, and for how long --------------------------------------
+
+_active: set[int] = set()  # the claims this process is at work on (making or undoing)
+_active_lock = threading.Lock()
+
+
+@functools.cache
+def _identity(pid: int) -> str:
+    """This process, as a claim's ``owner`` names it: machine (host name and boot), process
+    id and a token of this process's own (a process id is reused)."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()[:150]}/{boot}/{pid}/{uuidlib.uuid4().hex[:12]}"
+
+
+def worker() -> str:
+    """The ``owner`` this process writes in the claims it works on."""
+    return _identity(os.getpid())
+
+
+def _working(claim_id: int) -> None:
+    with _active_lock:
+        _active.add(claim_id)
+
+
+def stopped(claim_id: int) -> None:
+    """This process no longer works on the claim (made, undone, or left to recovery)."""
+    with _active_lock:
+        _active.discard(claim_id)
+
+
+def _alive(owner: str | None, claim_id: int) -> bool:
+    """Whether the process named ``owner`` may still be at work on the claim, as far as
+    this process can tell: one of this machine's is gone when its process is (or when
+    it is this process, and it stopped working on the claim); another machine's is
+    trusted until its lease ends."""
+    if owner is None:
+        return False
+    parts = owner.rsplit("/", 3)
+    mine = worker().rsplit("/", 3)
+    if len(parts) != 4 or not parts[1] or parts[:2] != mine[:2]:
+        return True
+    if owner == worker():
+        with _active_lock:
+            return claim_id in _active
+    pid = int(parts[2]) if parts[2].isdigit() else 0
+    if pid <= 0 or pid == os.getpid():
+        return False  # an earlier process with this id
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True  # alive (or its id reused): its lease says
+
+
+def abandoned(claim: Row[Any], timeout: float, now: dt.datetime | None = None) -> bool:
+    """Whether the claim (being made or released) has no maker any more: its lease
+    passed, or its maker is gone. One from before leases existed is abandoned
+    ``timeout`` seconds after it was made."""
+    now = now or utcnow()
+    if claim.lease_until is None:
+        return bool(claim.created_at + dt.timedelta(seconds=timeout) <= now)
+    return bool(claim.lease_until <= now) or not _alive(claim.owner, claim.id)
+
+
+def _step(conn: Connection, claim: Row[Any], step: str, **values: Any) -> None:
+    """Record how far the maker got: only while the claim is still being made by it,
+    within its lease (GivenUp otherwise, and the caller's transaction is undone)."""
+    now = utcnow()
+    done = conn.execute(
+        update(CLAIMS)
+        .where(
+            CLAIMS.c.id == claim.id,
+            CLAIMS.c.state == "allocating",
+            CLAIMS.c.owner == claim.owner,
+            CLAIMS.c.lease_until > now,
+        )
+        .values(step=step, updated_at=now, **values)
+    )
+    if done.rowcount != 1:
+        raise GivenUp(
+            f"The claim of {claim.consumer} was given up while being made (it took longer "
+            f"than [claims] timeout allows, or it is being released): claim again."
+        )
+
+
+def _take(db: Database, claim: Row[Any], timeout: float, states: Sequence[str]) -> Row[Any] | None:
+    """Take the claim over to undo it (``releasing``, this process at work on it), if it
+    is still as it was read (in one of ``states``, same owner); the claim as taken."""
+    now = utcnow()
     with db.writer() as conn:
-        conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
+        done = conn.execute(
+            update(CLAIMS)
+            .where(
+                CLAIMS.c.id == claim.id,
+                CLAIMS.c.state.in_(states),
+                CLAIMS.c.state == claim.state,
+                CLAIMS.c.owner.is_not_distinct_from(claim.owner),
+            )
+            .values(
+                state="releasing",
+                owner=worker(),
+                updated_at=now,
+                lease_until=now + dt.timedelta(seconds=timeout),
+            )
+        )
+        if done.rowcount != 1:
+            return None
+        taken = conn.execute(select(CLAIMS).where(CLAIMS.c.id == claim.id)).one()
+    _working(claim.id)
+    return taken
+
+
+# --- undoing ---------------------------------------------------------------------------
+
+
+def give_up(
+    db: Database,
+    placement: PlacementClient | None,
+    claim: Row[Any],
+    placed: bool | None,
+    timeout: float = TIMEOUT,
+) -> None:
+    """The maker undoes its claim after a failure: takes it (``releasing``) and undoes
+    what its row records. ``placed``: whether this maker's allocation was made (None:
+    perhaps, an answer lost). When the claim is no longer the maker's (given up and taken
+    over meanwhile), the one who took it undoes what the row records, and the maker
+    drops the allocation it made after that. What cannot be done now (the database
+    away) is left to recovery; nothing raises."""
+    try:
+        taken = _take(db, claim, timeout, ("allocating",))
+        if taken is not None:
+            undo(db, placement, taken, placed)
+        elif placed is not False and placement is not None and claim.allocations is not None:
+            _drop(placement, claim, exact=placed is None)
+    except Exception:
+        LOG.exception("Undoing the claim of %s failed: recovery undoes it later", claim.consumer)
+    finally:
+        stopped(claim.id)
+
+
+def undo(
+    db: Database, placement: PlacementClient | None, claim: Row[Any], placed: bool | None = None
+) -> None:
+    """Undo a claim this process took (``releasing``) from what its row records, each
+    step idempotent: the requests it created deleted (an established claim's: every
+    request of the consumer in its project), handles freed; the allocation it made
+    taken out of the consumer's (``placed`` False: none was made; otherwise as its step
+    says: at ``placing``, only when the consumer holds exactly what was asked); the row
+    deleted last. What fails raises, and leaves the claim ``releasing`` for a DELETE or
+    recovery to finish."""
+    try:
+        owner = _owner_context(claim)
+        if claim.requests:
+            arq_service.delete_present(db, owner, list(claim.requests))
+        if claim.step in ("done", None):  # established, or of unknown progress
+            arq_service.delete_for_instance(db, owner, claim.consumer, True)
+        asked = claim.step not in ("begun",) or placed
+        if placement is not None and placed is not False and asked:
+            _drop(placement, claim, exact=claim.step == "placing" and not placed)
+        with db.writer() as conn:
+            conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
+    finally:
+        stopped(claim.id)
+    LOG.info("Claim of %s undone (it had reached step %s)", claim.consumer, claim.step)
+
+
+def _drop(placement: PlacementClient, claim: Row[Any], exact: bool) -> None:
+    """Take what the claim allocated out of its consumer's allocations, guarded by the
+    consumer's generation (read again when it changed meanwhile). ``exact``: only when
+    the consumer holds exactly that (a claim that may not have allocated never touches
+    what another put there). A claim that recorded nothing (made before it would):
+    every allocation of the consumer."""
+    mine = claim.allocations
+    for _ in range(ATTEMPTS):
+        consumer = placement.get_consumer(claim.consumer)
+        held = {rp: dict(r) for rp, r in consumer.allocations.items()}
+        if not held or (exact and held != mine):
+            return
+        kept = {} if mine is None else _without(held, mine)
+        if kept == held:
+            return
+        try:
+            placement.replace_allocations(claim.consumer, consumer, kept)
+            return
+        except AllocationConflict:
+            continue  # the consumer changed meanwhile: read it again
+    raise Conflict(f"The allocations of {claim.consumer} kept changing: try again.")
+
+
+def _without(
+    held: Mapping[str, Mapping[str, int]], mine: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """``held`` less ``mine``, by provider and class (nothing below zero, no empty one)."""
+    left: dict[str, dict[str, int]] = {}
+    for rp, resources in held.items():
+        kept = {rc: n - mine.get(rp, {}).get(rc, 0) for rc, n in resources.items()}
+        kept = {rc: n for rc, n in kept.items() if n > 0}
+        if kept:
+            left[rp] = kept
+    return left
+
+
+@dataclasses.dataclass(frozen=True)
+class Recovered:
+    """A claim whose maker was gone, and what a recovery pass did about it."""
+
+    consumer: str
+    state: str  # as found: allocating or releasing
+    step: str | None
+    allocations: Mapping[str, Mapping[str, int]]
+    requests: tuple[str, ...]
+    age: float  # seconds since it last moved
+    action: str  # undone, released, would undo, would release, or failed: why
+
+
+_UNFINISHED = select(CLAIMS).where(CLAIMS.c.state.in_(("allocating", "releasing")))
+
+
+def recover(
+    db: Database,
+    placement: PlacementClient | None,
+    timeout: float = TIMEOUT,
+    *,
+    dry_run: bool = False,
+    now: dt.datetime | None = None,
+) -> list[Recovered]:
+    """Finish or undo every claim being made or released whose maker is gone (see
+    ``abandoned``): a claim being made is undone (its maker never answered 201), a
+    release finished. ``dry_run`` changes nothing. What fails is said, and the next
+    pass tries again."""
+    now = now or utcnow()
+    with db.reader() as conn:
+        rows = conn.execute(_UNFINISHED.order_by(CLAIMS.c.id)).all()
+    done = []
+    for claim in rows:
+        if not abandoned(claim, timeout, now):
+            continue
+        verb = "undo" if claim.state == "allocating" else "release"
+        action = f"would {verb}"
+        if not dry_run:
+            action = _recover(db, placement, claim, timeout)
+        moved = claim.updated_at or claim.created_at
+        done.append(Recovered(claim.consumer, claim.state, claim.step, claim.allocations or {},
+                              tuple(claim.requests or ()), round((now - moved).total_seconds(), 1),
+                              action))  # fmt: skip
+    return done
+
+
+def _recover(
+    db: Database, placement: PlacementClient | None, claim: Row[Any], timeout: float
+) -> str:
+    try:
+        taken = _take(db, claim, timeout, ("allocating", "releasing"))
+        if taken is None:
+            return "gone meanwhile"
+        undo(db, placement, taken)
+    except AcceleronError as error:
+        LOG.error("Could not undo the claim of %s: %s", claim.consumer, error.message)
+        return f"failed: {error.message}"
+    LOG.warning("Claim of %s %s: its maker was gone (step %s)", claim.consumer,
+                "undone" if claim.state == "allocating" else "released", claim.step)  # fmt: skip
+    return "undone" if claim.state == "allocating" else "released"
+
+
+def recover_consumer(
+    db: Database, placement: PlacementClient | None, consumer: str, timeout: float = TIMEOUT
+) -> bool:
+    """Undo the consumer's claim if its maker is gone (a POST for the consumer finds it in
+    the way); whether it was."""
+    with db.reader() as conn:
+        claim = conn.execute(_UNFINISHED.where(CLAIMS.c.consumer == _consumer(consumer))).first()
+    if claim is None or not abandoned(claim, timeout):
+        return False
+    return _recover(db, placement, claim, timeout) in ("undone", "released", "gone meanwhile")
 
 
 def _visible(context: RequestContext) -> Any:
@@ -606,10 +909,25 @@ def show(db: Database, context: RequestContext, consumer: str) -> ClaimView:
     return ClaimView(claim, state, reason, arqs)
 
 
-def release(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
-    """The claim to release (the caller undoes it with ``undo``), checked visible; one
-    still being made cannot be released yet."""
-    claim = lookup(db, context, consumer)
-    if claim.state == "allocating":
-        raise Conflict(f"The claim of {claim.consumer} is being made: release it once made.")
-    return claim
+def release(
+    db: Database, context: RequestContext, consumer: str, timeout: float = TIMEOUT
+) -> Row[Any]:
+    """The claim to release, checked visible and taken (``releasing``; the caller undoes
+    it with ``undo``): an established one, one being released (whoever began: undoing is
+    idempotent), or one being made whose maker is gone. One whose maker is at work is a
+    Conflict, that says until when at most."""
+    for _ in range(ATTEMPTS):
+        claim = lookup(db, context, consumer)
+        if claim.state == "allocating" and not abandoned(claim, timeout):
+            until = (
+                ""
+                if claim.lease_until is None
+                else f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
+            )
+            raise Conflict(
+                f"The claim of {claim.consumer} is being made: release it once made{until}."
+            )
+        taken = _take(db, claim, timeout, (*ESTABLISHED, "allocating", "releasing"))
+        if taken is not None:
+            return taken
+    raise Conflict(f"The claim of {consumer} kept changing: try again.")

@@ -19,6 +19,10 @@ seen it for ``grace`` seconds, in two passes at least, without a break: a leak i
 freed (or, when freeing is off, reported) at the latest ``grace + 2 * interval``
 seconds after it appears. What is found is logged, and answered by
 ``POST /v2/placement/reconcile`` (2.9; ``acceleron placement reconcile``).
+
+Each pass first finishes or undoes the server-side claims whose maker is gone
+(``claims.recover``: kind ``claim``), so that what they held is freed at once rather
+than found as leaks later.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from acceleron.db.models import PlacementProvider, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, PlacementProviderNotFound
 from acceleron.placement.client import PlacementClient
-from acceleron.service import arqs
+from acceleron.service import arqs, claims
 
 LOG = logging.getLogger(__name__)
 PROVIDERS = table(PlacementProvider)
@@ -47,23 +51,32 @@ Allocations = Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amoun
 class Leak:
     """One leak, and what this pass did about it."""
 
-    kind: str  # allocation or request
+    kind: str  # allocation, request or claim
     consumer: str
-    allocations: Allocations  # Acceleron's part of the consumer's (kind allocation)
-    requests: tuple[str, ...]  # the requests holding handles (kind request)
-    seen_for: float  # seconds the passes have seen it without a break
-    action: str  # waiting, would free, freed, released, reported, or failed: why
+    allocations: Allocations  # Acceleron's part of the consumer's (kind allocation), or
+    # what the claim allocated (kind claim)
+    requests: tuple[str, ...]  # the requests holding handles (kind request), or that the
+    # claim created (kind claim)
+    seen_for: float  # seconds the passes have seen it without a break (kind claim:
+    # since the claim last moved)
+    action: str  # waiting, would free, freed, released, reported, or failed: why; kind
+    # claim: undone, released, would undo, would release, gone meanwhile
 
 
 class Reconciler:
     """Finds the leaks and frees those that have lasted; passes take turns."""
 
     def __init__(
-        self, db: Database, client_factory: Callable[[], PlacementClient], grace: float
+        self,
+        db: Database,
+        client_factory: Callable[[], PlacementClient],
+        grace: float,
+        claim_timeout: float = claims.TIMEOUT,
     ) -> None:
         self.db = db
         self._new_client = client_factory
         self.grace = grace
+        self.claim_timeout = claim_timeout
         # (kind, consumer) -> when a pass first saw it (monotonic), and in how many passes
         self._seen: dict[tuple[str, str], tuple[float, int]] = {}
         self._lock = threading.Lock()
@@ -75,9 +88,23 @@ class Reconciler:
         reports them; ``dry_run`` changes nothing (and says what would be freed)."""
         with self._lock:
             client = self._new_client()
+            recovered = self._claims(client, dry_run)
             holders = arqs.holding(self.db)
             found = [*self._allocations(client, holders), *self._requests(client, holders)]
-            return [self._act(client, leak, free, dry_run) for leak in self._aged(found)]
+            return [*recovered, *(self._act(client, leak, free, dry_run)
+                                  for leak in self._aged(found))]  # fmt: skip
+
+    def claims(self, *, dry_run: bool = False) -> list[Leak]:
+        """Only the claims whose maker is gone, finished or undone (the API's start)."""
+        with self._lock:
+            return self._claims(self._new_client(), dry_run)
+
+    def _claims(self, client: PlacementClient, dry_run: bool) -> list[Leak]:
+        """Claims are Acceleron's own work: finished whatever ``free`` says."""
+        return [
+            Leak("claim", c.consumer, c.allocations, c.requests, c.age, c.action)
+            for c in claims.recover(self.db, client, self.claim_timeout, dry_run=dry_run)
+        ]
 
     # --- finding -----------------------------------------------------------------------
 
@@ -203,6 +230,8 @@ def _leak(
 
 
 def describe(leak: Leak) -> str:
+    if leak.kind == "claim":
+        return f"claim of consumer {leak.consumer}, whose maker is gone"
     if leak.kind == "request":
         return (f"request(s) {', '.join(leak.requests)} bound for consumer {leak.consumer}, "
                 f"which holds no allocation")  # fmt: skip
