@@ -63,7 +63,8 @@ WAIT = 180.0  # seconds any one step may take before the start is given up
 # project limits of its own (docs/quotas.md).
 REGISTERED_LIMITS = {
     **{
-        f"class:CUSTOM_ACCELERATOR_{kind}": 100 for kind in ("FPGA", "QAT", "VGPU", "GPU", "MEMORY")
+        f"class:CUSTOM_ACCELERATOR_{kind}": 100
+        for kind in ("FPGA", "QAT", "VGPU", "GPU", "MIG", "MEMORY")
     },
     "class:FPGA": 100,  # cyborg-tempest-plugin's profiles ask for resources:FPGA
 }

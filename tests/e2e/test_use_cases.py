@@ -25,6 +25,9 @@ from tests.e2e.conftest import (
 
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
 VGPU = {"resources:CUSTOM_ACCELERATOR_VGPU": "1", "trait:CUSTOM_GPU_NVIDIA_T4": "required"}
+# A MIG slice with memory beside it: the memory travels with the slice, it is no request.
+MIG_AND_MEMORY = {"resources:CUSTOM_ACCELERATOR_MIG": "1",
+                  "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "4096"}  # fmt: skip
 FUNCTION_X = "3c9e1d7ab2f54e0c8d6a1b2c3d4e5f60"
 
 
@@ -71,6 +74,20 @@ def test_afaas_orchestration_programmed_from_glance(
     traits = admin.placement.get(f"/resource_providers/{arq['device_rp_uuid']}/traits",
                                  headers={"OpenStack-API-Version": "placement 1.6"})  # fmt: skip
     assert trait("FUNCTION", FUNCTION_X) in traits.json()["traits"]
+    delete_and_wait(member, server.id)
+    check_gone(admin, server.id)
+
+
+def test_a_mig_slice_with_its_memory(admin: Any, member: Any, flavors: Flavors, image: str) -> None:
+    """The flavor asks for a MIG slice and 4 GiB of HBM (the H100 in the cloud's
+    inventories): one request, one slice bound, the memory in the slice's allocation."""
+    flavor = flavors.make([MIG_AND_MEMORY])
+    server = active(admin, boot(flavor, image)["id"])
+    (arq,) = check_bound(admin, server, groups=1)
+    assert arq["attach_handle_type"] == "MIG"
+    held = allocations(admin, server.id)
+    assert held[arq["device_rp_uuid"]] == {"CUSTOM_ACCELERATOR_MIG": 1,
+                                           "CUSTOM_ACCELERATOR_MEMORY_HBM": 4096}  # fmt: skip
     delete_and_wait(member, server.id)
     check_gone(admin, server.id)
 
