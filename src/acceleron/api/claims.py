@@ -133,7 +133,7 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
         placed: bool | None = False  # whether this maker's allocation was made
         try:
             request, hostname = claims.allocate(
-                call.db, client, claim, groups, user, store, body.hostname
+                call.db, client, claim, groups, user, store, body.hostname, flat_mode is None
             )
             placed = True
             claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)

@@ -28,6 +28,8 @@ from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
 from acceleron.service import device_profiles as service
+from acceleron.service import fitting
+from acceleron.service.placement import PlacementService
 from acceleron.uuids import is_uuid_like
 
 router = APIRouter(
@@ -113,13 +115,28 @@ def _limits(call: Call) -> service.Limits:
     )
 
 
+async def _steered(call: Call, profiles: list[service.Profile]) -> list[service.Profile]:
+    """The profiles with the traits that keep a group naming a function or bitstream
+    off regions no bitstream of it fits (``service.fitting``): what Nova reads to build
+    its Placement query. As they are when Placement is disabled."""
+    placement: PlacementService | None = call.request.app.state.placement
+    wants = any(k in g for p in profiles for g in p.groups for k in fitting.SELECTORS)
+    if not wants or placement is None or placement.mode == "disabled":
+        return profiles
+    project, nested = call.context.project_id or "", placement.options.nested
+    steered: list[service.Profile] = await call.run_with_store(
+        fitting.steer_all, call.bitstreams, profiles, project, nested
+    )
+    return steered
+
+
 @router.get("", responses={200: {"model": DeviceProfileList}}, summary="List device profiles")
 async def list_device_profiles(
     call: CallDep,
     name: Annotated[str | None, Query(description="Comma-separated names to show.")] = None,
 ) -> Response:
     call.authorize("device_profile:get_all")
-    profiles = await call.run(service.list_profiles, split_list(name))
+    profiles = await _steered(call, await call.run(service.list_profiles, split_list(name)))
     base = call.base_url
     listed = DeviceProfileList(device_profiles=[view(p, call.version, base) for p in profiles])
     return json_response(listed)
@@ -135,7 +152,7 @@ async def show_device_profile(ident: str, call: CallDep) -> Response:
     if not is_uuid_like(ident):
         what = f"{ident!r} is not a uuid: looking a device profile up by name"
         microversion.require(call.version, microversion.V2_2, what, microversion.NotAcceptable)
-    profile = await call.run(service.get, ident)
+    (profile,) = await _steered(call, [await call.run(service.get, ident)])
     return json_response(
         DeviceProfileWrapped(device_profile=view(profile, call.version, call.base_url))
     )

@@ -61,6 +61,7 @@ from acceleron.db.models import (
 )
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import (
+    BitstreamNotFound,
     Conflict,
     Disabled,
     Forbidden,
@@ -72,7 +73,7 @@ from acceleron.exceptions import (
     Unhealthy,
 )
 from acceleron.placement import names, tree
-from acceleron.service import flat, inventory, programming, quotas, tasks
+from acceleron.service import fitting, flat, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import is_uuid_like
 
@@ -693,7 +694,7 @@ def _prepare(
         arq = arqs[b.arq_uuid]
         # A request with no project sees public bitstreams only ("" owns none).
         project = b.project_id or arq.project_id or ""
-        choices = _choices(group_of[b.arq_uuid], deployables[b.arq_uuid], store, project)
+        choices = _choices(conn, group_of[b.arq_uuid], deployables[b.arq_uuid], store, project)
         prepared.append(_Prepared(b, arq, tuple(choices)))
     if limits is None or not limits.enforcing:
         return prepared
@@ -706,22 +707,28 @@ def _prepare(
 
 
 def _choices(
+    conn: Connection,
     group: Mapping[str, str],
     deployables: Sequence[Row[Any]],
     store: BitstreamStore | None,
     project: str,
 ) -> list[tuple[Row[Any], Bitstream | None]]:
     """Each deployable with what must be loaded into it first; one that cannot serve
-    the request (not programmable, lacking the function) is left out, and when that
-    leaves none the first one's reason is the answer."""
+    the request (not programmable, lacking the function, of a region type no bitstream
+    it names is built for) is left out, and when that leaves none the first one's
+    reason is the answer, or (NoFit) that no region anywhere can serve it."""
     choices: list[tuple[Row[Any], Bitstream | None]] = []
-    refusal: Conflict | None = None
+    refusal: Conflict | BitstreamNotFound | None = None
     for dep in deployables:
         try:
             choices.append((dep, program_for(group, dep, store, project)))
-        except Conflict as error:
+        except (Conflict, BitstreamNotFound) as error:
             refusal = refusal or error
     if not choices and refusal is not None:
+        if isinstance(refusal, BitstreamNotFound):
+            fit = fitting.fit_of(conn, store, group, project)
+            if fit is not None and fit.nowhere:
+                raise fit.refusal() from refusal
         raise refusal
     return flat.ordered(choices)
 

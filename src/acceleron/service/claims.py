@@ -75,10 +75,10 @@ from acceleron.exceptions import (
     PlacementUnavailable,
 )
 from acceleron.placement import names, tree
-from acceleron.placement.client import AllocationRequest, PlacementClient
+from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import arqs as arq_service
-from acceleron.service import quotas
+from acceleron.service import fitting, quotas
 from acceleron.service.device_profiles import could_exist
 
 LOG = logging.getLogger(__name__)
@@ -469,16 +469,24 @@ def allocate(
     user_id: str,
     store: BitstreamStore | None = None,
     hostname: str | None = None,
+    nested: bool = True,
 ) -> tuple[AllocationRequest, str]:
     """Allocate the best candidate for the claim's consumer (on ``hostname`` when it is
     given); choose again while other consumers win the race. The allocation and its
-    compute node's name."""
+    compute node's name. Only regions that hold a group's function, or whose region
+    type a bitstream it names fits, are candidates (``service.fitting``; ``nested``:
+    whether Placement has them as providers of their own); NoFit at once when no
+    region anywhere can serve a group."""
+    steered, fits = fitting.steer(db, store, groups, claim.project_id, nested)
+    for fit in fits:
+        if fit is not None and fit.nowhere:
+            raise fit.refusal()
     wanted = wanted_functions(groups, store, claim.project_id)
     found = survey(db, groups, wanted, hostname)
     for attempt in range(1, ATTEMPTS + 1):
         best = None
-        for params in candidate_queries(groups, found):
-            candidates = placement.get_allocation_candidates(params)
+        for params in candidate_queries(steered, found):
+            candidates = _fitting(placement.get_allocation_candidates(params), fits)
             best = weigher.best(candidates, wanted)
             if best is not None:
                 break
@@ -510,6 +518,25 @@ def allocate(
             continue
         return best, hostname
     raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
+
+
+def _fitting(candidates: Candidates, fits: Sequence[fitting.Fit | None]) -> Candidates:
+    """The candidates whose every group lands on a provider that can serve it."""
+    if not any(fits):
+        return candidates
+
+    def serves(request: AllocationRequest) -> bool:
+        for index, fit in enumerate(fits):
+            if fit is None:
+                continue
+            for rp in request.mappings.get(f"{query.GROUP_PREFIX}{index}", ()):
+                summary = candidates.summaries.get(rp)
+                if summary is not None and not fit.fits(summary.traits):
+                    return False
+        return True
+
+    kept = tuple(r for r in candidates.requests if serves(r))
+    return dataclasses.replace(candidates, requests=kept)
 
 
 def _hostname(db: Database, request: AllocationRequest) -> str:
