@@ -153,7 +153,7 @@ def test_bad_claims_leave_nothing_behind(aio: AllInOne) -> None:
     assert claim(aio, name, "not-a-uuid").status_code == 400
     old = {"OpenStack-API-Version": "accelerator 2.9"}
     assert claim(aio, name, consumer, headers=old).status_code == 404
-    none = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "100"})
+    none = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "16"})  # more than there is
     refused = claim(aio, none, consumer)
     assert refused.status_code == 409, refused.text
     assert send(aio, "GET", f"/v2/claims/{consumer}").status_code == 404
