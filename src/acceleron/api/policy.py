@@ -12,6 +12,12 @@ roles, where admin implies manager, manager member and member reader):
 * every rule is for project-scoped tokens: a system- or domain-scoped token is
   refused, whatever its roles.
 
+Every route of the API names its rule among the rule's operations (the first rule
+that names a route is the route's; ``rule_of``): the caller is checked against it
+before its request body is read or validated, so that nobody learns what a body
+should hold from a 400 that comes before the 403. A handler may check further rules
+(or the same rule against the object it finds) once the body is read.
+
 Where a rule differs from upstream's it says why (docs/api/compatibility.md lists
 them). No rule has a deprecated older default, so ``[oslo_policy]
 enforce_new_defaults`` changes nothing. The file named by ``[oslo_policy]
@@ -20,7 +26,9 @@ policy_file`` overrides any rule; ``acceleron policy defaults`` prints them all.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Sequence
 
 from oslo_config import cfg
 from oslo_policy import policy
@@ -65,12 +73,20 @@ READERS = "rule:project_reader_or_admin or rule:service_api"
 INVENTORY_READERS = "rule:project_manager_or_admin or rule:service_api"
 
 
-def _rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
+def _rule(
+    name: str,
+    check: str,
+    description: str,
+    method: str,
+    path: str,
+    also: Sequence[tuple[str, str]] = (),
+) -> policy.RuleDefault:
+    """A rule for the operation ``method path`` and those ``also`` names."""
     return policy.DocumentedRuleDefault(
         name=f"acceleron:{name}",
         check_str=check,
         description=description,
-        operations=[{"method": method, "path": path}],
+        operations=[{"method": m, "path": p} for m, p in ((method, path), *also)],
         scope_types=["project"],
     )
 
@@ -87,13 +103,13 @@ DEVICE_PROFILE_RULES = [
           "Change a device profile's description or enable/disable it.",
           "PATCH", "/v2/device_profiles/{uuid}"),
     _rule("device_profile:delete", "rule:admin_api", "Delete device profiles.",
-          "DELETE", "/v2/device_profiles/{uuid}"),
+          "DELETE", "/v2/device_profiles/{uuid}", also=[("DELETE", "/v2/device_profiles")]),
 ]  # fmt: skip
 
 
 HOST_RULES = [
     _rule("host:get", "rule:admin_or_service", "List and show reporting hosts.",
-          "GET", "/v2/hosts/{hostname}"),
+          "GET", "/v2/hosts/{hostname}", also=[("GET", "/v2/hosts")]),
     _rule("host:report", "rule:admin_or_service", "Report a host's inventory (agents).",
           "PUT", "/v2/hosts/{hostname}/report"),
 ]  # fmt: skip
@@ -105,8 +121,8 @@ HOST_RULES = [
 INVENTORY_RULES = [
     _rule("device:get_all", INVENTORY_READERS, "List devices.",
           "GET", "/v2/devices"),
-    _rule("device:get_one", INVENTORY_READERS, "Show a device.",
-          "GET", "/v2/devices/{uuid}"),
+    _rule("device:get_one", INVENTORY_READERS, "Show a device, and what is bound on it.",
+          "GET", "/v2/devices/{uuid}", also=[("GET", "/v2/devices/{uuid}/binds")]),
     _rule("device:enable", "rule:admin_api", "Put a device back in service.",
           "POST", "/v2/devices/{uuid}/enable"),
     _rule("device:disable", "rule:admin_api",
@@ -120,16 +136,20 @@ INVENTORY_RULES = [
           "Put one deployable (a region) in maintenance with a reason, or take it out.",
           "POST", "/v2/deployables/{uuid}/maintenance"),
     _rule("deployable:get_all", INVENTORY_READERS, "List deployables.",
-          "GET", "/v2/deployables"),
+          "GET", "/v2/deployables", also=[("GET", "/accelerators/deployable")]),
     _rule("deployable:get_one", INVENTORY_READERS, "Show a deployable.",
-          "GET", "/v2/deployables/{uuid}"),
+          "GET", "/v2/deployables/{uuid}", also=[("GET", "/accelerators/deployable/{uuid}")]),
     _rule("deployable:program", "rule:admin_api",
           "Program a region nothing uses with a bitstream (asynchronous).",
-          "PATCH", "/v2/deployables/{uuid}/program"),
+          "PATCH", "/v2/deployables/{uuid}/program",
+          also=[("PATCH", "/v2/deployables/{uuid}/program/{again}")]),
     _rule("attribute:get_all", INVENTORY_READERS,
-          "List attributes, or show a deployable's attributes.", "GET", "/v2/attributes"),
+          "List attributes, or show a deployable's attributes.", "GET", "/v2/attributes",
+          also=[("GET", "/v2/deployables/{uuid}/attributes")]),
     _rule("attribute:get_one", INVENTORY_READERS, "Show an attribute.",
-          "GET", "/v2/attributes/{uuid}"),
+          "GET", "/v2/attributes/{uuid}",
+          also=[("GET", "/v2/deployables/{uuid}/attributes/{key}"),
+                ("GET", "/accelerators/deployable/{uuid}/attribute/{key}")]),
     _rule("attribute:create", "rule:admin_api", "Add an operator's attribute to a deployable.",
           "POST", "/v2/attributes"),
     _rule("attribute:delete", "rule:admin_api", "Delete an operator's attribute.",
@@ -150,13 +170,15 @@ ARQ_RULES = [
           "POST", "/v2/accelerator_requests"),
     _rule("arq:update", "rule:project_member_or_service",
           "Bind or unbind accelerator requests (with a service token beside the user's).",
-          "PATCH", "/v2/accelerator_requests"),
+          "PATCH", "/v2/accelerator_requests",
+          also=[("PATCH", "/v2/accelerator_requests/{uuid}")]),
     _rule("arq:program", "rule:project_member_or_service",
           "Reprogram the region of a bound accelerator request (its project's; 2.8).",
           "POST", "/v2/accelerator_requests/{uuid}/program"),
     _rule("arq:delete", "rule:project_member_or_service",
           "Delete accelerator requests (bound ones: with a service token).",
-          "DELETE", "/v2/accelerator_requests"),
+          "DELETE", "/v2/accelerator_requests",
+          also=[("DELETE", "/v2/accelerator_requests/{uuid}")]),
 ]  # fmt: skip
 
 # Claims (2.12): a project's own; admins and services may claim for another project.
@@ -185,8 +207,11 @@ QUOTA_RULES = [
 
 PLACEMENT_RULES = [
     _rule("placement:sync", "rule:admin_api",
-          "Sync the inventory to Placement now, or plan it (dry run).",
-          "POST", "/v2/placement/sync"),
+          "Sync the inventory to Placement now, or plan it (dry run); move it to nested "
+          "providers; reconcile allocations and requests.",
+          "POST", "/v2/placement/sync",
+          also=[("POST", "/v2/placement/migrate-to-nested"),
+                ("POST", "/v2/placement/reconcile")]),
 ]  # fmt: skip
 
 # A bitstream belongs to the project that created it and is private unless an admin
@@ -196,7 +221,8 @@ PLACEMENT_RULES = [
 BITSTREAM_RULES = [
     _rule("bitstream:get", READERS,
           "List, show and download bitstreams (public ones and the caller's project's).",
-          "GET", "/v2/bitstreams/{uuid}/data"),
+          "GET", "/v2/bitstreams/{uuid}/data",
+          also=[("GET", "/v2/bitstreams"), ("GET", "/v2/bitstreams/{uuid}")]),
     _rule("bitstream:get_all_projects", "rule:admin_or_service",
           "See every project's bitstreams, private ones included.",
           "GET", "/v2/bitstreams"),
@@ -275,6 +301,29 @@ class Policy:
             )
         except policy.InvalidScope:
             return False
+
+
+def _template(path: str) -> str:
+    """A route's path with its parameters unnamed: ``/v2/x/{uuid}`` -> ``/v2/x/{}``."""
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def _route_rules() -> dict[tuple[str, str], str]:
+    rules: dict[tuple[str, str], str] = {}
+    for rule in list_rules():
+        for op in getattr(rule, "operations", []):
+            key = (op["method"], _template(op["path"]))
+            rules.setdefault(key, rule.name.removeprefix("acceleron:"))
+    return rules
+
+
+ROUTE_RULES = _route_rules()
+
+
+def rule_of(method: str, path: str) -> str | None:
+    """The rule of the route ``method path`` (its template: ``/v2/devices/{uuid}``): the
+    first rule that names it among its operations; None for a route open to all."""
+    return ROUTE_RULES.get((method, _template(path)))
 
 
 def defaults_yaml() -> str:
