@@ -283,3 +283,35 @@ def test_the_api_and_the_cli(
         out, err = capsys.readouterr()
         assert [row["action"] for row in json.loads(out)] == ["freed"]
     assert held(placement, leaked) == {}
+
+
+def test_a_provider_changed_in_placement_shows_unsynced_and_is_repaired_at_the_next_pass(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """Traits deleted by hand bump the provider's generation: the next reconciler pass
+    reads it, finds it otherwise than the sync wrote it, and marks its host not synced;
+    the sync's next pass (not only its periodic verification of every host) repairs it.
+    An allocation alone moves a generation too: that is no drift."""
+    region = published["regions"][0].rp_uuid
+    client = PlacementClient(placement)
+    syncer = Syncer(db, lambda: client, options_from_conf(conf), create_compute_nodes=True)
+    passes = reconciler(db, placement, grace=3600)
+
+    def synced() -> bool:
+        with db.reader() as conn:
+            host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
+        return bool(host.synced_generation >= host.generation and not host.placement_errors)
+
+    allocate(placement, str(uuid.uuid4()), {region: {FPGA: 1}})
+    passes.run(free=False)
+    assert passes.drifted == [] and synced()
+    wanted = client.get_traits(region)[1]
+    assert wanted
+    client.set_traits(region, frozenset())
+    assert synced()  # nothing has looked yet
+    passes.run(free=False)
+    assert passes.drifted == [HOST] and not synced()
+    assert [h.hostname for h in syncer.sync_pending() if h.actions] == [HOST]
+    assert client.get_traits(region)[1] == wanted and synced()
+    passes.run(free=False)
+    assert passes.drifted == [] and synced()

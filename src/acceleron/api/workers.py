@@ -201,6 +201,8 @@ async def reconcile(app: FastAPI) -> None:
         try:
             threads: Threads = app.state.threads
             await threads.outbound(functools.partial(reconciler.run, free=conf.free))
+            if reconciler.drifted:  # hosts Placement changed behind the sync's back
+                wake_sync(app.state)
         except AcceleronError as error:  # Placement or the database away: next round
             LOG.warning("Reconciling Placement and requests failed: %s", error.message)
         except Exception:  # nothing must end the reconciler

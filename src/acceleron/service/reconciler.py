@@ -23,6 +23,14 @@ seconds after it appears. What is found is logged, and answered by
 Each pass first finishes or undoes the server-side claims whose maker is gone
 (``claims.recover``: kind ``claim``), so that what they held is freed at once rather
 than found as leaks later.
+
+A pass also notices providers someone else changed in Placement (a trait or an
+inventory deleted by hand): of the providers whose generation moved since the sync
+recorded it, each is read (inventories and traits) and compared with what the sync
+wrote (its digest). Only allocations moved it: the new generation is recorded. Its
+content differs: its host is marked not synced (``placement_synced`` false) for the
+sync's next pass to repair, rather than at its periodic verification of every host
+(``drifted``).
 """
 
 from __future__ import annotations
@@ -31,19 +39,20 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from acceleron.db.models import PlacementProvider, table
+from acceleron.db.models import Host, PlacementProvider, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, PlacementProviderNotFound
-from acceleron.placement.client import PlacementClient
+from acceleron.placement import sync, tree
+from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.service import arqs, claims
 
 LOG = logging.getLogger(__name__)
-PROVIDERS = table(PlacementProvider)
+PROVIDERS, HOSTS = table(PlacementProvider), table(Host)
 Allocations = Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amount
 
 
@@ -82,6 +91,8 @@ class Reconciler:
         self._lock = threading.Lock()
         # provider uuid -> its generation and allocations, as the last pass read them
         self._read: dict[str, tuple[int, Allocations]] = {}
+        # The hosts the last pass found changed in Placement behind the sync's back.
+        self.drifted: list[str] = []
 
     def run(self, *, free: bool = True, dry_run: bool = False) -> list[Leak]:
         """One pass: the leaks found, each with what was done. ``free`` False only
@@ -90,7 +101,10 @@ class Reconciler:
             client = self._new_client()
             recovered = self._claims(client, dry_run)
             holders = arqs.holding(self.db)
-            found = [*self._allocations(client, holders), *self._requests(client, holders)]
+            listing = client.list_providers()
+            self.drifted = self._drift(client, listing, dry_run)
+            found = [*self._allocations(client, holders, listing),
+                     *self._requests(client, holders)]  # fmt: skip
             return [*recovered, *(self._act(client, leak, free, dry_run)
                                   for leak in self._aged(found))]  # fmt: skip
 
@@ -108,14 +122,57 @@ class Reconciler:
 
     # --- finding -----------------------------------------------------------------------
 
-    def _allocations(self, client: PlacementClient, holders: Mapping[str, Any]) -> list[Leak]:
+    def _drift(
+        self, client: PlacementClient, listing: Sequence[Provider], dry_run: bool
+    ) -> list[str]:
+        """The hosts one of whose providers Placement holds otherwise than the sync
+        wrote it; marked not synced (the sync's next pass repairs them)."""
+        now = {p.uuid: p for p in listing}
+        with self.db.reader() as conn:
+            rows = conn.execute(
+                select(PROVIDERS).where(PROVIDERS.c.retired.is_(False),
+                                        PROVIDERS.c.digest != sync.UNSETTLED)
+            ).all()  # fmt: skip
+        drifted: set[str] = set()
+        for row in rows:
+            actual = now.get(row.uuid)
+            if actual is None or actual.generation == row.generation or row.hostname in drifted:
+                continue  # one gone: the next sync notices
+            try:
+                generation, inventories = client.get_inventories(row.uuid)
+                read, traits = client.get_traits(row.uuid)
+            except PlacementProviderNotFound:
+                continue
+            if read != generation or _digest(actual, inventories, traits, row.owned) != row.digest:
+                drifted.add(row.hostname)
+            elif not dry_run:  # only allocations moved it: as the sync would record it
+                with self.db.writer() as conn:
+                    conn.execute(
+                        update(PROVIDERS)
+                        .where(PROVIDERS.c.uuid == row.uuid,
+                               PROVIDERS.c.generation == row.generation,
+                               PROVIDERS.c.digest == row.digest)
+                        .values(generation=read)
+                    )  # fmt: skip
+        if drifted:
+            LOG.warning("Placement holds providers of %s otherwise than Acceleron wrote them: "
+                        "marked not synced", ", ".join(sorted(drifted)))  # fmt: skip
+            if not dry_run:
+                with self.db.writer() as conn:
+                    conn.execute(update(HOSTS).where(HOSTS.c.hostname.in_(drifted))
+                                 .values(synced_generation=-1))  # fmt: skip
+        return sorted(drifted)
+
+    def _allocations(
+        self, client: PlacementClient, holders: Mapping[str, Any], listing: Sequence[Provider]
+    ) -> list[Leak]:
         """Consumers holding Acceleron's resources with no request holding a handle:
         those the providers' allocations name, each read again as Placement has it."""
         with self.db.reader() as conn:
             rows = conn.execute(select(PROVIDERS.c.uuid, PROVIDERS.c.owned))
             owned = {row.uuid: row.owned for row in rows}
         leaks = []
-        for consumer in sorted(self._suspects(client, owned, holders)):
+        for consumer in sorted(self._suspects(client, owned, holders, listing)):
             held = client.get_consumer(consumer).allocations
             mine = {rp: _ours(r, owned[rp]) for rp, r in held.items() if rp in owned}
             mine = {rp: r for rp, r in mine.items() if r}
@@ -124,7 +181,11 @@ class Reconciler:
         return leaks
 
     def _suspects(
-        self, client: PlacementClient, owned: Mapping[str, Any], holders: Mapping[str, Any]
+        self,
+        client: PlacementClient,
+        owned: Mapping[str, Any],
+        holders: Mapping[str, Any],
+        listing: Sequence[Provider],
     ) -> set[str]:
         """The consumers the allocations of Acceleron's providers name, but no request.
 
@@ -133,7 +194,7 @@ class Reconciler:
         a pass over a quiet cloud is one listing, not a call per provider (17,000 at
         1,000 hosts). Dropping a consumer's allocations bumps nothing: what was read
         before may name consumers gone since (``_allocations`` reads each again)."""
-        generations = {p.uuid: p.generation for p in client.list_providers()}
+        generations = {p.uuid: p.generation for p in listing}
         read: dict[str, tuple[int, Allocations]] = {}
         for uuid in owned.keys() & generations.keys():  # one gone: the next sync notices
             before = self._read.get(uuid)
@@ -210,6 +271,21 @@ class Reconciler:
         kept = {rp: left for rp, left in kept.items() if left}
         client.replace_allocations(leak.consumer, consumer, kept)
         return "freed"
+
+
+def _digest(
+    actual: Provider,
+    inventories: Mapping[str, Inventory],
+    traits: frozenset[str],
+    owned: Mapping[str, Any] | None,
+) -> str:
+    """What the sync's digest of a provider would be for what Placement holds: all of
+    it, or on a compute node in flat mode, Acceleron's classes and traits there."""
+    if not owned:
+        return tree.DesiredProvider("", "", actual.parent_uuid, inventories, traits).digest()
+    classes, mine = set(owned.get("classes", ())), set(owned.get("traits", ()))
+    ours = {rc: inv for rc, inv in inventories.items() if rc in classes}
+    return sync.flat_digest(ours, frozenset(traits & mine))
 
 
 def _ours(resources: Mapping[str, int], owned: Mapping[str, Any] | None) -> dict[str, int]:
