@@ -499,6 +499,8 @@ def allocate(
         hostname = _hostname(db, best)
         with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
             _step(conn, claim, "placing", allocations=_held(best))
+        with _active_lock:  # and remembered: the maker may have to drop it itself
+            _asked[claim.id] = _held(best)
         try:
             placement.put_allocations(
                 claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
@@ -625,6 +627,7 @@ def _owner_context(claim: Row[Any]) -> RequestContext:
 # --- who is at work on a claim, and for how long --------------------------------------
 
 _active: set[int] = set()  # the claims this process is at work on (making or undoing)
+_asked: dict[int, dict[str, dict[str, int]]] = {}  # what its makers last asked Placement for
 _active_lock = threading.Lock()
 
 
@@ -651,6 +654,13 @@ def _working(claim_id: int) -> None:
 
 def stopped(claim_id: int) -> None:
     """This process no longer works on the claim (made, undone, or left to recovery)."""
+    with _active_lock:
+        _active.discard(claim_id)
+        _asked.pop(claim_id, None)
+
+
+def _idle(claim_id: int) -> None:
+    """An undo of the claim ended (what its maker asked for stays its maker's to know)."""
     with _active_lock:
         _active.discard(claim_id)
 
@@ -755,12 +765,14 @@ def give_up(
     over meanwhile), the one who took it undoes what the row records, and the maker
     drops the allocation it made after that. What cannot be done now (the database
     away) is left to recovery; nothing raises."""
+    with _active_lock:
+        asked = _asked.get(claim.id)
     try:
         taken = _take(db, claim, timeout, ("allocating",))
         if taken is not None:
             undo(db, placement, taken, placed)
-        elif placed is not False and placement is not None and claim.allocations is not None:
-            _drop(placement, claim, exact=placed is None)
+        elif placed is not False and placement is not None and asked is not None:
+            _drop(placement, claim.consumer, asked, exact=placed is None)
     except Exception:
         LOG.exception("Undoing the claim of %s failed: recovery undoes it later", claim.consumer)
     finally:
@@ -785,23 +797,28 @@ def undo(
             arq_service.delete_for_instance(db, owner, claim.consumer, True)
         asked = claim.step not in ("begun",) or placed
         if placement is not None and placed is not False and asked:
-            _drop(placement, claim, exact=claim.step == "placing" and not placed)
+            exact = claim.step == "placing" and not placed
+            _drop(placement, claim.consumer, claim.allocations, exact)
         with db.writer() as conn:
             conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
     finally:
-        stopped(claim.id)
+        _idle(claim.id)
     LOG.info("Claim of %s undone (it had reached step %s)", claim.consumer, claim.step)
 
 
-def _drop(placement: PlacementClient, claim: Row[Any], exact: bool) -> None:
+def _drop(
+    placement: PlacementClient,
+    consumer_uuid: str,
+    mine: Mapping[str, Mapping[str, int]] | None,
+    exact: bool,
+) -> None:
     """Take what the claim allocated out of its consumer's allocations, guarded by the
     consumer's generation (read again when it changed meanwhile). ``exact``: only when
     the consumer holds exactly that (a claim that may not have allocated never touches
     what another put there). A claim that recorded nothing (made before it would):
     every allocation of the consumer."""
-    mine = claim.allocations
     for _ in range(ATTEMPTS):
-        consumer = placement.get_consumer(claim.consumer)
+        consumer = placement.get_consumer(consumer_uuid)
         held = {rp: dict(r) for rp, r in consumer.allocations.items()}
         if not held or (exact and held != mine):
             return
@@ -809,11 +826,11 @@ def _drop(placement: PlacementClient, claim: Row[Any], exact: bool) -> None:
         if kept == held:
             return
         try:
-            placement.replace_allocations(claim.consumer, consumer, kept)
+            placement.replace_allocations(consumer_uuid, consumer, kept)
             return
         except AllocationConflict:
             continue  # the consumer changed meanwhile: read it again
-    raise Conflict(f"The allocations of {claim.consumer} kept changing: try again.")
+    raise Conflict(f"The allocations of {consumer_uuid} kept changing: try again.")
 
 
 def _without(
