@@ -112,6 +112,28 @@ API_OPTS: list[cfg.Opt] = [
         "learns that a task was queued for it. Polling stays the fallback (every 0.25 s "
         "where no signal reaches the process, every 5 s as a safety net where one does).",
     ),
+    cfg.IntOpt(
+        "max_host_report_size",
+        default=4 * 1024 * 1024,
+        min=1,
+        help="Largest host report, in bytes, an agent may send (PUT "
+        "/v2/hosts/{host}/report): a host with many GPUs and vGPU types reports more "
+        "than [oslo_middleware] max_request_body_size. Larger is answered 413.",
+    ),
+]
+
+# oslo.middleware's own option (its sizelimit filter), under its name and default, as
+# every OpenStack API service reads it.
+OSLO_MIDDLEWARE_OPTS: list[cfg.Opt] = [
+    cfg.IntOpt(
+        "max_request_body_size",
+        default=114_688,
+        min=1,
+        help="Largest request body, in bytes, the API reads: a larger one is answered "
+        "413 acceleron.too_large before it is read (by its Content-Length, or once that "
+        "many bytes of a chunked body came). Host reports ([api] max_host_report_size) "
+        "and bitstream uploads ([bitstreams] max_size_mb) have their own limits.",
+    ),
 ]
 
 DATABASE_OPTS: list[cfg.Opt] = [
@@ -585,6 +607,7 @@ NVIDIA_GPU_OPTS: list[cfg.Opt] = [
 _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     (None, DEFAULT_OPTS),
     ("api", API_OPTS),
+    ("oslo_middleware", OSLO_MIDDLEWARE_OPTS),
     ("database", DATABASE_OPTS),
     ("device_profiles", PROFILE_OPTS),
     ("bitstreams", BITSTREAM_OPTS),

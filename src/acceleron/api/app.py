@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 import acceleron
 from acceleron import metrics
@@ -40,7 +40,7 @@ from acceleron.api import (
 )
 from acceleron.api import placement as placement_api
 from acceleron.api.capacity import Threads, UploadSlots
-from acceleron.api.middleware import ApiMiddleware
+from acceleron.api.middleware import ApiMiddleware, BodyLimits, Limit
 from acceleron.api.policy import Policy
 from acceleron.db import migrate
 from acceleron.db import session as db_session
@@ -122,8 +122,24 @@ def create_app(
         app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":
         app.mount("/placement", EmbeddedPlacement(placement, app.state.auth))
-    app.add_middleware(ApiMiddleware, client_timeout=conf.api.client_timeout)
+    app.add_middleware(
+        ApiMiddleware, client_timeout=conf.api.client_timeout, body_limits=body_limits(conf)
+    )
     return app
+
+
+def body_limits(conf: cfg.ConfigOpts) -> BodyLimits:
+    """oslo's limit on every request body, but for host reports (larger) and bitstream
+    uploads (which stream and count their bytes against [bitstreams] max_size_mb)."""
+    return BodyLimits.of(
+        Limit(conf.oslo_middleware.max_request_body_size,
+              "[oslo_middleware] max_request_body_size"),
+        {
+            ("PUT", "/v2/hosts/{hostname}/report"):
+                Limit(conf.api.max_host_report_size, "[api] max_host_report_size"),
+            ("PUT", "/v2/bitstreams/{uuid}/data"): Limit(None, "[bitstreams] max_size_mb"),
+        },
+    )  # fmt: skip
 
 
 async def serve_metrics(request: Request) -> Response:
@@ -169,6 +185,8 @@ class EmbeddedPlacement:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._keystone and scope["type"] == "http" and not _is_root(scope):
             scope = await self._admit(scope)
+        if scope["type"] == "http":  # read whole here: past its limit, a 413 (not a 500)
+            receive = await _read_whole(receive)
         if self._app is None:
             from a2wsgi import WSGIMiddleware
 
@@ -186,6 +204,25 @@ class EmbeddedPlacement:
             (k, v) for k, v in scope["headers"] if k not in (b"x-auth-token", b"x-service-token")
         ]
         return {**scope, "headers": [*kept, (b"x-auth-token", inprocess.ADMIN_TOKEN.encode())]}
+
+
+async def _read_whole(receive: Receive) -> Receive:
+    """The request body read now (the middleware refuses it with 413 past its limit, which
+    a WSGI app reading it in a thread could only turn into a 500), then given again."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return receive
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    whole: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
+
+    async def again() -> Message:
+        return whole.pop() if whole else await receive()
+
+    return again
 
 
 def _is_root(scope: Scope) -> bool:

@@ -1,5 +1,5 @@
-"""The one ASGI middleware: request ids, microversion negotiation, stalled clients,
-access log.
+"""The one ASGI middleware: request ids, microversion negotiation, body sizes, stalled
+clients, access log.
 
 Written against raw ASGI (not Starlette's BaseHTTPMiddleware) because it runs
 on every request and must stay cheap.
@@ -8,17 +8,26 @@ A client that stops sending its request body, or stops reading the answer, for
 ``[api] client_timeout`` seconds is cut off: the body's reader gets 408, and an
 answer being sent is abandoned (the connection closes). Nothing waits on a stalled
 client for longer.
+
+A request body may hold ``[oslo_middleware] max_request_body_size`` bytes (oslo's
+sizelimit, as every OpenStack API service): a larger Content-Length is answered 413
+before anything else happens, and a body sent without one (chunked) is cut with 413
+once it grows past the limit. Routes with their own limit (``BodyLimits.own``): host
+reports, and bitstream uploads, which stream and count their bytes themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import re
 import time
 import uuid
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from acceleron import logs, metrics
@@ -45,14 +54,59 @@ def is_versioned(path: str) -> bool:
     return path == "/v2" or path.startswith("/v2/")
 
 
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """At most ``size`` bytes of body (None: the route counts them itself), as ``option``
+    says."""
+
+    size: int | None
+    option: str
+
+    def refusal(self, what: str) -> HTTPException:
+        return HTTPException(
+            413,
+            f"The request body is too large: {what}, at most {self.size} are taken "
+            f"({self.option}).",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class BodyLimits:
+    """The limit of every request body, and the routes that have their own."""
+
+    default: Limit
+    own: tuple[tuple[str, re.Pattern[str], Limit], ...] = ()
+
+    @classmethod
+    def of(cls, default: Limit, own: dict[tuple[str, str], Limit]) -> BodyLimits:
+        """``own`` maps (method, route path such as ``/v2/hosts/{hostname}/report``)."""
+        routes = tuple((method, compile_path(path)[0], limit)
+                       for (method, path), limit in own.items())  # fmt: skip
+        return cls(default, routes)
+
+    def limit(self, scope: Scope) -> Limit:
+        method, path = scope["method"], scope["path"]
+        for route_method, pattern, limit in self.own:
+            if method == route_method and pattern.match(path):
+                return limit
+        return self.default
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
 class ClientStalled(Exception):
     """The client read nothing of the answer for ``[api] client_timeout`` seconds."""
 
 
-def _patient(receive: Receive, send: Send, timeout: float) -> tuple[Receive, Send]:
+def _patient(receive: Receive, send: Send, timeout: float, limit: Limit) -> tuple[Receive, Send]:
     """``receive`` and ``send`` that give up on a client stalled for ``timeout`` seconds:
-    while the request body is still coming, and while each piece of the answer goes."""
+    while the request body is still coming, and while each piece of the answer goes;
+    and a ``receive`` that refuses (413) a body that grows past ``limit``."""
     body_done = False
+    received = 0
 
     async def receive_body() -> Message:
         nonlocal body_done
@@ -67,6 +121,11 @@ def _patient(receive: Receive, send: Send, timeout: float) -> tuple[Receive, Sen
                 f"The request body stalled: nothing came for {timeout:g} s ([api] client_timeout).",
             ) from None
         body_done = message["type"] != "http.request" or not message.get("more_body")
+        if limit.size is not None and message["type"] == "http.request":
+            nonlocal received
+            received += len(message.get("body", b""))
+            if received > limit.size:
+                raise limit.refusal(f"more than {limit.size} bytes came")
         return message
 
     async def send_answer(message: Message) -> None:
@@ -82,10 +141,19 @@ def _patient(receive: Receive, send: Send, timeout: float) -> tuple[Receive, Sen
     return receive_body, send_answer
 
 
+DEFAULT_LIMITS = BodyLimits(Limit(114_688, "[oslo_middleware] max_request_body_size"))
+
+
 class ApiMiddleware:
-    def __init__(self, app: ASGIApp, client_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        client_timeout: float = 30.0,
+        body_limits: BodyLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.app = app
         self.client_timeout = client_timeout
+        self.body_limits = body_limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,7 +161,8 @@ class ApiMiddleware:
             return
         request_id = f"req-{uuid.uuid4()}"
         token = logs.REQUEST_ID.set(request_id)
-        receive, send = _patient(receive, send, self.client_timeout)
+        limit = self.body_limits.limit(scope)
+        receive, send = _patient(receive, send, self.client_timeout, limit)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         extra = [(b"x-openstack-request-id", request_id.encode())]
@@ -108,6 +177,12 @@ class ApiMiddleware:
             await send(message)
 
         try:
+            length = _content_length(scope)
+            if limit.size is not None and length is not None and length > limit.size:
+                refused = limit.refusal(f"{length} bytes (Content-Length)")
+                response = errors.error_response(413, refused.detail, None, request_id)
+                await response(scope, receive, send_with_headers)
+                return
             if is_versioned(scope["path"]):
                 try:
                     version = microversion.negotiate(_header(scope, _HEADER_KEY))
