@@ -102,7 +102,7 @@ e2e-flat: $(STAMP)
 
 ## Regenerate the OpenStack services' locks (cloud/requirements/*.txt) from their .in files.
 cloud-lock:
-	for name in keystone placement glance nova tempest; do \
+	for name in keystone placement glance nova tempest cyborg; do \
 	  (cd cloud/requirements && ../../$(BIN)/uv pip compile -q --python-version 3.11 \
 	    $$name.in -o $$name.txt); done
 
