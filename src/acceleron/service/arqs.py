@@ -716,7 +716,7 @@ def _choices(
     """Each deployable with what must be loaded into it first; one that cannot serve
     the request (not programmable, lacking the function, of a region type no bitstream
     it names is built for) is left out, and when that leaves none the first one's
-    reason is the answer, or (NoFit) that no region anywhere can serve it."""
+    reason is the answer (for a function no region anywhere can serve, saying so)."""
     choices: list[tuple[Row[Any], Bitstream | None]] = []
     refusal: Conflict | BitstreamNotFound | None = None
     for dep in deployables:
@@ -725,10 +725,10 @@ def _choices(
         except (Conflict, BitstreamNotFound) as error:
             refusal = refusal or error
     if not choices and refusal is not None:
-        if isinstance(refusal, BitstreamNotFound):
+        if isinstance(refusal, BitstreamNotFound) and "accel:function_id" in group:
             fit = fitting.fit_of(conn, store, group, project)
-            if fit is not None and fit.nowhere:
-                raise fit.refusal() from refusal
+            if fit is not None and fit.nowhere:  # the same error, saying it is so everywhere
+                raise BitstreamNotFound(fit.refusal().message) from refusal
         raise refusal
     return flat.ordered(choices)
 

@@ -226,5 +226,5 @@ def test_a_flat_bind_for_a_function_nothing_can_serve_says_so(
         {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())},
     ]
     response = api.patch("/v2/accelerator_requests", json={arq: ops})
-    assert response.status_code == 409, response.text
+    assert response.status_code == 404, response.text
     assert f"No region holds function_id {function!r}" in response.text
