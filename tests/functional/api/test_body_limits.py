@@ -103,7 +103,8 @@ def test_the_embedded_placement_answers_413_not_500(conf: cfg.ConfigOpts, db: Da
             response = client.post(path, content=content, headers=JSON)
             refused_as_too_large(response, "[oslo_middleware] max_request_body_size")
         admin = {**JSON, "X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.20"}
-        created = client.post(path, content=padded({"name": "rp"}, LIMIT), headers=admin)
+        name = f"rp-{uuid.uuid4()}"  # the embedded Placement's database outlives the app
+        created = client.post(path, content=padded({"name": name}, LIMIT), headers=admin)
         assert created.status_code in (200, 201), created.text
 
 
