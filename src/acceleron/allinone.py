@@ -52,7 +52,7 @@ def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
     # The embedded Placement's SQLite file lives there, whatever Acceleron's database is.
     Path(conf.state_path).mkdir(parents=True, exist_ok=True)
     db = db_session.from_conf(conf)
-    migrate.upgrade(db)
+    migrate.all_phases(db)
     app = create_app(conf, db)
     agent = Agent(Settings.from_conf(conf), load_drivers(conf, Path(conf.agent.root)),
                   connect(conf))  # fmt: skip

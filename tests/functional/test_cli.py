@@ -209,12 +209,23 @@ def config_file(tmp_path: Path) -> Path:
 
 
 def test_db_upgrade_and_version(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
-    assert code == 2 and "none (empty database)" in out
-    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "upgrade")
-    assert code == 0 and out.strip() == f"Database schema: empty -> {migrate.head()}"
-    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "version")
-    assert code == 0 and f"current: {migrate.head()}" in out
+    conf = ["--config-file", str(config_file)]
+    code, out, _ = run(capsys, *conf, "db", "version")
+    assert code == 2 and "expand:   none (newest: expand_0001;" in out
+    code, out, _ = run(capsys, *conf, "db", "upgrade", "--revision", "0015")
+    assert code == 0 and out == ("Database schema (expand): empty -> 0015\n"
+                                 "Database schema (contract): empty -> 0015\n")  # fmt: skip
+    code, _, err = run(capsys, *conf, "db", "upgrade", "--contract")
+    assert code == 1 and "run 'acceleron db upgrade --expand' first" in err
+    code, out, _ = run(capsys, *conf, "db", "upgrade", "--expand")
+    assert code == 0 and out.startswith("Database schema (expand): 0015 -> expand_0001\n")
+    code, out, _ = run(capsys, *conf, "db", "version")
+    assert code == 2 and out == ("expand:   expand_0001 (up to date)\n"
+                                 "contract: 0015 (newest: contract_0001; 1 pending)\n")  # fmt: skip
+    code, out, _ = run(capsys, *conf, "db", "upgrade")
+    assert code == 0 and out.endswith("Database schema (contract): 0015 -> contract_0001\n")
+    code, out, _ = run(capsys, *conf, "db", "version")
+    assert code == 0 and "contract: contract_0001 (up to date)" in out
 
 
 def test_db_rewrite_profiles(

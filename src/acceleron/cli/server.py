@@ -123,17 +123,30 @@ def _metrics_directory() -> None:
         os.environ[MULTIPROC_ENV] = directory
 
 
-def _upgrade(conf: cfg.ConfigOpts, revision: str = "head") -> tuple[str | None, str | None]:
+def _upgrade(conf: cfg.ConfigOpts, phase: str | None, revision: str | None) -> str:
+    """Run one phase, both, or up to one revision; what each phase was and is."""
     from acceleron.db import migrate
     from acceleron.db import session as db_session
+    from acceleron.exceptions import AcceleronError
 
+    steps = {"expand": migrate.expand, "contract": migrate.contract, None: migrate.all_phases}
     db = db_session.from_conf(conf)
     try:
-        before = migrate.current(db)
-        migrate.upgrade(db, revision)
-        return before, migrate.current(db)
+        before = migrate.state(db)
+        if revision is not None:
+            migrate.upgrade(db, revision)
+        else:
+            steps[phase](db)
+        after = migrate.state(db)
+    except AcceleronError as error:
+        raise CommandError(error.message) from error
     finally:
         db.dispose()
+    lines = []
+    for name in ("expand", "contract"):
+        was, now = getattr(before, name).current, getattr(after, name).current
+        lines.append(f"Database schema ({name}): {was or 'empty'} -> {now or 'empty'}\n")
+    return "".join(lines)
 
 
 class Api(Command):
@@ -232,21 +245,32 @@ def banner(conf: cfg.ConfigOpts, url: str) -> str:
 
 
 class DbUpgrade(Command):
-    """Upgrade the database schema (to the newest revision by default)."""
+    """Upgrade the database schema: both phases by default, or one.
+
+    --expand applies the additions the previous release keeps working with (run it
+    while that release serves); --contract applies the rest, once no process of the
+    previous release runs. Without either, both (a stopped service, or a first install).
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("--revision", default="head", help="Target revision")
+        phase = parser.add_mutually_exclusive_group()
+        for name, what in (("expand", "additions"), ("contract", "once all is upgraded")):
+            phase.add_argument(f"--{name}", dest="phase", action="store_const", const=name,
+                               help=f"Only the {name} phase ({what})")  # fmt: skip
+        phase.add_argument("--revision", help="Up to this revision (e.g. expand@head, 0015)")
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        before, after = _upgrade(load_conf(self), parsed_args.revision)
-        self.app.stdout.write(f"Database schema: {before or 'empty'} -> {after}\n")
+        self.app.stdout.write(_upgrade(load_conf(self), parsed_args.phase, parsed_args.revision))
         return 0
 
 
 class DbVersion(Command):
-    """Show the revision the database schema is at, and the newest one."""
+    """Show where the database schema stands in each phase (expand, contract).
+
+    Exit status 0 when both are up to date, 2 otherwise.
+    """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from acceleron.db import migrate
@@ -254,13 +278,13 @@ class DbVersion(Command):
 
         db = db_session.from_conf(load_conf(self))
         try:
-            at = migrate.current(db)
+            schema = migrate.state(db)
         finally:
             db.dispose()
-        self.app.stdout.write(
-            f"current: {at or 'none (empty database)'}\nnewest:  {migrate.head()}\n"
-        )
-        return 0 if at == migrate.head() else 2
+        lines = [f"{p.name + ':':9} {p.describe()}" for p in (schema.expand, schema.contract)]
+        lines += [f"unknown:  {revision} (not this release's)" for revision in schema.foreign]
+        self.app.stdout.write("".join(f"{line}\n" for line in lines))
+        return 0 if schema.up_to_date else 2
 
 
 class DbRewriteProfiles(Lister):

@@ -1,7 +1,28 @@
-"""Schema migrations: ``acceleron db upgrade`` and ``acceleron db version``."""
+"""Schema migrations: ``acceleron db upgrade [--expand | --contract]`` and ``db version``.
+
+Revisions 0001 to 0015 are one line. After 0015 the schema changes in two phases, each an
+Alembic branch with a directory of its own under ``migrations/versions/``:
+
+- **expand** (``versions/expand/``, revisions ``expand_NNNN``): additions only: tables,
+  columns that are nullable or have a server default, indexes. The previous release keeps
+  working on an expanded schema, so ``db upgrade --expand`` runs while it serves.
+- **contract** (``versions/contract/``, revisions ``contract_NNNN``): the rest: drops,
+  renames, new constraints, data moved. ``db upgrade --contract`` runs once no process of
+  the previous release runs; a contract revision that needs an expand one names it in
+  ``depends_on``. Contract refuses to run before expand is complete.
+
+Plain ``db upgrade`` (and the all-in-one at start) runs both. An API starts when every
+expand revision it knows is applied: pending contract revisions do not stop it, nor do
+expand revisions of a newer release (it may run beside one during a rolling upgrade);
+contract revisions of a newer release do, and so do revisions of neither phase that this
+release does not know. A revision's phase is read from its name, so that a release tells
+the phase of a newer release's revisions too.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
 
@@ -14,44 +35,173 @@ from acceleron.db.session import Database
 from acceleron.exceptions import SchemaOutOfDate
 
 LOG = logging.getLogger(__name__)
-_SCRIPTS = os.path.join(os.path.dirname(__file__), "migrations")
+SCRIPTS = os.path.join(os.path.dirname(__file__), "migrations")
+EXPAND = "expand"
+CONTRACT = "contract"
+PHASES = (EXPAND, CONTRACT)
 
 
-def _config() -> Config:
-    config = Config()
-    config.set_main_option("script_location", _SCRIPTS)
-    return config
+def config(scripts: str = SCRIPTS) -> Config:
+    """Alembic's configuration for the migrations under ``scripts``: the line before the
+    split in ``versions/``, each phase in ``versions/<phase>/``."""
+    versions = os.path.join(scripts, "versions")
+    conf = Config()
+    conf.set_main_option("script_location", scripts)
+    conf.set_main_option("path_separator", "os")
+    locations = [versions, *(os.path.join(versions, phase) for phase in PHASES)]
+    conf.set_main_option("version_locations", os.pathsep.join(locations))
+    return conf
 
 
-def upgrade(db: Database, revision: str = "head") -> None:
-    """Bring the schema up to ``revision`` (the newest by default)."""
-    config = _config()
-    with db.engine.begin() as connection:
-        before = MigrationContext.configure(connection).get_current_revision()
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-        after = MigrationContext.configure(connection).get_current_revision()
-    if after != before:
-        LOG.info("Database schema upgraded: %s -> %s", before or "empty", after)
+@functools.cache
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(config())
 
 
-def current(db: Database) -> str | None:
-    """The revision the database is at, or None for an empty database."""
+def phase_of(revision: str) -> str | None:
+    """``expand`` or ``contract`` from a revision's name; None for the line before the
+    split (0001 to 0015) and for names of neither phase."""
+    prefix = revision.partition("_")[0]
+    return prefix if prefix in PHASES else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """Where the database stands in one phase, against this release's revisions."""
+
+    name: str
+    current: str | None  # the newest revision of the phase applied (None: none at all)
+    head: str  # this release's newest revision of the phase
+    pending: tuple[str, ...]  # this release's revisions of the phase not applied, oldest first
+    newer: bool  # the database has revisions of the phase this release does not know
+
+    @property
+    def command(self) -> str:
+        return f"acceleron db upgrade --{self.name}"
+
+    def describe(self) -> str:
+        """One line: where it is, the newest, what is left."""
+        at = self.current or "none"
+        if self.newer:
+            return f"{at} (newer than this release's {self.head})"
+        if not self.pending:
+            return f"{at} (up to date)"
+        return f"{at} (newest: {self.head}; {len(self.pending)} pending)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """Where the database's schema stands, phase by phase."""
+
+    revisions: tuple[str, ...]  # the database's rows in alembic_version
+    unknown: tuple[str, ...]  # those this release has no script for
+    expand: Phase
+    contract: Phase
+
+    @property
+    def empty(self) -> bool:
+        return not self.revisions
+
+    @property
+    def foreign(self) -> tuple[str, ...]:
+        """Unknown revisions of neither phase: not a schema this release can read."""
+        return tuple(r for r in self.unknown if phase_of(r) is None)
+
+    @property
+    def up_to_date(self) -> bool:
+        return not (self.unknown or self.expand.pending or self.contract.pending)
+
+
+def state(db: Database) -> Schema:
+    """The database's revisions, phase by phase."""
     with db.engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+        rows = tuple(sorted(MigrationContext.configure(connection).get_current_heads()))
+    script = _script()
+    revisions = {s.revision: s for s in script.walk_revisions()}
+    unknown = tuple(r for r in rows if r not in revisions)
+    applied = {
+        s.revision for r in rows if r in revisions for s in script.iterate_revisions(r, "base")
+    }
+
+    def phase(name: str) -> Phase:
+        head = script.get_revision(f"{name}@head")
+        assert head is not None
+        line = [s.revision for s in script.iterate_revisions(head.revision, "base")][::-1]
+        ours = [r for r in line if name == EXPAND or phase_of(r) == name]
+        newer = any(phase_of(r) == name for r in unknown)
+        pending = () if newer else tuple(r for r in ours if r not in applied)
+        done = [r for r in line if r in applied]
+        current = next((r for r in rows if phase_of(r) == name), done[-1] if done else None)
+        return Phase(name, current, head.revision, pending, newer)
+
+    return Schema(rows, unknown, phase(EXPAND), phase(CONTRACT))
 
 
-def head() -> str:
-    revision = ScriptDirectory.from_config(_config()).get_current_head()
-    assert revision is not None
-    return revision
+def upgrade(db: Database, revision: str = "heads", scripts: str = SCRIPTS) -> None:
+    """Bring the schema up to ``revision``: both phases' newest by default."""
+    conf = config(scripts)
+    with db.engine.begin() as connection:
+        before = MigrationContext.configure(connection).get_current_heads()
+        conf.attributes["connection"] = connection
+        command.upgrade(conf, revision)
+        after = MigrationContext.configure(connection).get_current_heads()
+    if set(after) != set(before):
+        LOG.info("Database schema upgraded: %s -> %s", ", ".join(before) or "empty",
+                 ", ".join(after))  # fmt: skip
+
+
+def _refuse_newer(schema: Schema) -> None:
+    if schema.unknown:
+        raise SchemaOutOfDate(
+            f"The database schema is at revision(s) {', '.join(schema.unknown)}, which this "
+            "Acceleron does not know (a newer release's): it cannot upgrade it."
+        )
+
+
+def expand(db: Database) -> None:
+    """Apply the expand phase: additions the previous release keeps working with."""
+    _refuse_newer(state(db))
+    upgrade(db, f"{EXPAND}@head")
+
+
+def contract(db: Database) -> None:
+    """Apply the contract phase; refused while the expand phase is incomplete."""
+    schema = state(db)
+    _refuse_newer(schema)
+    if schema.expand.pending:
+        raise SchemaOutOfDate(
+            f"The expand phase is incomplete ({len(schema.expand.pending)} revision(s) "
+            f"pending): run '{schema.expand.command}' first, then upgrade every API and agent, "
+            "then contract."
+        )
+    upgrade(db, f"{CONTRACT}@head")
+
+
+def all_phases(db: Database) -> None:
+    """Both phases at once (``acceleron db upgrade``; the all-in-one at start)."""
+    _refuse_newer(state(db))
+    upgrade(db)
 
 
 def check(db: Database) -> None:
-    """Raise SchemaOutOfDate unless the database is at the newest revision."""
-    at = current(db)
-    if at != head():
+    """Raise SchemaOutOfDate unless this release can run on the schema: every expand
+    revision it knows applied, and no contract revision it does not know."""
+    schema = state(db)
+    if schema.empty:
+        raise SchemaOutOfDate("The database is empty: run 'acceleron db upgrade' first.")
+    if schema.foreign or schema.contract.newer:
+        newer = [r for r in schema.unknown if phase_of(r) != EXPAND]
         raise SchemaOutOfDate(
-            f"The database schema is at revision {at or 'none (empty database)'} but this "
-            f"Acceleron needs {head()}: run 'acceleron db upgrade' first."
+            f"The database schema is at revision(s) {', '.join(newer)}, which this Acceleron "
+            "does not know: a newer release changed it past what this one can run on. "
+            "Upgrade this Acceleron."
         )
+    if schema.expand.pending:
+        raise SchemaOutOfDate(
+            f"The database schema lacks {len(schema.expand.pending)} revision(s) this "
+            f"Acceleron needs (up to {schema.expand.head}): run "
+            f"'{schema.expand.command}' first."
+        )
+    if schema.expand.newer:
+        LOG.info("The database schema was expanded by a newer release (%s): running beside it.",
+                 schema.expand.current)  # fmt: skip
