@@ -46,7 +46,7 @@ def configure(conf: cfg.ConfigOpts, host: str, port: int) -> None:
 def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
     """Serve on ``sock`` (bound already) until interrupted."""
     started = time.monotonic()
-    logs.setup(conf.debug)
+    logs.setup(conf)
     host, port = sock.getsockname()[:2]
     configure(conf, host, port)
     # The embedded Placement's SQLite file lives there, whatever Acceleron's database is.

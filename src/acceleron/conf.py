@@ -17,6 +17,7 @@ from typing import Any
 
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg, generator, types
+from oslo_log import log as oslo_log
 
 PROJECT = "acceleron"
 
@@ -47,8 +48,29 @@ DEFAULT_OPTS: list[cfg.Opt] = [
         ],
         help="How API callers are authenticated.",
     ),
-    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
 ]
+
+# oslo.log's [DEFAULT] options (debug, log_file, log_dir, use_journal, use_json,
+# default_log_levels, ...) are registered too, with these loggers quieter than oslo.log's
+# own list has them: the all-in-one's default output is Acceleron's own INFO lines.
+QUIET_LOGGERS = {
+    # Every request to the embedded Placement (some 80 as a host is first published).
+    "placement.requestlog": "WARN",
+    # Each step of a schema upgrade (Acceleron logs what they amount to).
+    "alembic.runtime.migration": "WARN",
+    "oslo_policy": "WARN",
+    "urllib3": "WARN",
+    "uvicorn.access": "WARN",
+}
+
+
+def _log_defaults() -> None:
+    """oslo.log's default ``default_log_levels`` with Acceleron's quieter loggers."""
+    levels = [pair for pair in oslo_log.get_default_log_levels()
+              if pair.partition("=")[0] not in QUIET_LOGGERS]  # fmt: skip
+    levels += [f"{name}={level}" for name, level in QUIET_LOGGERS.items()]
+    oslo_log.set_defaults(default_log_levels=levels)
+
 
 API_OPTS: list[cfg.Opt] = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1", help="Address the API listens on."),
@@ -640,6 +662,8 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
 def register_opts(conf: cfg.ConfigOpts) -> None:
     for group, opts in _OPTS:
         conf.register_opts(opts, group=group)
+    _log_defaults()
+    oslo_log.register_options(conf)
     for group in KEYSTONEAUTH_SECTIONS:
         register_keystoneauth(conf, group)
 
@@ -708,7 +732,8 @@ def sample() -> str:
     out = io.StringIO()
     gen_conf = cfg.ConfigOpts()
     generator.register_cli_opts(gen_conf)
-    namespaces = [PROJECT, "keystonemiddleware.auth_token", "oslo.policy"]
+    _log_defaults()
+    namespaces = [PROJECT, "oslo.log", "keystonemiddleware.auth_token", "oslo.policy"]
     gen_conf([arg for ns in namespaces for arg in ("--namespace", ns)] + ["--wrap-width", "79"])
     generator.generate(gen_conf, output_file=out)
     return out.getvalue()

@@ -1,37 +1,112 @@
-"""Logging: every line carries the request id of the request it belongs to."""
+"""Logging through oslo.log, as in every OpenStack service.
+
+``setup(conf)`` hands the ``[DEFAULT]`` logging options (``debug``, ``log_file``,
+``log_dir``, ``use_journal``, ``use_json``, ``default_log_levels``, the format strings,
+...) to oslo.log; the options themselves are registered with the rest in
+:mod:`acceleron.conf`. With no ``log_file``, ``use_journal`` or ``use_stderr``, lines go
+to standard error (oslo.log would pick standard output): a command's own output there,
+such as the all-in-one's banner, stays apart from its log.
+
+Every line logged while a request is served carries its request id, and the caller's
+user and project once authentication has named them. oslo.log reads these from an
+oslo.context request context; oslo.context keeps the current one in a thread-local,
+which the API cannot use: its handlers run on the event loop (where one thread serves
+every request at once) and in worker threads. So the context lives in a context
+variable, which follows each request into the threads that work for it, and a filter on
+every handler hands it to the formatter. The variable holds one object per request that
+authentication completes in place, so that a thread started before the caller was known
+sees the caller as soon as it is.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING
 
-REQUEST_ID: ContextVar[str] = ContextVar("request_id", default="-")
+from oslo_context import context as oslo_context
+from oslo_log import log as oslo_log
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+import acceleron
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from acceleron.context import RequestContext
+
+# What another service sends as X-OpenStack-Request-ID to be carried as the global request
+# id (oslo.middleware's rule): a request id of its own form, nothing else.
+_GLOBAL_ID = re.compile(r"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-class RequestIdFilter(logging.Filter):
+class LogContext(oslo_context.RequestContext):
+    """oslo.context's request context, used only for what oslo.log writes of a request.
+    It never goes into oslo.context's thread-local store: a thread of the event loop or
+    of a pool would show it on lines of later requests."""
+
+    def update_store(self) -> None:
+        pass
+
+
+_CURRENT: ContextVar[LogContext | None] = ContextVar("acceleron_log_context", default=None)
+
+
+def begin(request_id: str, global_request_id: str | None = None) -> Token[LogContext | None]:
+    """A request starts: its lines carry ``request_id`` (and ``global_request_id``, the
+    X-OpenStack-Request-ID another service sent, when it has the form of one) until
+    ``end``."""
+    if global_request_id is not None and not _GLOBAL_ID.fullmatch(global_request_id):
+        global_request_id = None
+    found = LogContext(request_id=request_id, global_request_id=global_request_id,
+                       overwrite=False)  # fmt: skip
+    return _CURRENT.set(found)
+
+
+def end(token: Token[LogContext | None]) -> None:
+    _CURRENT.reset(token)
+
+
+def identify(context: RequestContext) -> RequestContext:
+    """Authentication named the caller: the request's lines from now on carry its user
+    and project (and, in JSON, its roles). Returns ``context``."""
+    current = _CURRENT.get()
+    if current is not None:
+        current.user_id = context.user_id
+        current.project_id = context.project_id
+        current.domain_id = context.domain_id
+        current.system_scope = context.system_scope
+        current.roles = sorted(context.roles)
+    return context
+
+
+def current() -> LogContext | None:
+    """The context of the request being served here, if any."""
+    return _CURRENT.get()
+
+
+class ContextFilter(logging.Filter):
+    """Hands the request's context to oslo.log's formatters (which read ``record.context``),
+    unless the call gave one of its own."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = REQUEST_ID.get()
+        if "context" not in record.__dict__:
+            found = _CURRENT.get()
+            if found is not None:
+                record.context = found
         return True
 
 
-def setup(debug: bool = False, access_log: bool = True) -> None:
-    """Send logs to stderr in one format; quiet the chatty libraries."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT))
-    handler.addFilter(RequestIdFilter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
-    # Left at NOTSET it follows the root logger (a CLI at WARNING shows no access lines).
-    logging.getLogger("acceleron.api.access").setLevel(
-        logging.NOTSET if access_log else logging.WARNING
-    )
-    for noisy in ("uvicorn.access", "stevedore", "keystoneauth", "urllib3", "oslo_policy"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # Every request to the embedded Placement (some 80 as a host is first published) and
-    # alembic's every step: for --debug only. Acceleron logs what they amount to.
-    for chatty in ("placement.requestlog", "alembic.runtime.migration"):
-        logging.getLogger(chatty).setLevel(logging.NOTSET if debug else logging.WARNING)
+CONTEXT_FILTER = ContextFilter()
+
+
+def setup(conf: cfg.ConfigOpts) -> None:
+    """Set up logging as the configuration says; for the processes that serve (the API,
+    the agent, the all-in-one)."""
+    oslo_log.setup(conf, "acceleron", acceleron.__version__)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)  # oslo.log's fallback, when nothing else is set
+        if CONTEXT_FILTER not in handler.filters:
+            handler.addFilter(CONTEXT_FILTER)

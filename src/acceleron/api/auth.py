@@ -3,6 +3,8 @@
 Keystone tokens are validated by keystonemiddleware's AuthProtocol, used as it
 is (caching, service tokens, revocation) and driven here through a minimal
 WSGI request, since the API itself is ASGI.
+
+Once the caller is known, the request's log lines name its user and project.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from oslo_config import cfg
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
+from acceleron import logs
 from acceleron.context import RequestContext
 
 LOG = logging.getLogger(__name__)
@@ -42,13 +45,14 @@ class NoAuth:
     async def context(self, request: Request) -> RequestContext:
         headers = request.headers
         roles = _split(headers.get("x-roles")) if "x-roles" in headers else NOAUTH_ROLES
-        return RequestContext(
+        context = RequestContext(
             request_id=request.state.request_id,
             user_id=headers.get("x-user-id") or "admin",
             project_id=headers.get("x-project-id") or NOAUTH_PROJECT,
             roles=roles,
             service_roles=_split(headers.get("x-service-roles")),
         )
+        return logs.identify(context)
 
 
 def _reached(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -106,7 +110,7 @@ class KeystoneAuth:
         env = await anyio.to_thread.run_sync(
             self._validate, request.method, request.url.path, headers
         )
-        return RequestContext(
+        context = RequestContext(
             request_id=request.state.request_id,
             user_id=env.get("HTTP_X_USER_ID"),
             project_id=env.get("HTTP_X_PROJECT_ID"),
@@ -115,6 +119,7 @@ class KeystoneAuth:
             system_scope=env.get("HTTP_OPENSTACK_SYSTEM_SCOPE") or None,
             domain_id=env.get("HTTP_X_DOMAIN_ID") or None,
         )
+        return logs.identify(context)
 
 
 def from_conf(conf: cfg.ConfigOpts) -> Authenticator:

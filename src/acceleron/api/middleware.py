@@ -160,7 +160,7 @@ class ApiMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = f"req-{uuid.uuid4()}"
-        token = logs.REQUEST_ID.set(request_id)
+        token = logs.begin(request_id, _header(scope, b"x-openstack-request-id"))
         limit = self.body_limits.limit(scope)
         receive, send = _patient(receive, send, self.client_timeout, limit)
         state = scope.setdefault("state", {})
@@ -202,7 +202,7 @@ class ApiMiddleware:
             seconds = time.perf_counter() - started
             _count(scope, status, seconds)
             _log_access(scope, status, seconds)
-            logs.REQUEST_ID.reset(token)
+            logs.end(token)
 
 
 def routine(request: Request) -> None:

@@ -72,7 +72,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     from acceleron.exceptions import SchemaOutOfDate
 
     sock = listen(host, port)
-    logs.setup(conf.debug)
+    logs.setup(conf)
     db = db_session.from_conf(conf)
     try:
         migrate.check(db)

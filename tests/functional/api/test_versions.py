@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from acceleron.api import microversion as mv
-from acceleron.logs import RequestIdFilter
+from acceleron.logs import ContextFilter
 
 MAX = str(mv.MAX_VERSION)
 
@@ -89,7 +89,7 @@ def test_unknown_paths_and_methods(api: TestClient) -> None:
 
 
 def test_log_lines_carry_the_request_id(api: TestClient, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.handler.addFilter(RequestIdFilter())
+    caplog.handler.addFilter(ContextFilter())
     with caplog.at_level(logging.INFO):
         response = api.post("/v2/device_profiles", json=[{"name": "p", "groups": GROUPS}])
     request_id = response.headers["x-openstack-request-id"]
@@ -97,7 +97,8 @@ def test_log_lines_carry_the_request_id(api: TestClient, caplog: pytest.LogCaptu
     access = [r for r in caplog.records if r.name == "acceleron.api.access"]
     assert created and access
     # The first is logged in the thread pool running the handler, the second by the middleware.
-    assert [getattr(r, "request_id", None) for r in created + access] == [request_id] * 2
+    records = created + access
+    assert [r.__dict__["context"].request_id for r in records] == [request_id] * 2
 
 
 GROUPS = [{"resources:FPGA": "1"}]

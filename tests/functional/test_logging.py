@@ -1,0 +1,195 @@
+"""Logging through oslo.log (docs/configuration.md, Logging): a live API in this process,
+served by uvicorn as in production (handlers on the event loop and in worker threads),
+logging to ``[DEFAULT] log_file`` as text or JSON; the lines read back from the file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from oslo_config import cfg
+
+from acceleron import logs
+from acceleron.api.app import create_app
+from acceleron.db.session import Database
+from tests.fixtures.server import serve
+from tests.fixtures.waiting import wait_for
+
+LATEST = {"OpenStack-API-Version": "accelerator latest"}
+GROUPS = [{"resources:FPGA": "1"}]
+
+
+@contextmanager
+def logging_to(conf: cfg.ConfigOpts, path: Path, **options: Any) -> Iterator[Path]:
+    """Logging set up from ``conf`` with ``log_file = path`` and ``options`` for the
+    block; the test process's own logging as it was afterwards."""
+    for name, value in {"log_file": str(path), **options}.items():
+        conf.set_override(name, value)
+    manager = logging.Logger.manager
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logger.level for name, logger in manager.loggerDict.items()
+              if isinstance(logger, logging.Logger)}  # fmt: skip
+    logs.setup(conf)
+    try:
+        yield path
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, logger in list(manager.loggerDict.items()):
+            if isinstance(logger, logging.Logger):
+                logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+def create_profile(url: str, user: str, project: str, **headers: str) -> str:
+    """A device profile created as ``user`` of ``project``; the request's id."""
+    caller = {**LATEST, "X-User-Id": user, "X-Project-Id": project, **headers}
+    body: list[dict[str, Any]] = [{"name": f"dp-{user}", "groups": GROUPS}]
+    response = requests.post(f"{url}/v2/device_profiles", json=body, headers=caller, timeout=30)
+    assert response.status_code == 201, response.text
+    return str(response.headers["x-openstack-request-id"])
+
+
+def lines_of(path: Path, request_id: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if request_id in line]
+
+
+def logged_whole(path: Path, request_id: str) -> bool:
+    """The request's access line (its last, written after the answer went) is there."""
+    return any("acceleron.api.access" in line for line in lines_of(path, request_id))
+
+
+def polled_line(path: Path) -> str:
+    """The access line of the poll for host h1's work, or ''."""
+    found = [line for line in path.read_text().splitlines()
+             if '"POST /v2/hosts/h1/tasks/claim' in line]  # fmt: skip
+    return found[0] if found else ""
+
+
+def test_every_line_of_a_request_names_it_and_its_caller(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path
+) -> None:
+    """Eight callers at once: the handlers' lines (logged in worker threads) and the access
+    lines (on the event loop) each carry their own request's id, user and project."""
+    with (
+        logging_to(conf, tmp_path / "acceleron.log") as log,
+        serve(create_app(conf, sqlite_db)) as url,
+    ):
+        with ThreadPoolExecutor(8) as pool:
+            callers = [(f"user-{i}", f"project-{i}") for i in range(8)]
+            ids = list(pool.map(lambda caller: create_profile(url, *caller), callers))
+        wait_for(lambda: all(logged_whole(log, request_id) for request_id in ids))
+    for request_id, (user, project) in zip(ids, callers, strict=True):
+        lines = lines_of(log, request_id)
+        assert any(f"Created device profile dp-{user} " in line for line in lines), lines
+        for (
+            line
+        ) in lines:  # [global id (None: no other service sent one), request id, user, project, ...]
+            assert f" [None {request_id} {user} {project} - - - -] " in line, line
+    created = [line for line in log.read_text().splitlines() if "Created device profile" in line]
+    assert len(created) == 8
+    assert all(
+        re.search(r" \[None req-[0-9a-f-]{36} user-\d project-\d ", line) for line in created
+    )
+
+
+def test_a_request_id_another_service_sent_is_the_global_one(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path
+) -> None:
+    nova = "req-3f2a6b9c-1d4e-4f5a-8b6c-7d8e9f0a1b2c"
+    with (
+        logging_to(conf, tmp_path / "acceleron.log") as log,
+        serve(create_app(conf, sqlite_db)) as url,
+    ):
+        request_id = create_profile(url, "nova", "services", **{"X-OpenStack-Request-ID": nova})
+        not_an_id = create_profile(url, "other", "services", **{"X-OpenStack-Request-ID": "x y"})
+        wait_for(lambda: logged_whole(log, request_id) and logged_whole(log, not_an_id))
+    assert request_id != nova
+    assert all(f"[{nova} {request_id} nova services " in line for line in lines_of(log, request_id))
+    assert all(f"[None {not_an_id} other services " in line for line in lines_of(log, not_an_id))
+
+
+def test_json_lines_carry_the_context(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path
+) -> None:
+    with (
+        logging_to(conf, tmp_path / "acceleron.json", use_json=True) as log,
+        serve(create_app(conf, sqlite_db)) as url,
+    ):
+        request_id = create_profile(url, "alice", "project-a")
+        wait_for(lambda: logged_whole(log, request_id))
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    mine = [r for r in records if r.get("context", {}).get("request_id") == request_id]
+    assert {r["name"] for r in mine} >= {
+        "acceleron.service.device_profiles",
+        "acceleron.api.access",
+    }
+    for record in mine:
+        assert (record["context"]["user"], record["context"]["project"]) == ("alice", "project-a")
+        assert record["context"]["roles"] == ["admin", "member", "reader"]
+    # Lines outside any request carry no context.
+    assert all(r.get("context") in (None, {}) for r in records if r not in mine)
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_debug_lines_only_with_debug(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path, debug: bool
+) -> None:
+    """A poll for work that found none is logged at DEBUG: only with ``debug = true``."""
+    service = {"OpenStack-API-Version": "accelerator 2.8", "X-Roles": "service",
+               "X-Project-Id": "services"}  # fmt: skip
+    with (
+        logging_to(conf, tmp_path / "acceleron.log", debug=debug) as log,
+        serve(create_app(conf, sqlite_db)) as url,
+    ):
+        poll = requests.post(f"{url}/v2/hosts/h1/tasks/claim?wait=0", headers=service, timeout=30)
+        assert poll.json() == {"tasks": []}
+        created = create_profile(url, "alice", "project-a")
+        wait_for(lambda: logged_whole(log, created))
+    polled = lines_of(log, poll.headers["x-openstack-request-id"])
+    if debug:
+        assert any(" DEBUG acceleron.api.access " in line for line in polled), polled
+    else:
+        assert polled == []
+        assert " DEBUG " not in log.read_text()
+    assert any(" INFO acceleron.api.access " in line for line in lines_of(log, created))
+
+
+def test_a_request_that_waits_on_the_event_loop_keeps_its_own_context(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path
+) -> None:
+    """An agent's poll for work waits on the event loop while another caller's request is
+    served on the same thread: the poll's lines still name the poll and the agent (a
+    thread-local context would name the last caller the loop served)."""
+    agent = {"OpenStack-API-Version": "accelerator 2.8", "X-Roles": "service",
+             "X-User-Id": "agent", "X-Project-Id": "services"}  # fmt: skip
+    app = create_app(conf, sqlite_db)
+    with (
+        logging_to(conf, tmp_path / "acceleron.log", debug=True) as log,
+        serve(app) as url,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        claim = f"{url}/v2/hosts/h1/tasks/claim?wait=30"
+        polling = pool.submit(requests.post, claim, headers=agent, timeout=60)
+        wait_for(lambda: app.state.task_wakeup.waiters("h1") == 1)
+        created = create_profile(url, "alice", "project-a")
+        app.state.stopping.set()  # the poll answers now, with no work
+        app.state.task_wakeup.wake_all()
+        poll = polling.result()
+        assert poll.json() == {"tasks": []}
+        polled = poll.headers["x-openstack-request-id"]
+        wait_for(lambda: logged_whole(log, created) and polled_line(log))
+    assert f" {polled} agent services " in polled_line(log)
+    assert all(" agent services " in line for line in lines_of(log, polled))
+    assert all(" alice project-a " in line for line in lines_of(log, created))
