@@ -30,6 +30,7 @@ COMMANDS = {
     "db upgrade": "server:DbUpgrade",
     "db version": "server:DbVersion",
     "db rewrite-profiles": "server:DbRewriteProfiles",
+    "status upgrade check": "status:UpgradeCheck",
     "adopt cyborg": "adopt:AdoptCyborg",
     "policy defaults": "server:PolicyDefaults",
     "agent": "agent:Agent",

@@ -293,12 +293,15 @@ class DbRewriteProfiles(Lister):
     Shows what would change; nothing is written unless --apply is given. The
     mapping file (YAML or JSON) has resource_classes and traits sections (old
     name: new name) and a properties list ({key, value, trait}) turning an
-    accel: property into a required trait.
+    accel: property into a required trait. Without --mapping, the names this
+    release renamed.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("--mapping", required=True, type=Path, help="Mapping file")
+        parser.add_argument(
+            "--mapping", type=Path, help="Mapping file (default: this release's renames)"
+        )
         parser.add_argument("--apply", action="store_true", help="Store the changes")
         return parser
 
@@ -309,13 +312,19 @@ class DbRewriteProfiles(Lister):
         from acceleron.exceptions import AcceleronError
         from acceleron.service import device_profiles
 
-        try:
-            data = yaml.safe_load(parsed_args.mapping.read_text())
-        except (OSError, yaml.YAMLError) as error:
-            raise CommandError(f"Cannot read {parsed_args.mapping}: {error}") from error
+        data: Any = None
+        if parsed_args.mapping is not None:
+            try:
+                data = yaml.safe_load(parsed_args.mapping.read_text())
+            except (OSError, yaml.YAMLError) as error:
+                raise CommandError(f"Cannot read {parsed_args.mapping}: {error}") from error
         db = db_session.from_conf(load_conf(self))
         try:
-            mapping = device_profiles.NameMapping.from_dict(data)
+            mapping = (
+                device_profiles.RELEASE_RENAMES
+                if parsed_args.mapping is None
+                else device_profiles.NameMapping.from_dict(data)
+            )
             report = device_profiles.rewrite_profiles(db, mapping, apply=parsed_args.apply)
         except AcceleronError as error:
             raise CommandError(error.message) from error

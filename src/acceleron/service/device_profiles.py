@@ -504,6 +504,12 @@ class NameMapping:
         ]
 
 
+# The names this release renamed: what ``acceleron db rewrite-profiles`` applies without
+# --mapping, and what ``acceleron status upgrade check`` looks for in stored profiles. A
+# release that renames a resource class, trait or property adds it here.
+RELEASE_RENAMES = NameMapping()
+
+
 def _entry(section: str, old: str, new: str) -> str:
     return f"{section}: {old} -> {new}"
 
