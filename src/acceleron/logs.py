@@ -88,13 +88,14 @@ def current() -> LogContext | None:
 
 class ContextFilter(logging.Filter):
     """Hands the request's context to oslo.log's formatters (which read ``record.context``),
-    unless the call gave one of its own."""
+    unless the call gave one of its own. Outside a request a line names none: oslo.log
+    would otherwise take whatever context a library left in oslo.context's thread-local
+    store (the embedded Placement leaves each of its requests' in the thread that called
+    it, such as the Placement sync's), and show a finished request's id."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "context" not in record.__dict__:
-            found = _CURRENT.get()
-            if found is not None:
-                record.context = found
+            record.context = _CURRENT.get()
         return True
 
 

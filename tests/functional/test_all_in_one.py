@@ -10,6 +10,7 @@ types, an H100 in MIG mode and a QAT card with four VFs.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -283,15 +284,19 @@ def test_names_from_the_tree(aio: AllInOne, capsys: pytest.CaptureFixture[str]) 
 
 def test_the_banner_and_the_log(aio: AllInOne) -> None:
     """The banner says where everything is, and how the CLI reaches it off port 6666; the
-    log at INFO has a line per thing done, not Placement's request log."""
+    log at INFO has a line per thing done, not Placement's request log nor DEBUG lines."""
     log = aio.log.read_text()
     assert log.startswith("Acceleron all-in-one (no authentication: every caller is an admin)\n"
                           f"  API        {aio.url}/v2\n")  # fmt: skip
     assert f"\n  export ACCELERON_URL={aio.url}\n  .venv/bin/acceleron deployable list" in log
     assert "INFO acceleron.db.migrate [-] Database schema upgraded: empty -> " in log
     assert f"INFO acceleron.placement.publish [-] Published {aio.host} to Placement: create " in log
-    for chatty in ("placement.requestlog", "alembic", "Placement create"):
+    for chatty in ("placement.requestlog", "alembic", "Placement create", " DEBUG "):
         assert chatty not in log
+    # oslo.log's format: a request's lines carry its id and the caller (noauth: admin).
+    context = r"\[None req-[0-9a-f-]{36} admin admin - - - -\]"
+    report = re.escape(f'"PUT /v2/hosts/{aio.host}/report" 200')
+    assert re.search(rf" INFO acceleron.api.access {context} 127.0.0.1 {report}", log)
 
 
 def test_a_port_in_use_is_one_line_before_anything_else(

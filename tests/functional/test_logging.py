@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import requests
+from keystoneauth1 import adapter
 from oslo_config import cfg
 
 from acceleron import logs
@@ -193,3 +194,16 @@ def test_a_request_that_waits_on_the_event_loop_keeps_its_own_context(
     assert f" {polled} agent services " in polled_line(log)
     assert all(" agent services " in line for line in lines_of(log, polled))
     assert all(" alice project-a " in line for line in lines_of(log, created))
+
+
+def test_a_line_outside_any_request_names_none(
+    conf: cfg.ConfigOpts, placement: adapter.Adapter, tmp_path: Path
+) -> None:
+    """The embedded Placement leaves its request's context in oslo.context's store of the
+    thread that called it (the Placement sync's): the thread's next lines are no part of
+    that request, and say so."""
+    with logging_to(conf, tmp_path / "acceleron.log") as log:
+        assert placement.get("/resource_providers").status_code == 200
+        logging.getLogger("acceleron.placement.publish").info("Published nothing")
+    (line,) = [line for line in log.read_text().splitlines() if "Published nothing" in line]
+    assert " INFO acceleron.placement.publish [-] Published nothing" in line
