@@ -72,6 +72,13 @@ PLACEMENT_ERRORS = Counter(
     "conflict, not_found, refused).",
     ["kind", "error"],
 )
+DB_RETRIES = Counter(
+    "acceleron_db_retries",
+    "Write transactions run again after the database rolled them back, by reason: deadlock, "
+    "lock_wait_timeout, serialization (PostgreSQL), certification (a Galera node's write "
+    "conflicting with one certified first on another node).",
+    ["reason"],
+)
 
 # State, refreshed from the database every [metrics] refresh_interval seconds.
 ARQS = Gauge(

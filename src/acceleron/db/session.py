@@ -12,6 +12,15 @@ listeners registered on the Database in this process (``listen``) and, where
 (``pg_notify`` is sent inside the transaction, so PostgreSQL delivers it at the
 commit and never for a rollback).
 
+A transaction the database rolled back so that it may run again (a deadlock victim, a
+lock wait timeout, a PostgreSQL serialization failure, a Galera certification failure:
+1213 "WSREP detected deadlock/conflict" at commit) is run again whole by
+``retry_on_deadlock``, a bounded number of times with jittered backoff; outside such an
+operation it becomes DatabaseBusy (503 with Retry-After), never an unmapped error. A
+database that cannot be reached or dropped the connection (a writer node killed, a
+primary restarted) becomes DatabaseUnavailable (503 with Retry-After): nothing is retried
+across a lost connection, whose COMMIT may or may not have happened.
+
 On SQLite the writer takes the write lock when it begins (``BEGIN IMMEDIATE``)
 so concurrent writers queue on ``busy_timeout`` instead of failing half-way
 when a read lock cannot be upgraded; WAL lets readers run beside a writer.
@@ -20,6 +29,7 @@ when a read lock cannot be upgraded; WAL lets readers run beside a writer.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -35,6 +45,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
+from acceleron import metrics
 from acceleron.exceptions import DatabaseBusy, DatabaseUnavailable
 
 LOG = logging.getLogger(__name__)
@@ -208,7 +219,12 @@ def _outage_as_domain_error() -> Iterator[None]:
         raise DatabaseBusy("Every database connection stayed busy; retry shortly.") from error
     except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
         if is_retryable(error):
-            raise
+            if _RETRYING.get():
+                raise  # retry_on_deadlock runs the whole operation again
+            LOG.warning("A transaction lost to another (%s); not retried here", error.orig)
+            raise DatabaseBusy(
+                "The database rolled this change back for a conflicting one; retry shortly."
+            ) from error
         if "database is locked" in str(error.orig):  # SQLite's busy timeout ran out
             raise DatabaseBusy("The database stayed locked by another writer.") from error
         LOG.warning("The database is unavailable: %s", error.orig)
@@ -234,12 +250,28 @@ _RETRYABLE_MYSQL = (1213, 1205)  # deadlock, lock wait timeout
 _RETRYABLE_SQLSTATE = ("40P01", "40001")  # PostgreSQL: deadlock, serialization failure
 
 
-def is_retryable(error: DBAPIError) -> bool:
+# Inside an operation that retry_on_deadlock runs again on such an error.
+_RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("retrying", default=False)
+
+
+def retry_reason(error: DBAPIError) -> str | None:
+    """Why the database rolled this transaction back so that it may run again (None:
+    it did not)."""
     orig = error.orig
-    if getattr(orig, "sqlstate", None) in _RETRYABLE_SQLSTATE:
-        return True
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate in _RETRYABLE_SQLSTATE:
+        return "deadlock" if sqlstate == "40P01" else "serialization"
     args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] in _RETRYABLE_MYSQL
+    if not args or args[0] not in _RETRYABLE_MYSQL:
+        return None
+    if args[0] == 1205:
+        return "lock_wait_timeout"
+    # Galera answers a write set that lost certification with 1213 and this message.
+    return "certification" if "WSREP" in str(args[1:]) else "deadlock"
+
+
+def is_retryable(error: DBAPIError) -> bool:
+    return retry_reason(error) is not None
 
 
 ATTEMPTS = 10
@@ -251,19 +283,26 @@ def retry_on_deadlock(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
-        for attempt in range(ATTEMPTS):
-            try:
-                return fn(*args, **kwargs)
-            except DBAPIError as error:
-                if not is_retryable(error):
-                    raise
-                if attempt == ATTEMPTS - 1:
-                    raise DatabaseBusy(
-                        f"The database chose this request as a deadlock victim {ATTEMPTS} "
-                        f"times; retry shortly."
-                    ) from error
-                time.sleep(random.uniform(0, min(0.5, 0.01 * 2**attempt)))
-        raise AssertionError("unreachable")
+        token = _RETRYING.set(True)
+        try:
+            for attempt in range(ATTEMPTS):
+                try:
+                    return fn(*args, **kwargs)
+                except DBAPIError as error:
+                    reason = retry_reason(error)
+                    if reason is None:
+                        raise
+                    if attempt == ATTEMPTS - 1:
+                        raise DatabaseBusy(
+                            f"The database rolled this request back for a conflicting one "
+                            f"{ATTEMPTS} times; retry shortly."
+                        ) from error
+                    metrics.DB_RETRIES.labels(reason).inc()
+                    LOG.info("%s: %s; running it again", fn.__qualname__, reason)
+                    time.sleep(random.uniform(0, min(0.5, 0.01 * 2**attempt)))
+            raise AssertionError("unreachable")
+        finally:
+            _RETRYING.reset(token)
 
     return retrying
 
