@@ -6,7 +6,13 @@ one after when a replica refuses the connection (it is down). A connection alrea
 open to a replica that dies is closed, and the client's next request opens a new
 one: keystoneauth does that on its own. Nothing is retried inside a connection.
 
-Usage: ``python -m cloud.balancer LISTEN_PORT BACKEND_PORT [BACKEND_PORT ...]``
+In ``--failover`` mode it is the balancer an operator puts in front of a Galera
+cluster (HAProxy with one active server and the others ``backup``): every connection
+goes to one backend, the writer, until it refuses a connection; then to the next in
+the list that accepts, which stays the writer (a node that comes back does not take
+the writes back). Connections open to a writer that dies are closed, as above.
+
+Usage: ``python -m cloud.balancer [--failover] LISTEN_PORT BACKEND_PORT [BACKEND_PORT ...]``
 (all on 127.0.0.1).
 """
 
@@ -34,18 +40,28 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 
 class Balancer:
-    def __init__(self, backends: list[int]) -> None:
+    def __init__(self, backends: list[int], *, failover: bool = False) -> None:
         self.backends = backends
+        self.failover = failover
         self._turn = itertools.cycle(range(len(backends)))
+        self._writer = 0  # failover mode: the index of the backend that takes everything
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        start = next(self._turn)
+        start = self._writer if self.failover else next(self._turn)
         for offset in range(len(self.backends)):
-            port = self.backends[(start + offset) % len(self.backends)]
+            index = (start + offset) % len(self.backends)
             try:
-                return await asyncio.wait_for(asyncio.open_connection(HOST, port), 5)
+                connected = await asyncio.wait_for(
+                    asyncio.open_connection(HOST, self.backends[index]), 5
+                )
             except (OSError, TimeoutError):
                 continue
+            if self.failover and index != self._writer:
+                sys.stderr.write(f"balancer: writer {self.backends[self._writer]} is down, "
+                                 f"now {self.backends[index]}\n")  # fmt: skip
+                sys.stderr.flush()
+                self._writer = index
+            return connected
         return None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -56,8 +72,8 @@ class Balancer:
         await asyncio.gather(pipe(reader, backend[1]), pipe(backend[0], writer))
 
 
-async def serve(port: int, backends: list[int]) -> None:
-    balancer = Balancer(backends)
+async def serve(port: int, backends: list[int], *, failover: bool = False) -> None:
+    balancer = Balancer(backends, failover=failover)
     server = await asyncio.start_server(balancer.handle, HOST, port, reuse_address=True)
     sys.stderr.write(f"balancer on {HOST}:{port} -> {backends}\n")
     sys.stderr.flush()
@@ -66,7 +82,10 @@ async def serve(port: int, backends: list[int]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    asyncio.run(serve(int(argv[1]), [int(p) for p in argv[2:]]))
+    args = argv[1:]
+    failover = "--failover" in args
+    ports = [int(p) for p in args if p != "--failover"]
+    asyncio.run(serve(ports[0], ports[1:], failover=failover))
     return 0
 
 
