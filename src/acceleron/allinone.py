@@ -22,7 +22,6 @@ from pathlib import Path
 import uvicorn
 from oslo_config import cfg
 
-from acceleron import logs
 from acceleron.agent import tasks
 from acceleron.agent.client import connect
 from acceleron.agent.loop import Agent, Settings
@@ -44,9 +43,8 @@ def configure(conf: cfg.ConfigOpts, host: str, port: int) -> None:
 
 
 def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
-    """Serve on ``sock`` (bound already) until interrupted."""
+    """Serve on ``sock`` (bound already, logging set up) until interrupted."""
     started = time.monotonic()
-    logs.setup(conf)
     host, port = sock.getsockname()[:2]
     configure(conf, host, port)
     # The embedded Placement's SQLite file lives there, whatever Acceleron's database is.

@@ -102,10 +102,27 @@ class ContextFilter(logging.Filter):
 CONTEXT_FILTER = ContextFilter()
 
 
+class LoggingUnavailable(Exception):
+    """Logging cannot be set up as the configuration says (the message says why)."""
+
+
 def setup(conf: cfg.ConfigOpts) -> None:
     """Set up logging as the configuration says; for the processes that serve (the API,
-    the agent, the all-in-one)."""
-    oslo_log.setup(conf, "acceleron", acceleron.__version__)
+    the agent, the all-in-one). Raises LoggingUnavailable, saying why, when it cannot."""
+    try:
+        oslo_log.setup(conf, "acceleron", acceleron.__version__)
+    except OSError as error:  # the log file or its directory
+        raise LoggingUnavailable(f"Cannot log to {error.filename or conf.log_file}: "
+                                 f"{error.strerror or error}.") from error  # fmt: skip
+    except RuntimeError as error:
+        if conf.use_journal and "ystemd" in str(error):
+            raise LoggingUnavailable(
+                "use_journal = true needs systemd's Python bindings, which are not installed "
+                "where Acceleron runs: pip install systemd-python (it builds against "
+                "libsystemd-dev), or log to standard error, which systemd also sends to "
+                "the journal."
+            ) from error
+        raise LoggingUnavailable(f"Cannot set logging up: {error}") from error
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)  # oslo.log's fallback, when nothing else is set

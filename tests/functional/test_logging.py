@@ -4,6 +4,7 @@ logging to ``[DEFAULT] log_file`` as text or JSON; the lines read back from the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
@@ -20,6 +21,7 @@ from oslo_config import cfg
 
 from acceleron import logs
 from acceleron.api.app import create_app
+from acceleron.cli.main import main
 from acceleron.db.session import Database
 from tests.fixtures.server import serve
 from tests.fixtures.waiting import wait_for
@@ -29,19 +31,16 @@ GROUPS = [{"resources:FPGA": "1"}]
 
 
 @contextmanager
-def logging_to(conf: cfg.ConfigOpts, path: Path, **options: Any) -> Iterator[Path]:
-    """Logging set up from ``conf`` with ``log_file = path`` and ``options`` for the
-    block; the test process's own logging as it was afterwards."""
-    for name, value in {"log_file": str(path), **options}.items():
-        conf.set_override(name, value)
+def kept_logging() -> Iterator[None]:
+    """The test process's logging (root handlers, every logger's level) put back as it was
+    after the block, which sets it up."""
     manager = logging.Logger.manager
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     levels = {name: logger.level for name, logger in manager.loggerDict.items()
               if isinstance(logger, logging.Logger)}  # fmt: skip
-    logs.setup(conf)
     try:
-        yield path
+        yield
     finally:
         for handler in root.handlers:
             if handler not in handlers:
@@ -51,6 +50,17 @@ def logging_to(conf: cfg.ConfigOpts, path: Path, **options: Any) -> Iterator[Pat
         for name, logger in list(manager.loggerDict.items()):
             if isinstance(logger, logging.Logger):
                 logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+@contextmanager
+def logging_to(conf: cfg.ConfigOpts, path: Path, **options: Any) -> Iterator[Path]:
+    """Logging set up from ``conf`` with ``log_file = path`` and ``options`` for the
+    block."""
+    for name, value in {"log_file": str(path), **options}.items():
+        conf.set_override(name, value)
+    with kept_logging():
+        logs.setup(conf)
+        yield path
 
 
 def create_profile(url: str, user: str, project: str, **headers: str) -> str:
@@ -207,3 +217,27 @@ def test_a_line_outside_any_request_names_none(
         logging.getLogger("acceleron.placement.publish").info("Published nothing")
     (line,) = [line for line in log.read_text().splitlines() if "Published nothing" in line]
     assert " INFO acceleron.placement.publish [-] Published nothing" in line
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("log_file = {tmp}/missing/acceleron.log",
+         "Cannot log to {tmp}/missing/acceleron.log: No such file or directory.\n"),
+        ("use_journal = true",
+         "use_journal = true needs systemd's Python bindings, which are not installed where "
+         "Acceleron runs: pip install systemd-python (it builds against libsystemd-dev), or "
+         "log to standard error, which systemd also sends to the journal.\n"),
+    ],
+    ids=["log_file", "use_journal"],
+)  # fmt: skip
+def test_a_log_that_cannot_be_written_stops_the_command_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, message: str
+) -> None:
+    if option.startswith("use_journal") and importlib.util.find_spec("systemd") is not None:
+        pytest.skip("systemd's Python bindings are installed here")
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n{option.format(tmp=tmp_path)}\n")
+    with kept_logging():
+        assert main(["--config-file", str(path), "agent", "--once"]) == 1
+    assert capsys.readouterr().err == message.format(tmp=tmp_path)

@@ -196,7 +196,7 @@ class AllInOne(Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        from acceleron import allinone
+        from acceleron import allinone, logs
 
         overrides: dict[str, dict[str, Any]] = {}
         if parsed_args.data_dir:
@@ -207,6 +207,7 @@ class AllInOne(Command):
         host = parsed_args.host or conf.api.host_ip
         port = parsed_args.port or conf.api.port
         sock = listen(host, port)
+        logs.setup(conf)  # before the banner: a log that cannot be written stops it here
         self.app.stdout.write(banner(conf, f"http://{host}:{port}"))
         self.app.stdout.flush()
         allinone.run(conf, sock)
