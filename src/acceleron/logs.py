@@ -106,9 +106,16 @@ class LoggingUnavailable(Exception):
     """Logging cannot be set up as the configuration says (the message says why)."""
 
 
-def setup(conf: cfg.ConfigOpts) -> None:
+def setup(conf: cfg.ConfigOpts, program: str) -> None:
     """Set up logging as the configuration says; for the processes that serve (the API,
-    the agent, the all-in-one). Raises LoggingUnavailable, saying why, when it cannot."""
+    the agent, the all-in-one). Raises LoggingUnavailable, saying why, when it cannot.
+
+    ``program`` (``acceleron-api``) names the file ``log_dir`` alone writes to,
+    ``<log_dir>/<program>.log``: oslo.log would name it after the running script, which
+    is ``acceleron`` for every command (an API and an agent on one host would share a
+    file) and ``<string>`` in the API's worker processes."""
+    if conf.log_dir and not conf.log_file:
+        conf.set_default("log_file", f"{program}.log")
     try:
         oslo_log.setup(conf, "acceleron", acceleron.__version__)
     except OSError as error:  # the log file or its directory

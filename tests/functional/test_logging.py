@@ -7,7 +7,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -23,6 +26,7 @@ from acceleron import logs
 from acceleron.api.app import create_app
 from acceleron.cli.main import main
 from acceleron.db.session import Database
+from tests.fixtures.allinone import free_port
 from tests.fixtures.server import serve
 from tests.fixtures.waiting import wait_for
 
@@ -59,7 +63,7 @@ def logging_to(conf: cfg.ConfigOpts, path: Path, **options: Any) -> Iterator[Pat
     for name, value in {"log_file": str(path), **options}.items():
         conf.set_override(name, value)
     with kept_logging():
-        logs.setup(conf)
+        logs.setup(conf, "acceleron-api")
         yield path
 
 
@@ -241,3 +245,39 @@ def test_a_log_that_cannot_be_written_stops_the_command_in_one_line(
     with kept_logging():
         assert main(["--config-file", str(path), "agent", "--once"]) == 1
     assert capsys.readouterr().err == message.format(tmp=tmp_path)
+
+
+@pytest.mark.slow
+def test_log_dir_alone_gives_each_program_its_file_worker_processes_included(
+    tmp_path: Path,
+) -> None:
+    """``acceleron api --workers 2`` with ``log_dir`` and no ``log_file``: every worker
+    process writes ``acceleron-api.log`` (oslo.log alone names it after the running
+    script, ``<string>`` in a worker process)."""
+    logs_dir = tmp_path / "logs"
+    logs_dir.mkdir()  # as systemd's LogsDirectory= makes it
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nlog_dir = {logs_dir}\n")
+    with kept_logging():
+        assert main(["--config-file", str(path), "db", "upgrade"]) == 0
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "acceleron"), "--config-file", str(path),
+               "api", "--port", str(port), "--workers", "2"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+    with (tmp_path / "stderr").open("wb") as stderr:
+        process = subprocess.Popen(command, stderr=stderr, env=env)
+
+    def started() -> int:  # uvicorn logs one line as each worker process starts
+        assert process.poll() is None, (tmp_path / "stderr").read_text()
+        text = "".join(log.read_text() for log in logs_dir.iterdir())
+        return text.count("INFO uvicorn.error [-] Started server process")
+
+    try:
+        wait_for(lambda: started() == 2, 60)
+        response = requests.get(f"http://127.0.0.1:{port}/v2", timeout=10)
+        request_id = response.headers["x-openstack-request-id"]
+        wait_for(lambda: logged_whole(logs_dir / "acceleron-api.log", request_id))
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert sorted(log.name for log in logs_dir.iterdir()) == ["acceleron-api.log"]

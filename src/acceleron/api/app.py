@@ -240,5 +240,5 @@ def from_environment() -> FastAPI:
 
     files = json.loads(os.environ.get("ACCELERON_CONFIG_FILES", "null"))
     conf = confmod.load([], config_files=files)
-    logs.setup(conf)
+    logs.setup(conf, "acceleron-api")
     return create_app(conf)

@@ -68,7 +68,7 @@ class Agent(Command):
         drivers = _drivers(conf)
         if parsed_args.dry_run:  # stdout is the report; warnings go to stderr as they are
             return self.dry_run(conf, drivers, parsed_args.format)
-        logs.setup(conf)
+        logs.setup(conf, "acceleron-agent")
         agent = _agent(conf, drivers)
         if parsed_args.once:
             return self.once(agent)

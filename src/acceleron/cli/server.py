@@ -72,7 +72,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     from acceleron.exceptions import SchemaOutOfDate
 
     sock = listen(host, port)
-    logs.setup(conf)
+    logs.setup(conf, "acceleron-api")
     db = db_session.from_conf(conf)
     try:
         migrate.check(db)
@@ -207,7 +207,8 @@ class AllInOne(Command):
         host = parsed_args.host or conf.api.host_ip
         port = parsed_args.port or conf.api.port
         sock = listen(host, port)
-        logs.setup(conf)  # before the banner: a log that cannot be written stops it here
+        # Before the banner: a log that cannot be written stops the command here.
+        logs.setup(conf, "acceleron-all-in-one")
         self.app.stdout.write(banner(conf, f"http://{host}:{port}"))
         self.app.stdout.flush()
         allinone.run(conf, sock)
