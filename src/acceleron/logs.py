@@ -78,6 +78,7 @@ def identify(context: RequestContext) -> RequestContext:
         current.domain_id = context.domain_id
         current.system_scope = context.system_scope
         current.roles = sorted(context.roles)
+        current.is_admin = context.is_admin
     return context
 
 

@@ -153,6 +153,7 @@ def test_json_lines_carry_the_context(
     for record in mine:
         assert (record["context"]["user"], record["context"]["project"]) == ("alice", "project-a")
         assert record["context"]["roles"] == ["admin", "member", "reader"]
+        assert record["context"]["is_admin"] is True
     # Lines outside any request carry no context.
     assert all(r.get("context") in (None, {}) for r in records if r not in mine)
 
@@ -272,10 +273,19 @@ def test_log_dir_alone_gives_each_program_its_file_worker_processes_included(
         text = "".join(log.read_text() for log in logs_dir.iterdir())
         return text.count("INFO uvicorn.error [-] Started server process")
 
+    answers: list[requests.Response] = []
+
+    def answered() -> bool:  # a worker listens once its application has started
+        try:
+            answers.append(requests.get(f"http://127.0.0.1:{port}/v2", timeout=10))
+        except requests.ConnectionError:
+            return False
+        return True
+
     try:
         wait_for(lambda: started() == 2, 60)
-        response = requests.get(f"http://127.0.0.1:{port}/v2", timeout=10)
-        request_id = response.headers["x-openstack-request-id"]
+        wait_for(answered, 60)
+        request_id = answers[0].headers["x-openstack-request-id"]
         wait_for(lambda: logged_whole(logs_dir / "acceleron-api.log", request_id))
     finally:
         process.terminate()
