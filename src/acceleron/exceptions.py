@@ -152,6 +152,10 @@ class PlacementProviderInUse(PlacementError):
     """The provider (or the inventory being removed) still has allocations or children."""
 
 
+class UnsupportedFormat(Conflict):
+    """An agent and this API speak no common major version of a report or task format."""
+
+
 class UnknownHost(Conflict):
     """A host reports, but the compute service (Placement) knows no compute node by its name."""
 

@@ -5,6 +5,12 @@ An agent sends one full, idempotent report of its host with
 drivers found, as the frozen dataclasses of ``acceleron.vocabulary``. The API
 validates it (``from_json``) and reconciles its inventory with it. Sending the
 same report twice changes nothing.
+
+The report has a version (``acceleron.formats``): ``report_version`` is its major,
+``report_minor`` its minor (a report without one, from an agent older than the minor
+field, is a ``.0``). A field a later minor adds is declared with
+``dataclasses.field(default=..., metadata={"since": (1, N)})``: a reader that does not
+know it ignores it, and ``to_json`` leaves it out for an API that reads an older minor.
 """
 
 from __future__ import annotations
@@ -13,15 +19,16 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import pydantic
 
+from acceleron import formats
 from acceleron.exceptions import InvalidInput
 from acceleron.vocabulary import DEVICE_TYPES, HANDLE_TYPES, KINDS, WIDTHS, Device, walk
 
-REPORT_VERSION = 1
+REPORT_VERSION, REPORT_MINOR = formats.REPORT_VERSION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,22 +37,53 @@ class HostReport:
     agent_version: str
     devices: tuple[Device, ...]
     report_version: int = REPORT_VERSION
+    report_minor: int = REPORT_MINOR
+
+    @property
+    def version(self) -> formats.Version:
+        return self.report_version, self.report_minor
 
     def digest(self) -> str:
         """A stable hash of the report's content: equal reports have equal digests."""
         return hashlib.sha256(orjson.dumps(self, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-_ADAPTER = pydantic.TypeAdapter(HostReport)
+def check_version(data: Any) -> Any:
+    """``data`` (a report as JSON) unchanged; UnsupportedFormat when its major is one this
+    API does not read, before anything else in it is looked at (another major may have
+    another shape)."""
+    if isinstance(data, Mapping):
+        major = data.get("report_version", REPORT_VERSION)
+        minor = data.get("report_minor", 0)
+        if type(major) is int and type(minor) is int:
+            formats.check_report((major, minor))
+    return data
 
 
-def to_json(report: HostReport) -> dict[str, Any]:
-    return dataclasses.asdict(report)
+# A report as an API handler takes it: its version checked first.
+Incoming = Annotated[HostReport, pydantic.BeforeValidator(check_version)]
+_ADAPTER: pydantic.TypeAdapter[HostReport] = pydantic.TypeAdapter(Incoming)
 
 
-def to_bytes(report: HostReport) -> bytes:
-    """The report as a JSON request body (30 times faster than json.dumps(to_json()))."""
-    return orjson.dumps(report)
+def to_json(report: HostReport, version: formats.Version | None = None) -> dict[str, Any]:
+    """The report as JSON data; for a reader of an older minor ``version`` of its major,
+    without the fields added since (and saying that minor)."""
+    if version is None or version >= report.version:
+        return dataclasses.asdict(report)
+    if version[0] != report.report_version:
+        raise ValueError(f"a report of format {formats.show(report.version)} cannot be "
+                         f"written as {formats.show(version)}")  # fmt: skip
+    data: dict[str, Any] = formats.trim(report, version)
+    data["report_minor"] = version[1]
+    return data
+
+
+def to_bytes(report: HostReport, version: formats.Version | None = None) -> bytes:
+    """The report as a JSON request body (30 times faster than json.dumps(to_json()) when
+    it goes in its own version)."""
+    if version is None or version >= report.version:
+        return orjson.dumps(report)
+    return orjson.dumps(to_json(report, version))
 
 
 def from_json(data: Any) -> HostReport:
@@ -56,11 +94,6 @@ def from_json(data: Any) -> HostReport:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InvalidInput(f"Invalid host report: {where}: {first['msg']}.") from error
-    if report.report_version != REPORT_VERSION:
-        raise InvalidInput(
-            f"Report version {report.report_version} is not understood: this API reads "
-            f"version {REPORT_VERSION}. Upgrade the API before the agents."
-        )
     check_values(report)
     check(report.devices)
     return report

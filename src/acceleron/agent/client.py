@@ -9,6 +9,15 @@ set, finds the API as the catalog's ``accelerator`` service.
 Every failure becomes one of three exceptions, which the loop handles:
 ``ApiUnavailable`` (retry with backoff), ``UnknownHost`` (stop: the host name is
 wrong) and ``ReportRefused`` (log it; the next scan tries again).
+
+Formats (``acceleron.formats``): every call says in ``Acceleron-Agent-Formats`` which
+report and task formats this agent speaks, and every successful answer says the API's
+(an answer without the header comes from an API older than versions). Until the first
+answer the client writes the formats every API reads (those of before versions); then
+the newest version both sides know, so that an agent newer than its API (the API was
+rolled back, or the agents were upgraded first) still works. When the API refuses a
+format (409 ``acceleron.unsupported_format``), or this agent writes none of the majors
+assumed, it asks ``GET /v2`` what the API speaks.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from keystoneauth1.noauth import NoAuth
 from oslo_config import cfg
 
 from acceleron import conf as confmod
+from acceleron import formats
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.client.errors import parse_error
 from acceleron.client.http import (
@@ -37,6 +47,7 @@ from acceleron.client.http import (
     as_client,
 )
 from acceleron.conf import AGENT_DEFAULT_ENDPOINT
+from acceleron.exceptions import AcceleronError
 from acceleron.report import HostReport, to_bytes
 
 LOG = logging.getLogger(__name__)
@@ -44,6 +55,7 @@ GROUP = "agent"
 MICROVERSION = "2.5"
 TASKS_MICROVERSION = "2.8"  # tasks and bitstream bytes
 UNKNOWN_HOST = "acceleron.unknown_host"
+UNSUPPORTED_FORMAT = "acceleron.unsupported_format"
 
 
 class AgentConfigError(Exception):
@@ -93,7 +105,9 @@ def error_for(hostname: str, status: int, text: str, reason: str = "") -> Report
             " Check the [agent] credentials: the agent's user needs the 'service' (or "
             "'admin') role."
         )
-    return ReportRefused(f"the API refused the report ({status}): {body.detail}{hint}", status)
+    return ReportRefused(
+        f"the API refused the report ({status}): {body.detail}{hint}", status, body.code
+    )
 
 
 def unknown_host_message(error: UnknownHost) -> str:
@@ -113,8 +127,61 @@ class ReportClient:
     (:class:`~acceleron.client.http.AcceleronClient`, or the adapter to wrap in one);
     every failure becomes a ReportError."""
 
-    def __init__(self, api: AcceleronClient | ks_adapter.Adapter) -> None:
+    def __init__(
+        self, api: AcceleronClient | ks_adapter.Adapter, ours: formats.Formats = formats.OURS
+    ) -> None:
         self.api = as_client(api)
+        self.ours = ours
+        self.theirs: formats.Formats | None = None  # the API's, once learnt
+
+    def api_formats(self) -> formats.Formats:
+        """The formats the API speaks, read from ``GET /v2``."""
+        response = self.send("GET", "/v2", authenticated=False)
+        self.check(response, "reading the API's version document")
+        self._learn(response)
+        assert self.theirs is not None
+        return self.theirs
+
+    def _learn(self, response: Any) -> None:
+        """The API's formats from an answer's header (none: those before versions)."""
+        header = response.headers.get(formats.HEADER)
+        try:
+            theirs = formats.Formats.parse(header)
+        except AcceleronError as error:
+            LOG.warning("Ignoring the API's %s header: %s", formats.HEADER, error)
+            return
+        if theirs != self.theirs:
+            LOG.info("The API at %s speaks %s", self.where, theirs.header())
+        self.theirs = theirs
+
+    def _version(self, name: str) -> formats.Version:
+        """The version of format ``name`` to write. Until an answer says what the API
+        speaks, the oldest it may (the formats before versions), unless this agent writes
+        no such major: the API's version document says then."""
+        version = self.ours.common(name, self.theirs or formats.UNVERSIONED_FORMATS)
+        if version is None and self.theirs is None:
+            version = self.ours.common(name, self.api_formats())
+        if version is None:
+            theirs = self.theirs or formats.UNVERSIONED_FORMATS
+            raise ReportRefused(
+                f"this agent speaks {name} format {self.ours.describe(name)}, the API at "
+                f"{self.where} {theirs.describe(name)}: no major version in common. Run an "
+                "agent of a release the API works with.",
+                409,
+                UNSUPPORTED_FORMAT,
+            )
+        return version
+
+    def _answered(self, response: Any) -> bool:
+        """Learn the API's formats from an answer (again from ``GET /v2`` next time when
+        it refused a format: it may have been rolled back or upgraded meanwhile); whether
+        it refused one."""
+        if response.status_code == 409 and parse_error(response.text).code == UNSUPPORTED_FORMAT:
+            self.theirs = None
+            return True
+        if response.status_code < 300:
+            self._learn(response)
+        return False
 
     @property
     def _adapter(self) -> ks_adapter.Adapter:
@@ -127,19 +194,22 @@ class ReportClient:
         return self.api.where
 
     def report(self, report: HostReport) -> dict[str, Any]:
-        """PUT the report; the API's answer (the host) on 200."""
+        """PUT the report, in the newest format the API reads; the API's answer (the
+        host) on 200."""
         response = self.send(
             "PUT",
             f"/v2/hosts/{quote(report.hostname, safe='')}/report",
-            data=to_bytes(report),
+            data=to_bytes(report, self._version(formats.REPORT)),
             headers={"Content-Type": "application/json"},
         )
+        self._answered(response)
         if response.status_code >= 300:
             raise error_for(report.hostname, response.status_code, response.text, response.reason)
         return _json(response)
 
     def claim_tasks(self, hostname: str, wait: float) -> list[dict[str, Any]]:
         """The host's unfinished tasks, waiting up to ``wait`` seconds for one to appear."""
+        self._version(formats.TASK)
         response = self.send(
             "POST",
             f"/v2/hosts/{quote(hostname, safe='')}/tasks/claim",
@@ -147,17 +217,26 @@ class ReportClient:
             microversion=TASKS_MICROVERSION,
             timeout=wait + 30,  # the API holds the request up to wait seconds
         )
+        self._answered(response)
         self.check(response, "taking tasks")
         tasks: list[dict[str, Any]] = _json(response).get("tasks", [])
         return tasks
 
     def update_task(self, uuid: str, **fields: Any) -> dict[str, Any] | None:
         """Report a task's progress or end; None when the API no longer wants it (it was
-        cancelled or deleted meanwhile: 404 or 409)."""
-        body = {k: v for k, v in fields.items() if v is not None}
+        cancelled or deleted meanwhile: 404 or 409). Fields the API's task format does
+        not have yet are left out."""
+        version = self._version(formats.TASK)
+        body = {
+            k: v
+            for k, v in fields.items()
+            if v is not None and formats.TASK_REPORT_FIELDS.get(k, (0, 0)) <= version
+        }
         response = self.send(
             "PUT", f"/v2/tasks/{quote(uuid, safe='')}", json=body, microversion=TASKS_MICROVERSION
         )
+        if self._answered(response):
+            self.check(response, f"reporting on task {uuid}")
         if response.status_code in (404, 409):
             LOG.info("Task %s is not wanted any more: %s", uuid, parse_error(response.text).detail)
             return None
@@ -198,7 +277,9 @@ class ReportClient:
         raise ReportRefused(message, response.status_code, body.code)
 
     def send(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One request to the API; connection and Keystone failures become ReportErrors."""
+        """One request to the API, saying which formats this agent speaks; connection
+        and Keystone failures become ReportErrors."""
+        kwargs["headers"] = {**kwargs.get("headers", {}), formats.HEADER: self.ours.header()}
         try:
             return self.api.send(method, path, **kwargs)
         except Unreachable as error:

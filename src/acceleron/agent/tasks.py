@@ -33,7 +33,8 @@ from typing import Any
 
 from oslo_config import cfg
 
-from acceleron import metrics
+import acceleron
+from acceleron import formats, metrics
 from acceleron.agent.client import (
     ApiUnavailable,
     ApiUnreachable,
@@ -221,7 +222,11 @@ class TaskRunner:
             if kind in ("create_mdev", "remove_mdev"):
                 self._vgpu(task)
                 return {"state": "done", "result": {}}
-            raise TaskFailed(f"this agent does not know tasks of kind {kind!r}")
+            raise TaskFailed(
+                f"this agent (release {acceleron.__version__}, task format "
+                f"{formats.show(formats.TASK_VERSION)}) does not know tasks of "
+                f"kind {kind!r}: upgrade the agent"
+            )
         except TaskCancelled:
             LOG.info("Task %s was cancelled", task["uuid"])
             return {"state": "cancelled"}
@@ -230,6 +235,10 @@ class TaskRunner:
             return {"state": "failed", "error": str(error)[:4000]}
         except ApiUnavailable:
             raise
+        except KeyError as error:  # a parameter the task format of this agent requires
+            LOG.error("Task %s (%s) lacks parameter %s", task["uuid"], kind, error)
+            return {"state": "failed", "error": f"the task lacks its parameter {error}: this "
+                    f"agent reads task format {formats.show(formats.TASK_VERSION)}"}  # fmt: skip
         except Exception as error:  # a driver's bug must fail its task, not stop the agent
             LOG.exception("Task %s (%s) failed unexpectedly", task["uuid"], kind)
             return {"state": "failed", "error": f"unexpected error: {error!r}"[:4000]}

@@ -14,11 +14,12 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
+from acceleron import formats
 from acceleron.api import microversion, middleware, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import InvalidInput
-from acceleron.report import HostReport, check, check_values
+from acceleron.report import Incoming, check, check_values
 from acceleron.service import hosts as service
 from acceleron.service import inventory
 from acceleron.service.placement import PlacementService
@@ -126,7 +127,7 @@ async def show_host(hostname: str, call: CallDep) -> Response:
     responses={200: {"model": ReportOutcome}},
     summary="Report a host's whole inventory (agents; 2.5)",
 )
-async def report_host(hostname: str, report: HostReport, call: CallDep) -> Response:
+async def report_host(hostname: str, report: Incoming, call: CallDep) -> Response:
     call.authorize("host:report")
     if report.hostname != hostname:
         raise InvalidInput(
@@ -149,5 +150,6 @@ async def report_host(hostname: str, report: HostReport, call: CallDep) -> Respo
             "devices": outcome.devices,
             "generation": outcome.generation,
             "counts": dict(outcome.counts),
-        }
+        },
+        headers={formats.HEADER: formats.OURS.header()},
     )

@@ -4,6 +4,12 @@
 (waiting up to N seconds for one to appear); ``PUT /v2/tasks/{uuid}`` reports
 phase, progress and the end (``done`` with a result, ``failed`` with an error).
 The end of a task binds or fails its accelerator request, and Nova is told.
+
+The task format has a version (``acceleron.formats``): a claim hands the agent only
+the kinds of task its ``Acceleron-Agent-Formats`` header says it reads, and refuses
+(409 ``acceleron.unsupported_format``) an agent that reads no major of the task format
+this API writes. The answers carry the formats this API speaks in the same header.
+Fields of a task report this API does not know (a newer agent's) are ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
+from acceleron import formats
 from acceleron.api import microversion, middleware, wakeup, workers
 from acceleron.api.common import CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
@@ -26,6 +33,9 @@ router = APIRouter(
     responses=ERROR_RESPONSES,
     dependencies=[requires(microversion.V2_8, "Agent tasks")],
 )
+
+
+HEADERS = {formats.HEADER: formats.OURS.header()}
 
 
 class Task_2_8(TypedDict):
@@ -50,7 +60,8 @@ class TaskList(TypedDict):
 
 
 class TaskReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A newer agent's fields (a later minor task format) are ignored.
+    model_config = ConfigDict(extra="ignore")
 
     state: Literal["running", "done", "failed"]
     phase: str | None = Field(None, max_length=32)
@@ -87,18 +98,21 @@ async def claim_tasks(
     wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait for work.")] = 0,
 ) -> Response:
     call.authorize("task:claim")
+    agent = formats.Formats.parse(call.request.headers.get(formats.HEADER))
+    formats.check_tasks(agent)
+    kinds = formats.task_kinds(agent)
     deadline = time.monotonic() + wait
     state = call.request.app.state
     waker: wakeup.TaskWakeup = state.task_wakeup
     with waker.waiting(hostname) as woken:  # a task queued from now on wakes this poll
         while True:
             woken.clear()
-            found = await call.run(tasks.claim, hostname)
+            found = await call.run(tasks.claim, hostname, kinds)
             left = deadline - time.monotonic()
             if found or left <= 0 or state.stopping.is_set():
                 if not found:
                     middleware.routine(call.request)
-                return json_response({"tasks": [view(t) for t in found]})
+                return json_response({"tasks": [view(t) for t in found]}, headers=HEADERS)
             await wakeup.sleep(woken, min(left, waker.interval))
 
 
@@ -129,4 +143,4 @@ async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: Call
     call.request.app.state.nova.notify(resolved)
     if task.kind == "program" and task.state == "done":
         workers.wake_sync(call.request.app.state)  # the region's function traits change
-    return json_response(view(task))
+    return json_response(view(task), headers=HEADERS)

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
+from acceleron import formats
 from acceleron.api import microversion
 from acceleron.api.common import base_url, json_response
 from acceleron.api.errors import ERROR_RESPONSES
@@ -70,4 +71,6 @@ async def root(request: Request) -> Response:
 @router.get("/v2", responses={200: {"model": VersionDoc}}, summary="Show the v2 API version")
 @router.get("/v2/", include_in_schema=False)
 async def v2(request: Request) -> Response:
-    return json_response(_version(request, "v2.0"))
+    # The host report and task formats this API speaks, for its agents (acceleron.formats).
+    headers = {formats.HEADER: formats.OURS.header()}
+    return json_response(_version(request, "v2.0"), headers=headers)

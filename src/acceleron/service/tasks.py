@@ -8,20 +8,28 @@ one: an agent that restarts takes up its unfinished tasks again, and a bind
 whose task never finishes is failed by the reaper (``arqs.reap``).
 
 States: pending -> running -> done | failed; pending or running -> cancelled.
+
+Agents of different releases: a claim names the task kinds the agent's task format has
+(``acceleron.formats``), and only those are handed out; a task of another kind this
+release knows waits, pending, for an agent that can do it (or for the reaper). A kind
+this release does not know (queued by an API of a newer release beside it) is handed
+out as it is: the agent does it, or fails it saying it does not know it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
+from acceleron import formats
 from acceleron.db.models import Task, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock, signal
 from acceleron.exceptions import Conflict, InvalidInput, NotFound
+from acceleron.uuids import parse
 
 
 class TaskRecord(NamedTuple):
@@ -106,26 +114,41 @@ def cancel_for_arq(conn: Connection, arq_id: int) -> None:
     conn.execute(_CANCEL_FOR_ARQ, {"arq": arq_id, "now": utcnow()})
 
 
-def claim(db: Database, hostname: str) -> list[TaskRecord]:
+def claim(db: Database, hostname: str, kinds: Collection[str] | None = None) -> list[TaskRecord]:
     """The host's unfinished tasks, oldest first; pending ones become running (an agent
     that restarts gets back the ones it was running: it must not redo finished work).
-    Nothing pending (an idle agent's frequent question) costs one read."""
+    Only tasks of ``kinds`` (the agent's task format's; None: all) and of kinds this
+    release does not know are handed out. Nothing pending (an idle agent's frequent
+    question) costs one read."""
     with db.reader() as conn:
-        tasks = list(map(_make, conn.execute(_OPEN_FOR_HOST, {"host": hostname})))
-    if not any(t.state == "pending" for t in tasks):
+        tasks = _for_agent(conn.execute(_OPEN_FOR_HOST, {"host": hostname}), kinds)
+    pending = [t.id for t in tasks if t.state == "pending"]
+    if not pending:
         return tasks
-    return _start_pending(db, hostname)
+    return _start_pending(db, hostname, pending, kinds)
+
+
+def _for_agent(rows: Any, kinds: Collection[str] | None) -> list[TaskRecord]:
+    tasks = map(_make, rows)
+    if kinds is None:
+        return list(tasks)
+    return [t for t in tasks if t.kind in kinds or t.kind not in formats.TASK_KINDS]
+
+
+_START = (
+    update(TASKS)
+    .where(TASKS.c.id.in_(bindparam("ids", expanding=True)), TASKS.c.state == "pending")
+    .values(state="running", attempts=TASKS.c.attempts + 1, updated_at=bindparam("now"))
+)
 
 
 @retry_on_deadlock
-def _start_pending(db: Database, hostname: str) -> list[TaskRecord]:
+def _start_pending(
+    db: Database, hostname: str, ids: list[int], kinds: Collection[str] | None
+) -> list[TaskRecord]:
     with db.writer() as conn:
-        conn.execute(
-            update(TASKS)
-            .where(TASKS.c.hostname == hostname, TASKS.c.state == "pending")
-            .values(state="running", attempts=TASKS.c.attempts + 1, updated_at=utcnow())
-        )
-        return list(map(_make, conn.execute(_OPEN_FOR_HOST, {"host": hostname})))
+        conn.execute(_START, {"ids": ids, "now": utcnow()})
+        return _for_agent(conn.execute(_OPEN_FOR_HOST, {"host": hostname}), kinds)
 
 
 def get(db: Database, uuid: str) -> TaskRecord:
@@ -172,7 +195,7 @@ def record(
 
 def lock(conn: Connection, uuid: str) -> TaskRecord:
     """A task, read in the caller's transaction."""
-    task = conn.execute(_BY_UUID, {"uuid": uuid}).first()
+    task = conn.execute(_BY_UUID, {"uuid": parse(uuid, "uuid")}).first()
     if task is None:
         raise NotFound(f"Task {uuid!r} not found.")
     return _make(task)
