@@ -12,6 +12,7 @@ outlived ``[claims] timeout``) is undone by it, or by the next POST for its cons
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
@@ -75,22 +76,22 @@ class ClaimOut(BaseModel):
     )
 
 
-def view(found: claims.ClaimView, call: Call) -> dict[str, Any]:
-    claim, base = found.claim, call.base_url
+def view(found: claims.ClaimRecord, call: Call) -> dict[str, Any]:
+    consumer, base = found.consumer, call.base_url
     shown: dict[str, Any] = {
-        "consumer_uuid": claim.consumer,
-        "project_id": claim.project_id,
-        "device_profile_name": claim.device_profile_name,
+        "consumer_uuid": consumer,
+        "project_id": found.project_id,
+        "device_profile_name": found.device_profile_name,
         "state": found.state,
-        "hostname": claim.hostname,
+        "hostname": found.hostname,
         "failure_reason": found.failure_reason,
         "accelerator_requests": [arqs_api.view(a, call.version, base) for a in found.arqs],
-        "created_at": timestamp(claim.created_at),
-        "updated_at": timestamp(claim.updated_at),
-        "links": [{"href": f"{base}/v2/claims/{claim.consumer}", "rel": "self"}],
+        "created_at": timestamp(found.created_at),
+        "updated_at": timestamp(found.updated_at),
+        "links": [{"href": f"{base}/v2/claims/{consumer}", "rel": "self"}],
     }
     if call.version >= microversion.V2_16:
-        held = None if claim.state == "allocating" else claim.allocations
+        held = found.allocations
         shown["allocations"] = (
             None if held is None else {rp: {"resources": r} for rp, r in held.items()}
         )
@@ -112,45 +113,14 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
         microversion.require(call.version, microversion.V2_15, "A claim's hostname")
         claims.check_hostname(call.context, body.hostname)
     placement = _placement(call)
-    timeout = call.request.app.state.conf.claims.timeout
-    begin = (claims.begin, call.context, body.device_profile_name, body.consumer_uuid,
-             body.project_id, timeout)  # fmt: skip
-    try:
-        claim, groups = await call.run(*begin)
-    except claims.ClaimExists:  # one whose maker is gone is undone, and no longer in the way
-        recovered = await call.outbound(
-            claims.recover_consumer, call.db, placement.client(), body.consumer_uuid, timeout
-        )
-        if not recovered:
-            raise
-        claim, groups = await call.run(*begin)
-    store = call.bitstreams
-    user = call.context.user_id or "acceleron"
-    flat_mode, limits = arqs_api.flat_mode_of(call), arqs_api.limits_of(call)
-
-    def flow() -> None:  # blocking: Placement, and the bitstream store
-        client = placement.client()
-        placed: bool | None = False  # whether this maker's allocation was made
-        try:
-            request, hostname = claims.allocate(
-                call.db, client, claim, groups, user, store, body.hostname, flat_mode is None
-            )
-            placed = True
-            claims.bind(call.db, call.context, claim, request, hostname, store, flat_mode, limits)
-        except BaseException as error:
-            if isinstance(error, claims.MaybeAllocated):
-                placed = None
-            claims.give_up(call.db, client, claim, placed, timeout)
-            raise
-        finally:
-            claims.stopped(claim.id)
-
-    try:
-        await call.outbound(flow)
-    finally:  # the flow never ran (no thread free, say): left to recovery
-        claims.stopped(claim.id)
-    found = await call.run(claims.show, call.context, claim.consumer)
-    return json_response(view(found, call), 201)
+    make = functools.partial(
+        claims.make, store=call.bitstreams, flat_mode=arqs_api.flat_mode_of(call),
+        limits=arqs_api.limits_of(call), timeout=call.request.app.state.conf.claims.timeout,
+    )  # fmt: skip
+    made = await call.outbound(make, call.db, placement.client(), call.context,
+                               body.device_profile_name, body.consumer_uuid, body.project_id,
+                               body.hostname)  # fmt: skip
+    return json_response(view(made, call), 201)
 
 
 @router.get("/{consumer}", responses={200: {"model": ClaimOut}},
@@ -167,9 +137,5 @@ async def delete_claim(consumer: str, call: CallDep) -> Response:
         await call.run(claims.lookup, call.context, consumer)
     placement = _placement(call)
     timeout = call.request.app.state.conf.claims.timeout
-    claim = await call.run(claims.release, call.context, consumer, timeout)
-    try:
-        await call.outbound(claims.undo, call.db, placement.client(), claim)
-    finally:
-        claims.stopped(claim.id)
+    await call.outbound(claims.remove, call.db, placement.client(), call.context, consumer, timeout)
     return Response(status_code=204)

@@ -117,11 +117,21 @@ class GivenUp(Conflict):
 
 
 @dataclasses.dataclass(frozen=True)
-class ClaimView:
-    claim: Row[Any]
+class ClaimRecord:
+    """A claim as its caller sees it (``show``): its state follows its requests while
+    they are bound; ``allocations`` what it allocated in Placement (None while being
+    made, and for a claim made before claims recorded it)."""
+
+    consumer: str
+    project_id: str
+    device_profile_name: str
     state: str
+    hostname: str | None
     failure_reason: str | None
     arqs: tuple[arq_service.ArqRecord, ...]
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    allocations: Mapping[str, Mapping[str, int]] | None
 
 
 def _owner(context: RequestContext, project_id: str | None) -> str:
@@ -624,6 +634,82 @@ def _owner_context(claim: Row[Any]) -> RequestContext:
     return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
 
 
+# --- the whole flow: a claim made, a claim released ----------------------------------
+
+
+def make(
+    db: Database,
+    placement: PlacementClient,
+    context: RequestContext,
+    profile_name: str,
+    consumer: str,
+    project_id: str | None = None,
+    hostname: str | None = None,
+    *,
+    store: BitstreamStore | None = None,
+    flat_mode: tree.Options | None = None,
+    limits: quotas.Limits | None = None,
+    timeout: float = TIMEOUT,
+) -> ClaimRecord:
+    """The whole claim (``POST /v2/claims``): recorded (``begin``; a claim of the
+    consumer whose maker is gone, in the way, undone first), the best candidate
+    allocated in Placement (``allocate``, on ``hostname`` when given), its requests
+    created and bound (``bind``); on any failure undone (``give_up``) and the error
+    raised. The claim as ``show`` gives it. ``store``, ``flat_mode`` and ``limits`` as
+    for ``arqs.bind``; blocking (Placement, the bitstream store)."""
+    claim, groups = _begin(db, placement, context, profile_name, consumer, project_id, timeout)
+    user = context.user_id or "acceleron"
+    placed: bool | None = False  # whether this maker's allocation was made
+    try:
+        request, host = allocate(
+            db, placement, claim, groups, user, store, hostname, flat_mode is None
+        )
+        placed = True
+        bind(db, context, claim, request, host, store, flat_mode, limits)
+    except BaseException as error:
+        if isinstance(error, MaybeAllocated):
+            placed = None
+        give_up(db, placement, claim, placed, timeout)
+        raise
+    finally:
+        stopped(claim.id)
+    return show(db, context, claim.consumer)
+
+
+def _begin(
+    db: Database,
+    placement: PlacementClient,
+    context: RequestContext,
+    profile_name: str,
+    consumer: str,
+    project_id: str | None,
+    timeout: float,
+) -> tuple[Row[Any], list[dict[str, str]]]:
+    """``begin``; a claim in the way whose maker is gone is undone, and begun again."""
+    try:
+        return begin(db, context, profile_name, consumer, project_id, timeout)
+    except ClaimExists:
+        if not recover_consumer(db, placement, consumer, timeout):
+            raise
+        return begin(db, context, profile_name, consumer, project_id, timeout)
+
+
+def remove(
+    db: Database,
+    placement: PlacementClient,
+    context: RequestContext,
+    consumer: str,
+    timeout: float = TIMEOUT,
+) -> None:
+    """Release the consumer's claim (``DELETE /v2/claims/{consumer}``): taken
+    (``release``) and undone (``undo``). Blocking (Placement)."""
+    claim = release(db, context, consumer, timeout)
+    try:
+        undo(db, placement, claim)
+    finally:
+        stopped(claim.id)
+
+
 # --- who is at work on a claim, and for how long --------------------------------------
 
 _active: set[int] = set()  # the claims this process is at work on (making or undoing)
@@ -938,7 +1024,7 @@ def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
     return claim
 
 
-def show(db: Database, context: RequestContext, consumer: str) -> ClaimView:
+def show(db: Database, context: RequestContext, consumer: str) -> ClaimRecord:
     """The claim with its requests; its state follows them while they are bound."""
     claim = lookup(db, context, consumer)
     arqs = tuple(arq_service.of_instance(db, claim.consumer))
@@ -950,7 +1036,10 @@ def show(db: Database, context: RequestContext, consumer: str) -> ClaimView:
             reason = "; ".join(f"{a.uuid}: {a.failure_reason}" for a in failed)
         elif all(a.state == "Bound" for a in arqs):
             state = "bound"
-    return ClaimView(claim, state, reason, arqs)
+    held = None if claim.state == "allocating" else claim.allocations
+    return ClaimRecord(claim.consumer, claim.project_id, claim.device_profile_name, state,
+                       claim.hostname, reason, arqs, claim.created_at, claim.updated_at,
+                       held)  # fmt: skip
 
 
 def release(
