@@ -16,14 +16,12 @@ followed by its release:
 The periodic reconciler and the Placement sync's periodic verification of every host
 are off (``CONFIG``). A claim is the whole flow: allocation
 candidates from Placement, ranking, the allocation, the requests created and bound, the
-wait until they are Bound. Each is run three ways, side by side:
+wait until they are Bound. Each is run two ways, side by side:
 
 * ``placement``: Placement's own share, what no claim can go below: the candidates
   query a server-side claim sends first (same parameters, same ``limit``), the weigher's
   choice and ``PUT /allocations`` for a new consumer, over HTTP to the all-in-one's
   ``/placement``; released with ``DELETE /allocations``;
-* ``client``: the flow run by the client over HTTP and Placement (the baseline,
-  ``Claimer.claim_here``);
 * ``server``: one ``POST /v2/claims`` (2.12) followed until bound (``Claimer.claim``).
 
 Placement's share of a claim naming a function is shown on its own: the candidates query
@@ -31,7 +29,7 @@ for every host, against the one a server-side claim sends first (the regions hol
 function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
-        [--profiles daas-qat,...] [--flows placement,client,server] [--baseline REV]
+        [--profiles daas-qat,...] [--flows placement,server] [--baseline REV]
 
 With ``--baseline REV`` the server-side claims are first run, the same way, on the code
 of commit ``REV`` (its flow shown as the commit), and printed beside this tree's.
@@ -82,7 +80,7 @@ PROFILES = {
         {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION},
     ],
 }
-FLOWS = ("placement", "client", "server")
+FLOWS = ("placement", "server")
 BASELINE = "2723894"  # main before claims asked about hosts' trees first
 # No periodic reconciler pass (the API's first reads every provider's allocations: a
 # minute at 1,000 hosts, bench/reconcile.py), and no periodic verification of every
@@ -94,13 +92,18 @@ CONFIG = "[reconciler]\ninterval = 0\n[placement]\nverify_interval = 0\n"
 def claimer(url: str) -> Claimer:
     api = adapter.Adapter(session.Session(auth=NoAuth()), endpoint_override=url,
                           service_type="accelerator")  # fmt: skip
+    return Claimer(api, poll=0.01)
+
+
+def placement_client(url: str) -> PlacementClient:
+    """The all-in-one's Placement, with its admin token."""
     placement_url = f"{url}/placement"
     placement = adapter.Adapter(
         session.Session(auth=token_endpoint.Token(placement_url, "admin")),
         service_type="placement",
         endpoint_override=placement_url,
     )
-    return Claimer(api, PlacementClient(placement), poll=0.01)
+    return PlacementClient(placement)
 
 
 def survey(groups: list[dict[str, str]], roots: frozenset[str]) -> claims.Survey:
@@ -118,7 +121,7 @@ class PlacementOnly:
     it."""
 
     def __init__(self, url: str, roots: frozenset[str]) -> None:
-        self.placement = claimer(url).placement
+        self.placement = placement_client(url)
         self.roots = roots
 
     def claim(self, profile: str, consumer: str) -> None:
@@ -149,10 +152,7 @@ def run(
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
             try:
-                if flow_name == "client":
-                    flow.claim_here(profile, consumer)
-                else:
-                    flow.claim(profile, consumer)
+                flow.claim(profile, consumer)
             except Exception as error:  # counted and shown, the run goes on
                 failures.append(str(error))
                 continue
@@ -175,22 +175,22 @@ def run(
 
 def roots_of(url: str, hostnames: list[str]) -> frozenset[str]:
     """The compute node providers of the hosts."""
-    client = claimer(url).placement
+    client = placement_client(url)
     found = (client.find_provider(name) for name in hostnames)
     return frozenset(provider.uuid for provider in found if provider is not None)
 
 
 def candidates_queries(url: str, roots: frozenset[str]) -> dict[str, tuple[float, int]]:
-    """Placement's time for the query of every host (a client-side claim) against those
+    """Placement's time for the query of every host (as Nova builds it) against those
     a server-side claim sends, in turn: one host holding the function, the holders
     anywhere (``limit``), one host, every host (``limit``)."""
     groups = PROFILES["afaas-by-function"]
     sent = list(claims.candidate_queries(groups, survey(groups, roots),
                                          lambda trees, n: list(trees[:1])))  # fmt: skip
-    client = claimer(url).placement
+    client = placement_client(url)
     found = {}
     queries = {
-        "every host (client-side claim, baseline)": query.profile_query(groups).params(),
+        "every host (as Nova builds it, baseline)": query.profile_query(groups).params(),
         "1. one host holding it (in_tree), limit 10": sent[0],
         f"2. holders anywhere, limit {claims.HOLDERS_LIMIT}": sent[1],
         "3. one host (in_tree), limit 20": sent[2],

@@ -331,44 +331,41 @@ def test_ctrl_c_stops_it_and_a_restart_finds_everything(tmp_path: Path) -> None:
         assert api(server, "GET", f"/v2/bitstreams/{bitstream}")["status"] == "active"
 
 
-def claimer(aio: AllInOne, project: str | None = None, wrap: Any = None) -> Any:
-    """The Python API of the claim flow, as a program without Nova uses it (as an admin
-    of ``project``, if given; its Placement adapter wrapped in ``wrap``, if given)."""
-    from keystoneauth1 import adapter, session, token_endpoint
+def claimer(aio: AllInOne, project: str | None = None) -> Any:
+    """The Python API of claims, as a program without Nova uses it (as an admin of
+    ``project``, if given)."""
+    from keystoneauth1 import adapter, session
     from keystoneauth1.noauth import NoAuth
 
-    from acceleron.placement.client import PlacementClient
     from acceleron.scheduler.claim import Claimer
 
     headers = {"X-Project-Id": project, "X-Roles": "admin"} if project else {}
     api_adapter = adapter.Adapter(session.Session(auth=NoAuth()), endpoint_override=aio.url,
                                   service_type="accelerator",
                                   additional_headers=headers)  # fmt: skip
-    placement_url = f"{aio.url}/placement"
-    placement_session = session.Session(auth=token_endpoint.Token(placement_url, "admin"))
-    placement_adapter = adapter.Adapter(
-        placement_session, service_type="placement", endpoint_override=placement_url
-    )
-    if wrap is not None:
-        placement_adapter = wrap(placement_adapter)
-    return Claimer(api_adapter, PlacementClient(placement_adapter), poll=0.05)
+    return Claimer(api_adapter, poll=0.05)
 
 
 def test_the_claimer_takes_the_allocations_from_the_claim(aio: AllInOne) -> None:
-    """From 2.16 the claim shows what it allocated: the Claimer asks Placement nothing,
-    and hands back what Placement holds; against 2.15 it asks Placement."""
-    from tests.fixtures.placement import CountingAdapter
+    """From 2.16 the claim shows what it allocated: the Claimer hands back what Placement
+    holds; against 2.15 it has no allocations to show; an API older than 2.12 is told
+    the version claims need, and nothing is claimed."""
+    from acceleron.scheduler.claim import ClaimFailed
 
     name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
-    for latest, reads in (((2, 16), 0), ((2, 15), 1)):
-        flow, consumer = claimer(aio, wrap=CountingAdapter), str(uuid.uuid4())
+    for latest in ((2, 16), (2, 15)):
+        flow, consumer = claimer(aio), str(uuid.uuid4())
         flow._server_version = latest  # (2, 15): as an older API says
         made = flow.claim(name, consumer)
         held = placement(aio, f"/allocations/{consumer}")["allocations"]
-        assert made.allocations == {rp: a["resources"] for rp, a in held.items()}
-        counted = flow.placement._adapter
-        assert counted.count("GET", f"/allocations/{consumer}") == reads, latest
-        flow.release(consumer)
+        shown = {rp: a["resources"] for rp, a in held.items()} if latest >= (2, 16) else None
+        assert made.allocations == shown, latest
+        assert flow.release(consumer) == (1, True)
+    flow, consumer = claimer(aio), str(uuid.uuid4())
+    flow._server_version = (2, 11)
+    with pytest.raises(ClaimFailed, match=r"up to 2\.11; claims need 2\.12 or later"):
+        flow.claim(name, consumer)
+    assert placement(aio, f"/allocations/{consumer}")["allocations"] == {}
 
 
 def test_racing_claims_for_the_last_vfs_never_overbook(aio: AllInOne) -> None:

@@ -4,10 +4,8 @@ and the reconciler frees what is left, after its grace, and only Acceleron's par
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +22,6 @@ from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
 from acceleron.placement.publish import Syncer
-from acceleron.scheduler.claim import Claimer, ClaimFailed
 from acceleron.service import arqs, device_profiles
 from acceleron.service.placement import PlacementService, options_from_conf
 from acceleron.service.reconciler import Reconciler
@@ -170,21 +167,6 @@ def test_a_leak_waits_out_the_grace_and_a_dry_run_frees_nothing(
     assert held(placement, leaked) == {region: {FPGA: 1}}
 
 
-def test_a_claim_that_fails_halfway_drops_its_allocation(
-    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
-) -> None:
-    """The API goes away after Placement allocated: the requests cannot be deleted, but
-    the allocation still is (and nothing is left for the reconciler)."""
-    consumer = str(uuid.uuid4())
-    with contextlib.ExitStack() as stack:
-        url = stack.enter_context(serve(create_app(conf, db)))
-        claimer = Claimer(api_adapter(url), StopsTheApiAfterAllocating(placement, stack.close))
-        with pytest.raises(ClaimFailed, match="cannot be reached"):
-            claimer.claim_here("fpga", consumer)  # the flow run by the client
-    assert held(placement, consumer) == {}
-    assert reconciler(db, placement).run() == []
-
-
 class FailsAfterAllocating(PlacementClient):
     """The real client; its allocation is made, then the answer is lost."""
 
@@ -229,18 +211,6 @@ def test_a_server_side_claim_that_fails_halfway_is_undone(
         assert refused.status_code == 409 and "holds allocations" in refused.text
         assert held(placement, other) == {region: {FPGA: 1}}
     assert held(placement, consumer) == {}
-
-
-class StopsTheApiAfterAllocating(PlacementClient):
-    """The real client; once its allocation is made, ``stop`` takes the API away."""
-
-    def __init__(self, inner: adapter.Adapter, stop: Callable[[], None]) -> None:
-        super().__init__(inner)
-        self._stop = stop
-
-    def put_allocations(self, consumer: str, allocations: Any, **kwargs: Any) -> None:
-        super().put_allocations(consumer, allocations, **kwargs)
-        self._stop()
 
 
 def api_adapter(url: str) -> adapter.Adapter:

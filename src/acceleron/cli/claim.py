@@ -1,99 +1,44 @@
 """``acceleron claim`` and ``acceleron release``: accelerators without Nova.
 
-``claim`` asks the API for a claim (``POST /v2/claims``, docs/claims.md): the API asks
-Placement for candidates as Nova would, ranks them with spec 001's weigher, allocates,
-creates and binds the requests. The command follows any programming on stderr and
-prints the attach handles. ``release`` undoes all of it (``DELETE /v2/claims/{uuid}``).
-Against an API older than 2.12, the same flow runs in the command itself.
-
-Placement is reached at ``--placement-url`` (env ``ACCELERON_PLACEMENT_URL``): by
-default the all-in-one's, ``<API>/placement`` with its admin token, or the Keystone
-catalog's ``placement`` endpoint when authenticating with Keystone.
+``claim`` asks the API for a claim (``POST /v2/claims``, microversion 2.12 or later;
+docs/claims.md): the API asks Placement for candidates as Nova would, ranks them with
+spec 001's weigher, allocates, creates and binds the requests. The command follows any
+programming on stderr and prints the attach handles. ``release`` undoes all of it
+(``DELETE /v2/claims/{uuid}``). Both talk to the API alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from keystoneauth1 import adapter, session, token_endpoint
-
 from acceleron.cli.base import AnyCommand, Command, Lister
-from acceleron.cli.client import (
-    ApiClient,
-    CommandError,
-    api_client,
-    connection_failure,
-    unreachable,
-)
+from acceleron.cli.client import CommandError, api_client, connection_failure, unreachable
 from acceleron.cli.inventory import JsonColumn
 
-ADMIN_TOKEN = "admin"  # the embedded Placement's noauth admin
 EXIT_NOTHING_RELEASED = 1
 
 
-def placement_client(client: ApiClient, url: str | None) -> Any:
-    """The Placement client for the API the CLI talks to."""
-    from acceleron.placement.client import PlacementClient
-
-    endpoint = placement_url(client, url)
-    if client.noauth:
-        sess = session.Session(auth=token_endpoint.Token(endpoint, ADMIN_TOKEN))
-    else:
-        sess = client.session
-    return PlacementClient(
-        adapter.Adapter(sess, service_type="placement", endpoint_override=endpoint)
-    )
-
-
-def placement_url(client: ApiClient, url: str | None) -> str | None:
-    """Placement's endpoint: ``url``, or the all-in-one's, or (None) the catalog's."""
-    if url or not client.noauth:
-        return url
-    return f"{client.url}/placement"
-
-
-def _claimer(command: AnyCommand, parsed_args: argparse.Namespace, timeout: float = 0) -> Any:
+def _claimer(command: AnyCommand, timeout: float = 600.0) -> Any:
     from acceleron.scheduler.claim import Claimer
 
-    client = api_client(command)
-    return Claimer(client.api, placement_client(client, _option(parsed_args)), timeout=timeout)
-
-
-def _option(parsed_args: argparse.Namespace) -> str | None:
-    url: str | None = parsed_args.placement_url or os.environ.get("ACCELERON_PLACEMENT_URL")
-    return url
+    return Claimer(api_client(command).api, timeout=timeout)
 
 
 @contextlib.contextmanager
-def _failures(command: AnyCommand, parsed_args: argparse.Namespace) -> Iterator[None]:
-    """The claim flow's errors as one line each; an unreachable API or Placement in the
-    CLI's words."""
-    from acceleron.exceptions import PlacementError
+def _failures(command: AnyCommand) -> Iterator[None]:
+    """The claim's errors as one line each; an unreachable API in the CLI's words."""
     from acceleron.scheduler.claim import ClaimFailed
 
     try:
         yield
-    except (ClaimFailed, PlacementError) as error:
+    except ClaimFailed as error:
         lost = connection_failure(error)
         if lost is None:
             raise CommandError(str(error)) from error
-        client = api_client(command)
-        if isinstance(error, PlacementError):
-            where = placement_url(client, _option(parsed_args))
-            raise unreachable(where, lost, "Placement") from error
-        raise unreachable(client.url, lost) from error
-
-
-def _placement_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--placement-url", metavar="URL",
-        help="Placement's endpoint (env ACCELERON_PLACEMENT_URL; default: the all-in-one's, "
-        "or the Keystone catalog's).",
-    )  # fmt: skip
+        raise unreachable(api_client(command).url, lost) from error
 
 
 class Progress:
@@ -133,21 +78,18 @@ class Claim(Lister):
             "--project-id",
             help="Project to claim for (admins and services; default: the caller's).",
         )
-        parser.add_argument("--user-id", default="acceleron", help="Placement user.")
         parser.add_argument(
             "--timeout", type=float, default=600.0, metavar="SECONDS",
             help="How long to wait while regions are programmed or vGPUs made (default 600).",
         )  # fmt: skip
-        _placement_option(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        with _failures(self, parsed_args):
-            claim = _claimer(self, parsed_args, parsed_args.timeout).claim(
+        with _failures(self):
+            claim = _claimer(self, parsed_args.timeout).claim(
                 parsed_args.profile,
                 parsed_args.consumer,
                 project_id=parsed_args.project_id,
-                user_id=parsed_args.user_id,
                 progress=Progress(self.app.stderr),
             )
         self.app.stderr.write(f"Claimed on {claim.hostname} for {claim.consumer}.\n")
@@ -162,8 +104,8 @@ class Claim(Lister):
 class Release(Command):
     """Release what a consumer claimed: its requests and its Placement allocation.
 
-    A consumer that holds nothing is an error (a mistyped uuid, say), unless
-    --if-exists is given.
+    A consumer without a claim is an error (a mistyped uuid, say), unless --if-exists
+    is given.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -171,23 +113,19 @@ class Release(Command):
         parser.add_argument("--consumer", required=True, help="Consumer uuid.")
         parser.add_argument(
             "--if-exists", action="store_true",
-            help="A consumer that holds nothing is not an error.",
+            help="A consumer without a claim is not an error.",
         )  # fmt: skip
-        _placement_option(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         consumer = parsed_args.consumer
-        with _failures(self, parsed_args):
-            count, dropped = _claimer(self, parsed_args).release(consumer)
-        if not count and not dropped:
-            self.app.stderr.write(
-                f"Nothing to release: consumer {consumer} holds no accelerator requests and "
-                "no allocation.\n"
-            )
+        with _failures(self):
+            count, claimed = _claimer(self).release(consumer)
+        if not claimed:
+            self.app.stderr.write(f"Nothing to release: consumer {consumer} has no claim.\n")
             return 0 if parsed_args.if_exists else EXIT_NOTHING_RELEASED
-        allocation = "its allocation dropped" if dropped else "it had no allocation"
         self.app.stdout.write(
-            f"Released {count} accelerator request(s) of {consumer}; {allocation}.\n"
+            f"Released the claim of {consumer}: {count} accelerator request(s) deleted, "
+            "its allocation dropped.\n"
         )
         return 0

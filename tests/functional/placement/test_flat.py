@@ -109,8 +109,8 @@ def test_a_claim_lands_on_a_region_that_holds_the_function(
     api, compute = flat
     consumer = str(uuid.uuid4())
     with serve(api.app) as url:  # type: ignore[arg-type]
-        claim = Claimer(api_adapter(url), PlacementClient(placement)).claim("function", consumer)
-    assert claim.hostname == HOST and dict(claim.allocations) == {compute: {FPGA: 1}}
+        claim = Claimer(api_adapter(url)).claim("function", consumer)
+    assert claim.hostname == HOST and claim.allocations == {compute: {FPGA: 1}}
     (arq,) = claim.arqs
     assert arq["state"] == "Bound" and arq["device_rp_uuid"] == compute
     region = held_by(db, arq["uuid"])
@@ -188,7 +188,7 @@ def test_migrate_to_nested_waits_for_the_claims_to_go(
     client = PlacementClient(placement)
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(serve(api.app))  # type: ignore[arg-type]
-        claimer = Claimer(api_adapter(url), client)
+        claimer = Claimer(api_adapter(url))
         claimer.claim("fpga", consumer)
         api.app.state.sync_worker.stop()  # type: ignore[attr-defined]
         conf.set_override("nested", True, "placement")
