@@ -134,8 +134,9 @@ OURS = Formats.of([REPORT_VERSION], [TASK_VERSION])
 UNVERSIONED_FORMATS = Formats.of([UNVERSIONED], [UNVERSIONED])
 
 
-def check_report(version: Version, ours: Formats = OURS) -> None:
+def check_report(version: Version, ours: Formats | None = None) -> None:
     """UnsupportedFormat unless this API reads report format ``version``."""
+    ours = ours or OURS
     if not ours.reads(REPORT, version):
         raise UnsupportedFormat(
             f"The host report is in format {show(version)}, which this API does not read: "
@@ -145,11 +146,11 @@ def check_report(version: Version, ours: Formats = OURS) -> None:
         )
 
 
-def task_kinds(agent: Formats, ours: Formats = OURS) -> frozenset[str] | None:
+def task_kinds(agent: Formats, ours: Formats | None = None) -> frozenset[str] | None:
     """The task kinds of this API that an agent speaking ``agent`` executes; None when the
     agent reads no task format this API writes (UnsupportedFormat is then raised by
     ``check_tasks``)."""
-    version = ours.common(TASK, agent)
+    version = (ours or OURS).common(TASK, agent)
     if version is None:
         return None
     return frozenset(
@@ -157,9 +158,10 @@ def task_kinds(agent: Formats, ours: Formats = OURS) -> frozenset[str] | None:
     )
 
 
-def check_tasks(agent: Formats, ours: Formats = OURS) -> Version:
+def check_tasks(agent: Formats, ours: Formats | None = None) -> Version:
     """The task format to use with an agent speaking ``agent``; UnsupportedFormat when
     there is none."""
+    ours = ours or OURS
     version = ours.common(TASK, agent)
     if version is None:
         raise UnsupportedFormat(

@@ -129,6 +129,7 @@ async def show_host(hostname: str, call: CallDep) -> Response:
 )
 async def report_host(hostname: str, report: Incoming, call: CallDep) -> Response:
     call.authorize("host:report")
+    formats.check_report(report.version)
     if report.hostname != hostname:
         raise InvalidInput(
             f"The report is for host {report.hostname!r} but was sent to {hostname!r}."

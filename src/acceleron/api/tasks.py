@@ -35,7 +35,8 @@ router = APIRouter(
 )
 
 
-HEADERS = {formats.HEADER: formats.OURS.header()}
+def formats_header() -> dict[str, str]:
+    return {formats.HEADER: formats.OURS.header()}
 
 
 class Task_2_8(TypedDict):
@@ -112,7 +113,7 @@ async def claim_tasks(
             if found or left <= 0 or state.stopping.is_set():
                 if not found:
                     middleware.routine(call.request)
-                return json_response({"tasks": [view(t) for t in found]}, headers=HEADERS)
+                return json_response({"tasks": [view(t) for t in found]}, headers=formats_header())
             await wakeup.sleep(woken, min(left, waker.interval))
 
 
@@ -143,4 +144,4 @@ async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: Call
     call.request.app.state.nova.notify(resolved)
     if task.kind == "program" and task.state == "done":
         workers.wake_sync(call.request.app.state)  # the region's function traits change
-    return json_response(view(task), headers=HEADERS)
+    return json_response(view(task), headers=formats_header())
