@@ -5,9 +5,9 @@ A group names its function directly (``accel:function_id``), by name
 (``accel:function_name``) or through the bitstream to program (``accel:bitstream_id``,
 ``accel:bitstream_name``). The last three are looked up in the bitstream catalogue
 over the API (``GET /v2/bitstreams``), as binding looks them up: the functions of the
-bitstreams found are the ones wanted. Used by the claim flow
-(:mod:`acceleron.scheduler.claim`) and Nova's weigher
-(:mod:`acceleron.scheduler.nova_weigher`).
+bitstreams found are the ones wanted. Used by Nova's weigher
+(:mod:`acceleron.scheduler.nova_weigher`); a claim resolves them in the API
+(:mod:`acceleron.service.claims`).
 """
 
 from __future__ import annotations
