@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import time
-import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -36,6 +35,7 @@ from acceleron.client.errors import detail
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed
 from acceleron.exceptions import InvalidInput
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_device_class
+from acceleron.uuids import parse
 from os_acc import operations
 
 if TYPE_CHECKING:
@@ -520,6 +520,6 @@ def _is_accelerator_entry(key: str) -> bool:
 def _instance_uuid(instance_info: Mapping[str, Any]) -> str:
     value = instance_info.get("uuid")
     try:
-        return str(uuidlib.UUID(str(value)))
-    except ValueError:
+        return parse(str(value), "uuid")
+    except InvalidInput:
         raise PlugFailed(f"instance_info needs the instance's uuid, got {value!r}") from None

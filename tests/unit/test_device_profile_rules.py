@@ -161,9 +161,9 @@ def test_uuid_like() -> None:
     assert not uuids.is_uuid_like("{" + FID + "}")
     assert not uuids.is_uuid_like(FID + "\n")
     assert not uuids.is_uuid_like(FID[:8] + FID[9:])  # dashes all or none
-    assert uuids.canonical(FID.upper().replace("-", "")) == FID.lower()
-    with pytest.raises(ValueError):
-        uuids.canonical("urn:uuid:" + FID)
+    assert uuids.parse(FID.upper().replace("-", ""), "id") == FID.lower()
+    with pytest.raises(InvalidInput, match=r"^function_id: 'urn:uuid:"):
+        uuids.parse("urn:uuid:" + FID, "function_id")
 
 
 def test_a_trailing_newline_cannot_name_a_profile() -> None:

@@ -23,13 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
+from acceleron import uuids
 from acceleron.api import microversion
 from acceleron.api.common import (
     Call,
     CallDep,
     json_response,
     requires,
-    same_uuid,
     split_list,
     timestamp,
 )
@@ -282,7 +282,7 @@ async def patch_arq(
 ) -> Response:
     if isinstance(body, list):
         return await _patch({uuid: body}, call)
-    if any(not same_uuid(key, uuid) for key in body):
+    if any(not uuids.same(key, uuid) for key in body):
         raise InvalidInput(
             f"The body may patch only accelerator request {uuid[:64]}, the one the path names."
         )

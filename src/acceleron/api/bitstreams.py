@@ -48,6 +48,7 @@ from acceleron.bitstreams import Bitstream, NewBitstream
 from acceleron.bitstreams.model import PUBLIC
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.exceptions import Forbidden, InvalidInput
+from acceleron.uuids import parse
 
 router = APIRouter(
     prefix="/v2/bitstreams",
@@ -155,7 +156,7 @@ def _owner(bitstream: Bitstream) -> dict[str, object]:
 
 async def _one(call: Call, ident: str) -> Bitstream:
     """The bitstream, 404 unless the caller sees it."""
-    return await call.outbound(call.bitstreams.get, ident, _scope(call))
+    return await call.outbound(call.bitstreams.get, parse(ident, "uuid"), _scope(call))
 
 
 # --- the upload's body ------------------------------------------------------------------

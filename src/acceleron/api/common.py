@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import re
 import types
-import uuid as uuidlib
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -259,11 +258,3 @@ def split_list(value: str | None) -> list[str] | None:
     if value is None:
         return None
     return [item for item in (part.strip() for part in value.split(",")) if item]
-
-
-def same_uuid(a: str, b: str) -> bool:
-    """Whether two spellings name one uuid (or, not being uuids, are equal)."""
-    try:
-        return uuidlib.UUID(a) == uuidlib.UUID(b)
-    except ValueError:
-        return a == b

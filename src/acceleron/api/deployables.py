@@ -32,8 +32,9 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
+from acceleron import uuids
 from acceleron.api import microversion
-from acceleron.api.common import Call, CallDep, json_response, requires, same_uuid, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.devices import (
     HealthDetail,
     MaintenanceIn,
@@ -413,7 +414,7 @@ async def program_deployable_sdk(
     body: Annotated[list[ProgramOp], Body(min_length=1, max_length=1)],
     call: CallDep,
 ) -> Response:
-    if not same_uuid(uuid, again):
+    if not uuids.same(uuid, again):
         raise HTTPException(404, f"No such path: the two uuids differ ({again[:64]}).")
     return await program_deployable(uuid, body, call)
 

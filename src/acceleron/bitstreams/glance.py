@@ -43,10 +43,9 @@ from acceleron.bitstreams.model import (
     Bitstream,
     NewBitstream,
     Query,
-    canonical_uuid,
 )
 from acceleron.exceptions import BitstreamNotFound, BitstreamStoreError
-from acceleron.uuids import is_uuid_like
+from acceleron.uuids import is_uuid_like, parse
 
 PAGE_SIZE = 200
 # Properties openstacksdk adds to the images it creates, for its own bookkeeping.
@@ -108,7 +107,7 @@ class GlanceStore(BitstreamStore):
     def _get(self, bitstream_id: str) -> Bitstream | None:
         if not is_uuid_like(bitstream_id):
             return None
-        response = self._request("GET", f"/images/{canonical_uuid(bitstream_id, 'id')}")
+        response = self._request("GET", f"/images/{parse(bitstream_id, 'id')}")
         return None if response.status_code == 404 else _to_bitstream(response.json())
 
     def _find(self, query: Query) -> list[Bitstream]:
@@ -125,7 +124,7 @@ class GlanceStore(BitstreamStore):
     def _remove(self, bitstream_id: str) -> bool:
         if not is_uuid_like(bitstream_id):
             return False
-        image_url = f"/images/{canonical_uuid(bitstream_id, 'id')}"
+        image_url = f"/images/{parse(bitstream_id, 'id')}"
         return self._request("DELETE", image_url).status_code != 404
 
     @contextlib.contextmanager

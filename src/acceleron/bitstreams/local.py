@@ -34,13 +34,12 @@ from acceleron.bitstreams.model import (
     Bitstream,
     NewBitstream,
     Query,
-    canonical_uuid,
 )
 from acceleron.db.models import Bitstream as BitstreamRow
 from acceleron.db.models import table
 from acceleron.db.session import Database
 from acceleron.exceptions import BitstreamNotFound, BitstreamStoreError, Conflict
-from acceleron.uuids import is_uuid_like
+from acceleron.uuids import is_uuid_like, parse
 
 HASH_ALGO = "sha256"
 
@@ -174,7 +173,7 @@ def _insert(conn: Connection, values: dict[str, Any]) -> Row[Any]:
 
 
 def _canonical_id(bitstream_id: str) -> str | None:
-    return canonical_uuid(bitstream_id, "bitstream_id") if is_uuid_like(bitstream_id) else None
+    return parse(bitstream_id, "bitstream_id") if is_uuid_like(bitstream_id) else None
 
 
 def _new_row(meta: NewBitstream, sha256: str, size: int, status: str = ACTIVE) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from acceleron.exceptions import InvalidInput
-from acceleron.uuids import canonical, is_uuid_like
+from acceleron.uuids import parse
 
 NAME_MAX = 255
 VALUE_MAX = 255
@@ -51,15 +51,8 @@ def fold_uuid(value: str) -> str:
     return value.strip().lower().replace("-", "")
 
 
-def canonical_uuid(value: str, field: str) -> str:
-    """``value`` as a lower-case dashed UUID, or InvalidInput naming ``field``."""
-    if not is_uuid_like(value.strip()):
-        raise InvalidInput(f"{field}: {value!r} is not a UUID (32 hex digits, dashes optional).")
-    return canonical(value.strip())
-
-
 def _optional_uuid(value: str | None, field: str) -> str | None:
-    return None if value is None else canonical_uuid(value, field)
+    return None if value is None else parse(value, field)
 
 
 def check_text(value: str, field: str, limit: int = NAME_MAX) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from cliff.columns import FormattableColumn
 from acceleron.cli.base import AnyCommand, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
 from acceleron.tree import Node, draw
+from acceleron.uuids import is_uuid_like, parse
 
 DEVICES = "/v2/devices"
 DEPLOYABLES = "/v2/deployables"
@@ -120,10 +120,8 @@ def find_uuid(
     """The uuid of ``ident``: itself when it is one, else that of the one item the list
     at ``path`` has for ``query``, as OSC finds a name. ``what`` names the item for
     the errors ("deployable named 'x'")."""
-    try:
-        return str(uuidlib.UUID(ident))
-    except ValueError:
-        pass
+    if is_uuid_like(ident):
+        return parse(ident, what)
     found = fetch(client, path, path.rsplit("/", 1)[1], query, version)
     if not found:
         raise CommandError(f"No {what}.")

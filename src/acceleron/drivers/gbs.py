@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from acceleron import uuids
 from acceleron.drivers.errors import BitstreamError
 from acceleron.drivers.sysfs import normalize_uuid
 
@@ -134,7 +135,11 @@ def build(
 ) -> bytes:
     """A GBS image with the given ids (for the fake driver's users, tests and demos)."""
     clusters = [
-        {"name": f"afu{i}", "total-contexts": 1, "accelerator-type-uuid": str(uuid.UUID(afu))}
+        {
+            "name": f"afu{i}",
+            "total-contexts": 1,
+            "accelerator-type-uuid": uuids.parse(afu, "accelerator-type-uuid"),
+        }
         for i, afu in enumerate(accelerator_type_uuids)
     ]
     metadata = {
@@ -142,7 +147,7 @@ def build(
         "platform-name": platform_name,
         "afu-image": {
             "magic-no": MAGIC_NO,
-            "interface-uuid": str(uuid.UUID(interface_uuid)),
+            "interface-uuid": uuids.parse(interface_uuid, "interface-uuid"),
             "accelerator-clusters": clusters,
         },
     }

@@ -75,7 +75,7 @@ from acceleron.exceptions import (
 from acceleron.placement import names, tree
 from acceleron.service import fitting, flat, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
-from acceleron.uuids import is_uuid_like
+from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
@@ -267,11 +267,7 @@ def _view_of(conn: Connection, context: RequestContext, uuids: Sequence[str]) ->
 
 
 def _check_uuids(values: Iterable[str], what: str = "uuid") -> list[str]:
-    found = list(dict.fromkeys(values))
-    for value in found:
-        if not is_uuid_like(value):
-            raise InvalidInput(f"{what}: {value[:64]!r} is not a UUID.")
-    return [str(uuidlib.UUID(v)) for v in found]
+    return [parse(value, what) for value in dict.fromkeys(values)]
 
 
 def list_arqs(

@@ -33,10 +33,10 @@ from acceleron.service.listing import (
     Page,
     check_id,
     check_text,
-    check_uuid,
     conditions,
     paginate,
 )
+from acceleron.uuids import parse
 
 ATTRIBUTES = table(Attribute)
 DEPLOYABLES = table(Deployable)
@@ -72,7 +72,7 @@ _BY_UUID = _SELECT.where(ATTRIBUTES.c.uuid == bindparam("uuid"))
 SORT_KEYS = ("created_at", "key", "uuid")
 FILTERS: dict[str, Filter] = {
     "deployable_id": Filter(ATTRIBUTES.c.deployable_id, check_id),
-    "deployable_uuid": Filter(DEPLOYABLES.c.uuid, check_uuid),
+    "deployable_uuid": Filter(DEPLOYABLES.c.uuid, parse),
     "key": Filter(ATTRIBUTES.c.key),
 }
 
@@ -87,7 +87,7 @@ def list_attributes(
 
 
 def get(db: Database, uuid: str) -> AttributeRecord:
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.reader() as conn:
         attribute = conn.execute(_BY_UUID, {"uuid": wanted}).first()
     if attribute is None:
@@ -107,7 +107,7 @@ def _deployable_id(conn: Any, deployable: int | str) -> int:
         wanted: Any = check_id(str(deployable), "deployable_id")
         where = DEPLOYABLES.c.id == wanted
     else:
-        wanted = check_uuid(deployable, "deployable_id")
+        wanted = parse(deployable, "deployable_id")
         where = DEPLOYABLES.c.uuid == wanted
     found = conn.execute(select(DEPLOYABLES.c.id).where(where).with_for_update()).first()
     if found is None:
@@ -146,7 +146,7 @@ def create(db: Database, deployable: int | str, key: str, value: str) -> Attribu
 
 def delete_attribute(db: Database, uuid: str) -> None:
     """Delete an operator's attribute. An agent's belongs to its reports (Conflict)."""
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.writer() as conn:
         found = conn.execute(
             select(ATTRIBUTES.c.id, ATTRIBUTES.c.source).where(ATTRIBUTES.c.uuid == wanted)

@@ -80,6 +80,7 @@ from acceleron.scheduler import query, weigher
 from acceleron.service import arqs as arq_service
 from acceleron.service import fitting, quotas
 from acceleron.service.device_profiles import could_exist
+from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
@@ -146,10 +147,7 @@ def _owner(context: RequestContext, project_id: str | None) -> str:
 
 
 def _consumer(value: str) -> str:
-    try:
-        return str(uuidlib.UUID(value))
-    except ValueError:
-        raise InvalidInput(f"consumer_uuid: {value[:64]!r} is not a UUID.") from None
+    return parse(value, "consumer_uuid")
 
 
 def begin(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
@@ -47,10 +46,10 @@ from acceleron.service.listing import (
     Listed,
     Page,
     check_text,
-    check_uuid,
     conditions,
     paginate,
 )
+from acceleron.uuids import is_uuid_like, parse
 
 
 class DeployableRecord(NamedTuple):
@@ -151,10 +150,9 @@ def fold_id(value: str, param: str) -> str:
     """A region type or function id as the look-ups compare them: a uuid in any
     spelling as its 32 lower-case hex digits, anything else in lower case without
     hyphens and underscores (drivers report either spelling, users write either)."""
-    try:
-        return uuidlib.UUID(value).hex
-    except ValueError:
-        return check_text(64)(value, param).strip().lower().replace("-", "").replace("_", "")
+    if is_uuid_like(value):
+        return parse(value, param).replace("-", "")
+    return check_text(64)(value, param).strip().lower().replace("-", "").replace("_", "")
 
 
 def _folded(column: ColumnElement[Any]) -> ColumnElement[str]:
@@ -189,14 +187,14 @@ FILTERS: dict[str, Filter] = {
     "name": Filter(DEPLOYABLES.c.name),
     "kind": Filter(DEPLOYABLES.c.kind),
     "key": Filter(DEPLOYABLES.c.key),
-    "parent_uuid": Filter(_PARENT.c.uuid, check_uuid),
-    "root_uuid": Filter(_ROOT.c.uuid, check_uuid),
-    "device_uuid": Filter(DEVICES.c.uuid, check_uuid),
+    "parent_uuid": Filter(_PARENT.c.uuid, parse),
+    "root_uuid": Filter(_ROOT.c.uuid, parse),
+    "device_uuid": Filter(DEVICES.c.uuid, parse),
     "hostname": Filter(DEVICES.c.hostname),
     "type": Filter(DEVICES.c.type),
     "availability": Filter(DEPLOYABLES.c.availability),
-    "instance_uuid": Filter(DEPLOYABLES.c.instance_uuid, check_uuid),
-    "rp_uuid": Filter(DEPLOYABLES.c.rp_uuid, check_uuid),
+    "instance_uuid": Filter(DEPLOYABLES.c.instance_uuid, parse),
+    "rp_uuid": Filter(DEPLOYABLES.c.rp_uuid, parse),
     "driver_name": Filter(DEPLOYABLES.c.driver_name),
     "bitstream_id": Filter(DEPLOYABLES.c.bitstream_id),
     "region_type": IdFilter(DEPLOYABLES.c.region_type),
@@ -301,7 +299,7 @@ def list_deployables(
 
 
 def get(db: Database, uuid: str) -> DeployableInfo:
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.reader() as conn:
         row = conn.execute(_BY_UUID, {"uuid": wanted}).first()
         if row is None:
@@ -311,7 +309,7 @@ def get(db: Database, uuid: str) -> DeployableInfo:
 
 def attributes_of(db: Database, uuid: str) -> dict[str, Any]:
     """A deployable's attributes, nested."""
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.reader() as conn:
         found = conn.execute(_ID_BY_UUID, {"uuid": wanted}).first()
         if found is None:
@@ -326,5 +324,5 @@ def attribute_of(db: Database, uuid: str, key: str) -> Any:
     try:
         return attributes.lookup(nested, key)
     except KeyError:
-        wanted = check_uuid(uuid, "uuid")
+        wanted = parse(uuid, "uuid")
         raise NotFound(f"Deployable {wanted} has no attribute {key[:255]!r}.") from None

@@ -27,7 +27,7 @@ from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
-from acceleron.uuids import is_uuid_like
+from acceleron.uuids import is_uuid_like, parse
 
 LOG = logging.getLogger(__name__)
 
@@ -89,8 +89,7 @@ def _check_amount(value: str, where: str) -> str:
 
 
 def _check_uuid_value(value: str, where: str) -> str:
-    if not is_uuid_like(value):
-        raise InvalidInput(f"{where}: {value!r} is not a UUID.")
+    parse(value, where)  # kept as written: a profile shows its groups as given
     return value
 
 

@@ -18,11 +18,11 @@ from acceleron.service.listing import (
     Listed,
     Page,
     check_address,
-    check_uuid,
     check_vendor,
     conditions,
     paginate,
 )
+from acceleron.uuids import parse
 
 # --- devices --------------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ def list_devices(
 
 
 def get(db: Database, uuid: str) -> DeviceRecord:
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.reader() as conn:
         device = conn.execute(BY_UUID, {"uuid": wanted}).first()
     if device is None:
@@ -97,7 +97,7 @@ def get(db: Database, uuid: str) -> DeviceRecord:
 def set_status(db: Database, uuid: str, status: str) -> DeviceRecord:
     """Enable a device (``enabled``) or take it out of service (``maintaining``): a device
     in maintenance reserves its whole inventory in Placement, so nothing new lands on it."""
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.writer() as conn:
         row = conn.execute(BY_UUID, {"uuid": wanted}).first()
         if row is None:

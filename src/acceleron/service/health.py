@@ -28,7 +28,7 @@ from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput, NotFound
 from acceleron.service import devices
 from acceleron.service.devices import DeviceRecord
-from acceleron.service.listing import check_uuid
+from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
@@ -58,7 +58,7 @@ def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None
     """Put a device in maintenance (``reason`` required, kept with the time) or take it
     out. Existing binds stay; new ones are refused unless their profile tolerates the
     reason. Doing it again with another reason updates the reason, not the time."""
-    wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
+    wanted, why = parse(uuid, "uuid"), _reason(on, reason)
     row = _set_maintenance(db, DEVICES, devices.BY_UUID, wanted, on, why, "Device")
     device = devices.make(row)
     LOG.info("Device %s (%s %s) maintenance %s%s", device.uuid, device.hostname,
@@ -68,7 +68,7 @@ def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None
 
 def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> None:
     """The same for one deployable (an FPGA region, a MIG profile) of a device."""
-    wanted, why = check_uuid(uuid, "uuid"), _reason(on, reason)
+    wanted, why = parse(uuid, "uuid"), _reason(on, reason)
     by_uuid = (
         select(DEPLOYABLES, DEVICES.c.hostname)
         .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
@@ -146,7 +146,7 @@ def bound_to_device(conn: Connection, device_id: int) -> list[Bound]:
 
 def device_with_binds(db: Database, uuid: str) -> tuple[DeviceRecord, list[Bound]]:
     """A device and the requests bound to it (what ``acceleron device drain`` watches)."""
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.reader() as conn:
         device = conn.execute(devices.BY_UUID, {"uuid": wanted}).first()
         if device is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
@@ -27,6 +26,7 @@ from sqlalchemy import (
 
 from acceleron.exceptions import InvalidInput
 from acceleron.placement import names
+from acceleron.uuids import parse
 from acceleron.vocabulary import HEALTH_STATES
 
 T = TypeVar("T")
@@ -69,14 +69,6 @@ def check_choice(choices: Sequence[str]) -> TextCheck:
         return value
 
     return check
-
-
-def check_uuid(value: str, param: str) -> str:
-    """The canonical form (lower case, with hyphens) of a uuid, or InvalidInput."""
-    try:
-        return str(uuidlib.UUID(value))
-    except ValueError:
-        raise InvalidInput(f"{param}: {value[:64]!r} is not a UUID.") from None
 
 
 def check_address(value: str, param: str) -> str:
@@ -182,7 +174,7 @@ def make_page(
         sort_key=sort_key or Page.sort_key,
         sort_dir=check_choice(SORT_DIRS)(sort_dir, "sort_dir") if sort_dir else Page.sort_dir,
         limit=min(limit or max_limit, max_limit),
-        marker=check_uuid(marker, "marker") if marker is not None else None,
+        marker=parse(marker, "marker") if marker is not None else None,
     )
 
 

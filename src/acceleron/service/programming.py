@@ -23,7 +23,7 @@ from acceleron.db.models import AcceleratorRequest, AttachHandle, Deployable, De
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import Conflict, InUse, NotFound
 from acceleron.service import tasks
-from acceleron.service.listing import check_uuid
+from acceleron.uuids import parse
 
 DEPLOYABLES, DEVICES = table(Deployable), table(Device)
 HANDLES, ARQS = table(AttachHandle), table(AcceleratorRequest)
@@ -173,7 +173,7 @@ def program_deployable(
     db: Database, uuid: str, bitstream_id: str, store: BitstreamStore
 ) -> tuple[Row[Any], str]:
     """An admin's program: queue it for a region nothing uses; the region and the task."""
-    wanted = check_uuid(uuid, "uuid")
+    wanted = parse(uuid, "uuid")
     with db.reader() as conn:
         region = get_region(conn, wanted)
     check_programmable(region)

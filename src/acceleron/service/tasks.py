@@ -29,6 +29,7 @@ from acceleron import formats
 from acceleron.db.models import Task, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock, signal
 from acceleron.exceptions import Conflict, InvalidInput, NotFound
+from acceleron.uuids import parse
 
 
 class TaskRecord(NamedTuple):
@@ -194,7 +195,7 @@ def record(
 
 def lock(conn: Connection, uuid: str) -> TaskRecord:
     """A task, read in the caller's transaction."""
-    task = conn.execute(_BY_UUID, {"uuid": uuid}).first()
+    task = conn.execute(_BY_UUID, {"uuid": parse(uuid, "uuid")}).first()
     if task is None:
         raise NotFound(f"Task {uuid!r} not found.")
     return _make(task)

@@ -253,11 +253,17 @@ def test_data_must_be_octet_stream(api: TestClient) -> None:
         assert error(response)[:2] == (415, "acceleron.unsupported_media_type")
 
 
-@pytest.mark.parametrize("ident", ["5b3e1f7a-0c2d-4e69-8a14-d27c9f60b385", "not-a-uuid"])
-def test_unknown_bitstreams_are_404(api: TestClient, ident: str) -> None:
+@pytest.mark.parametrize(
+    ("ident", "status", "code"),
+    [
+        ("5b3e1f7a-0c2d-4e69-8a14-d27c9f60b385", 404, "acceleron.not_found"),
+        ("not-a-uuid", 400, "acceleron.invalid_input"),  # as every route that takes a uuid
+    ],
+)
+def test_unknown_bitstreams_are_404(api: TestClient, ident: str, status: int, code: str) -> None:
     for method, suffix in (("GET", ""), ("GET", "/data"), ("PUT", "/data"), ("DELETE", "")):
         response = api.request(method, f"{PATH}/{ident}{suffix}", headers={**ADMIN, **OCTETS})
-        assert error(response)[:2] == (404, "acceleron.not_found"), (method, suffix)
+        assert error(response)[:2] == (status, code), (method, suffix)
 
 
 def test_needs_microversion_2_7(api: TestClient) -> None:
