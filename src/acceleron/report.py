@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
@@ -26,6 +25,7 @@ import pydantic
 
 from acceleron import formats
 from acceleron.exceptions import InvalidInput
+from acceleron.text import has_control
 from acceleron.vocabulary import DEVICE_TYPES, HANDLE_TYPES, KINDS, WIDTHS, Device, walk
 
 REPORT_VERSION, REPORT_MINOR = formats.REPORT_VERSION
@@ -101,14 +101,13 @@ def from_json(data: Any) -> HostReport:
 
 _TEXT_MAX = 65_535  # attribute values and JSON-held strings
 _INT_RANGE = (-1, 2**31 - 1)
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _check_value(value: Any, where: str, limit: int) -> None:
     if isinstance(value, str):
         if len(value) > limit:
             raise InvalidInput(f"Invalid host report: {where}: longer than {limit} characters.")
-        if _CONTROL.search(value):
+        if has_control(value, layout=True):
             raise InvalidInput(f"Invalid host report: {where}: control characters.")
     elif isinstance(value, bool) or value is None:
         return

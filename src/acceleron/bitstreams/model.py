@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from acceleron.exceptions import InvalidInput
+from acceleron.text import has_control
 from acceleron.uuids import parse
 
 NAME_MAX = 255
 VALUE_MAX = 255
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 # The metadata every store understands, by the Glance image property it maps to.
 FUNCTION_UUID_KEY = "accel:function_uuid"
@@ -58,7 +57,7 @@ def _optional_uuid(value: str | None, field: str) -> str | None:
 def check_text(value: str, field: str, limit: int = NAME_MAX) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{field}: must be a non-empty string.")
-    if len(value) > limit or _CONTROL_RE.search(value):
+    if len(value) > limit or has_control(value):
         raise InvalidInput(
             f"{field}: at most {limit} characters and no control characters, got {value[:64]!r}."
         )

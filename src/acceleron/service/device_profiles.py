@@ -27,6 +27,7 @@ from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
+from acceleron.text import has_control
 from acceleron.uuids import is_uuid_like, parse
 
 LOG = logging.getLogger(__name__)
@@ -36,7 +37,6 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 # bitstream_name carries the file suffix the spec asks for ("nlb.gbs"), hence the dot.
 _BITSTREAM_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 TRAIT_VALUES = ("required", "forbidden")
 ATTACH_TARGETS = ("VM", "host", "none")
 ATTACH_TARGET_KEY = "attach_target"  # accel:attach_target; VM when absent
@@ -253,7 +253,7 @@ def check_description(description: Any) -> str | None:
         raise InvalidInput("description: must be a string.")
     if len(description) > NAME_MAX:
         raise InvalidInput(f"description: at most {NAME_MAX} characters.")
-    if _CONTROL_RE.search(description):
+    if has_control(description):
         raise InvalidInput("description: control characters are not allowed.")
     return description
 

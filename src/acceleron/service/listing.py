@@ -9,7 +9,6 @@ database; nothing is loaded to be filtered in Python.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
@@ -26,6 +25,7 @@ from sqlalchemy import (
 
 from acceleron.exceptions import InvalidInput
 from acceleron.placement import names
+from acceleron.text import has_control
 from acceleron.uuids import parse
 from acceleron.vocabulary import HEALTH_STATES
 
@@ -39,7 +39,6 @@ TEXT_MAX = 65_535
 ADDRESS_MAX = 32
 # The largest id an INTEGER column holds on every backend.
 ID_MAX = 2**31 - 1
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 # --- checking query values ----------------------------------------------------------
@@ -52,7 +51,7 @@ TextCheck = Callable[[str, str], str]
 
 def check_text(max_length: int) -> TextCheck:
     def check(value: str, param: str) -> str:
-        if len(value) > max_length or _CONTROL_RE.search(value):
+        if len(value) > max_length or has_control(value):
             raise InvalidInput(
                 f"{param}: {value[:64]!r} is not a valid value (at most {max_length} "
                 f"characters, no control characters)."
