@@ -28,7 +28,6 @@ from typing import Annotated, Any, Literal, TypeAlias
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
@@ -46,7 +45,7 @@ from acceleron.api.devices import (
 )
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.exceptions import InvalidInput
+from acceleron.exceptions import InvalidInput, NotFound
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
 from acceleron.service import health, programming
@@ -415,7 +414,7 @@ async def program_deployable_sdk(
     call: CallDep,
 ) -> Response:
     if not uuids.same(uuid, again):
-        raise HTTPException(404, f"No such path: the two uuids differ ({again[:64]}).")
+        raise NotFound(f"No such path: the two uuids differ ({again[:64]}).")
     return await program_deployable(uuid, body, call)
 
 

@@ -376,7 +376,3 @@ def unknown_host_message(client: PlacementClient, hostname: str) -> str:
         f"Placement has no compute node named {hostname!r}: set [DEFAULT] host on that host "
         f"to the name the compute service uses (often its fully qualified name).{hint}"
     )
-
-
-def errors_of(results: Sequence[HostSync]) -> list[str]:
-    return [error for result in results for error in result.errors]

@@ -628,3 +628,15 @@ def test_ids_are_found_however_they_are_written(api: TestClient, db: Database) -
         assert listed(api, PATH, function_uuid=value) == ["region0"], value
     assert listed(api, PATH, function_uuid="0ab1c2d3") == []
     assert listed(api, PATH, function_uuid="100%") == []
+
+
+def test_the_sdk_program_path_with_two_uuids_is_a_domain_404(api: TestClient) -> None:
+    """openstacksdk repeats the uuid; two different ones name no path: the error mapper's
+    404, with the error format of every other (the domain's NotFound, not an HTTP one)."""
+    one, other = str(uuid.uuid4()), str(uuid.uuid4())
+    body = [{"op": "replace", "path": "/program", "value": [{"image_uuid": one}]}]
+    response = api.patch(f"{PATH}/{one}/program/{other}", json=body, headers=LATEST)
+    assert response.status_code == 404, response.text
+    error = response.json()["errors"][0]
+    assert error["code"] == "acceleron.not_found" and error["title"] == "Not Found", error
+    assert f"the two uuids differ ({other})" in error["detail"], error
