@@ -167,6 +167,7 @@ def begin(
     if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
     profiles = arq_service.PROFILES
+    working: int | None = None
     try:
         with db.writer() as conn:
             profile = conn.execute(
@@ -193,12 +194,19 @@ def begin(
                 )
             )
             claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer)).one()
-    except IntegrityError as error:
-        raise ClaimExists(
-            f"Consumer {consumer} has a claim already: release it first (DELETE "
-            f"/v2/claims/{consumer})."
-        ) from error
-    _working(claim.id)
+            # At work on it before the commit: a recovery pass of this process that
+            # reads the claim once committed never takes it for one left behind.
+            working = claim.id
+            _working(working)
+    except BaseException as error:
+        if working is not None:
+            stopped(working)
+        if isinstance(error, IntegrityError):
+            raise ClaimExists(
+                f"Consumer {consumer} has a claim already: release it first (DELETE "
+                f"/v2/claims/{consumer})."
+            ) from error
+        raise
     return claim, list(profile.groups)
 
 
