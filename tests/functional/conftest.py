@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
+from sqlalchemy.engine import make_url
 
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
+from tests import conftest
 from tests.fixtures.placement import placement, placement_app
 
 __all__ = ["placement", "placement_app"]
@@ -23,6 +26,39 @@ def api(conf: cfg.ConfigOpts, db: Database) -> Iterator[TestClient]:
     """The API application on a real database, as an admin in noauth mode."""
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def sqlite_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The API in-process on a SQLite database of its own, for tests whose answers do
+    not depend on the database (guards, validation)."""
+    from acceleron import conf as confmod
+    from acceleron.db import migrate
+
+    state = tmp_path_factory.mktemp("api")
+    settings = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
+    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
+    migrate.upgrade(database)
+    with TestClient(create_app(settings, database), raise_server_exceptions=False) as client:
+        yield client
+    database.dispose()
+
+
+@pytest.fixture
+def fresh_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
+    """An empty database of its own on the backend of ``database_url``."""
+    backend = make_url(database_url).get_backend_name()
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
+    else:
+        url = conftest._create_server_database(backend)
+    database = Database(url)
+    try:
+        yield database
+    finally:
+        database.dispose()
+        if backend != "sqlite":
+            conftest._drop_server_database(backend, url)
 
 
 @pytest.fixture(scope="module")

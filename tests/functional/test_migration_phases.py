@@ -11,40 +11,20 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
-from sqlalchemy.engine import make_url
 
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.exceptions import SchemaOutOfDate
-from tests import conftest
 
 SPLIT = "0015"  # the last revision before the two phases
 
 Snapshot = dict[str, dict[str, Any]]
-
-
-@pytest.fixture
-def fresh_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
-    """An empty database of its own on the backend of ``database_url``."""
-    backend = make_url(database_url).get_backend_name()
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
-    else:
-        url = conftest._create_server_database(backend)
-    database = Database(url)
-    try:
-        yield database
-    finally:
-        database.dispose()
-        if backend != "sqlite":
-            conftest._drop_server_database(backend, url)
 
 
 def snapshot(db: Database) -> Snapshot:

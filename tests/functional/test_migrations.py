@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, select, text
-from sqlalchemy.engine import make_url
 
 from acceleron.db import migrate
 from acceleron.db.models import (
@@ -23,7 +19,6 @@ from acceleron.db.models import (
     table,
 )
 from acceleron.db.session import Database
-from tests import conftest
 
 DEPLOYABLES = table(Deployable)
 
@@ -46,23 +41,6 @@ def test_upgrade_again_is_a_no_op(migrated_db: Database) -> None:
     migrate.all_phases(migrated_db)
     migrate.check(migrated_db)
     assert migrate.state(migrated_db).up_to_date
-
-
-@pytest.fixture
-def fresh_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
-    """An empty database of its own on the backend of ``database_url``."""
-    backend = make_url(database_url).get_backend_name()
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
-    else:
-        url = conftest._create_server_database(backend)
-    database = Database(url)
-    try:
-        yield database
-    finally:
-        database.dispose()
-        if backend != "sqlite":
-            conftest._drop_server_database(backend, url)
 
 
 def _insert(conn: Connection, name: str, values: dict[str, object]) -> None:

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from oslo_config import cfg
 
 from acceleron.api import microversion
-from acceleron.api.app import create_app
 from acceleron.api.microversion import Version
-from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput
 
 ANY = "8411555e-3cbf-47de-988c-b5e30bbfa035"
@@ -45,23 +41,6 @@ GUARDED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """The API on a SQLite database of its own: the guards know no database."""
-    from acceleron import conf as confmod
-    from acceleron.db import migrate
-
-    state = tmp_path_factory.mktemp("guards")
-    conf: cfg.ConfigOpts = confmod.load(
-        [], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}}
-    )
-    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
-    migrate.upgrade(database)
-    with TestClient(create_app(conf, database), raise_server_exceptions=False) as api:
-        yield api
-    database.dispose()
-
-
 def at(version: str) -> dict[str, str]:
     return {"OpenStack-API-Version": f"accelerator {version}"}
 
@@ -77,16 +56,16 @@ def fault(response: Any) -> str:
 
 @pytest.mark.parametrize(("method", "path", "version", "status", "what"), GUARDED)
 def test_a_route_is_not_there_below_its_version(
-    client: TestClient, method: str, path: str, version: str, status: int, what: str
+    sqlite_api: TestClient, method: str, path: str, version: str, status: int, what: str
 ) -> None:
     # An invalid body: the guard answers before the body is validated.
-    response = client.request(method, path, headers=at(below(version)), content=b"{not json")
+    response = sqlite_api.request(method, path, headers=at(below(version)), content=b"{not json")
     assert response.status_code == status, response.text
     assert fault(response).startswith(what), fault(response)
     assert fault(response).endswith(f"needs microversion {version} or later.")
-    response = client.request(method, path, content=b"{not json")  # no header: 2.0
+    response = sqlite_api.request(method, path, content=b"{not json")  # no header: 2.0
     assert response.status_code == status and "needs microversion" in fault(response)
-    response = client.request(method, path, headers=at(version), content=b"{not json")
+    response = sqlite_api.request(method, path, headers=at(version), content=b"{not json")
     assert "needs microversion" not in response.text
 
 

@@ -5,11 +5,8 @@ route that takes a uuid is covered without being listed here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fastapi.testclient import TestClient
-from oslo_config import cfg
 
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
@@ -60,22 +57,6 @@ def _routes() -> list[tuple[str, str, str | None]]:
 ROUTES = _routes()
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    from acceleron import conf as confmod
-    from acceleron.db import migrate
-
-    state = tmp_path_factory.mktemp("uuids")
-    conf: cfg.ConfigOpts = confmod.load(
-        [], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}}
-    )
-    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
-    migrate.upgrade(database)
-    with TestClient(create_app(conf, database), raise_server_exceptions=False) as api:
-        yield api
-    database.dispose()
-
-
 def _url(path: str, query: str | None, value: str) -> tuple[str, dict[str, str]]:
     for name in PATH_UUIDS:
         path = path.replace(name, value if query is None else ANY)
@@ -94,11 +75,11 @@ def test_the_routes_are_found() -> None:
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 @pytest.mark.parametrize(("method", "path", "query"), ROUTES)
 def test_a_uuid_in_another_spelling_is_a_400(
-    client: TestClient, method: str, path: str, query: str | None, spelling: str
+    sqlite_api: TestClient, method: str, path: str, query: str | None, spelling: str
 ) -> None:
     url, params = _url(path, query, SPELLINGS[spelling])
     body = BODIES.get((method, path), {} if method in ("POST", "PUT", "PATCH") else None)
-    response = client.request(method, url, params=params, json=body, headers=LATEST)
+    response = sqlite_api.request(method, url, params=params, json=body, headers=LATEST)
     assert response.status_code == 400, (response.status_code, response.text)
     error = response.json()["errors"][0]
     assert error["code"] == "acceleron.invalid_input", error
