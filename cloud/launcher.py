@@ -975,6 +975,7 @@ def end_to_end(pytest_args: Sequence[str], nested: bool = True) -> int:
             "tests/e2e",
             "--timeout",
             "900",
+            "--durations=15",  # where CI's time goes
             *pytest_args,
         ]
         code = subprocess.run(argv, env=env, cwd=REPO, check=False).returncode
