@@ -27,7 +27,7 @@ CHECK_MARKERS ?= not slow and not placement
 # (8 s of CPU each for `make check`'s collection).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha
+.PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -84,8 +84,11 @@ docs: $(STAMP)
 
 ## The reference cloud on 127.0.0.1: Keystone, Placement, Glance, Nova (two fake computes),
 ## Acceleron (two API replicas, an agent per compute). docs/deploy-with-nova.md.
+## ACCELERATOR=cyborg runs upstream Cyborg (API, conductor, an agent per compute with its
+## fake driver) as the accelerator service instead.
+ACCELERATOR ?= acceleron
 cloud: $(STAMP)
-	$(BIN)/python -m cloud up
+	$(BIN)/python -m cloud up$(if $(filter cyborg,$(ACCELERATOR)), --cyborg)
 
 cloud-stop: $(STAMP)
 	$(BIN)/python -m cloud down
@@ -99,6 +102,11 @@ e2e: $(STAMP)
 ## flat reference cloud of its own, then the move to nested providers.
 e2e-flat: $(STAMP)
 	$(BIN)/python -m cloud e2e --flat
+
+## Nova boots servers with accelerators through upstream Cyborg (tests/e2e/test_cyborg.py),
+## in a reference cloud of its own that runs Cyborg instead of Acceleron.
+e2e-cyborg: $(STAMP)
+	$(BIN)/python -m cloud e2e --cyborg
 
 ## The database failing over under load (no Nova): a three-node MariaDB Galera cluster
 ## behind a one-writer balancer with its writer killed, and a PostgreSQL server restarted;

@@ -16,6 +16,10 @@ Everything it makes lives under ``.cloud/`` of the checkout (or
 
 Ports are free ones chosen at start; databases and the RabbitMQ vhost carry a random
 tag, so that clouds of several checkouts can run side by side.
+
+``python -m cloud up --cyborg`` runs upstream Cyborg (cyborg-api, cyborg-conductor and
+a cyborg-agent per compute with its fake driver, from ``venvs/cyborg``) as the
+``accelerator`` service instead of Acceleron.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ MYSQL = "mysql+pymysql://root@127.0.0.1:3306"
 POSTGRESQL = "postgresql+psycopg://postgres@127.0.0.1:5432"
 REGION = "RegionOne"
 COMPUTES = ("compute-1", "compute-2")
-SERVICE_USERS = ("placement", "glance", "nova", "acceleron", "acceleron-events")
+SERVICE_USERS = ("placement", "glance", "nova", "acceleron", "acceleron-events", "cyborg")
+# What serves the catalog's accelerator endpoint (Cloud.accelerator).
+ACCELERON, CYBORG = "acceleron", "cyborg"
 # The OpenStack services, each from its own lock file (cloud/requirements/<name>.txt).
 # Adding one (tempest, say) is a lock file and a name here: `venv(name)` makes it.
 SERVICES = ("keystone", "placement", "glance", "nova")
@@ -177,6 +183,8 @@ class Cloud:
     ports: dict[str, int]
     nested: bool = True
     processes: dict[str, Process] = dataclasses.field(default_factory=dict)
+    # ACCELERON, or CYBORG: upstream Cyborg serves the accelerator endpoint instead.
+    accelerator: str = ACCELERON
 
     # names ------------------------------------------------------------------------
     @property
@@ -188,10 +196,15 @@ class Cloud:
 
     @property
     def mysql_databases(self) -> list[str]:
-        return [
-            self.database(n)
-            for n in ("keystone", "placement", "nova_api", "nova_cell0", "nova_cell1")
-        ]
+        names = ["keystone", "placement", "nova_api", "nova_cell0", "nova_cell1"]
+        if self.cyborg:
+            names.append("cyborg")
+        return [self.database(n) for n in names]
+
+    @property
+    def cyborg(self) -> bool:
+        """Whether upstream Cyborg, not Acceleron, serves the accelerator endpoint."""
+        return self.accelerator == CYBORG
 
     def url(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[service]}"
@@ -208,7 +221,7 @@ class Cloud:
             "image": ("glance", self.url("glance")),
             "compute": ("nova", f"{self.url('nova')}/v2.1"),
             "network": ("neutron-standin", self.url("neutron")),
-            "accelerator": ("acceleron", f"{self.url('accelerator')}/v2"),
+            "accelerator": (self.accelerator, f"{self.url('accelerator')}/v2"),
         }
 
     # persistence -------------------------------------------------------------------
@@ -357,7 +370,7 @@ def variables(cloud: Cloud) -> dict[str, str]:
         "password": cloud.password,
         **{
             f"db_{n}": cloud.database(n)
-            for n in ("keystone", "placement", "nova_api", "nova_cell1", "acceleron")
+            for n in ("keystone", "placement", "nova_api", "nova_cell1", "acceleron", "cyborg")
         },
     }
     for user in SERVICE_USERS:
@@ -387,12 +400,22 @@ def write_configs(cloud: Cloud) -> None:
     render("glance-api.conf", RUN / "glance" / "glance-api.conf", values)
     render("nova.conf", RUN / "nova" / "nova.conf", values)
     acceleron_config(cloud, limits_endpoint="")  # for the schema; again once Keystone runs
+    if cloud.cyborg:
+        render("cyborg.conf", RUN / "cyborg" / "cyborg.conf", values)
+        shutil.copy(VENVS / "cyborg" / "etc" / "cyborg" / "api-paste.ini", RUN / "cyborg")
+        (RUN / "cyborg" / "locks").mkdir()
     for index, host in enumerate(COMPUTES, 1):
         render(
             "nova-compute.conf",
             RUN / "nova" / f"{host}.conf",
             {**values, "index": str(index), "host": host},
         )
+        if cloud.cyborg:
+            render(
+                "cyborg-agent.conf",
+                RUN / "cyborg" / f"cyborg-agent-{host}.conf",
+                values | {"host": host},
+            )
         render(
             "acceleron-agent.conf",
             RUN / "acceleron" / host / "agent.conf",
@@ -507,11 +530,15 @@ def tail(name: str, lines: int = 40) -> str:
 # The services
 
 
-def wsgi(cloud: Cloud, name: str, app: str, env: dict[str, str]) -> None:
-    """Serve ``app`` from the virtualenv of the service ``name`` on its port."""
+def wsgi(
+    cloud: Cloud, name: str, app: str, env: dict[str, str], port: str = "", *args: str
+) -> None:
+    """Serve ``app`` from the virtualenv of the service ``name`` on its port (or on the
+    port named ``port``); ``args`` are the arguments the application reads."""
     service = name.removesuffix("-api")
     python = str(VENVS / service / "bin" / "python")
-    cloud.start(name, [python, str(CLOUD / "wsgi_runner.py"), app, str(cloud.ports[service])], env)
+    listen = str(cloud.ports[port or service])
+    cloud.start(name, [python, str(CLOUD / "wsgi_runner.py"), app, listen, *args], env)
 
 
 def keystone(cloud: Cloud) -> None:
@@ -584,6 +611,8 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Acceleron's [nova] user: Nova takes events from `service` but looks the instances
     # up in the caller's own project unless the caller is an `admin`.
     "acceleron-events": ("service", ("service", "admin")),
+    # Upstream Cyborg's (`up --cyborg`): its tokens, Placement, and Nova's events as above.
+    "cyborg": ("service", ("service", "admin")),
 }
 
 
@@ -772,6 +801,59 @@ def computes_in_placement(cloud: Cloud) -> None:
     )
 
 
+def cyborg_schema(cloud: Cloud) -> None:
+    """Upstream Cyborg's database schema, made by Cyborg itself."""
+    config = str(RUN / "cyborg" / "cyborg.conf")
+    run(
+        [str(VENVS / "cyborg" / "bin" / "cyborg-dbsync"), "--config-file", config, "upgrade"],
+        what="cyborg-dbsync upgrade",
+    )
+
+
+def cyborg(cloud: Cloud) -> None:
+    """Upstream Cyborg's API (its WSGI application, on the accelerator port) and its
+    conductor, in place of Acceleron's replicas."""
+    config = str(RUN / "cyborg" / "cyborg.conf")
+    wsgi(
+        cloud,
+        "cyborg-api",
+        "cyborg.wsgi.api:application",
+        {},
+        "accelerator",
+        "--config-file",
+        config,
+    )
+    conductor = str(VENVS / "cyborg" / "bin" / "cyborg-conductor")
+    cloud.start("cyborg-conductor", [conductor, "--config-file", config], {})
+    wait_for("cyborg-api", answers(cloud.url("accelerator")), cloud, ["cyborg-api"])
+
+
+def cyborg_agents(cloud: Cloud) -> None:
+    """A cyborg-agent per compute (once the compute nodes are in Placement: an agent
+    looks its host's provider up when it starts); wait until each host's fake device
+    hangs under its compute node in Placement."""
+    agent = str(VENVS / "cyborg" / "bin" / "cyborg-agent")
+    for host in COMPUTES:
+        configs = [RUN / "cyborg" / "cyborg.conf", RUN / "cyborg" / f"cyborg-agent-{host}.conf"]
+        argv = [agent, *(a for c in configs for a in ("--config-file", str(c)))]
+        cloud.start(f"cyborg-agent-{host}", argv, {})
+    conn = connect(cloud)
+
+    def published() -> bool:
+        roots = {rp.name: rp.id for rp in conn.placement.resource_providers()}
+        return all(
+            len(list(conn.placement.resource_providers(in_tree=roots[host]))) >= 2
+            for host in COMPUTES
+        )
+
+    wait_for(
+        "Cyborg's devices in Placement",
+        published,
+        cloud,
+        [f"cyborg-agent-{h}" for h in COMPUTES] + ["cyborg-conductor", "cyborg-api"],
+    )
+
+
 def agents(cloud: Cloud) -> None:
     """One agent per compute host; wait until each host's accelerators are in Placement
     (child providers, or the compute node's own inventory in a flat cloud)."""
@@ -856,13 +938,15 @@ def write_credentials(cloud: Cloud) -> None:
 # Up and down
 
 
-def up(nested: bool = True) -> Cloud:
+def up(nested: bool = True, accelerator: str = ACCELERON) -> Cloud:
+    """Start the cloud, with Acceleron or upstream Cyborg (``accelerator``) as its
+    accelerator service."""
     existing = Cloud.load()
     if existing is not None and existing.running:
         log(f"already running (state in {STATE}); `make cloud-stop` first to start anew")
         return existing
     started = time.monotonic()
-    for name in SERVICES:
+    for name in (*SERVICES, CYBORG) if accelerator == CYBORG else SERVICES:
         venv(name)
     log(f"virtualenvs ready in {time.monotonic() - started:.1f} s")
     shutil.rmtree(RUN, ignore_errors=True)
@@ -877,7 +961,13 @@ def up(nested: bool = True) -> Cloud:
         "acceleron-api-1",
         "acceleron-api-2",
     ]
-    cloud = Cloud(secrets.token_hex(3), secrets.token_urlsafe(12), free_ports(names), nested)
+    cloud = Cloud(
+        secrets.token_hex(3),
+        secrets.token_urlsafe(12),
+        free_ports(names),
+        nested,
+        accelerator=accelerator,
+    )
     cloud.save()
     try:
         write_configs(cloud)
@@ -887,16 +977,21 @@ def up(nested: bool = True) -> Cloud:
             placement,
             glance,
             nova_databases,
-            acceleron_schema,
+            cyborg_schema if cloud.cyborg else acceleron_schema,
             neutron,
             rabbitmq,
         ]
         in_parallel(cloud, steps)
         log(f"Keystone, Placement, Glance up in {time.monotonic() - started:.1f} s")
         nova(cloud)
-        acceleron(cloud)
-        computes_in_placement(cloud)
-        agents(cloud)
+        if cloud.cyborg:
+            cyborg(cloud)
+            computes_in_placement(cloud)
+            cyborg_agents(cloud)
+        else:
+            acceleron(cloud)
+            computes_in_placement(cloud)
+            agents(cloud)
         write_credentials(cloud)
     except BaseException:
         log(f"start failed; stopping what was started (logs stay in {LOGS})")
@@ -960,19 +1055,24 @@ def to_nested(cloud: Cloud) -> None:
         restart(cloud, f"acceleron-api-{index}")
 
 
-def end_to_end(pytest_args: Sequence[str], nested: bool = True) -> int:
+def end_to_end(
+    pytest_args: Sequence[str], nested: bool = True, accelerator: str = ACCELERON
+) -> int:
     """Run tests/e2e against the running cloud, or against one started for the run and
-    stopped after it (flat when ``nested`` is false)."""
+    stopped after it (flat when ``nested`` is false, with upstream Cyborg when
+    ``accelerator`` says so: then only tests/e2e/test_cyborg.py runs)."""
     existing = Cloud.load()
     ours = existing is None or not existing.running
     started = time.monotonic()
     if ours:
-        up(nested=nested)
+        up(nested=nested, accelerator=accelerator)
+    found = Cloud.load()
+    cyborg_runs = found is not None and found.cyborg
     env = {**os.environ, "ACCELERON_E2E": "1", "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")}
     try:
         argv = [
             str(REPO / ".venv" / "bin" / "pytest"),
-            "tests/e2e",
+            "tests/e2e/test_cyborg.py" if cyborg_runs else "tests/e2e",
             "--timeout",
             "900",
             "--durations=15",  # where CI's time goes
@@ -990,7 +1090,8 @@ def summary(cloud: Cloud) -> None:
     print(f"  Keystone     {cloud.auth_url}  (admin / {cloud.password})")
     for kind, (name, url) in cloud.endpoints.items():
         print(f"  {kind:<12} {url}  ({name})")
-    print(f"  computes     {', '.join(COMPUTES)} (fake driver), an Acceleron agent on each")
+    agent = "a cyborg-agent" if cloud.cyborg else "an Acceleron agent"
+    print(f"  computes     {', '.join(COMPUTES)} (fake driver), {agent} on each")
     print(f"  logs         {LOGS}")
     print(f"  credentials  {RUN / 'clouds.yaml'} (OS_CLIENT_CONFIG_FILE), {RUN / 'env'}/*.sh")
     print(f"Try: source {RUN / 'env' / 'admin.sh'} && openstack accelerator device list")
@@ -1005,6 +1106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="Acceleron publishes flat providers ([placement] nested = false)",
     )
+    start.add_argument(
+        "--cyborg",
+        action="store_true",
+        help="upstream Cyborg (API, conductor, an agent per compute with its fake driver) "
+        "is the accelerator service instead of Acceleron",
+    )
     sub.add_parser("down", help="stop every process, drop the databases and the vhost")
     sub.add_parser("venvs", help="make the virtualenvs only")
     e2e = sub.add_parser("e2e", help="run tests/e2e against the cloud (started if need be)")
@@ -1012,6 +1119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--flat",
         action="store_true",
         help="a cloud started for the run is flat (only tests/e2e/test_flat.py then runs)",
+    )
+    e2e.add_argument(
+        "--cyborg",
+        action="store_true",
+        help="a cloud started for the run has upstream Cyborg (tests/e2e/test_cyborg.py runs)",
     )
     e2e.add_argument("pytest_args", nargs="*", help="more pytest arguments")
     sub.add_parser(
@@ -1024,11 +1136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(nested=not args.flat)
+            up(nested=not args.flat, accelerator=CYBORG if args.cyborg else ACCELERON)
         elif args.command == "down":
             down()
         elif args.command == "e2e":
-            return end_to_end(args.pytest_args, nested=not args.flat)
+            accelerator = CYBORG if args.cyborg else ACCELERON
+            return end_to_end(args.pytest_args, nested=not args.flat, accelerator=accelerator)
         elif args.command == "venvs":
             for name in SERVICES:
                 venv(name)

@@ -2,11 +2,13 @@
 
 Usage, with the service's own virtualenv's Python::
 
-    python wsgi_runner.py MODULE:ATTRIBUTE PORT
+    python wsgi_runner.py MODULE:ATTRIBUTE PORT [ARGUMENT ...]
 
 Keystone and nova-api parse ``sys.argv`` when their WSGI module is imported, so a
 server that keeps its own arguments there (gunicorn, uwsgi) breaks them: this runner
-empties ``sys.argv`` before the import. Glance 33 runs only under a WSGI server. The
+leaves only the ARGUMENTs after the port there before the import (none for most
+services; cyborg-api, which finds no configuration of its own otherwise, is given
+``--config-file``). Glance 33 runs only under a WSGI server. The
 server is the standard library's, one thread per request: enough for a test cloud on
 one machine, not for production. Standard library only: it runs in every service's
 virtualenv.
@@ -36,12 +38,12 @@ class QuietHandler(simple_server.WSGIRequestHandler):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
+    if len(argv) < 3:
         sys.stderr.write(__doc__ or "")
         return 2
     target, port = argv[1], int(argv[2])
     module_name, _, attribute = target.partition(":")
-    sys.argv = [sys.argv[0]]  # the application parses these at import
+    sys.argv = [sys.argv[0], *argv[3:]]  # the application parses these at import
     module: types.ModuleType = importlib.import_module(module_name)
     application = getattr(module, attribute or "application")
     server = simple_server.make_server(

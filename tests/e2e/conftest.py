@@ -9,7 +9,10 @@ made: at the end of each, no accelerator request, allocation or attach handle is
 
 Every test expects nested providers (``make cloud``) except those marked ``flat``
 (tests/e2e/test_flat.py), which expect ``python -m cloud up --flat``; the others are
-skipped against a cloud of the other kind.
+skipped against a cloud of the other kind. Those marked ``cyborg``
+(tests/e2e/test_cyborg.py, ``make e2e-cyborg``) expect upstream Cyborg as the
+accelerator service (``python -m cloud up --cyborg``): they run only there, and every
+other test is skipped against such a cloud.
 """
 
 from __future__ import annotations
@@ -46,11 +49,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "flat: needs a cloud started with `python -m cloud up --flat`"
     )
+    config.addinivalue_line(
+        "markers", "cyborg: needs upstream Cyborg's cloud: `python -m cloud up --cyborg`"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip what the running cloud's mode cannot run: the flat tests on a nested cloud,
-    the rest on a flat one."""
+    the rest on a flat one; the Cyborg tests anywhere but on a cloud running upstream
+    Cyborg, and every other test there."""
     found = Cloud.load()
     if found is None or not found.running:
         return  # the ``cloud`` fixture says so
@@ -59,7 +66,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if here not in item.path.resolve().parents:
             continue
         flat = item.get_closest_marker("flat") is not None
-        if flat and found.nested:
+        cyborg = item.get_closest_marker("cyborg") is not None
+        if cyborg or found.cyborg:
+            if not found.cyborg:
+                item.add_marker(pytest.mark.skip(reason="needs upstream Cyborg: "
+                                                 "`python -m cloud up --cyborg`"))  # fmt: skip
+            elif not cyborg:
+                item.add_marker(pytest.mark.skip(reason="runs against Acceleron; the "
+                                                 "cloud runs upstream Cyborg"))  # fmt: skip
+        elif flat and found.nested:
             item.add_marker(pytest.mark.skip(reason="needs a flat cloud: "
                                              "`python -m cloud up --flat`"))  # fmt: skip
         elif not flat and not found.nested:
