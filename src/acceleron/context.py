@@ -18,6 +18,11 @@ class RequestContext:
     # every rule is for project-scoped tokens, so policy refuses these.
     system_scope: str | None = None
     domain_id: str | None = None
+    # Whether the caller reaches every project's objects of the kind it works with, not
+    # only its own project's: decided by the API from the kind's policy rule
+    # (``arq:get_all_projects``, ``claim:all_projects``); the service layer scopes every
+    # look-up by it and reads no role.
+    all_projects: bool = False
 
     @property
     def is_admin(self) -> bool:

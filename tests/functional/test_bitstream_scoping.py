@@ -39,7 +39,11 @@ pytest_plugins = ["tests.fixtures.glance"]
 __all__ = ["inventory_of_host"]
 
 KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
-P1 = RequestContext("req", "u1", "p1", frozenset({"member"}), frozenset({"service"}))
+# A member with the compute service's token, as the API hands it to the service
+# (arq:get_all_projects lets it).
+P1 = RequestContext(
+    "req", "u1", "p1", frozenset({"member"}), frozenset({"service"}), all_projects=True
+)
 TASKS, ARQS = table(Task), table(AcceleratorRequest)
 
 

@@ -10,7 +10,9 @@ The shapes Nova's client expects, request by request (docs/design/nova-contract.
 * GET ``?instance=&bind_state=resolved`` -> 423 while any of them is being bound;
 * DELETE ``?arqs=u1,u2`` or ``?instance=U`` (idempotent) -> 204.
 
-In keystone mode, changing a bound ARQ needs a service token beside the user's.
+Binding, and unbinding or deleting a bound ARQ, needs ``arq:bind`` (in keystone mode
+the compute service's token beside the user's); a caller reaches every project's ARQs
+when ``arq:get_all_projects`` lets it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from acceleron.api.common import (
 )
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
-from acceleron.exceptions import Forbidden, InvalidInput
+from acceleron.context import RequestContext
+from acceleron.exceptions import InvalidInput
 from acceleron.placement import tree
 from acceleron.service import arqs as service
 from acceleron.service import quotas
@@ -175,15 +178,16 @@ def _info(arq: service.ArqRecord) -> dict[str, str]:
     return {k: str(v) for k, v in (arq.attach_handle_info or {}).items() if v is not None}
 
 
-def _service_token(call: Call) -> bool:
-    """Whether the request may bind, or change bound ARQs: with Keystone, when the
-    compute service's token came beside the user's; without Keystone, which has no
-    tokens to tell the compute service by, when the caller is an admin or a service
-    (a member may not claim an instance uuid, perhaps another project's, for itself)."""
-    context = call.context
-    noauth = call.request.app.state.conf.auth_strategy == "noauth"
-    privileged = context.is_admin or "service" in context.roles
-    return (noauth and privileged) or context.has_service_token
+def _caller(call: Call) -> RequestContext:
+    """The caller as the service layer scopes it: every project's requests when
+    ``arq:get_all_projects`` lets it, its own project's otherwise."""
+    return call.reaching("arq:get_all_projects")
+
+
+def _binds(call: Call) -> bool:
+    """Whether the caller may bind, or change bound ARQs (``arq:bind``: a member may
+    not claim an instance uuid, perhaps another project's, for itself)."""
+    return call.allows("arq:bind")
 
 
 def limits_of(call: Call) -> quotas.Limits:
@@ -224,7 +228,7 @@ async def list_arqs(
     resolved = bind_state == "resolved"
     if resolved and instance is None:
         raise InvalidInput("bind_state=resolved needs instance=<uuid>.")
-    found = await call.run(service.list_arqs, call.context, instance, resolved)
+    found = await call.run(service.list_arqs, _caller(call), instance, resolved)
     base = call.base_url
     return json_response(ArqList(arqs=[view(a, call.version, base) for a in found]))
 
@@ -232,7 +236,7 @@ async def list_arqs(
 @router.get("/{uuid}", responses={200: {"model": ArqOut}}, summary="Show an accelerator request")
 async def show_arq(uuid: str, call: CallDep) -> Response:
     call.authorize("arq:get_one")
-    arq = await call.run(service.get, call.context, uuid)
+    arq = await call.run(service.get, _caller(call), uuid)
     return json_response(view(arq, call.version, call.base_url))
 
 
@@ -294,19 +298,16 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
     call.authorize("arq:update")
     work = _bindings(patch, call)
     if work and isinstance(work[0], service.Binding):
-        if not _service_token(call):
-            raise Forbidden(
-                "Binding accelerator requests needs a service token (X-Service-Token from the "
-                "compute service) beside the user's."
-            )
+        call.authorize("arq:bind", why=" Binding accelerator requests needs a service token "
+                       "(X-Service-Token from the compute service) beside the user's.")  # fmt: skip
         limits = limits_of(call)
         run = call.run_with_store if limits.driver == "config" else call.run_blocking
         resolved = await run(
-            service.bind, call.context, work, call.bitstreams, flat_mode_of(call), limits
+            service.bind, _caller(call), work, call.bitstreams, flat_mode_of(call), limits
         )
         _notify(call, resolved)
     else:
-        await call.run(service.unbind, call.context, work, _service_token(call))
+        await call.run(service.unbind, _caller(call), work, _binds(call))
     return Response(status_code=202)
 
 
@@ -351,7 +352,7 @@ async def program_arq(
             f"Name the bitstream one way: one of {', '.join(ProgramRequest.model_fields)}."
         )
     arq = await call.run_with_store(
-        service.reprogram, call.context, uuid, selector, call.bitstreams
+        service.reprogram, _caller(call), uuid, selector, call.bitstreams
     )
     return json_response(view(arq, call.version, call.base_url), 202)
 
@@ -366,16 +367,14 @@ async def delete_arqs(
     if (arqs is None) == (instance is None):
         raise InvalidInput("Give exactly one of arqs=<uuid,...> and instance=<uuid>.")
     if instance is not None:
-        await call.run(service.delete_for_instance, call.context, instance, _service_token(call))
+        await call.run(service.delete_for_instance, _caller(call), instance, _binds(call))
     else:
-        await call.run(
-            service.delete_arqs, call.context, split_list(arqs) or [], _service_token(call)
-        )
+        await call.run(service.delete_arqs, _caller(call), split_list(arqs) or [], _binds(call))
     return Response(status_code=204)
 
 
 @router.delete("/{uuid}", status_code=204, summary="Delete an accelerator request")
 async def delete_arq(uuid: str, call: CallDep) -> Response:
     call.authorize("arq:delete")
-    await call.run(service.delete_arqs, call.context, [uuid], _service_token(call))
+    await call.run(service.delete_arqs, _caller(call), [uuid], _binds(call))
     return Response(status_code=204)

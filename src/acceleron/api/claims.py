@@ -24,6 +24,7 @@ from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
+from acceleron.context import RequestContext
 from acceleron.exceptions import Conflict
 from acceleron.service import claims
 from acceleron.service.placement import PlacementService
@@ -98,6 +99,18 @@ def view(found: claims.ClaimRecord, call: Call) -> dict[str, Any]:
     return shown
 
 
+HOSTNAME_RULE = (
+    " Naming the host of a claim is for admins and services (os_acc on a compute node), "
+    "as forcing a host is in Nova."
+)
+
+
+def _caller(call: Call) -> RequestContext:
+    """The caller as the service layer scopes it: every project's claims (and claiming
+    for another project) when ``claim:all_projects`` lets it."""
+    return call.reaching("claim:all_projects")
+
+
 def _placement(call: Call) -> PlacementService:
     service: PlacementService | None = call.request.app.state.placement
     if service is None:
@@ -111,13 +124,13 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
     call.authorize("claim:create")
     if body.hostname is not None:
         microversion.require(call.version, microversion.V2_15, "A claim's hostname")
-        claims.check_hostname(call.context, body.hostname)
+        call.authorize("claim:hostname", why=HOSTNAME_RULE)
     placement = _placement(call)
     make = functools.partial(
         claims.make, store=call.bitstreams, flat_mode=arqs_api.flat_mode_of(call),
         limits=arqs_api.limits_of(call), timeout=call.request.app.state.conf.claims.timeout,
     )  # fmt: skip
-    made = await call.outbound(make, call.db, placement.client(), call.context,
+    made = await call.outbound(make, call.db, placement.client(), _caller(call),
                                body.device_profile_name, body.consumer_uuid, body.project_id,
                                body.hostname)  # fmt: skip
     return json_response(view(made, call), 201)
@@ -127,15 +140,16 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
             summary="Show a consumer's claim (2.12)")  # fmt: skip
 async def show_claim(consumer: str, call: CallDep) -> Response:
     call.authorize("claim:get")
-    return json_response(view(await call.run(claims.show, call.context, consumer), call))
+    return json_response(view(await call.run(claims.show, _caller(call), consumer), call))
 
 
 @router.delete("/{consumer}", status_code=204, summary="Release a consumer's claim (2.12)")
 async def delete_claim(consumer: str, call: CallDep) -> Response:
     call.authorize("claim:delete")
     if call.request.app.state.placement is None:  # no claim can exist: 404 before 409
-        await call.run(claims.lookup, call.context, consumer)
+        await call.run(claims.lookup, _caller(call), consumer)
     placement = _placement(call)
     timeout = call.request.app.state.conf.claims.timeout
-    await call.outbound(claims.remove, call.db, placement.client(), call.context, consumer, timeout)
+    await call.outbound(claims.remove, call.db, placement.client(), _caller(call), consumer,
+                        timeout)  # fmt: skip
     return Response(status_code=204)

@@ -52,8 +52,16 @@ class Call:
     db: Database
     policy: Policy
 
-    def authorize(self, rule: str, target: dict[str, object] | None = None) -> None:
-        self.policy.authorize(rule, self.context, target)
+    def authorize(self, rule: str, target: dict[str, object] | None = None, why: str = "") -> None:
+        self.policy.authorize(rule, self.context, target, why)
+
+    def allows(self, rule: str, target: dict[str, object] | None = None) -> bool:
+        return self.policy.allows(rule, self.context, target)
+
+    def reaching(self, rule: str) -> RequestContext:
+        """The caller, reaching every project's objects if ``rule`` lets it (the
+        ``all_projects`` the service layer scopes its look-ups by)."""
+        return dataclasses.replace(self.context, all_projects=self.allows(rule))
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(db, *args)``, a service function, from an async handler.

@@ -64,6 +64,9 @@ BASE_RULES = [
                        description="A member of the project, or a service acting for one."),
     policy.RuleDefault("admin_or_service", "rule:admin_api or rule:service_api",
                        description="An administrator, or a service (agents, Nova)."),
+    policy.RuleDefault("service_token", "service_roles:service or service_roles:admin",
+                       description="A service token (X-Service-Token, the compute "
+                                   "service's) came beside the user's."),
 ]  # fmt: skip
 
 # Readers of a kind of object, and the services that read it too (unlike upstream,
@@ -157,8 +160,8 @@ INVENTORY_RULES = [
 ]  # fmt: skip
 
 
-# Who may reach which project's requests is decided in the service layer: a project's
-# own, every project's for admins and services.
+# A project reaches its own requests; ``arq:get_all_projects`` every project's (the API
+# hands the decision to the service layer, which scopes every look-up by it).
 ARQ_RULES = [
     _rule("arq:get_all", READERS,
           "List accelerator requests (a project's own; admins and services: all).",
@@ -179,9 +182,32 @@ ARQ_RULES = [
           "Delete accelerator requests (bound ones: with a service token).",
           "DELETE", "/v2/accelerator_requests",
           also=[("DELETE", "/v2/accelerator_requests/{uuid}")]),
+    # Nova makes an instance's requests with whoever runs the operation (an admin's
+    # evacuate) and reads and deletes them with the owner's token beside its own.
+    _rule("arq:get_all_projects", "rule:admin_or_service or rule:service_token",
+          "See and change every project's accelerator requests, and bind one for another "
+          "project (/project_id).",
+          "GET", "/v2/accelerator_requests",
+          also=[("GET", "/v2/accelerator_requests/{uuid}"),
+                ("PATCH", "/v2/accelerator_requests"),
+                ("PATCH", "/v2/accelerator_requests/{uuid}"),
+                ("POST", "/v2/accelerator_requests/{uuid}/program"),
+                ("DELETE", "/v2/accelerator_requests"),
+                ("DELETE", "/v2/accelerator_requests/{uuid}")]),
+    # Binding claims an instance uuid for good: the compute service's work. Without
+    # Keystone (auth_strategy noauth) no token tells the compute service apart, so an
+    # admin or a service stands for it.
+    _rule("arq:bind", "rule:service_token or (auth_strategy:noauth and rule:admin_or_service)",
+          "Bind accelerator requests, and unbind or delete bound ones: the compute "
+          "service's token beside the user's.",
+          "PATCH", "/v2/accelerator_requests",
+          also=[("PATCH", "/v2/accelerator_requests/{uuid}"),
+                ("DELETE", "/v2/accelerator_requests"),
+                ("DELETE", "/v2/accelerator_requests/{uuid}")]),
 ]  # fmt: skip
 
-# Claims (2.12): a project's own; admins and services may claim for another project.
+# Claims (2.12): a project's own; claim:all_projects lets a caller claim for another
+# project and reach every project's claims.
 CLAIM_RULES = [
     _rule("claim:create", "rule:project_member_or_service",
           "Claim accelerators for a consumer (2.12).", "POST", "/v2/claims"),
@@ -189,6 +215,14 @@ CLAIM_RULES = [
           "GET", "/v2/claims/{consumer}"),
     _rule("claim:delete", "rule:project_member_or_service",
           "Release a consumer's claim (2.12).", "DELETE", "/v2/claims/{consumer}"),
+    _rule("claim:all_projects", "rule:admin_or_service",
+          "Claim for another project (project_id), and see and release every project's "
+          "claims.",
+          "POST", "/v2/claims",
+          also=[("GET", "/v2/claims/{consumer}"), ("DELETE", "/v2/claims/{consumer}")]),
+    _rule("claim:hostname", "rule:admin_or_service",
+          "Name the host a claim's accelerators must be on (2.15; os_acc on a compute node).",
+          "POST", "/v2/claims"),
 ]  # fmt: skip
 
 TASK_RULES = [
@@ -271,13 +305,28 @@ class Policy:
     def __init__(self, conf: cfg.ConfigOpts, ttl: float = 1.0) -> None:
         self._enforcer = policy.Enforcer(conf)
         self._enforcer.register_defaults(list_rules())
+        # Rules may check how callers are known: without Keystone no token tells the
+        # compute service apart (``arq:bind``).
+        self._auth_strategy = str(conf.auth_strategy)
         self._ttl = ttl
         self._decisions: dict[tuple[object, ...], bool] = {}
         self._expires = 0.0
 
     def authorize(
-        self, rule: str, context: RequestContext, target: dict[str, object] | None = None
+        self,
+        rule: str,
+        context: RequestContext,
+        target: dict[str, object] | None = None,
+        why: str = "",
     ) -> None:
+        """Forbidden unless ``rule`` lets the caller; ``why`` is added to its message."""
+        if not self.allows(rule, context, target):
+            raise Forbidden(f"Policy does not allow acceleron:{rule} to be performed.{why}")
+
+    def allows(
+        self, rule: str, context: RequestContext, target: dict[str, object] | None = None
+    ) -> bool:
+        """Whether ``rule`` lets the caller (on ``target``; the caller's project if None)."""
         target = target if target is not None else {"project_id": context.project_id}
         key = (rule, context.roles, context.service_roles, context.project_id,
                context.user_id, context.system_scope, context.domain_id,
@@ -289,14 +338,16 @@ class Policy:
         allowed = self._decisions.get(key)
         if allowed is None:
             allowed = self._decisions[key] = self._enforce(rule, context, target)
-        if not allowed:
-            raise Forbidden(f"Policy does not allow acceleron:{rule} to be performed.")
+        return allowed
 
     def _enforce(self, rule: str, context: RequestContext, target: dict[str, object]) -> bool:
         try:
             return bool(
                 self._enforcer.authorize(
-                    f"acceleron:{rule}", target, context.to_policy_values(), do_raise=False
+                    f"acceleron:{rule}",
+                    target,
+                    {**context.to_policy_values(), "auth_strategy": self._auth_strategy},
+                    do_raise=False,
                 )
             )
         except policy.InvalidScope:

@@ -228,16 +228,10 @@ def _target(group: Mapping[str, str]) -> str:
     return group.get(f"accel:{ATTACH_TARGET_KEY}", "VM")
 
 
-def _privileged(context: RequestContext) -> bool:
-    """Admins and services (Nova, agents) see every project's ARQs, and so does a user's
-    request that carries a service token: the compute service acting for the instance's
-    owner. Nova creates an instance's requests with whoever runs the operation (an
-    admin's evacuate or unshelve), yet deletes and reads them with the owner's token."""
-    return context.is_admin or "service" in context.roles or context.has_service_token
-
-
 def _visible(context: RequestContext) -> ColumnElement[bool]:
-    return true() if _privileged(context) else ARQS.c.project_id == context.project_id
+    """The caller's project's requests, or every project's (``context.all_projects``:
+    the API's policy decides it, ``arq:get_all_projects``)."""
+    return true() if context.all_projects else ARQS.c.project_id == context.project_id
 
 
 # The requests named, as a caller sees them: one statement built once per case (by one
@@ -255,7 +249,7 @@ _VIEWS = {
 
 def _view_of(conn: Connection, context: RequestContext, uuids: Sequence[str]) -> list[ArqRecord]:
     """The requests of ``uuids`` the caller may see (in id order)."""
-    privileged = _privileged(context)
+    privileged = context.all_projects
     if not privileged and context.project_id is None:  # sees the requests of no project
         query = _VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)).order_by(ARQS.c.id)
         return list(map(_record, conn.execute(query)))
@@ -736,8 +730,10 @@ def _check(bindings: Sequence[Binding], context: RequestContext) -> None:
         _check_uuids([b.instance_uuid], "instance_uuid")
         if not b.hostname or len(b.hostname) > 255:
             raise InvalidInput(f"hostname: {b.hostname[:64]!r} is not a host name.")
-        if b.project_id is not None and not _privileged(context):
-            raise InvalidInput("project_id: only an admin or a service may set it.")
+        if b.project_id is not None and not context.all_projects:
+            raise InvalidInput(
+                "project_id: setting it needs acceleron:arq:get_all_projects (admins and services)."
+            )
     if len({b.arq_uuid for b in bindings}) != len(bindings):
         raise InvalidInput("The same accelerator request appears twice in one bind.")
 
@@ -1197,7 +1193,7 @@ def reprogram(
         raise InvalidInput(f"Name the bitstream: one of {', '.join(SELECTORS)}.")
     with db.writer() as conn:
         programming.lock(conn, region.id)
-        viewer = None if _privileged(context) else (context.project_id or "")
+        viewer = None if context.all_projects else (context.project_id or "")
         busy = programming.busy_reason(conn, region.id, "", arq.id, viewer)
         if busy:
             raise InUse(f"{region.name} cannot be reprogrammed now: {busy}.")

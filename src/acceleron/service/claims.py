@@ -67,7 +67,6 @@ from acceleron.exceptions import (
     AllocationConflict,
     Conflict,
     Disabled,
-    Forbidden,
     InvalidInput,
     InvalidPlacementName,
     NotFound,
@@ -136,10 +135,14 @@ class ClaimRecord:
 
 
 def _owner(context: RequestContext, project_id: str | None) -> str:
-    """The project a claim is for: the caller's, or (admins and services) the one named."""
+    """The project a claim is for: the caller's, or the one named when the caller reaches
+    every project's claims (``context.all_projects``: the API's ``claim:all_projects``)."""
     if project_id is not None and project_id != context.project_id:
-        if not (context.is_admin or "service" in context.roles):
-            raise InvalidInput("project_id: only an admin or a service may claim for another.")
+        if not context.all_projects:
+            raise InvalidInput(
+                "project_id: claiming for another project needs "
+                "acceleron:claim:all_projects (admins and services)."
+            )
         return project_id
     if not context.project_id:
         raise InvalidInput("project_id: the request has no project; name one.")
@@ -291,13 +294,6 @@ def _host_tree(db: Database, hostname: str) -> str:
     if root is None:
         raise NoCapacity(f"Host {hostname[:255]!r} has no accelerators in Placement.")
     return str(root)
-
-
-def check_hostname(context: RequestContext, hostname: str | None) -> None:
-    """Naming the host a claim lands on is for admins and services (os_acc on a compute
-    node), as forcing a host is in Nova."""
-    if hostname is not None and not (context.is_admin or "service" in context.roles):
-        raise Forbidden("hostname: only an admin or a service may name the host of a claim.")
 
 
 # A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone
@@ -1013,7 +1009,7 @@ def recover_consumer(
 
 
 def _visible(context: RequestContext) -> Any:
-    if context.is_admin or "service" in context.roles:
+    if context.all_projects:
         return CLAIMS.c.id.is_not(None)
     return CLAIMS.c.project_id == (context.project_id or "")
 

@@ -28,7 +28,8 @@ PATH = "/v2/accelerator_requests"
 V2_8 = {"OpenStack-API-Version": "accelerator 2.8"}
 FPGA = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required"}]
 DEPLOYABLES, HANDLES, ARQS = table(Deployable), table(AttachHandle), table(AcceleratorRequest)
-ADMIN = RequestContext("req", "admin", "admin", frozenset({"admin"}))
+# An admin, as the API hands it to the service (arq:get_all_projects lets it).
+ADMIN = RequestContext("req", "admin", "admin", frozenset({"admin"}), all_projects=True)
 
 
 @pytest.fixture

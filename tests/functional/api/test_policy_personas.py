@@ -23,6 +23,7 @@ from keystonemiddleware.fixture import AuthTokenFixture
 from tests.functional.api.test_auth import keystone_client
 
 from acceleron.api import policy
+from acceleron.db.models import Claim, table
 from acceleron.db.session import Database
 
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
@@ -75,9 +76,16 @@ ALLOWED: dict[str, set[str]] = {
     "arq:update": MEMBER_OR_SERVICE,
     "arq:program": MEMBER_OR_SERVICE,
     "arq:delete": MEMBER_OR_SERVICE,
+    "arq:get_all_projects": ADMIN_OR_SERVICE,
+    # The persona's token sent as the service token beside a member's: Keystone takes
+    # only a service's as one (keystonemiddleware's [keystone_authtoken]
+    # service_token_roles), and then the rule lets it bind.
+    "arq:bind": {"service"},
     "claim:create": MEMBER_OR_SERVICE,
     "claim:get": READ_ALL,
     "claim:delete": MEMBER_OR_SERVICE,
+    "claim:all_projects": ADMIN_OR_SERVICE,
+    "claim:hostname": ADMIN_OR_SERVICE,
     "task:claim": ADMIN_OR_SERVICE,
     "task:update": ADMIN_OR_SERVICE,
     "task:get": ADMIN_OR_SERVICE,
@@ -128,14 +136,22 @@ def some_uuid() -> str:
 class Cloud:
     """The API in Keystone mode and a token per persona."""
 
-    def __init__(self, client: TestClient, tokens: AuthTokenFixture) -> None:
+    def __init__(self, client: TestClient, tokens: AuthTokenFixture, db: Database) -> None:
         self.client = client
         self.tokens = tokens
         self.headers = {name: self._token(name) for name in PERSONAS}
         self.admin = self.headers["admin"]
-        # A private bitstream of another project, which only some may see.
+        self.member = self._project_token(PROJECT, "member", "reader")
+        # A private bitstream, a request and a claim of another project, which only
+        # some may see.
         other = {**LATEST, "X-Auth-Token": self._project_token("p2", "admin", "member")}
         self.private = self.create_bitstream(other)
+        self.others_arq = self.create_arq(other)
+        self.others_claim = some_uuid()
+        with db.writer() as conn:  # Placement is off: the claim's row alone
+            conn.execute(table(Claim).insert().values(
+                consumer=self.others_claim, project_id="p2", device_profile_name="dp",
+                state="bound"))  # fmt: skip
 
     def _token(self, persona: str) -> str:
         roles, scope = PERSONAS[persona]
@@ -164,6 +180,17 @@ class Cloud:
         ident: str = response.json()["uuid"]
         return ident
 
+    def create_arq(self, headers: dict[str, str]) -> str:
+        profile = [{"name": f"dp-{uuid.uuid4().hex[:8]}", "groups": [{"resources:FPGA": "1"}]}]
+        made = self.client.post("/v2/device_profiles", json=profile,
+                                headers={**LATEST, "X-Auth-Token": self.admin})  # fmt: skip
+        assert made.status_code == 201, made.text
+        response = self.client.post("/v2/accelerator_requests", headers=headers,
+                                    json={"device_profile_name": made.json()["name"]})  # fmt: skip
+        assert response.status_code == 201, response.text
+        ident: str = response.json()["arqs"][0]["uuid"]
+        return ident
+
     def public_bitstream(self) -> str:
         """One of project p1's, public, so that every persona finds it."""
         return self.create_bitstream({**LATEST, "X-Auth-Token": self.admin}, visibility="public")
@@ -181,6 +208,28 @@ def _sees_other_projects(cloud: Cloud, headers: dict[str, str]) -> bool:
     if response.status_code == 403:
         return False
     return cloud.private in [b["uuid"] for b in response.json()["bitstreams"]]
+
+
+def _sees(response: httpx.Response) -> bool:
+    """Whether the caller sees an object of another project (a 404 if not)."""
+    assert response.status_code in (200, 403, 404), response.text
+    return response.status_code == 200
+
+
+def _binds(cloud: Cloud, headers: dict[str, str]) -> bool:
+    """A bind by a member of the project, with the persona's token as the service
+    token beside the member's: refused with 401 where Keystone does not take it as a
+    service token, with 403 where the policy refuses it."""
+    bind = [{"path": f"/{field}", "op": "add", "value": some_uuid()}
+            for field in ("hostname", "device_rp_uuid", "instance_uuid")]  # fmt: skip
+    service = {**LATEST, "X-Auth-Token": cloud.member, "X-Service-Token": headers["X-Auth-Token"]}
+    response = cloud.client.patch(
+        "/v2/accelerator_requests", json={some_uuid(): bind}, headers=service
+    )
+    if response.status_code == 403:
+        assert "acceleron:arq:bind" in response.text, response.text
+    assert response.status_code in (401, 403, 404), response.text
+    return response.status_code == 404  # no such request: bound had it existed
 
 
 def _upload(cloud: Cloud, headers: dict[str, str]) -> httpx.Response:
@@ -242,6 +291,14 @@ PROBES: dict[str, Probe] = {
         headers=h),
     "arq:delete": lambda c, h: c.client.delete(f"/v2/accelerator_requests/{some_uuid()}",
                                                headers=h),
+    "arq:get_all_projects": lambda c, h: _sees(
+        c.client.get(f"/v2/accelerator_requests/{c.others_arq}", headers=h)),
+    "arq:bind": _binds,
+    "claim:all_projects": lambda c, h: _sees(
+        c.client.get(f"/v2/claims/{c.others_claim}", headers=h)),
+    "claim:hostname": lambda c, h: c.client.post(
+        "/v2/claims", headers=h,
+        json={"device_profile_name": "nope", "consumer_uuid": some_uuid(), "hostname": HOST}),
     "claim:create": lambda c, h: c.client.post(
         "/v2/claims", json={"device_profile_name": "nope", "consumer_uuid": some_uuid()},
         headers=h),
@@ -271,7 +328,7 @@ def cloud(request: pytest.FixtureRequest, tmp_path: Path, sqlite_db: Database) -
     extra = f"[oslo_policy]\nenforce_new_defaults = {request.param}\n"
     try:
         with keystone_client(tmp_path, sqlite_db, extra=extra) as client:
-            yield Cloud(client, tokens)
+            yield Cloud(client, tokens, sqlite_db)
     finally:
         tokens.cleanUp()
 
