@@ -34,6 +34,7 @@ from acceleron.client.arqs import bind_body, wait_claim, wait_resolved
 from acceleron.client.errors import detail
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed
 from acceleron.exceptions import InvalidInput
+from acceleron.microversion import V2_11, V2_15
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_device_class
 from acceleron.uuids import parse
 from os_acc import operations
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
     from oslo_config import cfg
 
 LOG = logging.getLogger(__name__)
-MICROVERSION = "2.11"  # attach_target
-CLAIMS = "2.15"  # a claim's hostname
+MICROVERSION = V2_11  # attach_target
+CLAIMS = V2_15  # a claim's hostname
 PROFILE_KEY = "accel:device_profile"
 # accel: keys a device profile takes (spec 002); the inline specs may give others.
 PROFILE_ACCEL_KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")

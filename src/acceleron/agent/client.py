@@ -48,12 +48,13 @@ from acceleron.client.http import (
 )
 from acceleron.conf import AGENT_DEFAULT_ENDPOINT
 from acceleron.exceptions import AcceleronError
+from acceleron.microversion import V2_5, V2_8
 from acceleron.report import HostReport, to_bytes
 
 LOG = logging.getLogger(__name__)
 GROUP = "agent"
-MICROVERSION = "2.5"
-TASKS_MICROVERSION = "2.8"  # tasks and bitstream bytes
+MICROVERSION = V2_5  # host reports
+TASKS_MICROVERSION = V2_8  # tasks and bitstream bytes
 UNKNOWN_HOST = "acceleron.unknown_host"
 UNSUPPORTED_FORMAT = "acceleron.unsupported_format"
 
@@ -323,7 +324,7 @@ def connect(conf: cfg.ConfigOpts) -> ReportClient:
             session=session,
             auth=auth,
             endpoint_override=endpoint,
-            default_microversion=MICROVERSION,
+            default_microversion=str(MICROVERSION),
             raise_exc=False,
         )
     except TypeError as error:  # keystoneauth's word for contradictory adapter options

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron.api import microversion
+from acceleron import microversion
 from acceleron.api.common import CallDep, json_response, timestamp
 from acceleron.api.devices import PageQuery, page_body, sort_key_field
 from acceleron.api.errors import ERROR_RESPONSES

@@ -38,8 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
-from acceleron import bitstreams
-from acceleron.api import microversion
+from acceleron import bitstreams, microversion
 from acceleron.api.capacity import UploadSlots
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES

@@ -31,8 +31,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron import uuids
-from acceleron.api import microversion
+from acceleron import microversion, uuids
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.devices import (
     HealthDetail,

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron.api import microversion
+from acceleron import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link

@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron.api import microversion, workers
+from acceleron import microversion
+from acceleron.api import workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from acceleron import exceptions as exc
-from acceleron.api import microversion
+from acceleron import microversion
 
 LOG = logging.getLogger(__name__)
 

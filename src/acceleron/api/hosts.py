@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron import formats
-from acceleron.api import microversion, middleware, workers
+from acceleron import formats, microversion
+from acceleron.api import middleware, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import InvalidInput

@@ -30,8 +30,8 @@ from starlette.requests import Request
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from acceleron import logs, metrics
-from acceleron.api import errors, microversion
+from acceleron import logs, metrics, microversion
+from acceleron.api import errors
 
 ACCESS_LOG = logging.getLogger("acceleron.api.access")
 

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from acceleron.api import microversion
+from acceleron import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.exceptions import Conflict

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from acceleron.api import microversion
+from acceleron import microversion
 from acceleron.api.common import CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import quotas as service

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from acceleron.api import microversion
+from acceleron import microversion
 
 METHODS = ("get", "put", "post", "patch", "delete")
 

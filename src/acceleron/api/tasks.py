@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron import formats
-from acceleron.api import microversion, middleware, wakeup, workers
+from acceleron import formats, microversion
+from acceleron.api import middleware, wakeup, workers
 from acceleron.api.common import CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.service import arqs, tasks

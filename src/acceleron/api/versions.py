@@ -14,8 +14,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron import formats
-from acceleron.api import microversion
+from acceleron import formats, microversion
 from acceleron.api.common import base_url, json_response
 from acceleron.api.errors import ERROR_RESPONSES
 

@@ -8,9 +8,10 @@ from typing import Any
 from acceleron.cli.base import Command, ShowOne
 from acceleron.cli.client import api_client
 from acceleron.cli.inventory import _List, raw, show
+from acceleron.microversion import V2_11
 
 PATH = "/v2/accelerator_requests"
-VERSION = "2.11"
+VERSION = V2_11
 COLUMNS = ("uuid", "state", "device_profile_name", "device_profile_group_id", "hostname",
            "instance_uuid", "attach_handle_type", "attach_target", "phase")  # fmt: skip
 

@@ -22,12 +22,13 @@ from acceleron.cli.base import AnyCommand, Command, ShowOne
 from acceleron.cli.client import ApiClient, CommandError
 from acceleron.cli.inventory import _List, fetch, find_uuid, raw, show
 from acceleron.exceptions import AcceleronError
+from acceleron.microversion import V2_7
 
 if TYPE_CHECKING:  # the bitstream store's package loads SQLAlchemy: only where needed
     from acceleron.bitstreams import Bitstream
 
 PATH = "/v2/bitstreams"
-VERSION = "2.7"
+VERSION = V2_7
 HASH_HEADER = "X-Bitstream-Hash"
 OCTET_STREAM = "application/octet-stream"
 MIB = 1 << 20

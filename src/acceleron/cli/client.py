@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from acceleron.api import microversion
+from acceleron import microversion
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed, NoEndpoint, Unreachable
 from acceleron.connection import root_cause
 

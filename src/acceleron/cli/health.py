@@ -23,8 +23,9 @@ from acceleron.cli.inventory import (
     device_uuid,
     raw,
 )
+from acceleron.microversion import V2_13
 
-VERSION = "2.13"
+VERSION = V2_13
 DEFAULT_REASON = "drain"
 
 

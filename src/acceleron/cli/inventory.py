@@ -24,6 +24,7 @@ from cliff.columns import FormattableColumn
 
 from acceleron.cli.base import AnyCommand, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
+from acceleron.microversion import V2_5, V2_13, Version
 from acceleron.tree import Node, draw
 from acceleron.uuids import is_uuid_like, parse
 
@@ -31,7 +32,7 @@ DEVICES = "/v2/devices"
 DEPLOYABLES = "/v2/deployables"
 # The tree needs the 2.5 views (kind, key, parent uuids, attach handles), and 2.13's
 # health and maintenance.
-TREE_VERSION = "2.13"
+TREE_VERSION = V2_13
 DEVICE_COLUMNS = ("uuid", "hostname", "pci_address", "type", "vendor", "model", "status",
                   "state", "health")  # fmt: skip
 DEPLOYABLE_COLUMNS = ("uuid", "name", "kind", "key", "hostname", "num_accelerators",
@@ -95,7 +96,11 @@ def list_query(parsed_args: argparse.Namespace, filters: Sequence[str]) -> dict[
 
 
 def fetch(
-    client: ApiClient, path: str, noun: str, query: Mapping[str, Any], version: str | None = None
+    client: ApiClient,
+    path: str,
+    noun: str,
+    query: Mapping[str, Any],
+    version: Version | None = None,
 ) -> list[dict[str, Any]]:
     """Every item of a list (only one page when ``limit`` is given)."""
     params = dict(query)
@@ -115,7 +120,7 @@ def find_uuid(
     ident: str,
     query: Mapping[str, str],
     what: str,
-    version: str | None = None,
+    version: Version | None = None,
 ) -> str:
     """The uuid of ``ident``: itself when it is one, else that of the one item the list
     at ``path`` has for ``query``, as OSC finds a name. ``what`` names the item for
@@ -151,7 +156,7 @@ def deployable_uuid(client: ApiClient, ident: str) -> str:
     return find_uuid(client, DEPLOYABLES, ident, {"name": ident}, f"deployable named {ident!r}")
 
 
-def show(client: ApiClient, path: str, version: str | None = None) -> dict[str, Any]:
+def show(client: ApiClient, path: str, version: Version | None = None) -> dict[str, Any]:
     extra = {"microversion": version} if version else {}
     body: dict[str, Any] = client.request("GET", path, **extra)
     return body
@@ -343,7 +348,7 @@ class ListDeployables(_List):
         parser.add_argument("--tree", action="store_true", help="Draw the trees.")
         return parser
 
-    def _items(self, parsed_args: argparse.Namespace, version: str | None) -> list[Any]:
+    def _items(self, parsed_args: argparse.Namespace, version: Version | None) -> list[Any]:
         query = list_query(parsed_args, DEPLOYABLE_FILTERS)
         query.update(parse_attributes(parsed_args.attribute))
         return fetch(api_client(self), DEPLOYABLES, "deployables", query, version)
@@ -398,7 +403,7 @@ class EnableDevice(ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
         client = api_client(self)
         path = f"{DEVICES}/{device_uuid(client, parsed_args.device)}/{self.status}"
-        return raw(client.request("POST", path, microversion="2.5"))
+        return raw(client.request("POST", path, microversion=V2_5))
 
 
 class DisableDevice(EnableDevice):

@@ -7,9 +7,10 @@ from typing import Any
 
 from acceleron.cli.base import Lister
 from acceleron.cli.client import api_client
+from acceleron.microversion import V2_6, V2_9
 
 COLUMNS = ("host", "op", "provider", "uuid", "detail")
-MICROVERSION = "2.6"
+MICROVERSION = V2_6
 
 
 def _rows(body: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -114,7 +115,7 @@ class Reconcile(Lister):
             "POST",
             "/v2/placement/reconcile",
             json={"dry_run": parsed_args.dry_run},
-            microversion="2.9",
+            microversion=V2_9,
         )
         leaks = body["leaks"]
         verb = "(dry run: nothing freed)" if parsed_args.dry_run else "found"

@@ -17,8 +17,9 @@ from acceleron.cli.base import ShowOne
 from acceleron.cli.bitstreams import bitstream_uuid
 from acceleron.cli.client import ApiClient, CommandError, api_client
 from acceleron.cli.inventory import deployable_uuid, raw
+from acceleron.microversion import V2_8
 
-VERSION = "2.8"
+VERSION = V2_8
 POLL = 0.3
 
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from acceleron.cli.base import Lister
 from acceleron.cli.client import CommandError, api_client
+from acceleron.microversion import V2_14
 
 PATH = "/v2/quotas"
-VERSION = "2.14"
+VERSION = V2_14
 COLUMNS = ("resource", "limit", "usage")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from keystoneauth1 import adapter as ks_adapter
 
+from acceleron import microversion
 from acceleron.client.arqs import Progress, wait_claim
 from acceleron.client.errors import detail, parse_error
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed, as_client
@@ -27,9 +28,8 @@ from acceleron.exceptions import InvalidInput
 from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
-CLAIMS = "2.12"  # server-side claims
-NEEDED = (2, 12)
-HELD = "2.16"  # a claim shows its allocations
+CLAIMS = microversion.V2_12  # server-side claims
+HELD = microversion.V2_16  # a claim shows its allocations
 
 
 class ClaimFailed(Exception):
@@ -73,7 +73,7 @@ class Claimer:
         self.api = as_client(api)
         self.timeout = timeout
         self.poll = poll
-        self._server_version: tuple[int, int] | None = None  # the API's latest (asked once)
+        self._server_version: microversion.Version | None = None  # the API's latest (asked once)
 
     def claim(
         self,
@@ -123,33 +123,32 @@ class Claimer:
             raise ClaimFailed(f"Cannot release the claim: {detail(response)}")
         return count, True
 
-    def _claims_version(self) -> str:
+    def _claims_version(self) -> microversion.Version:
         """The microversion to claim at; ClaimFailed for an API older than 2.12."""
         latest = self._version()
-        if latest < NEEDED:
+        if latest < CLAIMS:
             raise ClaimFailed(
                 f"The Acceleron API at {self.api.where} supports microversions up to "
-                f"{latest[0]}.{latest[1]}; claims need {CLAIMS} or later: upgrade it."
+                f"{latest}; claims need {CLAIMS} or later: upgrade it."
             )
-        return HELD if latest >= (2, 16) else CLAIMS
+        return HELD if latest >= HELD else CLAIMS
 
-    def _version(self) -> tuple[int, int]:
+    def _version(self) -> microversion.Version:
         """The API's latest microversion, asked once per Claimer."""
         if self._server_version is None:
             self._server_version = self._ask_version()
         return self._server_version
 
-    def _ask_version(self) -> tuple[int, int]:
-        """The API's latest microversion; (2, 0) when it does not say."""
+    def _ask_version(self) -> microversion.Version:
+        """The API's latest microversion; 2.0 when it does not say."""
         response = self._call("GET", "/v2")
         if response.status_code != 200:
-            return (2, 0)
+            return microversion.V2_0
         version = response.json().get("max_version") or response.json().get("version", "")
         try:
-            major, minor = (int(p) for p in str(version).split("."))
+            return microversion.parse(str(version))
         except ValueError:
-            return (2, 0)
-        return (major, minor)
+            return microversion.V2_0
 
     def _release_claim(self, consumer: str) -> None:
         response = self._call("DELETE", f"/v2/claims/{consumer}", microversion=CLAIMS)

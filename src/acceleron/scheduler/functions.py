@@ -22,12 +22,13 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from acceleron.client.http import AcceleronClient, NoEndpoint, as_client
+from acceleron.microversion import V2_8
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
 from acceleron.scheduler.weigher import host_weight, wanted_functions
 
 LOG = logging.getLogger(__name__)
 Api = AcceleronClient | ks_adapter.Adapter  # the API's client, or an adapter to wrap in one
-MICROVERSION = "2.8"
+MICROVERSION = V2_8
 # The Nova weigher's own section of nova.conf (acceleron.scheduler.nova_weigher).
 GROUP = "acceleron_weigher"
 OPTS: list[cfg.Opt] = [

@@ -45,11 +45,11 @@ from acceleron.api.deployables import (
     Deployable_2_10,
     Deployable_2_13,
 )
-from acceleron.api.microversion import VERSIONS
 from acceleron.db.models import Attribute, Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
+from acceleron.microversion import VERSIONS
 from acceleron.report import HostReport
 from acceleron.service import inventory
 

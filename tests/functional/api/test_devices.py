@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from tests.functional.conftest import LATEST
 
 from acceleron.api.devices import Device_2_0, Device_2_3, Device_2_5, Device_2_13
-from acceleron.api.microversion import VERSIONS
 from acceleron.db.models import AttachHandle, Deployable, Device, table
 from acceleron.db.session import Database
+from acceleron.microversion import VERSIONS
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service import inventory

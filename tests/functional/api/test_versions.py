@@ -7,7 +7,7 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
-from acceleron.api import microversion as mv
+from acceleron import microversion as mv
 from acceleron.logs import ContextFilter
 
 MAX = str(mv.MAX_VERSION)

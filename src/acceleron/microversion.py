@@ -1,15 +1,20 @@
-"""API microversions: one list, one comment per entry.
+"""Microversions of the Acceleron API: one list, one comment per entry, and the one
+way to read a version. Both sides import it: the API (``acceleron.api``) and its
+clients (the CLI, the agent, the scheduler, os_acc), so it imports no FastAPI.
 
 A request names its version with ``OpenStack-API-Version: accelerator 2.x``;
 a bare ``2.x`` is accepted too (older clients send it), ``latest`` means the
 newest, and a missing header means 2.0, which is what Nova sends. Anything
-else, or a version outside the list, is answered 406.
+else, or a version outside the list, is answered 406 (the API maps
+:class:`NotAcceptable`).
 
 Adding a version: append it here with what it changes and add its ``V2_x``
-constant below (every one lives here), branch on it in the handler
-(``version >= V2_4``; a route that appears with it takes ``requires(V2_x, ...)``
-from ``acceleron.api.common``, a field ``require(...)``), add a test, and describe
-it in docs/api/microversions.md and the changelog.
+constant below (every one lives here: no other module spells a version), branch on
+it in the handler (``version >= V2_4``; a route that appears with it takes
+``requires(V2_x, ...)`` from ``acceleron.api.common``, a field ``require(...)``), add
+a test, and describe it in docs/api/microversions.md and the changelog. A client
+asks for ``V2_x`` (keystoneauth takes it as it is) and reads an API's versions with
+:func:`parse`.
 """
 
 from __future__ import annotations
@@ -92,10 +97,21 @@ V2_13 = Version(2, 13)
 V2_14 = Version(2, 14)
 V2_15 = Version(2, 15)
 V2_16 = Version(2, 16)
-MIN_VERSION = Version(*map(int, VERSIONS[0].split(".")))
-MAX_VERSION = Version(*map(int, VERSIONS[-1].split(".")))
-_KNOWN = {Version(*map(int, v.split("."))) for v in VERSIONS}
-_NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})")  # longer is no version of ours
+_NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})", re.ASCII)  # longer is no version of ours
+
+
+def parse(text: str) -> Version:
+    """``"2.16"`` as a Version (surrounding blanks allowed); ValueError for anything
+    that is not ``<major>.<minor>``. The one reading of a version, on either side."""
+    match = _NUMBER.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"Invalid microversion {text!r}: expected '<major>.<minor>'.")
+    return Version(int(match.group(1)), int(match.group(2)))
+
+
+MIN_VERSION = parse(VERSIONS[0])
+MAX_VERSION = parse(VERSIONS[-1])
+_KNOWN = frozenset(map(parse, VERSIONS))
 
 
 class NotAcceptable(Exception):
@@ -131,10 +147,10 @@ def negotiate(header: str | None) -> Version:
         )
     if value.lower() == "latest":
         return MAX_VERSION
-    match = _NUMBER.fullmatch(value)
-    if match is None:
-        raise NotAcceptable(f"Invalid microversion {value!r}: expected '<major>.<minor>'.")
-    version = Version(int(match.group(1)), int(match.group(2)))
+    try:
+        version = parse(value)
+    except ValueError as error:
+        raise NotAcceptable(str(error)) from None
     if version not in _KNOWN:
         raise NotAcceptable(
             f"Version {version} is not supported: this API supports {MIN_VERSION} to {MAX_VERSION}."
