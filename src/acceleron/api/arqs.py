@@ -25,8 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from starlette.responses import Response
 from typing_extensions import TypedDict
 
-from acceleron import uuids
-from acceleron.api import microversion
+from acceleron import microversion, uuids
 from acceleron.api.common import (
     Call,
     CallDep,

@@ -19,8 +19,8 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from acceleron import microversion
 from acceleron.api import arqs as arqs_api
-from acceleron.api import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link

@@ -30,7 +30,7 @@ from pydantic_core import SchemaValidator
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from acceleron.api import microversion
+from acceleron import microversion
 from acceleron.api.capacity import Threads, is_service
 from acceleron.api.policy import Policy, rule_of
 from acceleron.bitstreams.base import BitstreamStore
@@ -229,18 +229,32 @@ async def _call(request: Request) -> Call:
 CallDep = Annotated[Call, Depends(_call)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Requires:
+    """A route's guard (made by :func:`requires`): the route exists from microversion
+    ``version`` on; an older request is answered ``status_code`` saying that ``what``
+    needs it. Its fields tell whoever reads the app's routes which version each needs
+    (the guards' test)."""
+
+    version: microversion.Version
+    what: str
+    status_code: int = 404
+
+    @property
+    def message(self) -> str:
+        return microversion.needs(self.what, self.version)
+
+    async def __call__(self, request: Request) -> None:
+        if request.state.api_version < self.version:
+            raise HTTPException(self.status_code, self.message)
+
+
 def requires(version: microversion.Version, what: str, status_code: int = 404) -> DependsParam:
     """A route (or router) dependency: the route exists from microversion ``version``
     on; an older request is answered ``status_code`` saying that ``what`` needs it.
     It runs before the body is read and before policy: below its version the route
     is not there. Use as ``dependencies=[requires(V2_7, "The bitstreams API")]``."""
-    message = microversion.needs(what, version)
-
-    async def check(request: Request) -> None:
-        if request.state.api_version < version:
-            raise HTTPException(status_code, message)
-
-    return DependsParam(check)
+    return DependsParam(Requires(version, what, status_code))
 
 
 def base_url(request: Request) -> str:
