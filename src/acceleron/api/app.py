@@ -42,6 +42,7 @@ from acceleron.api import placement as placement_api
 from acceleron.api.capacity import Threads, UploadSlots
 from acceleron.api.middleware import ApiMiddleware, BodyLimits, Limit
 from acceleron.api.policy import Policy
+from acceleron.api.services import Services
 from acceleron.db import migrate
 from acceleron.db import session as db_session
 from acceleron.placement import inprocess
@@ -102,6 +103,18 @@ def create_app(
     app.state.uploads = UploadSlots(conf.bitstreams.max_uploads_per_project)
     app.state.task_wakeup = wakeup.TaskWakeup(database, conf.api.task_wakeup)
     app.state.stopping = threading.Event()  # set when the server begins to stop
+    app.state.services = Services(
+        conf=conf,
+        db=database,
+        policy=app.state.policy,
+        auth=app.state.auth,
+        nova=app.state.nova,
+        limits=app.state.quotas,
+        threads=app.state.threads,
+        uploads=app.state.uploads,
+        task_wakeup=app.state.task_wakeup,
+        stopping=app.state.stopping,
+    )
     errors.install(app)
     app.include_router(versions.router)
     # Routes are matched in order: Nova's and the agents' hot paths first.

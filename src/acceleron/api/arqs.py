@@ -190,12 +190,11 @@ def _binds(call: Call) -> bool:
 
 
 def limits_of(call: Call) -> quotas.Limits:
-    limits: quotas.Limits = call.request.app.state.quotas
-    return limits
+    return call.services.limits
 
 
 def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
-    call.request.app.state.nova.notify(resolved)
+    call.services.nova.notify(resolved)
 
 
 @router.post(
@@ -207,8 +206,7 @@ def _notify(call: Call, resolved: Sequence[service.Resolved]) -> None:
 async def create_arqs(body: Annotated[ArqCreate, Body()], call: CallDep) -> Response:
     call.authorize("arq:create")
     limits = limits_of(call)
-    run = call.run if limits.driver == "config" else call.run_blocking
-    created = await run(service.create, call.context, body.device_profile_name, limits)
+    created = await call.run_counted(service.create, call.context, body.device_profile_name, limits)
     base = call.base_url
     return json_response(ArqList(arqs=[view(a, call.version, base) for a in created]), 201)
 
@@ -299,11 +297,10 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
     if work and isinstance(work[0], service.Binding):
         call.authorize("arq:bind", why=" Binding accelerator requests needs a service token "
                        "(X-Service-Token from the compute service) beside the user's.")  # fmt: skip
-        limits = limits_of(call)
-        run = call.run_with_store if limits.driver == "config" else call.run_blocking
-        resolved = await run(
-            service.bind, _caller(call), work, call.bitstreams, flat_mode_of(call), limits
-        )
+        resolved = await call.run_counted(
+            service.bind, _caller(call), work, call.bitstreams, flat_mode_of(call),
+            limits_of(call), store=True,
+        )  # fmt: skip
         _notify(call, resolved)
     else:
         await call.run(service.unbind, _caller(call), work, _binds(call))

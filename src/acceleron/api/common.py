@@ -33,6 +33,7 @@ from starlette.responses import Response
 from acceleron import microversion
 from acceleron.api.capacity import Threads, is_service
 from acceleron.api.policy import Policy, rule_of
+from acceleron.api.services import Services, services
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
 from acceleron.db.session import Database
@@ -78,6 +79,17 @@ class Call:
             return fn(self.db, *args)
         return await self.threads.database(is_service(self.context), fn, self.db, *args)
 
+    async def run_counted(self, fn: Callable[..., T], *args: Any, store: bool = False) -> T:
+        """``fn(db, *args)`` for a service call that counts against the limits (and,
+        with ``store``, looks bitstreams up): on the outbound threads when the limits
+        come from Keystone (``Services.counting_waits``), else as ``run`` (or
+        ``run_with_store``)."""
+        if self.services.counting_waits:
+            return await self.run_blocking(fn, *args)
+        if store:
+            return await self.run_with_store(fn, *args)
+        return await self.run(fn, *args)
+
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(db, *args)`` on the outbound threads whatever the backend: for service
         calls that may wait on another service (Glance, as the bitstream store)."""
@@ -88,9 +100,13 @@ class Call:
         return await self.threads.outbound(fn, *args)
 
     @property
+    def services(self) -> Services:
+        """The app's parts (``api.services``)."""
+        return services(self.request.app)
+
+    @property
     def threads(self) -> Threads:
-        threads: Threads = self.request.app.state.threads
-        return threads
+        return self.services.threads
 
     async def run_with_store(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(db, *args)`` for a service call that looks bitstreams up: inline like

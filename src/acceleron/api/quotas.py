@@ -52,9 +52,8 @@ class QuotasWrapped(BaseModel):
 )
 async def show_quotas(project_id: Annotated[str, Path(max_length=255)], call: CallDep) -> Response:
     call.authorize("quota:get", {"project_id": project_id})
-    limits: service.Limits = call.request.app.state.quotas
-    run = call.run if limits.driver == "config" else call.run_blocking
-    found = await run(service.show, limits, project_id)
+    limits = call.services.limits
+    found = await call.run_counted(service.show, limits, project_id)
     return json_response(
         {
             "quota_set": {

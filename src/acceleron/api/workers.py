@@ -21,7 +21,7 @@ from oslo_config import cfg
 from starlette.datastructures import State
 
 from acceleron.api import placement as placement_api
-from acceleron.api.capacity import Threads
+from acceleron.api.services import services
 from acceleron.exceptions import AcceleronError, PlacementUnavailable
 from acceleron.placement.publish import Syncer
 from acceleron.service import arqs as arq_service
@@ -37,9 +37,10 @@ async def running(
 ) -> AsyncIterator[None]:
     """Every background worker, for the lifespan of ``app``. An app started twice (a
     test serving it again) keeps the first start's workers, stopped by that start."""
+    parts = services(app)
     started = start_sync(app.state, service, conf)
-    nova_started = app.state.nova.start()
-    wakeup_started = app.state.task_wakeup.start()
+    nova_started = parts.nova.start()
+    wakeup_started = parts.task_wakeup.start()
     tasks = [asyncio.create_task(reap_binds(app))]
     if conf.metrics.enabled:
         tasks.append(asyncio.create_task(refresh_metrics(app)))
@@ -53,9 +54,9 @@ async def running(
         for task in tasks:
             task.cancel()
         if wakeup_started:
-            app.state.task_wakeup.stop()
+            parts.task_wakeup.stop()
         if nova_started:
-            app.state.nova.stop()
+            parts.nova.stop()
         if started is not None:
             started.stop()
             app.state.sync_worker = None
@@ -142,13 +143,13 @@ class SyncWorker:
 
 async def reap_binds(app: FastAPI) -> None:
     """Fail the binds that outlived [binding] bind_timeout, every reap_interval seconds."""
-    conf = app.state.conf.binding
+    parts = services(app)
+    conf = parts.conf.binding
     while True:
         await asyncio.sleep(conf.reap_interval)
-        threads: Threads = app.state.threads
         try:  # on the threads for database work, with the share kept for services
-            resolved = await threads.database(
-                True, arq_service.reap, app.state.db, conf.bind_timeout
+            resolved = await parts.threads.database(
+                True, arq_service.reap, parts.db, conf.bind_timeout
             )
         except AcceleronError as error:  # the database is away: the next round tries again
             LOG.warning("Reaping binds failed: %s", error.message)
@@ -156,22 +157,22 @@ async def reap_binds(app: FastAPI) -> None:
         except Exception:  # nothing must end the reaper
             LOG.exception("Reaping binds failed")
             continue
-        app.state.nova.notify(resolved)
+        parts.nova.notify(resolved)
 
 
 async def refresh_metrics(app: FastAPI) -> None:
     """The state gauges from the database, at once and every [metrics] refresh_interval."""
+    parts = services(app)
     publishing = app.state.placement is not None
     while True:
-        threads: Threads = app.state.threads
         try:
-            await threads.database(True, stats.refresh, app.state.db, publishing)
+            await parts.threads.database(True, stats.refresh, parts.db, publishing)
             app.state.metrics_refreshes += 1
         except AcceleronError as error:  # the database is away: the next round tries again
             LOG.warning("Refreshing the metrics failed: %s", error.message)
         except Exception:  # nothing must end the refresher
             LOG.exception("Refreshing the metrics failed")
-        await asyncio.sleep(app.state.conf.metrics.refresh_interval)
+        await asyncio.sleep(parts.conf.metrics.refresh_interval)
 
 
 async def recover_claims(app: FastAPI) -> None:
@@ -179,8 +180,7 @@ async def recover_claims(app: FastAPI) -> None:
     process of this machine killed while it made or released them, say)."""
     reconciler = placement_api.reconciler_of(app.state)
     try:
-        threads: Threads = app.state.threads
-        done = await threads.outbound(reconciler.claims)
+        done = await services(app).threads.outbound(reconciler.claims)
     except AcceleronError as error:  # Placement or the database away: the passes do it
         LOG.warning("Recovering claims failed: %s", error.message)
         return
@@ -194,13 +194,13 @@ async def recover_claims(app: FastAPI) -> None:
 
 async def reconcile(app: FastAPI) -> None:
     """A pass of the reconciler every [reconciler] interval seconds (docs/reconciler.md)."""
-    conf = app.state.conf.reconciler
+    parts = services(app)
+    conf = parts.conf.reconciler
     while True:
         await asyncio.sleep(conf.interval)
         reconciler = placement_api.reconciler_of(app.state)
         try:
-            threads: Threads = app.state.threads
-            await threads.outbound(functools.partial(reconciler.run, free=conf.free))
+            await parts.threads.outbound(functools.partial(reconciler.run, free=conf.free))
             if reconciler.drifted:  # hosts Placement changed behind the sync's back
                 wake_sync(app.state)
         except AcceleronError as error:  # Placement or the database away: next round
