@@ -830,28 +830,46 @@ def cyborg(cloud: Cloud) -> None:
 
 def cyborg_agents(cloud: Cloud) -> None:
     """A cyborg-agent per compute (once the compute nodes are in Placement: an agent
-    looks its host's provider up when it starts); wait until each host's fake device
-    hangs under its compute node in Placement."""
+    looks its host's provider up when it starts), one after the other: each waits until
+    its host's fake device is in Cyborg and, with its inventory and trait, in Placement.
+    Two first reports at once race in Cyborg's conductor (the second to create the trait
+    CUSTOM_FAKE_DEVICE takes Placement's 204 for a failure and drops that host's device
+    until the agent's next periodic report, a minute later)."""
     agent = str(VENVS / "cyborg" / "bin" / "cyborg-agent")
+    conn = connect(cloud)
     for host in COMPUTES:
         configs = [RUN / "cyborg" / "cyborg.conf", RUN / "cyborg" / f"cyborg-agent-{host}.conf"]
         argv = [agent, *(a for c in configs for a in ("--config-file", str(c)))]
         cloud.start(f"cyborg-agent-{host}", argv, {})
-    conn = connect(cloud)
-
-    def published() -> bool:
-        roots = {rp.name: rp.id for rp in conn.placement.resource_providers()}
-        return all(
-            len(list(conn.placement.resource_providers(in_tree=roots[host]))) >= 2
-            for host in COMPUTES
+        wait_for(
+            f"{host}'s fake device in Cyborg and Placement",
+            cyborg_device_published(conn, f"{host}_FakeDevice"),
+            cloud,
+            [f"cyborg-agent-{host}", "cyborg-conductor", "cyborg-api"],
         )
 
-    wait_for(
-        "Cyborg's devices in Placement",
-        published,
-        cloud,
-        [f"cyborg-agent-{h}" for h in COMPUTES] + ["cyborg-conductor", "cyborg-api"],
-    )
+
+def cyborg_device_published(conn: Any, name: str) -> Callable[[], bool]:
+    """Whether Cyborg lists the deployable ``name`` and its provider in Placement has
+    its inventory and its trait (the conductor writes its database first, then the
+    provider, its inventory, then its traits)."""
+    version = {"OpenStack-API-Version": "placement 1.14"}
+
+    def check() -> bool:
+        listed = conn.accelerator.get("/deployables").json()["deployables"]
+        if name not in {d["name"] for d in listed}:
+            return False
+        found = conn.placement.get(
+            "/resource_providers", params={"name": name}, headers=version
+        ).json()["resource_providers"]
+        if not found:
+            return False
+        path = f"/resource_providers/{found[0]['uuid']}"
+        inventory = conn.placement.get(f"{path}/inventories", headers=version).json()
+        traits = conn.placement.get(f"{path}/traits", headers=version).json()
+        return "FPGA" in inventory["inventories"] and "CUSTOM_FAKE_DEVICE" in traits["traits"]
+
+    return check
 
 
 def agents(cloud: Cloud) -> None:
