@@ -99,6 +99,7 @@ devices:
 _DEVICE_KEYS = {
     "type", "count", "vendor_id", "product_id", "vendor_name", "model", "numa_node",
     "memory_mb", "memory_type", "health", "regions", "vgpu_types", "mig_profiles", "vfs",
+    "pci_address",
 }  # fmt: skip
 _SHAPES = ("regions", "vgpu_types", "mig_profiles", "vfs")
 _ITEM_KEYS = {
@@ -121,9 +122,31 @@ def load_inventory(text: str, source: str) -> list[dict[str, Any]]:
     entries = data.get("devices") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise DriverConfigError(f"fake inventory {source} needs a 'devices' list")
+    named: set[str] = set()
     for number, entry in enumerate(entries, 1):
-        _check_entry(entry, f"{source}, device {number}")
+        where = f"{source}, device {number}"
+        _check_entry(entry, where)
+        if "pci_address" in entry:
+            address = _check_address(entry, where)
+            if address in named:
+                raise DriverConfigError(f"{where}: pci_address {address} is named twice")
+            named.add(address)
     return entries
+
+
+def _check_address(entry: Mapping[str, Any], where: str) -> str:
+    """The address an entry names, checked: one device, a PCI address."""
+    if entry.get("count", 1) != 1:
+        raise DriverConfigError(f"{where}: a pci_address names one device, not a count")
+    try:
+        return fixed_address(entry)
+    except ValueError as error:
+        raise DriverConfigError(f"{where}: pci_address: {error}") from error
+
+
+def fixed_address(entry: Mapping[str, Any]) -> str:
+    """The PCI address an inventory entry names (``pci_address``), normalised."""
+    return str(parse_bdf(str(entry["pci_address"])))
 
 
 def _check_entry(entry: Any, where: str) -> None:
@@ -196,9 +219,14 @@ class FakeDriver:
         self.state_file = Path(conf.fake.state_file)
 
     def _placed(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        """Every simulated device with its address, ``count`` expanded."""
-        slots = addresses(self.conf.host)
+        """Every simulated device with its address, ``count`` expanded: the address an
+        entry names (``pci_address``), else the host's next one that none names."""
+        named = {fixed_address(e) for e in self.entries if "pci_address" in e}
+        slots = (a for a in addresses(self.conf.host) if a not in named)
         for entry in self.entries:
+            if "pci_address" in entry:
+                yield fixed_address(entry), entry
+                continue
             for _ in range(entry.get("count", 1)):
                 yield next(slots), entry
 

@@ -106,6 +106,33 @@ def test_generator_form(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
     assert devices[0].deployables[0].attach_handles[0].address == devices[0].pci_address
 
 
+def test_a_device_at_the_address_its_entry_names(
+    driver_conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    """``pci_address`` places a device where another tool sees it (Cyborg's fake driver:
+    0000:0c:00.0, its 16 handles 0000:0c:00.1 to 0000:0c:02.0); the others take the
+    host's addresses, skipping those named."""
+    first = next(addresses(driver_conf.host))
+    driver = inventory(
+        driver_conf,
+        tmp_path,
+        "devices:\n"
+        f"  - {{type: GPU, product_id: '1eb8', pci_address: '{first.upper()}'}}\n"
+        "  - {type: GPU, product_id: '1eb8'}\n"
+        "  - type: FPGA\n"
+        "    pci_address: 0c:00.0\n"
+        f"    regions: [{{region_type: {TYPE_A}, accelerators: 16}}]\n",
+    )
+    gpu, other, fpga = driver.discover()
+    assert gpu.pci_address == first
+    assert other.pci_address not in (first, fpga.pci_address)
+    assert fpga.pci_address == "0000:0c:00.0"
+    (region,) = fpga.deployables
+    handles = [h.address for h in region.attach_handles]
+    assert handles[0] == "0000:0c:00.1" and handles[-1] == "0000:0c:02.0" and len(handles) == 16
+    assert driver.discover() == [gpu, other, fpga]
+
+
 def test_addresses_roll_over_into_the_next_domain() -> None:
     slots = addresses("fakehost")
     seen = [next(slots) for _ in range(0x100)]
@@ -195,6 +222,12 @@ def test_corrupt_state_file_is_ignored(driver_conf: cfg.ConfigOpts, tmp_path: Pa
         ("devices: [{type: FPGA, regions: [{region_typ: x}]}]", "regions entries take"),
         ("devices: [{type: QAT, vfs: -1}]", "vfs must be a whole number"),
         ("devices: [7]", "device 1: expected a mapping"),
+        ("devices: [{type: GPU, pci_address: 'slot 3'}]", "pci_address: not a PCI address"),
+        ("devices: [{type: GPU, count: 2, pci_address: 0c:00.0}]", "names one device"),
+        (
+            "devices: [{type: GPU, pci_address: 0c:00.0}, {type: QAT, pci_address: '0C:00.0'}]",
+            "device 2: pci_address 0000:0c:00.0 is named twice",
+        ),
     ],
 )
 def test_bad_inventories(
