@@ -39,7 +39,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from acceleron import bitstreams, microversion
-from acceleron.api.capacity import UploadSlots
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
@@ -255,11 +254,10 @@ async def create_bitstream(body: Annotated[BitstreamIn, Body()], call: CallDep) 
 async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
     bitstream = await _one(call, uuid)
     call.authorize("bitstream:upload", _owner(bitstream))
-    state = call.request.app.state
-    limit = state.conf.bitstreams.max_size_mb * MIB
+    conf = call.services.conf
+    limit = conf.bitstreams.max_size_mb * MIB
     _check_upload(call.request, limit)
-    slots: UploadSlots = state.uploads
-    with slots.taken(call.context.project_id or ""), _spool_file(state.conf) as spool:
+    with call.services.uploads.taken(call.context.project_id or ""), _spool_file(conf) as spool:
         await _spool(call.request, spool, limit)
         uploaded = await call.outbound(call.bitstreams.upload_data, bitstream.id, spool)
     return json_response(view(uploaded, call.base_url))

@@ -128,7 +128,7 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
     placement = _placement(call)
     make = functools.partial(
         claims.make, store=call.bitstreams, flat_mode=arqs_api.flat_mode_of(call),
-        limits=arqs_api.limits_of(call), timeout=call.request.app.state.conf.claims.timeout,
+        limits=arqs_api.limits_of(call), timeout=call.services.conf.claims.timeout,
     )  # fmt: skip
     made = await call.outbound(make, call.db, placement.client(), _caller(call),
                                body.device_profile_name, body.consumer_uuid, body.project_id,
@@ -149,7 +149,7 @@ async def delete_claim(consumer: str, call: CallDep) -> Response:
     if call.request.app.state.placement is None:  # no claim can exist: 404 before 409
         await call.run(claims.lookup, _caller(call), consumer)
     placement = _placement(call)
-    timeout = call.request.app.state.conf.claims.timeout
+    timeout = call.services.conf.claims.timeout
     await call.outbound(claims.remove, call.db, placement.client(), _caller(call), consumer,
                         timeout)  # fmt: skip
     return Response(status_code=204)

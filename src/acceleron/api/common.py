@@ -127,7 +127,7 @@ class Call:
         if state.bitstreams is None:
             from acceleron.bitstreams.factory import from_conf
 
-            state.bitstreams = from_conf(state.conf, state.db)
+            state.bitstreams = from_conf(self.services.conf, self.services.db)
         store: BitstreamStore = state.bitstreams
         return store
 
@@ -225,13 +225,13 @@ async def _check_body(request: Request) -> None:
 
 
 async def _call(request: Request) -> Call:
-    state = request.app.state
+    parts = services(request.app)
     call = Call(
         request=request,
-        context=await state.auth.context(request),
+        context=await parts.auth.context(request),
         version=request.state.api_version,
-        db=state.db,
-        policy=state.policy,
+        db=parts.db,
+        policy=parts.policy,
     )
     route = request.scope.get("route")
     rule = rule_of(request.method, getattr(route, "path", ""))
@@ -275,7 +275,7 @@ def requires(version: microversion.Version, what: str, status_code: int = 404) -
 
 def base_url(request: Request) -> str:
     """Where clients reach the API: ``[api] public_endpoint`` or the request's own URL."""
-    configured: str | None = request.app.state.conf.api.public_endpoint
+    configured: str | None = services(request.app).conf.api.public_endpoint
     return (configured or str(request.base_url)).rstrip("/")
 
 

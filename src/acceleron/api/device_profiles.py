@@ -107,7 +107,7 @@ def view(profile: service.Profile, version: microversion.Version, base: str) -> 
 
 
 def _limits(call: Call) -> service.Limits:
-    conf = call.request.app.state.conf.device_profiles
+    conf = call.services.conf.device_profiles
     return service.Limits(
         max_groups=conf.max_groups,
         max_accelerators=conf.max_accelerators,

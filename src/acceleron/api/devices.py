@@ -67,7 +67,7 @@ class PageQuery(BaseModel):
 
     def page(self, call: Call) -> Page:
         return make_page(
-            max_limit=call.request.app.state.conf.api.max_limit,
+            max_limit=call.services.conf.api.max_limit,
             sort_key=self.sort_key,
             sort_dir=self.sort_dir,
             limit=self.limit,

@@ -103,14 +103,13 @@ async def claim_tasks(
     formats.check_tasks(agent)
     kinds = formats.task_kinds(agent)
     deadline = time.monotonic() + wait
-    state = call.request.app.state
-    waker: wakeup.TaskWakeup = state.task_wakeup
+    waker, stopping = call.services.task_wakeup, call.services.stopping
     with waker.waiting(hostname) as woken:  # a task queued from now on wakes this poll
         while True:
             woken.clear()
             found = await call.run(tasks.claim, hostname, kinds)
             left = deadline - time.monotonic()
-            if found or left <= 0 or state.stopping.is_set():
+            if found or left <= 0 or stopping.is_set():
                 if not found:
                     middleware.routine(call.request)
                 return json_response({"tasks": [view(t) for t in found]}, headers=formats_header())
@@ -141,7 +140,7 @@ async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: Call
             error=body.error,
         )
     )
-    call.request.app.state.nova.notify(resolved)
+    call.services.nova.notify(resolved)
     if task.kind == "program" and task.state == "done":
         workers.wake_sync(call.request.app.state)  # the region's function traits change
     return json_response(view(task), headers=formats_header())
