@@ -24,6 +24,7 @@ from oslo_config import cfg
 
 from acceleron import logs
 from acceleron.api.app import create_app
+from acceleron.api.services import services
 from acceleron.cli.main import main
 from acceleron.db.session import Database
 from tests.fixtures.allinone import free_port
@@ -198,10 +199,10 @@ def test_a_request_that_waits_on_the_event_loop_keeps_its_own_context(
     ):
         claim = f"{url}/v2/hosts/h1/tasks/claim?wait=30"
         polling = pool.submit(requests.post, claim, headers=agent, timeout=60)
-        wait_for(lambda: app.state.task_wakeup.waiters("h1") == 1)
+        wait_for(lambda: services(app).task_wakeup.waiters("h1") == 1)
         created = create_profile(url, "alice", "project-a")
-        app.state.stopping.set()  # the poll answers now, with no work
-        app.state.task_wakeup.wake_all()
+        services(app).stopping.set()  # the poll answers now, with no work
+        services(app).task_wakeup.wake_all()
         poll = polling.result()
         assert poll.json() == {"tasks": []}
         polled = poll.headers["x-openstack-request-id"]

@@ -17,6 +17,7 @@ from oslo_config import cfg
 from sqlalchemy import select
 
 from acceleron.api.app import create_app
+from acceleron.api.services import services
 from acceleron.db.models import Deployable, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
@@ -88,7 +89,7 @@ def test_events_after_a_bind(nova_conf: cfg.ConfigOpts, sqlite_db: Database, com
             )
         ]
         assert api.patch("/v2/accelerator_requests", json={arq_uuid: ops}).status_code == 202
-        api.app.state.nova.drain()  # type: ignore[attr-defined]
+        services(api.app).nova.drain()  # type: ignore[arg-type]
     [request] = compute.received
     assert request["path"] == "/v2.1/os-server-external-events"
     assert request["headers"]["OpenStack-API-Version"] == "compute 2.82"

@@ -42,7 +42,7 @@ from acceleron.api import placement as placement_api
 from acceleron.api.capacity import Threads, UploadSlots
 from acceleron.api.middleware import ApiMiddleware, BodyLimits, Limit
 from acceleron.api.policy import Policy
-from acceleron.api.services import Services
+from acceleron.api.services import Services, services
 from acceleron.db import migrate
 from acceleron.db import session as db_session
 from acceleron.placement import inprocess
@@ -87,34 +87,25 @@ def create_app(
         lifespan=lifespan,
         redoc_url=None,
     )
-    app.state.conf = conf
-    app.state.db = database
-    app.state.policy = Policy(conf)
-    app.state.auth = auth.from_conf(conf)
+    parts = app.state.services = Services(
+        conf=conf,
+        db=database,
+        policy=Policy(conf),
+        auth=auth.from_conf(conf),
+        nova=NovaNotifier(lambda: nova.adapter_from_conf(conf)),
+        limits=quota_service.from_conf(conf),
+        threads=Threads.from_conf(conf),
+        uploads=UploadSlots(conf.bitstreams.max_uploads_per_project),
+        task_wakeup=wakeup.TaskWakeup(database, conf.api.task_wakeup),
+        stopping=threading.Event(),
+    )
+    # What is built on first use, or swapped while the app runs (a test's Placement).
     app.state.placement = placement
     app.state.sync_worker = None  # workers.SyncWorker, from the start (lifespan)
-    app.state.nova = NovaNotifier(lambda: nova.adapter_from_conf(conf))
     app.state.bitstreams = None  # built on first use: common.Call.bitstreams
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
     app.state.claims_recovered = None  # the claims recovered at the start, once done
-    app.state.quotas = quota_service.from_conf(conf)
     app.state.metrics_refreshes = 0
-    app.state.threads = Threads.from_conf(conf)
-    app.state.uploads = UploadSlots(conf.bitstreams.max_uploads_per_project)
-    app.state.task_wakeup = wakeup.TaskWakeup(database, conf.api.task_wakeup)
-    app.state.stopping = threading.Event()  # set when the server begins to stop
-    app.state.services = Services(
-        conf=conf,
-        db=database,
-        policy=app.state.policy,
-        auth=app.state.auth,
-        nova=app.state.nova,
-        limits=app.state.quotas,
-        threads=app.state.threads,
-        uploads=app.state.uploads,
-        task_wakeup=app.state.task_wakeup,
-        stopping=app.state.stopping,
-    )
     errors.install(app)
     app.include_router(versions.router)
     # Routes are matched in order: Nova's and the agents' hot paths first.
@@ -134,7 +125,7 @@ def create_app(
     if conf.metrics.enabled:
         app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":
-        app.mount("/placement", EmbeddedPlacement(placement, app.state.auth))
+        app.mount("/placement", EmbeddedPlacement(placement, parts.auth))
     app.add_middleware(
         ApiMiddleware, client_timeout=conf.api.client_timeout, body_limits=body_limits(conf)
     )
@@ -172,8 +163,9 @@ class Server(uvicorn.Server):
         self._on_stop = on_stop
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._app.state.stopping.set()
-        self._app.state.task_wakeup.wake_all()
+        parts = services(self._app)
+        parts.stopping.set()
+        parts.task_wakeup.wake_all()
         for stop in self._on_stop:
             stop()
         super().handle_exit(sig, frame)

@@ -13,13 +13,14 @@ import functools
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from acceleron import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.services import services
 from acceleron.exceptions import Conflict
 from acceleron.placement.publish import HostSync
 from acceleron.service.placement import PlacementService
@@ -145,16 +146,17 @@ async def sync(body: Annotated[SyncRequest, Body()], call: CallDep) -> Response:
     return json_response(_view(await call.outbound(run)))
 
 
-def reconciler_of(state: Any) -> Reconciler:
+def reconciler_of(app: FastAPI) -> Reconciler:
     """The API's one reconciler (its memory of leaks seen is what ``grace`` counts on),
-    made on first use for ``state.placement``."""
+    made on first use for ``app.state.placement``."""
+    state, parts = app.state, services(app)
     if state.reconciler is None:
         placement: PlacementService = state.placement
         state.reconciler = Reconciler(
-            state.db,
+            parts.db,
             lambda: placement.syncer().client,
-            state.conf.reconciler.grace,
-            state.conf.claims.timeout,
+            parts.conf.reconciler.grace,
+            parts.conf.claims.timeout,
         )
     found: Reconciler = state.reconciler
     return found
@@ -183,7 +185,7 @@ def _leak_view(leak: Leak) -> dict[str, Any]:
 )
 async def reconcile(body: Annotated[ReconcileRequest, Body()], call: CallDep) -> Response:
     _service(call)
-    reconciler = reconciler_of(call.request.app.state)
+    reconciler = reconciler_of(call.request.app)
     leaks = await call.outbound(functools.partial(reconciler.run, dry_run=body.dry_run))
     return json_response({"leaks": [_leak_view(leak) for leak in leaks]})
 

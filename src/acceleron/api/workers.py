@@ -178,7 +178,7 @@ async def refresh_metrics(app: FastAPI) -> None:
 async def recover_claims(app: FastAPI) -> None:
     """Once, at the start: finish or undo the claims whose maker is gone (an earlier
     process of this machine killed while it made or released them, say)."""
-    reconciler = placement_api.reconciler_of(app.state)
+    reconciler = placement_api.reconciler_of(app)
     try:
         done = await services(app).threads.outbound(reconciler.claims)
     except AcceleronError as error:  # Placement or the database away: the passes do it
@@ -198,7 +198,7 @@ async def reconcile(app: FastAPI) -> None:
     conf = parts.conf.reconciler
     while True:
         await asyncio.sleep(conf.interval)
-        reconciler = placement_api.reconciler_of(app.state)
+        reconciler = placement_api.reconciler_of(app)
         try:
             await parts.threads.outbound(functools.partial(reconciler.run, free=conf.free))
             if reconciler.drifted:  # hosts Placement changed behind the sync's back

@@ -14,6 +14,7 @@ from tests.fixtures.keystone_limits import KeystoneLimits, keystone_limits
 
 from acceleron import conf as confmod
 from acceleron.api.app import create_app
+from acceleron.api.services import services
 from acceleron.db.session import Database
 from acceleron.service import device_profiles
 
@@ -73,7 +74,7 @@ def test_keystone_limits_apply(api: TestClient, keystone: KeystoneLimits) -> Non
 def test_keystone_away_is_a_503(api: TestClient, keystone: KeystoneLimits) -> None:
     keystone.server.shutdown()
     keystone.server.server_close()
-    api.app.state.quotas._enforcer = None  # type: ignore[attr-defined]  # nothing cached
+    services(api.app).limits._enforcer = None  # type: ignore[arg-type,attr-defined]  # nothing cached
     answer = create(api, "qat3", "p3")
     assert answer.status_code == 503, answer.text
     assert answer.json()["errors"][0]["code"] == "acceleron.quota_unavailable"

@@ -17,6 +17,7 @@ from tests.fixtures.waiting import wait_for
 
 from acceleron.api import wakeup
 from acceleron.api.app import create_app
+from acceleron.api.services import services
 from acceleron.db.session import Database
 from acceleron.service import tasks
 
@@ -42,7 +43,7 @@ class Poll:
         self.answer: list[dict[str, Any]] | None = None
         self._thread = threading.Thread(target=self._run, args=(api, host))
         self._thread.start()
-        waker: wakeup.TaskWakeup = api.app.state.task_wakeup  # type: ignore[attr-defined]
+        waker = services(api.app).task_wakeup  # type: ignore[arg-type]
         wait_for(lambda: waker.waiters(host) == 1)
 
     def _run(self, api: TestClient, host: str) -> None:
@@ -71,7 +72,7 @@ def test_a_rolled_back_task_or_another_hosts_leaves_the_poll_waiting(
         tasks.create(conn, hostname=HOST, kind="create_mdev", params={})
         raise RuntimeError("rolled back")
     queue(db, "another-host")
-    waker: wakeup.TaskWakeup = api.app.state.task_wakeup  # type: ignore[attr-defined]
+    waker = services(api.app).task_wakeup  # type: ignore[arg-type]
     assert waker.waiters(HOST) == 1  # still waiting
     uuid = queue(db)
     assert [t["uuid"] for t in poll.result()] == [uuid]
@@ -99,7 +100,7 @@ def other_process(db: Database) -> Iterator[Database]:
 def test_a_task_queued_by_another_api_process_wakes_the_poll(
     api: TestClient, db: Database, other_process: Database, no_fallback: None
 ) -> None:
-    waker: wakeup.TaskWakeup = api.app.state.task_wakeup  # type: ignore[attr-defined]
+    waker = services(api.app).task_wakeup  # type: ignore[arg-type]
     wait_for(lambda: waker.listening)
     poll = Poll(api)
     uuid = queue(other_process)

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from acceleron import microversion as mv
+from acceleron.api.services import services
 from acceleron.logs import ContextFilter
 
 MAX = str(mv.MAX_VERSION)
@@ -33,11 +34,11 @@ def test_v2_document(api: TestClient, path: str) -> None:
 
 
 def test_public_endpoint_is_used_in_links(api: TestClient) -> None:
-    api.app.state.conf.set_override("public_endpoint", "https://cloud.test/accelerator", "api")  # type: ignore[attr-defined]
+    services(api.app).conf.set_override("public_endpoint", "https://cloud.test/accelerator", "api")  # type: ignore[arg-type]
     try:
         assert api.get("/v2").json()["links"][0]["href"] == "https://cloud.test/accelerator/v2/"
     finally:
-        api.app.state.conf.clear_override("public_endpoint", "api")  # type: ignore[attr-defined]
+        services(api.app).conf.clear_override("public_endpoint", "api")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
