@@ -41,7 +41,6 @@ from acceleron.exceptions import InvalidInput
 from acceleron.placement import tree
 from acceleron.service import arqs as service
 from acceleron.service import quotas
-from acceleron.service.placement import PlacementService
 
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
@@ -310,7 +309,7 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
 def flat_mode_of(call: Call) -> tree.Options | None:
     """The Placement sync's options when it publishes flat: a bind may then name a
     compute node's provider (spec 001's fallback)."""
-    placement: PlacementService | None = call.request.app.state.placement
+    placement = call.placement
     if placement is None or placement.mode == "disabled" or placement.options.nested:
         return None
     return placement.options

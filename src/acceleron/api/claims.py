@@ -112,7 +112,7 @@ def _caller(call: Call) -> RequestContext:
 
 
 def _placement(call: Call) -> PlacementService:
-    service: PlacementService | None = call.request.app.state.placement
+    service = call.placement
     if service is None:
         raise Conflict("Placement is disabled: claims need [placement] mode remote or embedded.")
     return service
@@ -146,7 +146,7 @@ async def show_claim(consumer: str, call: CallDep) -> Response:
 @router.delete("/{consumer}", status_code=204, summary="Release a consumer's claim (2.12)")
 async def delete_claim(consumer: str, call: CallDep) -> Response:
     call.authorize("claim:delete")
-    if call.request.app.state.placement is None:  # no claim can exist: 404 before 409
+    if call.placement is None:  # no claim can exist: 404 before 409
         await call.run(claims.lookup, _caller(call), consumer)
     placement = _placement(call)
     timeout = call.services.conf.claims.timeout

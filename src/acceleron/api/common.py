@@ -38,6 +38,7 @@ from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput
+from acceleron.service.placement import PlacementService
 
 T = TypeVar("T")
 
@@ -103,6 +104,13 @@ class Call:
     def services(self) -> Services:
         """The app's parts (``api.services``)."""
         return services(self.request.app)
+
+    @property
+    def placement(self) -> PlacementService | None:
+        """The Placement sync's service; None when Placement is disabled. On
+        ``app.state``, not in ``services``: a test may put its own there."""
+        found: PlacementService | None = self.request.app.state.placement
+        return found
 
     @property
     def threads(self) -> Threads:

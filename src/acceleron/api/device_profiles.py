@@ -29,7 +29,6 @@ from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
 from acceleron.service import device_profiles as service
 from acceleron.service import fitting
-from acceleron.service.placement import PlacementService
 from acceleron.uuids import is_uuid_like
 
 router = APIRouter(
@@ -119,7 +118,7 @@ async def _steered(call: Call, profiles: list[service.Profile]) -> list[service.
     """The profiles with the traits that keep a group naming a function or bitstream
     off regions no bitstream of it fits (``service.fitting``): what Nova reads to build
     its Placement query. As they are when Placement is disabled."""
-    placement: PlacementService | None = call.request.app.state.placement
+    placement = call.placement
     wants = any(k in g for p in profiles for g in p.groups for k in fitting.SELECTORS)
     if not wants or placement is None or placement.mode == "disabled":
         return profiles

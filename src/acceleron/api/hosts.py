@@ -22,7 +22,6 @@ from acceleron.exceptions import InvalidInput
 from acceleron.report import Incoming, check, check_values
 from acceleron.service import hosts as service
 from acceleron.service import inventory
-from acceleron.service.placement import PlacementService
 
 router = APIRouter(
     prefix="/v2/hosts",
@@ -100,7 +99,7 @@ def view(host: service.HostRecord, call: Call) -> HostOut:
     )
     if call.version < microversion.V2_8:
         return data
-    placement = call.request.app.state.placement
+    placement = call.placement
     publishing = placement is not None and placement.mode != "disabled"
     synced = host.synced_generation >= host.generation and not host.placement_errors
     with_sync = Host_2_8(**data, placement_synced=synced if publishing else None)
@@ -136,7 +135,7 @@ async def report_host(hostname: str, report: Incoming, call: CallDep) -> Respons
         )
     check_values(report)
     check(report.devices)
-    placement: PlacementService | None = call.request.app.state.placement
+    placement = call.placement
     if placement is not None:
         await call.outbound(placement.check_host, hostname)
     outcome = await call.run(inventory.reconcile, report)

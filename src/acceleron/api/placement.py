@@ -124,7 +124,7 @@ def _view(results: Sequence[HostSync]) -> dict[str, Any]:
 
 def _service(call: Call) -> PlacementService:
     call.authorize("placement:sync")
-    service: PlacementService | None = call.request.app.state.placement
+    service = call.placement
     if service is None:
         raise Conflict("Placement is disabled: set [placement] mode to remote or embedded.")
     return service
