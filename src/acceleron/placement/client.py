@@ -667,13 +667,16 @@ class PlacementClient:
         self, consumer: str, read: Consumer, allocations: Mapping[str, Mapping[str, int]]
     ) -> None:
         """Write the consumer's allocations anew (empty: none left), unless they changed
-        since ``read``: AllocationConflict then."""
+        since ``read``: AllocationConflict then. A consumer Placement reads as type
+        ``unknown`` (written with no type, as Nova's servers may be) is written as
+        INSTANCE: a write may not name ``unknown``."""
+        kind = read.consumer_type if read.consumer_type not in (None, "unknown") else None
         body = {
             "allocations": {rp: {"resources": dict(r)} for rp, r in allocations.items()},
             "consumer_generation": read.generation,
             "project_id": read.project_id,
             "user_id": read.user_id,
-            "consumer_type": read.consumer_type or "INSTANCE",
+            "consumer_type": kind or "INSTANCE",
         }
         self._put_consumer(consumer, body, f"rewriting the allocations of {consumer}")
 

@@ -345,6 +345,31 @@ class TestProviders:
         assert client.get_provider(region0) is not None
         assert client.get_provider(made["region1"]) is None  # removed before the refusal
 
+    def test_a_consumer_without_a_type_is_rewritten(
+        self, placement: adapter.Adapter, client: PlacementClient
+    ) -> None:
+        """Placement reads a consumer written before consumer types (or by a client that
+        sets none, as Nova's servers under Cyborg were) as type ``unknown``, which a
+        write may not name: its rewrite (an adoption's allocation move) writes
+        INSTANCE instead of echoing it back."""
+        made = add_fpga_with_two_regions(client, add_compute_node(client, "cn1"), "cn1")
+        consumer = new_uuid()
+        body = {
+            "allocations": {made["region0"]: {"resources": {FPGA: 1}}},
+            "project_id": new_uuid(),
+            "user_id": new_uuid(),
+            "consumer_generation": None,
+        }
+        response = placement.put(f"/allocations/{consumer}", json=body,
+                                 microversion="1.28")  # fmt: skip
+        assert response.status_code == 204, response.text
+        read = client.get_consumer(consumer)
+        assert read.consumer_type == "unknown"
+        client.replace_allocations(consumer, read, {made["region1"]: {FPGA: 1}})
+        moved = client.get_consumer(consumer)
+        assert moved.allocations == {made["region1"]: {FPGA: 1}}
+        assert moved.consumer_type == "INSTANCE"
+
     def test_delete_is_idempotent(self, client: PlacementClient) -> None:
         made = add_fpga_with_two_regions(client, add_compute_node(client, "cn1"), "cn1")
         tree = client.get_tree(made[""])
