@@ -206,6 +206,12 @@ class Cloud:
         """Whether upstream Cyborg, not Acceleron, serves the accelerator endpoint."""
         return self.accelerator == CYBORG
 
+    @property
+    def acceleron_port(self) -> str:
+        """The port Acceleron's balancer listens on: the accelerator endpoint's, or in a
+        Cyborg cloud one of its own (`python -m cloud acceleron`)."""
+        return "acceleron" if self.cyborg else "accelerator"
+
     def url(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[service]}"
 
@@ -365,7 +371,10 @@ def variables(cloud: Cloud) -> dict[str, str]:
         "postgresql": POSTGRESQL,
         "vhost": cloud.vhost,
         "nested": str(cloud.nested).lower(),
-        "accelerator_url": cloud.url("accelerator"),
+        "accelerator_url": cloud.url(cloud.acceleron_port),
+        # Beside Cyborg, the agents report to Acceleron's balancer, not to the catalog's
+        # accelerator endpoint (Cyborg's until the adoption).
+        "agent_endpoint": f"api_endpoint = {cloud.url('acceleron')}" if cloud.cyborg else "",
         "keystone_url": cloud.auth_url,
         "password": cloud.password,
         **{
@@ -421,7 +430,8 @@ def write_configs(cloud: Cloud) -> None:
             RUN / "acceleron" / host / "agent.conf",
             {**values, "host": host},
         )
-        render(f"inventory-{host}.yaml", RUN / "acceleron" / host / "inventory.yaml", values)
+        inventory = "inventory-cyborg.yaml" if cloud.cyborg else f"inventory-{host}.yaml"
+        render(inventory, RUN / "acceleron" / host / "inventory.yaml", values)
     shutil.copy(VENVS / "glance" / "etc" / "glance" / "glance-api-paste.ini", RUN / "glance")
     shutil.copy(VENVS / "nova" / "etc" / "nova" / "api-paste.ini", RUN / "nova")
     computes = [f"nova/{host}/instances" for host in COMPUTES]
@@ -758,12 +768,29 @@ def acceleron(cloud: Cloud) -> None:
         replicas.append(str(cloud.ports[name]))
     cloud.start(
         "balancer",
-        [sys.executable, "-m", "cloud.balancer", str(cloud.ports["accelerator"]), *replicas],
+        [sys.executable, "-m", "cloud.balancer", str(cloud.ports[cloud.acceleron_port]), *replicas],
         {"PYTHONPATH": str(REPO)},
     )
     for index in (1, 2):
         name = f"acceleron-api-{index}"
         wait_for(name, answers(cloud.url(name)), cloud, [name])
+
+
+def acceleron_beside_cyborg(cloud: Cloud) -> None:
+    """Acceleron started in a cloud that runs upstream Cyborg, as an operator does before
+    `acceleron adopt cyborg` (docs/adopt-from-cyborg.md): its schema, the API replicas
+    behind a balancer of their own port, and an agent per compute whose fake driver sees
+    what Cyborg's does (cloud/templates/inventory-cyborg.yaml). The catalog's accelerator
+    endpoint stays Cyborg's. Nothing when Acceleron runs already."""
+    if not cloud.cyborg:
+        raise CloudError("Acceleron already serves this cloud: start one with --cyborg")
+    if "acceleron-api-1" in cloud.processes:
+        log("Acceleron runs beside Cyborg already")
+        return
+    acceleron_schema(cloud)
+    acceleron(cloud)
+    agents(cloud)
+    log(f"Acceleron beside Cyborg: {cloud.url('acceleron')}/v2")
 
 
 def neutron(cloud: Cloud) -> None:
@@ -888,8 +915,9 @@ def agents(cloud: Cloud) -> None:
         roots = {rp.name: rp.id for rp in conn.placement.resource_providers()}
         for host in COMPUTES:
             if cloud.nested:
+                # The compute node and Acceleron's card and region (and Cyborg's device).
                 tree = list(conn.placement.resource_providers(in_tree=roots[host]))
-                if len(tree) < 2:
+                if len(tree) < (4 if cloud.cyborg else 2):
                     return False
             else:
                 # Flat: the classes land on the compute node itself (spec 001's fallback).
@@ -976,6 +1004,7 @@ def up(nested: bool = True, accelerator: str = ACCELERON) -> Cloud:
         "nova",
         "neutron",
         "accelerator",
+        "acceleron",
         "acceleron-api-1",
         "acceleron-api-2",
     ]
@@ -1131,6 +1160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "is the accelerator service instead of Acceleron",
     )
     sub.add_parser("down", help="stop every process, drop the databases and the vhost")
+    sub.add_parser(
+        "acceleron",
+        help="in a cloud started with --cyborg: start Acceleron's API and agents beside "
+        "Cyborg (what `acceleron adopt cyborg` needs); the catalog stays Cyborg's",
+    )
     sub.add_parser("venvs", help="make the virtualenvs only")
     e2e = sub.add_parser("e2e", help="run tests/e2e against the cloud (started if need be)")
     e2e.add_argument(
@@ -1157,6 +1191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             up(nested=not args.flat, accelerator=CYBORG if args.cyborg else ACCELERON)
         elif args.command == "down":
             down()
+        elif args.command == "acceleron":
+            cloud = Cloud.load()
+            if cloud is None or not cloud.running:
+                raise CloudError("no cloud runs")
+            acceleron_beside_cyborg(cloud)
         elif args.command == "e2e":
             accelerator = CYBORG if args.cyborg else ACCELERON
             return end_to_end(args.pytest_args, nested=not args.flat, accelerator=accelerator)
