@@ -239,7 +239,7 @@ def test_a_database_failover_loses_nothing(backend: Backend, tmp_path: Path) -> 
                 .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
                 .where(DEPLOYABLES.c.kind == "vf_pool")
             )
-            pools = dict(rows)
+            pools = {row.hostname: row.rp_uuid for row in rows}
         assert set(pools) == set(HOSTS)
 
         load = Load(apis, pools)

@@ -229,7 +229,7 @@ def _binds(cloud: Cloud, headers: dict[str, str]) -> bool:
     if response.status_code == 403:
         assert "acceleron:arq:bind" in response.text, response.text
     assert response.status_code in (401, 403, 404), response.text
-    return response.status_code == 404  # no such request: bound had it existed
+    return bool(response.status_code == 404)  # no such request: bound had it existed
 
 
 def _upload(cloud: Cloud, headers: dict[str, str]) -> httpx.Response:
