@@ -14,18 +14,26 @@ These tests run only against such a cloud; every other e2e test is skipped there
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
+import openstack
 import pytest
+from cloud.launcher import MYSQL, REPO, RUN, Cloud, acceleron_beside_cyborg
 from tests.e2e.conftest import (
     Flavors,
     active,
     allocations,
+    arqs,
     boot,
     delete_and_wait,
     provider,
+    wait_status,
 )
+from tests.e2e.conftest import check_gone as check_all_gone
 
 pytestmark = pytest.mark.cyborg
 
@@ -107,3 +115,95 @@ def test_two_accelerators_and_two_servers(
         check_bound(admin, active(admin, server_id), count=2)
     delete_and_wait(member, *servers)
     check_gone(admin, *servers)
+
+
+# --- adoption: Acceleron takes the servers over (the last test: it leaves the cloud's
+# --- accelerator endpoint on Acceleron and Cyborg's services stopped) ------------------
+
+ACCELERON = str(REPO / ".venv" / "bin" / "acceleron")
+# Cyborg's fake trait: Acceleron's region of the same card carries CUSTOM_FPGA_INTEL.
+MAPPING = "traits:\n  CUSTOM_FAKE_DEVICE: CUSTOM_FPGA_INTEL\n"
+
+
+def adopt(cloud: Cloud, mapping: Path) -> subprocess.CompletedProcess[str]:
+    """``acceleron adopt cyborg`` as the operator runs it on the API's host."""
+    database = f"{MYSQL}/{cloud.database('cyborg')}?charset=utf8mb4"
+    return subprocess.run(
+        [ACCELERON, "--config-file", str(RUN / "acceleron" / "acceleron.conf"), "adopt",
+         "cyborg", "--database", database, "--mapping", str(mapping)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def switch_to_acceleron(cloud: Cloud) -> None:
+    """The catalog's accelerator endpoints point at Acceleron; Cyborg's services stop."""
+    admin: Any = openstack.connect(cloud="acceleron-admin")
+    (service,) = admin.identity.services(type="accelerator")
+    for endpoint in admin.identity.endpoints(service_id=service.id):
+        admin.identity.update_endpoint(endpoint, url=f"{cloud.url('acceleron')}/v2")
+    for name in [n for n in cloud.processes if n.startswith("cyborg-")]:
+        cloud.stop(name)
+
+
+def pci(info: Any) -> tuple[int, ...]:
+    """An attach handle's PCI address from its attach_handle_info (a JSON string or an
+    object, hex fields zero-padded or not)."""
+    fields = json.loads(info) if isinstance(info, str) else info
+    return tuple(int(fields[k], 16) for k in ("domain", "bus", "device", "function"))
+
+
+def total(held: dict[str, dict[str, int]]) -> int:
+    return sum(amount for resources in held.values() for amount in resources.values())
+
+
+def test_adoption_keeps_the_servers_accelerators(
+    member: Any, flavors: Flavors, image: str, tmp_path: Path
+) -> None:
+    """Servers booted under Cyborg; Acceleron started beside it and `acceleron adopt
+    cyborg` run: each server keeps its attach handle and the amount it holds in
+    Placement; then the catalog points at Acceleron and Cyborg stops: reboot and
+    stop/start work, delete frees everything, a new boot lands, and a second adoption
+    is a no-op."""
+    cloud = Cloud.load()
+    assert cloud is not None and cloud.cyborg
+    admin: Any = openstack.connect(cloud="acceleron-admin")
+    flavor = flavors.make([FAKE])
+    servers = [active(admin, boot(flavor, image)["id"]) for _ in range(2)]
+    before: dict[str, tuple[str, str, tuple[int, ...], int]] = {}
+    for server in servers:
+        (arq,) = check_bound(admin, server, count=1)
+        held = total(allocations(admin, server.id))
+        before[server.id] = (arq["uuid"], arq["hostname"], pci(arq["attach_handle_info"]), held)
+
+    acceleron_beside_cyborg(cloud)
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(MAPPING)
+    done = adopt(cloud, mapping)
+    assert done.returncode == 0, done.stdout + done.stderr
+    switch_to_acceleron(cloud)
+
+    admin = openstack.connect(cloud="acceleron-admin")  # a new token: the new catalog
+    member = openstack.connect(cloud="acceleron-member")
+    for server in servers:
+        uuid, host, address, amount = before[server.id]
+        (arq,) = arqs(admin, server.id)
+        assert (arq["uuid"], arq["state"], arq["hostname"]) == (uuid, "Bound", host), arq
+        assert pci(arq["attach_handle_info"]) == address, (arq, address)
+        assert total(allocations(admin, server.id)) == amount
+    first, second = servers
+    admin.compute.reboot_server(first.id, "HARD")
+    active(admin, first.id)
+    admin.compute.stop_server(second.id)
+    wait_status(admin, second.id, "SHUTOFF")
+    admin.compute.start_server(second.id)
+    active(admin, second.id)
+    delete_and_wait(member, *[s.id for s in servers])
+    check_all_gone(admin, *[s.id for s in servers])
+    again = active(admin, boot(flavor, image)["id"])
+    (arq,) = arqs(admin, again.id)
+    assert arq["state"] == "Bound", arq
+    delete_and_wait(member, again.id)
+
+    done = adopt(cloud, mapping)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Nothing to do" in done.stdout + done.stderr
