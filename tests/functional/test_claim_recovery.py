@@ -103,7 +103,11 @@ def api(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> FastA
 def client(
     conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, published: Any
 ) -> Iterator[TestClient]:
-    with TestClient(api(conf, db, placement)) as test_client:
+    app = api(conf, db, placement)
+    with TestClient(app) as test_client:
+        # The API's start recovers the claims left behind: once done, it can no longer
+        # race a test to the claim the test leaves behind.
+        wait_for(lambda: app.state.claims_recovered is not None, 30)
         yield test_client
 
 
