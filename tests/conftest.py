@@ -155,3 +155,20 @@ def sqlite_db(tmp_path: Path) -> Iterator[Database]:
     migrate.upgrade(database)
     yield database
     database.dispose()
+
+
+# The fixtures that run the real Placement in-process (tests/fixtures/placement.py).
+PLACEMENT_FIXTURES = frozenset({"placement", "placement_app"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that runs the real Placement (the tests of tests/functional/placement/,
+    and any other that takes its fixture) is marked ``placement``: ``make check`` leaves
+    them to ``make test`` (they take a third of its CPU otherwise)."""
+    placement_dir = str(Path(__file__).parent / "functional" / "placement")
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = set(callspec.params) if callspec is not None else set()  # not fixtures
+        names = set(getattr(item, "fixturenames", ())) - params
+        if names & PLACEMENT_FIXTURES or str(item.path).startswith(placement_dir):
+            item.add_marker(pytest.mark.placement)

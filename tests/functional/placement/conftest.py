@@ -11,15 +11,6 @@ from tests.fixtures.placement import CountingAdapter, placement, placement_app
 __all__ = ["placement", "placement_app"]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test here runs the real Placement: marked ``placement`` (``make check``
-    leaves them to ``make test``: they take a third of its CPU)."""
-    here = __file__.rsplit("/", 1)[0]
-    for item in items:
-        if str(item.path).startswith(here):
-            item.add_marker(pytest.mark.placement)
-
-
 @pytest.fixture
 def counted(placement: adapter.Adapter) -> CountingAdapter:
     """The Placement adapter, counting every call made through it."""
