@@ -42,6 +42,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -724,7 +725,7 @@ def _identity(pid: int) -> str:
     """This process, as a claim's ``owner`` names it: machine (host name and boot), process
     id and a token of this process's own (a process id is reused)."""
     try:
-        boot = open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = ""
     return f"{socket.gethostname()[:150]}/{boot}/{pid}/{uuidlib.uuid4().hex[:12]}"
