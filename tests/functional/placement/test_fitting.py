@@ -228,3 +228,43 @@ def test_a_flat_bind_for_a_function_nothing_can_serve_says_so(
     response = api.patch("/v2/accelerator_requests", json={arq: ops})
     assert response.status_code == 404, response.text
     assert f"No region holds function_id {function!r}" in response.text
+
+
+def test_a_private_bitstream_steers_its_own_project_only(nested: TestClient) -> None:
+    """A bitstream private to project p1 fits region type 9926: the profile p1 reads
+    forbids ce48 alone; project p2, which cannot see that bitstream, reads a profile with
+    every region type forbidden (nothing it may program fits) and learns nothing of p1's
+    bitstream, and its claim is refused while p1's lands on a 9926 region."""
+    api = nested
+    function = uuid.uuid4().hex
+    p1 = {**LATEST, "X-Project-Id": "p1", "X-Roles": "member"}
+    p2 = {**LATEST, "X-Project-Id": "p2", "X-Roles": "member"}
+    meta = {"name": "private.gbs", "function_uuid": function, "region_type_uuid": REGION_B,
+            "visibility": "private"}  # fmt: skip
+    made = api.post("/v2/bitstreams", json=meta, headers=p1)
+    assert made.status_code == 201, made.text
+    data = gbs.build(REGION_B, (function,), payload=b"\x3c" * 1000)
+    put = api.put(f"/v2/bitstreams/{made.json()['uuid']}/data", content=data,
+                  headers={**p1, "Content-Type": "application/octet-stream"})  # fmt: skip
+    assert put.status_code < 300, put.text
+    group = {f"resources:{FPGA}": "1", "accel:function_id": function}
+    name = make_profile(api, group)
+
+    def served(headers: dict[str, str]) -> dict[str, str]:
+        shown = api.get(f"/v2/device_profiles/{name}", headers=headers)
+        assert shown.status_code == 200, shown.text
+        (found,) = shown.json()["device_profile"]["groups"]
+        return dict(found)
+
+    assert served(p1) == {**group, f"trait:{region_trait(REGION_A)}": "forbidden"}
+    assert served(p2) == {**group, f"trait:{region_trait(REGION_A)}": "forbidden",
+                          f"trait:{region_trait(REGION_B)}": "forbidden"}  # fmt: skip
+    other = {"device_profile_name": name, "consumer_uuid": str(uuid.uuid4())}
+    refused = api.post("/v2/claims", json=other, headers=p2)
+    assert refused.status_code == 409, refused.text
+    assert made.json()["uuid"] not in refused.text
+    consumer = str(uuid.uuid4())
+    claimed = api.post("/v2/claims", json={"device_profile_name": name,
+                                           "consumer_uuid": consumer}, headers=p1)  # fmt: skip
+    assert claimed.status_code == 201, claimed.text
+    assert api.delete(f"/v2/claims/{consumer}", headers=p1).status_code == 204
