@@ -24,6 +24,7 @@ from acceleron.db.models import Deployable, table
 from acceleron.db.session import Database
 from acceleron.drivers import gbs
 from acceleron.exceptions import AcceleronError
+from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query
 from acceleron.service.placement import PlacementService
@@ -42,7 +43,7 @@ DEPLOYABLES = table(Deployable)
 
 
 def region_trait(region_type: str) -> str:
-    return f"CUSTOM_FPGA_INTEL_REGION_{region_type.upper()}"
+    return names.region_type_trait("FPGA", "INTEL", region_type)
 
 
 @pytest.fixture
