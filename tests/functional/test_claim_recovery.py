@@ -237,3 +237,25 @@ def test_a_maker_whose_claim_was_given_up_stops_and_leaves_nothing(
     claims.give_up(db, client, claim, True)
     nothing_left(db, placement, consumer)
     assert isinstance(claims.GivenUp("x"), AcceleronError)
+
+
+def test_another_project_can_neither_see_nor_undo_a_stuck_claim(
+    db: Database, placement: adapter.Adapter, client: TestClient
+) -> None:
+    """A stuck claim of project admin: a member of project p2 gets 404 on it (show and
+    DELETE, the message naming nothing of it) and it stays as it was; its own project's
+    DELETE undoes it."""
+    consumer = str(uuid.uuid4())
+    interrupted(db, placement, consumer, "created")
+    other = {**LATEST, "X-Project-Id": "p2", "X-Roles": "member"}
+    with db.reader() as conn:
+        before = conn.execute(select(CLAIMS.c.state, CLAIMS.c.step)).all()
+    for method in ("GET", "DELETE"):
+        answer = client.request(method, f"/v2/claims/{consumer}", headers=other)
+        assert answer.status_code == 404, answer.text
+        assert "admin" not in answer.text
+    with db.reader() as conn:
+        assert conn.execute(select(CLAIMS.c.state, CLAIMS.c.step)).all() == before
+    assert held(placement, consumer) != {}
+    assert client.delete(f"/v2/claims/{consumer}", headers=LATEST).status_code == 204
+    nothing_left(db, placement, consumer)
