@@ -1,0 +1,102 @@
+"""The state each contract file starts from: gabbi fixtures, named in a file's ``fixtures``.
+
+``Api`` serves Acceleron on a SQLite database of its own (noauth: without ``X-Roles`` a
+request is an admin's of project ``admin``), its lifespan run as a server runs it; each
+fixture after it adds state the file reads through ``$ENVIRON``. Requests reach the app
+in-process: gabbi's client speaks WSGI to a2wsgi's bridge, which runs the ASGI app on the
+event loop the lifespan ran on. No socket is opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+from a2wsgi import ASGIMiddleware
+from gabbi.fixture import GabbiFixture  # type: ignore[import-untyped]
+from oslo_config import cfg
+
+from acceleron import conf as confmod
+from acceleron.api.app import create_app
+from acceleron.db import migrate
+from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
+from acceleron.report import HostReport
+from acceleron.service import inventory
+
+HOST = "host-1"
+# Seconds the app has to start or stop (its lifespan); a request has gabbi's timeout.
+LIFESPAN_TIMEOUT = 30
+
+
+class Running:
+    """The app the current file talks to (one file runs at a time in a process)."""
+
+    app: ASGIMiddleware | None = None
+    conf: cfg.ConfigOpts | None = None
+    db: Database | None = None
+
+
+def intercept() -> Any:
+    """gabbi's app factory, called while the files are read (before any fixture starts):
+    a WSGI app handing each request to the app the running file's ``Api`` started."""
+
+    def forward(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        assert Running.app is not None, "a contract file names no Api fixture"
+        return Running.app(environ, start_response)  # type: ignore[arg-type]
+
+    return forward
+
+
+class Api(GabbiFixture):  # type: ignore[misc]
+    """The API on an empty, migrated SQLite database; Placement disabled, noauth."""
+
+    def start_fixture(self) -> None:
+        self.state = Path(tempfile.mkdtemp(prefix="contract-"))
+        conf = confmod.load([], config_files=[], overrides={
+            "DEFAULT": {"state_path": str(self.state), "host": HOST},
+        })  # fmt: skip
+        self.db = Database(f"sqlite:///{self.state / 'acceleron.sqlite'}")
+        migrate.upgrade(self.db)
+        self.app = create_app(conf, self.db)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="contract-app")
+        self.thread.start()
+        self.lifespan: AbstractAsyncContextManager[Any] = self.app.router.lifespan_context(self.app)
+        self._on_loop(self.lifespan.__aenter__())
+        Running.app = ASGIMiddleware(self.app, loop=self.loop)  # type: ignore[arg-type]
+        Running.conf, Running.db = conf, self.db
+
+    def stop_fixture(self) -> None:
+        Running.app = Running.conf = Running.db = None
+        try:
+            self._on_loop(self.lifespan.__aexit__(None, None, None))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(LIFESPAN_TIMEOUT)
+            self.loop.close()
+            self.db.dispose()
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def _on_loop(self, step: Any) -> None:
+        asyncio.run_coroutine_threadsafe(step, self.loop).result(LIFESPAN_TIMEOUT)
+
+
+def running() -> tuple[cfg.ConfigOpts, Database]:
+    assert Running.conf is not None and Running.db is not None, "Api must come first"
+    return Running.conf, Running.db
+
+
+class Inventory(GabbiFixture):  # type: ignore[misc]
+    """host-1's fake-driver inventory, reported as its agent reports it."""
+
+    def start_fixture(self) -> None:
+        conf, db = running()
+        devices = tuple(FakeDriver(conf, Path("/")).discover())
+        inventory.reconcile(db, HostReport(HOST, "1", devices))

@@ -1,0 +1,50 @@
+"""Acceleron's API contract: one gabbi YAML file per resource, beside this module.
+
+Each file is one test: its requests run in order against a fresh app (the ``fixtures``
+it names, from ``fixtures.py``), and the test fails listing every request of the file
+whose answer broke the contract. A file is run whole, never split between pytest
+workers: its requests build on each other.
+"""
+
+from __future__ import annotations
+
+import unittest
+from pathlib import Path
+
+import pytest
+from gabbi import handlers, suitemaker, utils  # type: ignore[import-untyped]
+
+from tests.contract import fixtures
+
+HERE = Path(__file__).parent
+FILES = sorted(HERE.glob("*.yaml"))
+
+
+def suite_of(path: Path) -> unittest.TestSuite:
+    """The gabbi tests of one file, as gabbi's driver builds them."""
+    checks = [handler() for handler in handlers.RESPONSE_HANDLERS]
+    suite: unittest.TestSuite = suitemaker.test_suite_from_dict(
+        unittest.TestLoader(), path.stem, utils.load_yaml(yaml_file=str(path)), str(HERE),
+        "contract", None, fixtures, fixtures.intercept, handlers=checks,
+    )  # fmt: skip
+    return suite
+
+
+def last(trace: str) -> str:
+    """A failure's message: what follows the last traceback line of the trace."""
+    lines = trace.rstrip().splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("  ")), default=-1) + 1
+    return "\n".join(lines[start:])[:2000]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[path.stem for path in FILES])
+def test_contract(path: Path) -> None:
+    suite = suite_of(path)
+    total = suite.countTestCases()
+    result = unittest.TestResult()
+    suite.run(result)
+    broken = [f"{test.id()}: {last(trace)}" for test, trace in result.failures + result.errors]
+    if broken:
+        pytest.fail(f"{len(broken)} of {total} broke the contract:\n" + "\n".join(broken),
+                    pytrace=False)  # fmt: skip
+    assert result.testsRun == total and not result.skipped, result.skipped
