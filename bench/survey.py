@@ -1,5 +1,5 @@
 """What a server-side claim reads from Acceleron's own records before it asks Placement
-(``claims.survey``), timed against the number of reported hosts.
+(``claim_survey.survey``), timed against the number of reported hosts.
 
 Reports N hosts through the service, each with ``claim.INVENTORY`` (4 Intel FPGA cards
 of two regions, region0 holding a function, and 4 QAT cards of 4 VFs), into a fresh
@@ -46,7 +46,7 @@ from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.report import HostReport
-from acceleron.service import claims, inventory
+from acceleron.service import claim_survey, inventory
 from claim import INVENTORY
 from load import checkout
 
@@ -97,7 +97,7 @@ def fill(url: str, hosts: int) -> float:
             devices = tuple(FakeDriver(conf, Path("/")).discover())
             inventory.reconcile(db, HostReport(host, "1", devices))
             with db.writer() as conn:
-                conn.execute(update(claims.HOSTS).where(claims.HOSTS.c.hostname == host)
+                conn.execute(update(claim_survey.HOSTS).where(claim_survey.HOSTS.c.hostname == host)
                              .values(rp_uuid=str(uuid.uuid4())))  # fmt: skip
     db.dispose()
     return time.perf_counter() - started
@@ -109,11 +109,11 @@ def measure(url: str, calls: int) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
     for title, (groups, function) in PROFILES.items():
         wanted = {"device_profile_0": frozenset({function})} if function else {}
-        claims.survey(db, groups, wanted)  # warm: statements compiled, connection made
+        claim_survey.survey(db, groups, wanted)  # warm: statements compiled, connection made
         times = []
         for _ in range(calls):
             started = time.perf_counter()
-            claims.survey(db, groups, wanted)
+            claim_survey.survey(db, groups, wanted)
             times.append((time.perf_counter() - started) * 1000)
         found[title] = times
     db.dispose()

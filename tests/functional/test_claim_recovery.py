@@ -27,7 +27,7 @@ from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, table, 
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError
 from acceleron.placement.client import PlacementClient
-from acceleron.service import arqs, claims
+from acceleron.service import arqs, claim_allocation, claim_leases, claim_undo, claims
 from acceleron.service.placement import PlacementService
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.waiting import wait_for
@@ -59,7 +59,7 @@ def dead_owner() -> str:
     """An owner naming a process of this machine that has ended."""
     child = subprocess.Popen(["true"])
     child.wait()
-    machine, boot, _, _ = claims.worker().rsplit("/", 3)
+    machine, boot, _, _ = claim_leases.worker().rsplit("/", 3)
     return f"{machine}/{boot}/{child.pid}/dead"
 
 
@@ -71,16 +71,16 @@ def interrupted(db: Database, placement: adapter.Adapter, consumer: str, upto: s
     )(placement)
     try:
         if upto != "begun":
-            request, hostname = claims.allocate(db, client, claim, groups, "u1")
+            request, hostname = claim_allocation.allocate(db, client, claim, groups, "u1")
             if upto == "created":  # what bind does first: its requests, recorded
                 arqs.create(db, ADMIN, "fpga", None,
-                            lambda conn, uuids: claims._step(conn, claim, "created",
-                                                             requests=uuids))  # fmt: skip
+                            lambda conn, uuids: claim_leases.record_step(
+                                conn, claim, "created", requests=uuids))  # fmt: skip
             elif upto == "bound":  # the maker dies after the bind's transaction
                 claims.bind(db, ADMIN, claim, request, hostname, None)
     except Killed:
         pass
-    claims.stopped(claim.id)
+    claim_leases.stopped(claim.id)
     with db.writer() as conn:
         conn.execute(update(CLAIMS).where(CLAIMS.c.id == claim.id).values(owner=dead_owner()))
 
@@ -136,7 +136,7 @@ def test_a_claim_being_made_is_not_released_and_a_post_takes_an_abandoned_ones_p
     claim, _ = claims.begin(db, ADMIN, "fpga", consumer, None)  # its maker at work
     busy = client.delete(f"/v2/claims/{consumer}", headers=LATEST)
     assert busy.status_code == 409 and "is being made" in busy.text
-    claims.stopped(claim.id)  # the maker stopped, its undo failed (the database away)
+    claim_leases.stopped(claim.id)  # the maker stopped, its undo failed (the database away)
     body = {"device_profile_name": "fpga", "consumer_uuid": consumer}
     made = client.post("/v2/claims", json=body, headers=LATEST)
     assert made.status_code == 201, made.text
@@ -181,7 +181,7 @@ def test_a_release_killed_halfway_is_finished_by_a_delete_or_the_reconciler(
         interrupted(db, placement, consumer, "bound")
         taken = claims.release(db, ADMIN, consumer)  # the DELETE's first steps, then death
         arqs.delete_for_instance(db, ADMIN, consumer)
-        claims.stopped(taken.id)
+        claim_leases.stopped(taken.id)
         with db.writer() as conn:
             conn.execute(update(CLAIMS).where(CLAIMS.c.id == taken.id)
                          .values(owner=dead_owner()))  # fmt: skip
@@ -230,13 +230,13 @@ def test_a_maker_whose_claim_was_given_up_stops_and_leaves_nothing(
             super().put_allocations(consumer, allocations, **kwargs)
 
     client = TakenOverMeanwhile(placement)
-    request, hostname = claims.allocate(db, client, claim, groups, "u1")
+    request, hostname = claim_allocation.allocate(db, client, claim, groups, "u1")
     assert [r.action for r in undone] == ["undone"]
-    with pytest.raises(claims.GivenUp):
+    with pytest.raises(claim_leases.GivenUp):
         claims.bind(db, ADMIN, claim, request, hostname, None)
-    claims.give_up(db, client, claim, True)
+    claim_undo.give_up(db, client, claim, True, claims.TIMEOUT)
     nothing_left(db, placement, consumer)
-    assert isinstance(claims.GivenUp("x"), AcceleronError)
+    assert isinstance(claim_leases.GivenUp("x"), AcceleronError)
 
 
 def test_another_project_can_neither_see_nor_undo_a_stuck_claim(

@@ -33,88 +33,47 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import logging
-import os
-import random
-import socket
-import threading
-import time
-import uuid as uuidlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Row,
-    Select,
-    bindparam,
-    delete,
-    insert,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import Connection, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
-from acceleron.bitstreams.model import Query
 from acceleron.context import RequestContext
-from acceleron.db.models import AcceleratorRequest, Claim, Deployable, Device, Host, table, utcnow
+from acceleron.db.models import AcceleratorRequest, Claim, table, utcnow
 from acceleron.db.session import Database
-from acceleron.exceptions import (
-    AcceleronError,
-    AllocationConflict,
-    Conflict,
-    Disabled,
-    InvalidInput,
-    InvalidPlacementName,
-    NotFound,
-    PlacementError,
-    PlacementUnavailable,
-)
-from acceleron.placement import names, tree
-from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
-from acceleron.scheduler import query, weigher
+from acceleron.exceptions import AcceleronError, Conflict, Disabled, InvalidInput, NotFound
+from acceleron.placement import tree
+from acceleron.placement.client import AllocationRequest, PlacementClient
+from acceleron.scheduler import query
 from acceleron.service import arqs as arq_service
-from acceleron.service import fitting, quotas
+from acceleron.service import binding, quotas
+from acceleron.service.claim_allocation import MaybeAllocated, allocate, held
+from acceleron.service.claim_leases import (
+    ATTEMPTS,
+    abandoned,
+    record_step,
+    stopped,
+    take,
+    worker,
+    working,
+)
+from acceleron.service.claim_undo import give_up, undo
 from acceleron.service.device_profiles import could_exist
 from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
-DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
 STATES = ("allocating", "binding", "bound", "failed", "releasing")
 ESTABLISHED = ("binding", "bound", "failed")  # made: the consumer's requests are bound
 STEPS = ("begun", "placing", "created", "done")
 TIMEOUT = 300.0  # [claims] timeout's default
-ATTEMPTS = 5  # choices made again after an allocation conflict
-# How many candidates are asked for first, among the regions that hold a wanted function.
-HOLDERS_LIMIT = 10
-# How many candidates are asked for among every provider: the weigher chooses among a
-# sample, and Placement encodes (and the API decodes) a few dozen rather than thousands.
-CANDIDATES_LIMIT = 20
-# How many hosts' trees are asked about one at a time before a wider query.
-TREES_TRIED = 2
-
-
-class NoCapacity(Conflict):
-    """No host has what the profile asks for free."""
-
-
-class MaybeAllocated(PlacementUnavailable):
-    """Placement failed while allocating for a new consumer: the allocation may have
-    been made (an answer lost on the way back), so an undo drops it."""
 
 
 class ClaimExists(Conflict):
     """The consumer has a claim already."""
-
-
-class GivenUp(Conflict):
-    """The claim was given up while being made: it outlived ``[claims] timeout``, or its
-    release began. Its maker stops (and undoes what it alone knows it did)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +130,7 @@ def begin(
     if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
     profiles = arq_service.PROFILES
-    working: int | None = None
+    began: int | None = None
     try:
         with db.writer() as conn:
             profile = conn.execute(
@@ -200,11 +159,11 @@ def begin(
             claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer)).one()
             # At work on it before the commit: a recovery pass of this process that
             # reads the claim once committed never takes it for one left behind.
-            working = claim.id
-            _working(working)
+            began = claim.id
+            working(began)
     except BaseException as error:
-        if working is not None:
-            stopped(working)
+        if began is not None:
+            stopped(began)
         if isinstance(error, IntegrityError):
             raise ClaimExists(
                 f"Consumer {consumer} has a claim already: release it first (DELETE "
@@ -212,366 +171,6 @@ def begin(
             ) from error
         raise
     return claim, list(profile.groups)
-
-
-def wanted_functions(
-    groups: Sequence[Mapping[str, str]], store: BitstreamStore | None, project: str
-) -> dict[str, frozenset[str]]:
-    """The functions each group wants, by request group suffix, for the weigher: named
-    by id, or found in the bitstream catalogue by function name or bitstream (what the
-    project sees)."""
-    found = dict(weigher.wanted_functions(groups))
-    for index, group in enumerate(groups):
-        suffix = f"{query.GROUP_PREFIX}{index}"
-        if suffix in found or store is None:
-            continue
-        if "accel:function_name" in group:
-            items = store.find(Query(function_name=group["accel:function_name"], project=project))
-        elif "accel:bitstream_name" in group:
-            items = store.find(Query(name=group["accel:bitstream_name"], project=project))
-        elif "accel:bitstream_id" in group:
-            try:
-                items = [store.get(group["accel:bitstream_id"], project)]
-            except NotFound:
-                items = []
-        else:
-            continue
-        functions = frozenset(b.function_uuid for b in items if b.function_uuid)
-        if functions:
-            found[suffix] = functions
-    return found
-
-
-@dataclasses.dataclass(frozen=True)
-class Survey:
-    """What Acceleron's own records say about where a claim may land, read before
-    Placement is asked: the compute node providers (trees) of ``TREES_TRIED`` hosts
-    holding a wanted function, chosen at random, each with the function traits its
-    regions carry by request group suffix (``held``); as many trees of hosts with a
-    device of a class asked for (``trees``); and, read only when a claim asks (its
-    first queries found nothing free), the function traits of every region holding a
-    wanted function, by suffix (``everywhere``)."""
-
-    held: Mapping[str, Mapping[str, frozenset[str]]]
-    trees: frozenset[str]
-    only: str | None = None  # the one tree the claim must land in (a host named)
-    everywhere: Callable[[], Mapping[str, frozenset[str]]] = lambda: {}
-
-    @property
-    def holder_trees(self) -> frozenset[str]:
-        return frozenset(self.held)
-
-
-def survey(
-    db: Database,
-    groups: Sequence[Mapping[str, str]],
-    wanted: Mapping[str, frozenset[str]],
-    hostname: str | None = None,
-) -> Survey:
-    """Where the claim may land, from Acceleron's records; on ``hostname`` alone when it
-    is given. The hosts are found through indexes from a random point: a claim reads a
-    few rows, whatever the number of hosts."""
-    root = None if hostname is None else _host_tree(db, hostname)
-    classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
-    folded = {suffix: frozenset(weigher.fold_function(f) for f in fs)
-              for suffix, fs in wanted.items()}  # fmt: skip
-    with db.reader() as conn:
-        chosen = _holders(conn, folded, root) if folded else []
-        rows = conn.execute(_REGIONS.where(HOSTS.c.rp_uuid.in_(chosen))).all() if chosen else []
-        held = _traits(_functions(rows), folded)
-        trees = _trees(conn, classes, root)
-    return Survey(
-        {tree_: _frozen(by_suffix) for tree_, by_suffix in held.items() if tree_},
-        trees,
-        only=root,
-        everywhere=lambda: _everywhere(db, folded),
-    )
-
-
-def _host_tree(db: Database, hostname: str) -> str:
-    """The compute node provider of ``hostname``, as Acceleron published it."""
-    with db.reader() as conn:
-        root = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == hostname)).scalar()
-    if root is None:
-        raise NoCapacity(f"Host {hostname[:255]!r} has no accelerators in Placement.")
-    return str(root)
-
-
-# A region holds the functions ``tree.functions`` gives: its ``function_uuid`` alone
-# (looked up folded, ``function_key``), unless it holds several (``several_functions``:
-# those few are read and checked one by one).
-_HELD = DEPLOYABLES.join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id).join(
-    HOSTS, HOSTS.c.hostname == DEVICES.c.hostname
-)
-_REGIONS = (
-    select(
-        DEVICES.c.type,
-        DEVICES.c.vendor_name,
-        DEPLOYABLES.c.function_uuid,
-        DEPLOYABLES.c.function_uuids,
-        HOSTS.c.rp_uuid,
-    )
-    .select_from(_HELD)
-    .where(DEPLOYABLES.c.function_uuid.is_not(None))
-)
-# In Placement (None: a host not published yet, whose traits Placement may not know).
-_IN_PLACEMENT = HOSTS.c.rp_uuid.is_not(None)
-_PUBLISHED = select(HOSTS.c.rp_uuid).where(_IN_PLACEMENT)
-_SEVERAL = _REGIONS.where(DEPLOYABLES.c.several_functions == true(), _IN_PLACEMENT)
-_SPELLED = (
-    select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.function_uuid)
-    .distinct()
-    .select_from(_HELD)
-    .where(DEPLOYABLES.c.function_key.in_(bindparam("functions", expanding=True)), _IN_PLACEMENT)
-)
-# How many rows a walk from a random point reads (then picks TREES_TRIED trees of them).
-WALKED = 8
-
-
-def _walk(conn: Connection, rows: Select[Any], order: Any) -> set[str]:
-    """The trees of the first ``WALKED`` rows of ``rows`` in ``order`` (an indexed
-    column of random uuids) from a random point on, and from the start when that found
-    fewer than ``TREES_TRIED``: a few trees at random, read through the index."""
-    pivot = str(uuidlib.uuid4())
-    found = set(conn.execute(rows.where(order >= pivot).order_by(order).limit(WALKED)).scalars())
-    if len(found) < TREES_TRIED:
-        found.update(conn.execute(rows.where(order < pivot).order_by(order).limit(WALKED))
-                     .scalars())  # fmt: skip
-    return found
-
-
-def _pick(trees: set[str]) -> list[str]:
-    return random.sample(sorted(trees), min(TREES_TRIED, len(trees)))
-
-
-def _holders(conn: Connection, folded: Mapping[str, frozenset[str]], root: str | None) -> list[str]:
-    """``TREES_TRIED`` trees, at random, of hosts holding a function of ``folded``
-    (some may hold none after all: a region listing several, checked later); ``root``
-    alone when given."""
-    if root is not None:
-        return [root]
-    holders = _PUBLISHED.select_from(_HELD)
-    found: set[str] = set()
-    for key in sorted(set().union(*folded.values())):
-        found |= _walk(conn, holders.where(DEPLOYABLES.c.function_key == key), DEPLOYABLES.c.uuid)
-    found.update(t for t in _traits(_functions(conn.execute(_SEVERAL)), folded) if t)
-    return _pick(found)
-
-
-def _functions(rows: Iterable[Any]) -> Iterator[tuple[str | None, str, str, str]]:
-    """Each function of each region in ``rows``: its tree, device type, vendor, id."""
-    for row in rows:
-        for function in tree.functions(row):
-            yield row.rp_uuid, row.type, row.vendor_name, function
-
-
-def _traits(
-    held: Iterable[tuple[str | None, str, str, str]], folded: Mapping[str, frozenset[str]]
-) -> dict[str | None, dict[str, set[str]]]:
-    """By tree, by request group suffix: the function traits of the functions ``held``
-    (as ``_functions`` gives them) that ``folded`` lists for that suffix."""
-    found: dict[str | None, dict[str, set[str]]] = {}
-    spelled: dict[tuple[str, str, str], tuple[str, ...]] = {}  # cards alike: named once
-    for tree_, device_type, vendor, function in held:
-        key = weigher.fold_function(function)
-        for suffix in (s for s, keys in folded.items() if key in keys):
-            what = (device_type, vendor, function)
-            if what not in spelled:
-                spelled[what] = names.function_traits(*what)
-            found.setdefault(tree_, {}).setdefault(suffix, set()).update(spelled[what])
-    return found
-
-
-def _frozen(by_suffix: Mapping[str, set[str]]) -> dict[str, frozenset[str]]:
-    return {suffix: frozenset(traits) for suffix, traits in by_suffix.items()}
-
-
-def _everywhere(db: Database, folded: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
-    """By suffix, the function traits of every region holding a function ``folded``
-    lists for it (its first, by ``function_key``, however spelled; or among several)."""
-    every = {"functions": sorted(set().union(*folded.values()))}
-    with db.reader() as conn:
-        spelled = [(None, r.type, r.vendor_name, r.function_uuid)
-                   for r in conn.execute(_SPELLED, every)]  # fmt: skip
-        several = list(_functions(conn.execute(_SEVERAL)))
-    merged: dict[str, set[str]] = {}
-    for by_suffix in _traits([*spelled, *several], folded).values():
-        for suffix, traits in by_suffix.items():
-            merged.setdefault(suffix, set()).update(traits)
-    return _frozen(merged)
-
-
-def _trees(conn: Connection, classes: set[str], root: str | None) -> frozenset[str]:
-    """``TREES_TRIED`` compute node providers, at random, of the hosts with a device of
-    a type published in one of ``classes`` (of any host with a device, when no device
-    type is published in one of them: a memory class, say); ``root`` alone if given."""
-    types = [t for t in conn.execute(select(DEVICES.c.type).distinct()).scalars()
-             if _classes_of(t) & classes]  # fmt: skip
-    with_device = _PUBLISHED.select_from(
-        DEVICES.join(HOSTS, HOSTS.c.hostname == DEVICES.c.hostname)
-    )
-    if root is not None:
-        if types:
-            with_device = with_device.where(DEVICES.c.type.in_(types))
-        return frozenset(conn.execute(with_device.where(HOSTS.c.rp_uuid == root).limit(1))
-                         .scalars())  # fmt: skip
-    if not types:
-        return frozenset(_pick(_walk(conn, with_device, DEVICES.c.uuid)))
-    found: set[str] = set()
-    for type_ in types:
-        found |= _walk(conn, with_device.where(DEVICES.c.type == type_), DEVICES.c.uuid)
-    return frozenset(_pick(found))
-
-
-def _classes_of(device_type: str) -> set[str]:
-    """The accelerator classes a device type is published in (either spelling)."""
-    try:
-        return {names.accelerator_class(device_type, standard=s) for s in (False, True)}
-    except InvalidPlacementName:
-        return set()
-
-
-def candidate_queries(
-    groups: Sequence[Mapping[str, str]],
-    found: Survey,
-    sample: Callable[[Sequence[str], int], list[str]] = random.sample,
-) -> Iterator[list[tuple[str, str]]]:
-    """The candidate queries to try in turn, each with a ``limit``, cheapest first.
-
-    Placement's work grows with the providers a query can match, whatever its
-    ``limit``; a query kept to one host's tree (``in_tree``) costs what one host does.
-    So: when a group wants a function that some region holds already, first the trees
-    of the hosts holding it that the survey chose, the function traits of their regions
-    required; then the regions holding it wherever they are (their traits read from
-    the database only now). The weigher would rank them first anyway. Then the hosts
-    with a device of a class asked for; then everything. A cloud with free capacity
-    answers the first query; a full one costs a few more."""
-    everything = query.profile_query(groups).params()
-    suffixes = [group.suffix for group in query.profile_groups(groups)]
-
-    def required(held: Mapping[str, frozenset[str]]) -> list[tuple[str, str]]:
-        return [(f"required{suffix}", "in:" + ",".join(sorted(traits)))
-                for suffix, traits in sorted(held.items()) if traits]  # fmt: skip
-
-    def in_tree(root: str) -> list[tuple[str, str]]:  # every group on that host
-        return [(f"in_tree{suffix}", root) for suffix in suffixes]
-
-    def some(trees: frozenset[str]) -> list[str]:
-        ordered = sorted(trees)
-        return sample(ordered, min(TREES_TRIED, len(ordered)))
-
-    narrow = [("limit", str(HOLDERS_LIMIT)), *everything]
-    for root in some(found.holder_trees):
-        yield [*narrow, *required(found.held[root]), *in_tree(root)]
-    if found.held and found.only is None:
-        anywhere = required(found.everywhere())
-        if anywhere:
-            yield [*narrow, *anywhere]
-    wide = [("limit", str(CANDIDATES_LIMIT)), *everything]
-    for root in some(found.trees):
-        yield [*wide, *in_tree(root)]
-    if found.only is None:
-        yield wide
-
-
-def allocate(
-    db: Database,
-    placement: PlacementClient,
-    claim: Row[Any],
-    groups: Sequence[Mapping[str, str]],
-    user_id: str,
-    store: BitstreamStore | None = None,
-    hostname: str | None = None,
-    nested: bool = True,
-) -> tuple[AllocationRequest, str]:
-    """Allocate the best candidate for the claim's consumer (on ``hostname`` when it is
-    given); choose again while other consumers win the race. The allocation and its
-    compute node's name. Only regions that hold a group's function, or whose region
-    type a bitstream it names fits, are candidates (``service.fitting``; ``nested``:
-    whether Placement has them as providers of their own); NoFit at once when no
-    region anywhere can serve a group."""
-    steered, fits = fitting.steer(db, store, groups, claim.project_id, nested)
-    for fit in fits:
-        if fit is not None and fit.nowhere:
-            raise fit.refusal()
-    wanted = wanted_functions(groups, store, claim.project_id)
-    found = survey(db, groups, wanted, hostname)
-    for attempt in range(1, ATTEMPTS + 1):
-        best = None
-        for params in candidate_queries(steered, found):
-            candidates = _fitting(placement.get_allocation_candidates(params), fits)
-            best = weigher.best(candidates, wanted)
-            if best is not None:
-                break
-        if best is None:
-            where = "No host has" if hostname is None else f"Host {hostname!r} does not have"
-            raise NoCapacity(
-                f"{where} the accelerators the profile asks for free: they are all in use "
-                "or disabled, or none matches its groups."
-            )
-        hostname = _hostname(db, best)
-        with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
-            _step(conn, claim, "placing", allocations=_held(best))
-        with _active_lock:  # and remembered: the maker may have to drop it itself
-            _asked[claim.id] = _held(best)
-        try:
-            placement.put_allocations(
-                claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
-            )
-        except PlacementError as error:
-            if not isinstance(error, AllocationConflict):
-                raise MaybeAllocated(error.message) from error
-            # A new consumer's allocation refused: capacity taken, or the consumer is not
-            # new (Placement refuses it every time: say so, and never touch what it holds).
-            if placement.get_consumer_allocations(claim.consumer):
-                raise Conflict(
-                    f"Consumer {claim.consumer} holds allocations in Placement already: "
-                    f"release them, or claim for another consumer."
-                ) from error
-            LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
-            time.sleep(0.02 * attempt)
-            continue
-        return best, hostname
-    raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
-
-
-def _fitting(candidates: Candidates, fits: Sequence[fitting.Fit | None]) -> Candidates:
-    """The candidates whose every group lands on a provider that can serve it."""
-    if not any(fits):
-        return candidates
-
-    def serves(request: AllocationRequest) -> bool:
-        for index, fit in enumerate(fits):
-            if fit is None:
-                continue
-            for rp in request.mappings.get(f"{query.GROUP_PREFIX}{index}", ()):
-                summary = candidates.summaries.get(rp)
-                if summary is not None and not fit.fits(summary.traits):
-                    return False
-        return True
-
-    kept = tuple(r for r in candidates.requests if serves(r))
-    return dataclasses.replace(candidates, requests=kept)
-
-
-def _hostname(db: Database, request: AllocationRequest) -> str:
-    """The host of the accelerators chosen (one host), from Acceleron's own records: the
-    host of each deployable's provider, or (flat mode) of each compute node's."""
-    providers = list(request.allocations)
-    with db.reader() as conn:
-        hosts = set(
-            conn.execute(
-                select(DEVICES.c.hostname)
-                .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-                .where(DEPLOYABLES.c.rp_uuid.in_(providers))
-                .union(select(HOSTS.c.hostname).where(HOSTS.c.rp_uuid.in_(providers)))
-            ).scalars()
-        )
-    if len(hosts) != 1:
-        raise Conflict(
-            f"The allocation chosen spans {len(hosts)} hosts of Acceleron; expected one."
-        )
-    return str(hosts.pop())
 
 
 def bind(
@@ -588,12 +187,12 @@ def bind(
     transaction, step ``created``) and bind each to the provider Placement mapped its
     group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do) in
     the bind's own transaction (step ``done``). ``flat_mode`` and ``limits`` as for
-    ``arqs.bind``. GivenUp, and nothing done, when the claim is no longer its maker's;
+    ``binding.bind``. GivenUp, and nothing done, when the claim is no longer its maker's;
     on any failure the caller undoes the claim (``give_up``), its requests with it."""
     owner = dataclasses.replace(context, project_id=claim.project_id)
 
     def created_(conn: Connection, uuids: list[str]) -> None:
-        _step(conn, claim, "created", requests=uuids)
+        record_step(conn, claim, "created", requests=uuids)
 
     created = arq_service.create(db, owner, claim.device_profile_name, limits, created_)
     bindings = []
@@ -606,22 +205,17 @@ def bind(
 
     def bound_(conn: Connection, resolved: list[arq_service.Resolved]) -> None:
         if any(r.status == "failed" for r in resolved):
-            _step(conn, claim, "created")  # still the maker's: it undoes the claim
+            record_step(conn, claim, "created")  # still the maker's: it undoes the claim
             return
         state = "bound" if len(resolved) == len(created) else "binding"
-        _step(conn, claim, "done", state=state, hostname=hostname, allocations=_held(request),
+        record_step(conn, claim, "done", state=state, hostname=hostname, allocations=held(request),
               owner=None, lease_until=None)  # fmt: skip
 
-    resolved = arq_service.bind(db, owner, bindings, store, flat_mode, limits, bound_)
+    resolved = binding.bind(db, owner, bindings, store, flat_mode, limits, bound_)
     failed = [r for r in resolved if r.status == "failed"]
     if failed:
         reasons = _reasons(db, [r.arq_uuid for r in failed])
         raise Conflict(f"The accelerators could not be bound: {reasons}")
-
-
-def _held(request: AllocationRequest) -> dict[str, dict[str, int]]:
-    """What the claim allocated: provider uuid -> resource class -> amount."""
-    return {rp: dict(resources) for rp, resources in request.allocations.items()}
 
 
 def _reasons(db: Database, uuids: Sequence[str]) -> str:
@@ -630,11 +224,6 @@ def _reasons(db: Database, uuids: Sequence[str]) -> str:
             select(ARQS.c.uuid, ARQS.c.failure_reason).where(ARQS.c.uuid.in_(uuids))
         )
         return "; ".join(f"{r.uuid}: {r.failure_reason}" for r in rows)
-
-
-def _owner_context(claim: Row[Any]) -> RequestContext:
-    """The claim's project, as the service acts for it (it sees that project's only)."""
-    return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
 
 
 # --- the whole flow: a claim made, a claim released ----------------------------------
@@ -659,7 +248,7 @@ def make(
     allocated in Placement (``allocate``, on ``hostname`` when given), its requests
     created and bound (``bind``); on any failure undone (``give_up``) and the error
     raised. The claim as ``show`` gives it. ``store``, ``flat_mode`` and ``limits`` as
-    for ``arqs.bind``; blocking (Placement, the bitstream store)."""
+    for ``binding.bind``; blocking (Placement, the bitstream store)."""
     claim, groups = _begin(db, placement, context, profile_name, consumer, project_id, timeout)
     user = context.user_id or "acceleron"
     placed: bool | None = False  # whether this maker's allocation was made
@@ -713,228 +302,6 @@ def remove(
         stopped(claim.id)
 
 
-# --- who is at work on a claim, and for how long --------------------------------------
-
-_active: set[int] = set()  # the claims this process is at work on (making or undoing)
-_asked: dict[int, dict[str, dict[str, int]]] = {}  # what its makers last asked Placement for
-_active_lock = threading.Lock()
-
-
-@functools.cache
-def _identity(pid: int) -> str:
-    """This process, as a claim's ``owner`` names it: machine (host name and boot), process
-    id and a token of this process's own (a process id is reused)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = ""
-    return f"{socket.gethostname()[:150]}/{boot}/{pid}/{uuidlib.uuid4().hex[:12]}"
-
-
-def worker() -> str:
-    """The ``owner`` this process writes in the claims it works on."""
-    return _identity(os.getpid())
-
-
-def _working(claim_id: int) -> None:
-    with _active_lock:
-        _active.add(claim_id)
-
-
-def stopped(claim_id: int) -> None:
-    """This process no longer works on the claim (made, undone, or left to recovery)."""
-    with _active_lock:
-        _active.discard(claim_id)
-        _asked.pop(claim_id, None)
-
-
-def _idle(claim_id: int) -> None:
-    """An undo of the claim ended (what its maker asked for stays its maker's to know)."""
-    with _active_lock:
-        _active.discard(claim_id)
-
-
-def _alive(owner: str | None, claim_id: int) -> bool:
-    """Whether the process named ``owner`` may still be at work on the claim, as far as
-    this process can tell: one of this machine's is gone when its process is (or when
-    it is this process, and it stopped working on the claim); another machine's is
-    trusted until its lease ends."""
-    if owner is None:
-        return False
-    parts = owner.rsplit("/", 3)
-    mine = worker().rsplit("/", 3)
-    if len(parts) != 4 or not parts[1] or parts[:2] != mine[:2]:
-        return True
-    if owner == worker():
-        with _active_lock:
-            return claim_id in _active
-    pid = int(parts[2]) if parts[2].isdigit() else 0
-    if pid <= 0 or pid == os.getpid():
-        return False  # an earlier process with this id
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True  # alive (or its id reused): its lease says
-
-
-def abandoned(claim: Row[Any], timeout: float, now: dt.datetime | None = None) -> bool:
-    """Whether the claim (being made or released) has no maker any more: its lease
-    passed, or its maker is gone. One from before leases existed is abandoned
-    ``timeout`` seconds after it was made."""
-    now = now or utcnow()
-    if claim.lease_until is None:
-        return bool(claim.created_at + dt.timedelta(seconds=timeout) <= now)
-    return bool(claim.lease_until <= now) or not _alive(claim.owner, claim.id)
-
-
-def _step(conn: Connection, claim: Row[Any], step: str, **values: Any) -> None:
-    """Record how far the maker got: only while the claim is still being made by it,
-    within its lease (GivenUp otherwise, and the caller's transaction is undone)."""
-    now = utcnow()
-    done = conn.execute(
-        update(CLAIMS)
-        .where(
-            CLAIMS.c.id == claim.id,
-            CLAIMS.c.state == "allocating",
-            CLAIMS.c.owner == claim.owner,
-            CLAIMS.c.lease_until > now,
-        )
-        .values(step=step, updated_at=now, **values)
-    )
-    if done.rowcount != 1:
-        raise GivenUp(
-            f"The claim of {claim.consumer} was given up while being made (it took longer "
-            f"than [claims] timeout allows, or it is being released): claim again."
-        )
-
-
-def _take(db: Database, claim: Row[Any], timeout: float, states: Sequence[str]) -> Row[Any] | None:
-    """Take the claim over to undo it (``releasing``, this process at work on it), if it
-    is still as it was read (in one of ``states``, same owner); the claim as taken."""
-    now = utcnow()
-    with db.writer() as conn:
-        done = conn.execute(
-            update(CLAIMS)
-            .where(
-                CLAIMS.c.id == claim.id,
-                CLAIMS.c.state.in_(states),
-                CLAIMS.c.state == claim.state,
-                CLAIMS.c.owner.is_not_distinct_from(claim.owner),
-            )
-            .values(
-                state="releasing",
-                owner=worker(),
-                updated_at=now,
-                lease_until=now + dt.timedelta(seconds=timeout),
-            )
-        )
-        if done.rowcount != 1:
-            return None
-        taken = conn.execute(select(CLAIMS).where(CLAIMS.c.id == claim.id)).one()
-    _working(claim.id)
-    return taken
-
-
-# --- undoing ---------------------------------------------------------------------------
-
-
-def give_up(
-    db: Database,
-    placement: PlacementClient | None,
-    claim: Row[Any],
-    placed: bool | None,
-    timeout: float = TIMEOUT,
-) -> None:
-    """The maker undoes its claim after a failure: takes it (``releasing``) and undoes
-    what its row records. ``placed``: whether this maker's allocation was made (None:
-    perhaps, an answer lost). When the claim is no longer the maker's (given up and taken
-    over meanwhile), the one who took it undoes what the row records, and the maker
-    drops the allocation it made after that. What cannot be done now (the database
-    away) is left to recovery; nothing raises."""
-    with _active_lock:
-        asked = _asked.get(claim.id)
-    try:
-        taken = _take(db, claim, timeout, ("allocating",))
-        if taken is not None:
-            undo(db, placement, taken, placed)
-        elif placed is not False and placement is not None and asked is not None:
-            _drop(placement, claim.consumer, asked, exact=placed is None)
-    except Exception:
-        LOG.exception("Undoing the claim of %s failed: recovery undoes it later", claim.consumer)
-    finally:
-        stopped(claim.id)
-
-
-def undo(
-    db: Database, placement: PlacementClient | None, claim: Row[Any], placed: bool | None = None
-) -> None:
-    """Undo a claim this process took (``releasing``) from what its row records, each
-    step idempotent: the requests it created deleted (an established claim's: every
-    request of the consumer in its project), handles freed; the allocation it made
-    taken out of the consumer's (``placed`` False: none was made; otherwise as its step
-    says: at ``placing``, only when the consumer holds exactly what was asked); the row
-    deleted last. What fails raises, and leaves the claim ``releasing`` for a DELETE or
-    recovery to finish."""
-    try:
-        owner = _owner_context(claim)
-        if claim.requests:
-            arq_service.delete_present(db, owner, list(claim.requests))
-        if claim.step in ("done", None):  # established, or of unknown progress
-            arq_service.delete_for_instance(db, owner, claim.consumer, True)
-        asked = claim.step not in ("begun",) or placed
-        if placement is not None and placed is not False and asked:
-            exact = claim.step == "placing" and not placed
-            _drop(placement, claim.consumer, claim.allocations, exact)
-        with db.writer() as conn:
-            conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
-    finally:
-        _idle(claim.id)
-    LOG.info("Claim of %s undone (it had reached step %s)", claim.consumer, claim.step)
-
-
-def _drop(
-    placement: PlacementClient,
-    consumer_uuid: str,
-    mine: Mapping[str, Mapping[str, int]] | None,
-    exact: bool,
-) -> None:
-    """Take what the claim allocated out of its consumer's allocations, guarded by the
-    consumer's generation (read again when it changed meanwhile). ``exact``: only when
-    the consumer holds exactly that (a claim that may not have allocated never touches
-    what another put there). A claim that recorded nothing (made before it would):
-    every allocation of the consumer."""
-    for _ in range(ATTEMPTS):
-        consumer = placement.get_consumer(consumer_uuid)
-        held = {rp: dict(r) for rp, r in consumer.allocations.items()}
-        if not held or (exact and held != mine):
-            return
-        kept = {} if mine is None else _without(held, mine)
-        if kept == held:
-            return
-        try:
-            placement.replace_allocations(consumer_uuid, consumer, kept)
-            return
-        except AllocationConflict:
-            continue  # the consumer changed meanwhile: read it again
-    raise Conflict(f"The allocations of {consumer_uuid} kept changing: try again.")
-
-
-def _without(
-    held: Mapping[str, Mapping[str, int]], mine: Mapping[str, Mapping[str, int]]
-) -> dict[str, dict[str, int]]:
-    """``held`` less ``mine``, by provider and class (nothing below zero, no empty one)."""
-    left: dict[str, dict[str, int]] = {}
-    for rp, resources in held.items():
-        kept = {rc: n - mine.get(rp, {}).get(rc, 0) for rc, n in resources.items()}
-        kept = {rc: n for rc, n in kept.items() if n > 0}
-        if kept:
-            left[rp] = kept
-    return left
-
-
 @dataclasses.dataclass(frozen=True)
 class Recovered:
     """A claim whose maker was gone, and what a recovery pass did about it."""
@@ -985,7 +352,7 @@ def _recover(
     db: Database, placement: PlacementClient | None, claim: Row[Any], timeout: float
 ) -> str:
     try:
-        taken = _take(db, claim, timeout, ("allocating", "releasing"))
+        taken = take(db, claim, timeout, ("allocating", "releasing"))
         if taken is None:
             return "gone meanwhile"
         undo(db, placement, taken)
@@ -1063,7 +430,7 @@ def release(
             raise Conflict(
                 f"The claim of {claim.consumer} is being made: release it once made{until}."
             )
-        taken = _take(db, claim, timeout, (*ESTABLISHED, "allocating", "releasing"))
+        taken = take(db, claim, timeout, (*ESTABLISHED, "allocating", "releasing"))
         if taken is not None:
             return taken
     raise Conflict(f"The claim of {consumer} kept changing: try again.")

@@ -1,0 +1,135 @@
+"""A claim's allocation in Placement: the best candidate, by spec 001's weigher, allocated
+for the claim's consumer (chosen again while other consumers win the race).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Row, select
+
+from acceleron.bitstreams.base import BitstreamStore
+from acceleron.db.models import Deployable, Device, Host, table
+from acceleron.db.session import Database
+from acceleron.exceptions import AllocationConflict, Conflict, PlacementError, PlacementUnavailable
+from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
+from acceleron.scheduler import query, weigher
+from acceleron.service import fitting
+from acceleron.service.claim_leases import ATTEMPTS, record_step, remember
+from acceleron.service.claim_survey import NoCapacity, candidate_queries, survey, wanted_functions
+
+LOG = logging.getLogger(__name__)
+DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
+
+
+class MaybeAllocated(PlacementUnavailable):
+    """Placement failed while allocating for a new consumer: the allocation may have
+    been made (an answer lost on the way back), so an undo drops it."""
+
+
+def allocate(
+    db: Database,
+    placement: PlacementClient,
+    claim: Row[Any],
+    groups: Sequence[Mapping[str, str]],
+    user_id: str,
+    store: BitstreamStore | None = None,
+    hostname: str | None = None,
+    nested: bool = True,
+) -> tuple[AllocationRequest, str]:
+    """Allocate the best candidate for the claim's consumer (on ``hostname`` when it is
+    given); choose again while other consumers win the race. The allocation and its
+    compute node's name. Only regions that hold a group's function, or whose region
+    type a bitstream it names fits, are candidates (``service.fitting``; ``nested``:
+    whether Placement has them as providers of their own); NoFit at once when no
+    region anywhere can serve a group."""
+    steered, fits = fitting.steer(db, store, groups, claim.project_id, nested)
+    for fit in fits:
+        if fit is not None and fit.nowhere:
+            raise fit.refusal()
+    wanted = wanted_functions(groups, store, claim.project_id)
+    found = survey(db, groups, wanted, hostname)
+    for attempt in range(1, ATTEMPTS + 1):
+        best = None
+        for params in candidate_queries(steered, found):
+            candidates = _fitting(placement.get_allocation_candidates(params), fits)
+            best = weigher.best(candidates, wanted)
+            if best is not None:
+                break
+        if best is None:
+            where = "No host has" if hostname is None else f"Host {hostname!r} does not have"
+            raise NoCapacity(
+                f"{where} the accelerators the profile asks for free: they are all in use "
+                "or disabled, or none matches its groups."
+            )
+        hostname = _hostname(db, best)
+        with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
+            record_step(conn, claim, "placing", allocations=held(best))
+        remember(claim.id, held(best))  # and remembered: the maker may drop it itself
+        try:
+            placement.put_allocations(
+                claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
+            )
+        except PlacementError as error:
+            if not isinstance(error, AllocationConflict):
+                raise MaybeAllocated(error.message) from error
+            # A new consumer's allocation refused: capacity taken, or the consumer is not
+            # new (Placement refuses it every time: say so, and never touch what it holds).
+            if placement.get_consumer_allocations(claim.consumer):
+                raise Conflict(
+                    f"Consumer {claim.consumer} holds allocations in Placement already: "
+                    f"release them, or claim for another consumer."
+                ) from error
+            LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
+            time.sleep(0.02 * attempt)
+            continue
+        return best, hostname
+    raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
+
+
+def _fitting(candidates: Candidates, fits: Sequence[fitting.Fit | None]) -> Candidates:
+    """The candidates whose every group lands on a provider that can serve it."""
+    if not any(fits):
+        return candidates
+
+    def serves(request: AllocationRequest) -> bool:
+        for index, fit in enumerate(fits):
+            if fit is None:
+                continue
+            for rp in request.mappings.get(f"{query.GROUP_PREFIX}{index}", ()):
+                summary = candidates.summaries.get(rp)
+                if summary is not None and not fit.fits(summary.traits):
+                    return False
+        return True
+
+    kept = tuple(r for r in candidates.requests if serves(r))
+    return dataclasses.replace(candidates, requests=kept)
+
+
+def _hostname(db: Database, request: AllocationRequest) -> str:
+    """The host of the accelerators chosen (one host), from Acceleron's own records: the
+    host of each deployable's provider, or (flat mode) of each compute node's."""
+    providers = list(request.allocations)
+    with db.reader() as conn:
+        hosts = set(
+            conn.execute(
+                select(DEVICES.c.hostname)
+                .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+                .where(DEPLOYABLES.c.rp_uuid.in_(providers))
+                .union(select(HOSTS.c.hostname).where(HOSTS.c.rp_uuid.in_(providers)))
+            ).scalars()
+        )
+    if len(hosts) != 1:
+        raise Conflict(
+            f"The allocation chosen spans {len(hosts)} hosts of Acceleron; expected one."
+        )
+    return str(hosts.pop())
+
+
+def held(request: AllocationRequest) -> dict[str, dict[str, int]]:
+    """What the claim allocated: provider uuid -> resource class -> amount."""
+    return {rp: dict(resources) for rp, resources in request.allocations.items()}

@@ -1,0 +1,121 @@
+"""Undoing one claim: from what its row records, each step idempotent (docs/claims.md,
+"Interrupted claims"): its requests deleted, what it allocated taken out of its
+consumer's allocations, its row deleted last.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Row, delete
+
+from acceleron.context import RequestContext
+from acceleron.db.models import Claim, table
+from acceleron.db.session import Database
+from acceleron.exceptions import AllocationConflict, Conflict
+from acceleron.placement.client import PlacementClient
+from acceleron.service import arqs as arq_service
+from acceleron.service.claim_leases import ATTEMPTS, asked_for, idle, stopped, take
+
+LOG = logging.getLogger(__name__)
+CLAIMS = table(Claim)
+
+
+def give_up(
+    db: Database,
+    placement: PlacementClient | None,
+    claim: Row[Any],
+    placed: bool | None,
+    timeout: float,
+) -> None:
+    """The maker undoes its claim after a failure: takes it (``releasing``) and undoes
+    what its row records. ``placed``: whether this maker's allocation was made (None:
+    perhaps, an answer lost). When the claim is no longer the maker's (given up and taken
+    over meanwhile), the one who took it undoes what the row records, and the maker
+    drops the allocation it made after that. What cannot be done now (the database
+    away) is left to recovery; nothing raises."""
+    asked = asked_for(claim.id)
+    try:
+        taken = take(db, claim, timeout, ("allocating",))
+        if taken is not None:
+            undo(db, placement, taken, placed)
+        elif placed is not False and placement is not None and asked is not None:
+            _drop(placement, claim.consumer, asked, exact=placed is None)
+    except Exception:
+        LOG.exception("Undoing the claim of %s failed: recovery undoes it later", claim.consumer)
+    finally:
+        stopped(claim.id)
+
+
+def undo(
+    db: Database, placement: PlacementClient | None, claim: Row[Any], placed: bool | None = None
+) -> None:
+    """Undo a claim this process took (``releasing``) from what its row records, each
+    step idempotent: the requests it created deleted (an established claim's: every
+    request of the consumer in its project), handles freed; the allocation it made
+    taken out of the consumer's (``placed`` False: none was made; otherwise as its step
+    says: at ``placing``, only when the consumer holds exactly what was asked); the row
+    deleted last. What fails raises, and leaves the claim ``releasing`` for a DELETE or
+    recovery to finish."""
+    try:
+        owner = _owner_context(claim)
+        if claim.requests:
+            arq_service.delete_present(db, owner, list(claim.requests))
+        if claim.step in ("done", None):  # established, or of unknown progress
+            arq_service.delete_for_instance(db, owner, claim.consumer, True)
+        asked = claim.step not in ("begun",) or placed
+        if placement is not None and placed is not False and asked:
+            exact = claim.step == "placing" and not placed
+            _drop(placement, claim.consumer, claim.allocations, exact)
+        with db.writer() as conn:
+            conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
+    finally:
+        idle(claim.id)
+    LOG.info("Claim of %s undone (it had reached step %s)", claim.consumer, claim.step)
+
+
+def _drop(
+    placement: PlacementClient,
+    consumer_uuid: str,
+    mine: Mapping[str, Mapping[str, int]] | None,
+    exact: bool,
+) -> None:
+    """Take what the claim allocated out of its consumer's allocations, guarded by the
+    consumer's generation (read again when it changed meanwhile). ``exact``: only when
+    the consumer holds exactly that (a claim that may not have allocated never touches
+    what another put there). A claim that recorded nothing (made before it would):
+    every allocation of the consumer."""
+    for _ in range(ATTEMPTS):
+        consumer = placement.get_consumer(consumer_uuid)
+        held = {rp: dict(r) for rp, r in consumer.allocations.items()}
+        if not held or (exact and held != mine):
+            return
+        kept = {} if mine is None else _without(held, mine)
+        if kept == held:
+            return
+        try:
+            placement.replace_allocations(consumer_uuid, consumer, kept)
+            return
+        except AllocationConflict:
+            continue  # the consumer changed meanwhile: read it again
+    raise Conflict(f"The allocations of {consumer_uuid} kept changing: try again.")
+
+
+def _without(
+    held: Mapping[str, Mapping[str, int]], mine: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """``held`` less ``mine``, by provider and class (nothing below zero, no empty one)."""
+    left: dict[str, dict[str, int]] = {}
+    for rp, resources in held.items():
+        kept = {rc: n - mine.get(rp, {}).get(rc, 0) for rc, n in resources.items()}
+        kept = {rc: n for rc, n in kept.items() if n > 0}
+        if kept:
+            left[rp] = kept
+    return left
+
+
+def _owner_context(claim: Row[Any]) -> RequestContext:
+    """The claim's project, as the service acts for it (it sees that project's only)."""
+    return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
