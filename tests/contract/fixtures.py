@@ -10,6 +10,7 @@ event loop the lifespan ran on. No socket is opened.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import threading
@@ -21,10 +22,12 @@ from typing import Any
 from a2wsgi import ASGIMiddleware
 from gabbi.fixture import GabbiFixture  # type: ignore[import-untyped]
 from oslo_config import cfg
+from sqlalchemy import select
 
 from acceleron import conf as confmod
 from acceleron.api.app import create_app
 from acceleron.db import migrate
+from acceleron.db.models import Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.report import HostReport
@@ -33,6 +36,7 @@ from acceleron.service import inventory
 HOST = "host-1"
 # Seconds the app has to start or stop (its lifespan); a request has gabbi's timeout.
 LIFESPAN_TIMEOUT = 30
+DEVICE, DEPLOYABLE = table(Device), table(Deployable)
 
 
 class Running:
@@ -93,10 +97,37 @@ def running() -> tuple[cfg.ConfigOpts, Database]:
     return Running.conf, Running.db
 
 
+# What a file reads as $ENVIRON['NAME'] once Inventory ran: the uuids of the fake
+# driver's devices (by PCI address) and deployables (by device and name).
+DEVICES = {
+    "FPGA_DEVICE": "0000:1a:00.0",  # PAC_ARRIA10: region0 (2 accelerators), region1 (1)
+    "GPU_DEVICE": "0000:1c:00.0",  # T4: vGPU types nvidia-222 and nvidia-223
+    "MIG_DEVICE": "0000:1d:00.0",  # H100: MIG profiles
+    "QAT_DEVICE": "0000:1e:00.0",  # C62X: a VF pool of 4
+}
+DEPLOYABLES = {
+    "FPGA_REGION": "host-1_0000:1a:00.0_region0",
+    "FPGA_REGION_1": "host-1_0000:1a:00.0_region1",
+    "VGPU_TYPE": "host-1_0000:1c:00.0_vgpu/nvidia-222",
+    "QAT_POOL": "host-1_0000:1e:00.0_vf_pool",
+}
+
+
 class Inventory(GabbiFixture):  # type: ignore[misc]
-    """host-1's fake-driver inventory, reported as its agent reports it."""
+    """host-1's fake-driver inventory, reported as its agent reports it; the uuids of
+    DEVICES and DEPLOYABLES in the environment."""
 
     def start_fixture(self) -> None:
         conf, db = running()
         devices = tuple(FakeDriver(conf, Path("/")).discover())
         inventory.reconcile(db, HostReport(HOST, "1", devices))
+        with db.reader() as conn:
+            by_address = {r.pci_address: r.uuid for r in conn.execute(select(DEVICE))}
+            by_name = {r.name: r.uuid for r in conn.execute(select(DEPLOYABLE))}
+        self.names = [*DEVICES, *DEPLOYABLES]
+        os.environ.update({name: by_address[address] for name, address in DEVICES.items()})
+        os.environ.update({name: by_name[full] for name, full in DEPLOYABLES.items()})
+
+    def stop_fixture(self) -> None:
+        for name in self.names:
+            os.environ.pop(name, None)

@@ -107,51 +107,6 @@ def test_nova_boot_and_delete(
         assert conn.execute(select(HANDLES).where(HANDLES.c.in_use.is_(True))).first() is None
 
 
-def test_create_errors(api: TestClient, db: Database) -> None:
-    profile(db, "off", FPGA)
-    device_profiles.update(db, "off", enabled=False)
-    for body, status, code in [
-        ({}, 400, "acceleron.invalid_input"),
-        ({"device_profile_name": None}, 400, "acceleron.invalid_input"),
-        # An empty name, or one no profile can have, is a profile not found (as upstream).
-        ({"device_profile_name": ""}, 404, "acceleron.not_found"),
-        ({"device_profile_name": "!@#$%^&*()=-[]"}, 404, "acceleron.not_found"),
-        ({"device_profile_name": "nope"}, 404, "acceleron.not_found"),
-        ({"device_profile_name": "off"}, 409, "acceleron.disabled"),
-    ]:
-        response = api.post(PATH, json=body)
-        assert (response.status_code, response.json()["errors"][0]["code"]) == (status, code)
-
-
-def test_bind_errors(api: TestClient, db: Database, inventory_of_host: dict[str, Any]) -> None:
-    profile(db, "dp", FPGA)
-    arq = create(api, "dp")[0]["uuid"]
-    region = inventory_of_host["regions"][0]
-    instance = str(uuid.uuid4())
-    cases = [
-        ({arq: [{"path": "/hostname", "op": "add", "value": HOST}]}, "a bind needs"),
-        (
-            {
-                arq: [
-                    {"path": "/hostname", "op": "add", "value": HOST},
-                    {"path": "/hostname", "op": "remove"},
-                ]
-            },
-            "must be 'add' (bind) or all 'remove'",
-        ),
-        (bind_body(arq, str(uuid.uuid4()), instance), "not the resource provider"),
-        (bind_body(arq, region.rp_uuid, instance, host="host-2"), "is on host 'host-1'"),
-        (bind_body(str(uuid.uuid4()), region.rp_uuid, instance), "not found"),
-        (bind_body("not-a-uuid", region.rp_uuid, instance), "not a UUID"),
-        ({}, "map accelerator request uuids"),
-    ]
-    for body, fragment in cases:
-        response = api.patch(PATH, json=body)
-        assert response.status_code in (400, 404), (fragment, response.text)
-        assert fragment in response.json()["errors"][0]["detail"], fragment
-    assert api.get(f"{PATH}/{arq}").json()["state"] == "Initial"
-
-
 def test_an_instance_is_bound_once_and_a_retry_is_fine(
     api: TestClient, db: Database, inventory_of_host: dict[str, Any]
 ) -> None:
@@ -264,23 +219,6 @@ def test_racing_binds_of_one_instance_let_one_win(
     assert [b.uuid for b in bound] == won
 
 
-def test_projects_see_only_their_requests(
-    api: TestClient, db: Database, inventory_of_host: dict[str, Any]
-) -> None:
-    profile(db, "dp", FPGA)
-    p1 = {"X-Roles": "member", "X-Project-Id": "p1"}
-    p2 = {"X-Roles": "member", "X-Project-Id": "p2"}
-    mine = api.post(PATH, json={"device_profile_name": "dp"}, headers=p1).json()["arqs"][0]
-    assert mine["project_id"] == "p1"
-    assert api.get(f"{PATH}/{mine['uuid']}", headers=p2).status_code == 404
-    assert api.get(PATH, headers=p2).json() == {"arqs": []}
-    assert [a["uuid"] for a in api.get(PATH, headers=p1).json()["arqs"]] == [mine["uuid"]]
-    assert api.delete(f"{PATH}/{mine['uuid']}", headers=p2).status_code == 404
-    assert api.get(PATH).json()["arqs"][0]["uuid"] == mine["uuid"]  # the admin sees it
-    reader = {"X-Roles": "reader", "X-Project-Id": "p1"}
-    assert api.post(PATH, json={"device_profile_name": "dp"}, headers=reader).status_code == 403
-
-
 def test_a_vgpu_bind_waits_for_its_mdev_then_binds(
     api: TestClient, db: Database, inventory_of_host: dict[str, Any]
 ) -> None:
@@ -364,15 +302,6 @@ def test_a_region_holding_the_function_is_not_reprogrammed(
     assert api.get(f"{PATH}/{arq}").json()["state"] == "Bound"
     with db.reader() as conn:
         assert conn.execute(select(table(Task))).first() is None
-
-
-def test_bind_state_other_than_resolved_is_a_400(api: TestClient) -> None:
-    response = api.get(PATH, params={"instance": str(uuid.uuid4()), "bind_state": "bound"})
-    assert response.status_code == 400
-    assert api.delete(PATH).status_code == 400
-    both = api.delete(PATH, params={"arqs": str(uuid.uuid4()), "instance": str(uuid.uuid4())})
-    assert both.status_code == 400
-    assert api.delete(PATH, params={"arqs": str(uuid.uuid4())}).status_code == 404
 
 
 def test_the_state_machine() -> None:
