@@ -252,6 +252,47 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         "more is answered 429 acceleron.over_limit. A stalled upload ends after [api] "
         "client_timeout seconds without a byte.",
     ),
+    cfg.BoolOpt(
+        "verify_signatures",
+        default=False,
+        help="Agent: program only bitstreams whose signature (the img_signature* "
+        "properties, as Glance and Nova use them) verifies on this host, over the bytes "
+        "programmed; an unsigned or badly signed bitstream fails its bind. Off: signatures "
+        "are checked only for the projects in require_signatures_projects.",
+    ),
+    cfg.ListOpt(
+        "require_signatures_projects",
+        default=[],
+        help="Agent: project ids whose requests get only verified, signed bitstreams "
+        "programmed, even with verify_signatures off. Programs an admin asks for outside "
+        "any request follow verify_signatures alone.",
+    ),
+    cfg.ListOpt(
+        "trusted_certificate_ids",
+        default=[],
+        help="Agent: ids of the certificates a signing certificate must be, or be issued "
+        "by (directly), for its signature to count; looked up like signing certificates. "
+        "Empty: every certificate in certificate_dir is trusted, and none from the key "
+        "manager is.",
+    ),
+    cfg.StrOpt(
+        "certificate_backend",
+        default="directory",
+        choices=[
+            ("directory", "PEM or DER files in certificate_dir, each named <id>.pem or <id>.der."),
+            (
+                "key_manager",
+                "Barbican (or another castellan key manager) as [key_manager] configures it, "
+                "the way Nova and Glance read img_signature_certificate_uuid.",
+            ),
+        ],
+        help="Agent: where signing and trusted certificates are looked up by id.",
+    ),
+    cfg.StrOpt(
+        "certificate_dir",
+        default="$state_path/bitstream-certificates",
+        help="Agent: directory of certificates for certificate_backend = directory.",
+    ),
 ]
 
 # The drivers (acceleron.drivers); docs/drivers.md explains each one.

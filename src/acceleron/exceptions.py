@@ -100,6 +100,15 @@ class BitstreamCorrupt(AcceleronError):
     """The bytes read do not match the bitstream's recorded size or hash."""
 
 
+class BitstreamSignatureRefused(AcceleronError):
+    """The bitstream's signature does not vouch for its bytes; ``reason`` is one of
+    ``acceleron.bitstreams.signatures.REASONS``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class BitstreamStoreError(AcceleronError):
     """The bitstream store (Glance or the local directory) failed to answer."""
 

@@ -151,6 +151,14 @@ BITSTREAM_CACHE = Counter(
     "damaged (a copy whose hash no longer matched, fetched again).",
     ["result"],
 )
+BITSTREAM_SIGNATURES = Counter(
+    "acceleron_bitstream_signature_checks",
+    "Signature checks of bitstreams an agent was to program: valid (verified over the "
+    "bytes), valid_remembered (the same bytes verified before), or the reason it was "
+    "refused (unsigned, bad_signature, unknown_certificate, untrusted_certificate, "
+    "expired_certificate, unsupported_algorithm).",
+    ["result"],
+)
 AGENT_PHASE_SECONDS = Histogram(
     "acceleron_agent_programming_phase_duration_seconds",
     "Time this agent's program tasks spent in each phase (fetch, verify, program).",

@@ -5,8 +5,10 @@ gets:
 
 * ``program``: **fetch** the bitstream from the API into the host's cache (named by
   its hash; an intact cached copy is not fetched again), **verify** it (its hash,
-  and for a GBS image that its interface id is the region's type), **program** it
-  through the driver, **report** what the region now holds;
+  for a GBS image that its interface id is the region's type, and where this host
+  requires it for the request's project, its signature: ``[bitstreams]
+  verify_signatures``), **program** it through the driver, **report** what the
+  region now holds;
 * ``create_mdev`` / ``remove_mdev``: make or remove the vGPU behind an attach handle.
 
 Phases and progress go to the API while it works. The end of each task is written
@@ -43,12 +45,12 @@ from acceleron.agent.client import (
     ReportRefused,
 )
 from acceleron.agent.loop import backoff_delay
-from acceleron.bitstreams import transfer
+from acceleron.bitstreams import certificates, signatures, transfer
 from acceleron.bitstreams.model import Bitstream
 from acceleron.drivers import gbs
 from acceleron.drivers.base import Driver, Mediated, Programmable
 from acceleron.drivers.sysfs import normalize_uuid, shared_scan
-from acceleron.exceptions import AcceleronError
+from acceleron.exceptions import AcceleronError, BitstreamSignatureRefused
 from acceleron.vocabulary import AttachHandle, Device, walk
 
 LOG = logging.getLogger(__name__)
@@ -111,6 +113,7 @@ class Settings:
     backoff_initial: float = 1.0
     backoff_max: float = 60.0
     probe_interval: float = 1.0  # seconds between two probes of an API that went away
+    signature_policy: signatures.Policy = dataclasses.field(default_factory=signatures.Policy)
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Settings:
@@ -122,6 +125,7 @@ class Settings:
             backoff_initial=conf.agent.backoff_initial,
             backoff_max=max(conf.agent.backoff_max, conf.agent.backoff_initial),
             probe_interval=conf.agent.probe_interval,
+            signature_policy=certificates.policy_from_conf(conf),
         )
 
 
@@ -286,6 +290,7 @@ class TaskRunner:
         with phases.timed("verify"):
             self._progress(task, "verify", 0)
             functions = _verify(path, bitstream, params.get("region_type"))
+            self._check_signature(params, bitstream, path)
         function = functions[0] if functions else normalize_uuid(bitstream.function_uuid)
         with phases.timed("program"):
             self._progress(task, "program", 0)
@@ -300,6 +305,19 @@ class TaskRunner:
         # The API observes them too (acceleron_programming_phase_duration_seconds).
         return {"bitstream_id": bitstream.id, "function_uuid": function,
                 "phase_seconds": phases.seconds}  # fmt: skip
+
+    def _check_signature(self, params: Mapping[str, Any], bitstream: Bitstream, path: Path) -> None:
+        """Refuse a bitstream whose signature this host requires and cannot verify, over
+        the bytes at ``path`` (just verified against their checksum, its name)."""
+        policy = self.settings.signature_policy
+        if not policy.required_for(params.get("project_id")):
+            return
+        marks = self.settings.cache_dir / ".signatures"
+        try:
+            signatures.check(path, path.name, bitstream.properties, policy, marks)
+        except BitstreamSignatureRefused as refused:
+            raise TaskFailed(f"bitstream {bitstream.describe()}: {refused}") from refused
+        LOG.info("Bitstream %s: signature verified", bitstream.describe())
 
     def _fetch(self, task: Mapping[str, Any], bitstream: Bitstream) -> Path:
         def progress(percent: int) -> None:
@@ -376,6 +394,7 @@ def _bitstream(params: Mapping[str, Any]) -> Bitstream:
         hash_value=params.get("hash_value"),
         function_uuid=params.get("function_uuid"),
         region_type_uuid=params.get("region_type_uuid"),
+        properties=signatures.fields(params.get("signature") or {}),
     )
 
 

@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from acceleron.bitstreams import signatures
 from acceleron.exceptions import InvalidInput
 from acceleron.text import has_control
 from acceleron.uuids import parse
@@ -81,7 +82,9 @@ def _check_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
             raise InvalidInput(
                 f"properties: {key!r} is reserved; give it as its own field, or pick another key."
             )
-        check_text(value, f"properties[{key!r}]", VALUE_MAX)
+        limit = signatures.SIGNATURE_MAX if key == signatures.SIGNATURE_KEY else VALUE_MAX
+        check_text(value, f"properties[{key!r}]", limit)
+    signatures.check_upload(properties)
     return MappingProxyType(dict(properties))
 
 
