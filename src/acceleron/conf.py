@@ -607,6 +607,13 @@ FAKE_DRIVER_OPTS: list[cfg.Opt] = [
         help="Where the fake driver records what was programmed into its regions, so "
         "that a restart keeps it.",
     ),
+    cfg.FloatOpt(
+        "program_seconds",
+        default=0.0,
+        min=0.0,
+        help="Seconds programming a region takes, to simulate a card's (loading a "
+        "partial bitstream into an Intel PAC takes a few seconds).",
+    ),
 ]
 
 PCI_DRIVER_OPTS: list[cfg.Opt] = [

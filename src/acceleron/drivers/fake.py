@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -277,6 +278,7 @@ class FakeDriver:
                 f"bitstream {bitstream.name} is built for interface {header.interface_uuid}, "
                 f"but region {deployable_key} of {device.pci_address} is {region.region_type}"
             )
+        time.sleep(self.conf.fake.program_seconds)  # a real card's loading time, if set
         self._record(device.pci_address, deployable_key, bitstream, header)
 
     def create_mdev(self, device: Device, handle: AttachHandle) -> None:
