@@ -29,7 +29,7 @@ from acceleron.db.models import AcceleratorRequest, Task, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, BitstreamNotFound
 from acceleron.service import arqs as service
-from acceleron.service import device_profiles
+from acceleron.service import binding, device_profiles
 from tests.functional.api.test_arqs import HOST, PATH, bind_body, inventory_of_host
 
 if TYPE_CHECKING:  # imported by pytest_plugins, so that pytest can rewrite its asserts
@@ -83,8 +83,8 @@ def bind_p1(db: Database, deps: dict[str, Any], store: BitstreamStore, key: str,
     device_profiles.create(db, name=name, groups=[group])
     arq = service.create(db, P1, name)[0].uuid
     region = deps["regions"][0]
-    binding = service.Binding(arq, HOST, region.rp_uuid, str(uuid.uuid4()))
-    service.bind(db, P1, [binding], store)
+    request = service.Binding(arq, HOST, region.rp_uuid, str(uuid.uuid4()))
+    binding.bind(db, P1, [request], store)
     return str(arq)
 
 

@@ -18,7 +18,7 @@ from acceleron.db.models import AcceleratorRequest, AttachHandle, InstanceBindin
 from acceleron.db.session import Database
 from acceleron.exceptions import Conflict, NotFound
 from acceleron.service import arqs as service
-from acceleron.service import device_profiles
+from acceleron.service import binding, device_profiles
 from tests.functional.api.test_arqs import ADMIN, HOST, inventory_of_host
 
 __all__ = ["inventory_of_host"]
@@ -38,7 +38,7 @@ def race(db: Database, rp: str, outcomes: dict[str, int]) -> list[str]:
     def bind() -> None:
         barrier.wait()
         try:
-            service.bind(db, ADMIN, [service.Binding(arq, HOST, rp, instance)])
+            binding.bind(db, ADMIN, [service.Binding(arq, HOST, rp, instance)])
             outcomes["bound first"] += 1
         except (NotFound, Conflict) as error:
             outcomes[f"bind refused: {type(error).__name__}"] += 1

@@ -22,7 +22,7 @@ from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
 from acceleron.placement.publish import Syncer
-from acceleron.service import arqs, device_profiles
+from acceleron.service import arqs, binding, device_profiles
 from acceleron.service.placement import PlacementService, options_from_conf
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.server import serve
@@ -71,7 +71,7 @@ def held(placement: adapter.Adapter, consumer: str) -> dict[str, dict[str, int]]
 def bind(db: Database, rp: str, consumer: str) -> str:
     """A request of profile "fpga" bound to ``rp`` for ``consumer``; its uuid."""
     arq = arqs.create(db, ADMIN, "fpga")[0].uuid
-    arqs.bind(db, ADMIN, [arqs.Binding(arq, HOST, rp, consumer)])
+    binding.bind(db, ADMIN, [arqs.Binding(arq, HOST, rp, consumer)])
     return str(arq)
 
 

@@ -40,7 +40,7 @@ from acceleron.context import RequestContext
 from acceleron.exceptions import InvalidInput
 from acceleron.placement import tree
 from acceleron.service import arqs as service
-from acceleron.service import quotas
+from acceleron.service import bind_tasks, binding, quotas
 
 router = APIRouter(
     prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
@@ -297,7 +297,7 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
         call.authorize("arq:bind", why=" Binding accelerator requests needs a service token "
                        "(X-Service-Token from the compute service) beside the user's.")  # fmt: skip
         resolved = await call.run_counted(
-            service.bind, _caller(call), work, call.bitstreams, flat_mode_of(call),
+            binding.bind, _caller(call), work, call.bitstreams, flat_mode_of(call),
             limits_of(call), store=True,
         )  # fmt: skip
         _notify(call, resolved)
@@ -347,7 +347,7 @@ async def program_arq(
             f"Name the bitstream one way: one of {', '.join(ProgramRequest.model_fields)}."
         )
     arq = await call.run_with_store(
-        service.reprogram, _caller(call), uuid, selector, call.bitstreams
+        bind_tasks.reprogram, _caller(call), uuid, selector, call.bitstreams
     )
     return json_response(view(arq, call.version, call.base_url), 202)
 

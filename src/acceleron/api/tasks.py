@@ -26,7 +26,7 @@ from acceleron import formats, microversion
 from acceleron.api import middleware, wakeup, workers
 from acceleron.api.common import CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
-from acceleron.service import arqs, tasks
+from acceleron.service import bind_tasks, tasks
 
 router = APIRouter(
     tags=["tasks"],
@@ -130,7 +130,7 @@ async def show_task(uuid: str, call: CallDep) -> Response:
 async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: CallDep) -> Response:
     call.authorize("task:update")
     task, resolved = await call.run(
-        lambda db: arqs.finish_task(
+        lambda db: bind_tasks.finish_task(
             db,
             uuid,
             state=body.state,

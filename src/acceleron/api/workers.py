@@ -24,8 +24,7 @@ from acceleron.api import placement as placement_api
 from acceleron.api.services import services
 from acceleron.exceptions import AcceleronError, PlacementUnavailable
 from acceleron.placement.publish import Syncer
-from acceleron.service import arqs as arq_service
-from acceleron.service import stats
+from acceleron.service import bind_tasks, stats
 from acceleron.service.placement import PlacementService
 
 LOG = logging.getLogger(__name__)
@@ -149,7 +148,7 @@ async def reap_binds(app: FastAPI) -> None:
         await asyncio.sleep(conf.reap_interval)
         try:  # on the threads for database work, with the share kept for services
             resolved = await parts.threads.database(
-                True, arq_service.reap, parts.db, conf.bind_timeout
+                True, bind_tasks.reap, parts.db, conf.bind_timeout
             )
         except AcceleronError as error:  # the database is away: the next round tries again
             LOG.warning("Reaping binds failed: %s", error.message)

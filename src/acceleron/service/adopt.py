@@ -904,7 +904,7 @@ def _hold(conn: Connection, a: ArqStep, arq_id: int, now: Any) -> None:
         is None
     ):
         conn.execute(insert(BINDINGS).values(instance_uuid=a.instance_uuid))
-    arqs._refresh_deployable(conn, a.handle.deployable_id)
+    arqs.refresh_deployable(conn, a.handle.deployable_id)
 
 
 def _move(

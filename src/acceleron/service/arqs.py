@@ -1,17 +1,11 @@
-"""Accelerator requests (ARQs): what a workload asks for, and its binding to a device.
+"""Accelerator requests (ARQs): what a workload asks for; their records, reads, creation,
+unbinding and deletion, and the state machine every change goes through.
 
 One explicit state machine (``TRANSITIONS``). Every transition is a conditional
 ``UPDATE ... WHERE state IN (...)``: of two requests racing for one ARQ, one
-wins and the other sees it and stops. Binding an ARQ:
-
-* takes one free attach handle of the deployable behind the chosen resource
-  provider with a conditional update (``arq_id IS NULL``); the unique
-  ``attach_handles.arq_id`` makes a double allocation impossible on every backend;
-* claims the instance in ``instance_bindings`` (unique): a second, racing bind
-  of the same instance fails in the database, not in a Python check;
-* ends ``Bound`` at once, or ``BindStarted`` with a task for the host's agent
-  when a region must be programmed or an mdev made; the task's end binds or
-  fails it (``finish``), and ``reap`` fails what outlives ``bind_timeout``.
+wins and the other sees it and stops. Binding a request to a device is
+``service.binding``; the agent tasks that end a bind, and the reaper of binds that
+never end, are ``service.bind_tasks``.
 
 Nothing lives in memory: a restart of the API or of an agent in the middle of a
 bind ends, like any other, in ``Bound`` or ``BindFailed``.
@@ -42,11 +36,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 
-from acceleron import metrics
-from acceleron.bitstreams.base import BitstreamStore
-from acceleron.bitstreams.model import Bitstream, fold_uuid
 from acceleron.context import RequestContext
 from acceleron.db.models import (
     AcceleratorRequest,
@@ -60,20 +50,9 @@ from acceleron.db.models import (
     utcnow,
 )
 from acceleron.db.session import Database, retry_on_deadlock
-from acceleron.exceptions import (
-    BitstreamNotFound,
-    Conflict,
-    Disabled,
-    Forbidden,
-    InMaintenance,
-    InUse,
-    InvalidInput,
-    Locked,
-    NotFound,
-    Unhealthy,
-)
-from acceleron.placement import names, tree
-from acceleron.service import fitting, flat, inventory, programming, quotas, tasks
+from acceleron.exceptions import Conflict, Disabled, Forbidden, InvalidInput, Locked, NotFound
+from acceleron.placement import names
+from acceleron.service import inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import parse
 
@@ -94,8 +73,6 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 # What Nova waits for: an ARQ it may stop waiting on.
 RESOLVED = ("Bound", "BindFailed", "Deleting")
-SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
-PROGRAM_PHASES = ("fetch", "verify", "program")  # what an agent's program task reports
 
 
 def can_move(source: str, target: str) -> bool:
@@ -129,7 +106,7 @@ class Resolved:
 class ArqRecord(NamedTuple):
     """An accelerator request as the API shows it: its row, its profile's name and
     groups, its attach handle and the health of what it is bound to. Built from a row
-    of ``_VIEW`` (the same names, in the same order) with ``ArqRecord._make``."""
+    of ``VIEW`` (the same names, in the same order) with ``ArqRecord._make``."""
 
     id: int
     uuid: str
@@ -161,7 +138,7 @@ class ArqRecord(NamedTuple):
 
 
 class Handle(NamedTuple):
-    """A free attach handle a bind takes (``_HANDLE_COLUMNS``)."""
+    """A free attach handle a bind takes (``binding._FREE_HANDLES`` reads it)."""
 
     id: int
     type: str
@@ -188,7 +165,7 @@ _JOINED = {
     "device_health": _HEALTH_DEV.c.health,
     "device_health_reason": _HEALTH_DEV.c.health_reason,
 }
-_VIEW = (
+VIEW = (
     select(*(_JOINED[f].label(f) if f in _JOINED else ARQS.c[f] for f in ArqRecord._fields))
     .join(PROFILES, PROFILES.c.id == ARQS.c.device_profile_id)
     .outerjoin(HANDLES, HANDLES.c.arq_id == ARQS.c.id)
@@ -214,10 +191,10 @@ def attach_target(arq: ArqRecord) -> str:
     """Where the request's accelerator is attached (spec 002's ``accel:attach_target``):
     ``VM`` (the default), ``host`` (the host uses it: infrastructure offload) or ``none``
     (nothing attaches it: the instance reaches it indirectly)."""
-    return _target(_group(arq))
+    return _target(profile_group(arq))
 
 
-def _group(arq: ArqRecord) -> dict[str, str]:
+def profile_group(arq: ArqRecord) -> dict[str, str]:
     """The device profile group the request was made from."""
     groups = arq.device_profile_groups or []
     index = arq.device_profile_group_id
@@ -240,10 +217,10 @@ _BY_UUID = ARQS.c.uuid == bindparam("uuid")
 _BY_UUIDS = ARQS.c.uuid.in_(bindparam("uuids", expanding=True))
 _OWN = ARQS.c.project_id == bindparam("project")
 _VIEWS = {
-    (True, True): _VIEW.where(_BY_UUID),
-    (True, False): _VIEW.where(_BY_UUIDS).order_by(ARQS.c.id),
-    (False, True): _VIEW.where(_BY_UUID, _OWN),
-    (False, False): _VIEW.where(_BY_UUIDS, _OWN).order_by(ARQS.c.id),
+    (True, True): VIEW.where(_BY_UUID),
+    (True, False): VIEW.where(_BY_UUIDS).order_by(ARQS.c.id),
+    (False, True): VIEW.where(_BY_UUID, _OWN),
+    (False, False): VIEW.where(_BY_UUIDS, _OWN).order_by(ARQS.c.id),
 }
 
 
@@ -251,7 +228,7 @@ def _view_of(conn: Connection, context: RequestContext, uuids: Sequence[str]) ->
     """The requests of ``uuids`` the caller may see (in id order)."""
     privileged = context.all_projects
     if not privileged and context.project_id is None:  # sees the requests of no project
-        query = _VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)).order_by(ARQS.c.id)
+        query = VIEW.where(ARQS.c.uuid.in_(uuids), _visible(context)).order_by(ARQS.c.id)
         return list(map(_record, conn.execute(query)))
     one = len(uuids) == 1
     params: dict[str, Any] = {"uuid": uuids[0]} if one else {"uuids": list(uuids)}
@@ -260,7 +237,7 @@ def _view_of(conn: Connection, context: RequestContext, uuids: Sequence[str]) ->
     return list(map(_record, conn.execute(_VIEWS[privileged, one], params)))
 
 
-def _check_uuids(values: Iterable[str], what: str = "uuid") -> list[str]:
+def check_uuids(values: Iterable[str], what: str = "uuid") -> list[str]:
     return [parse(value, what) for value in dict.fromkeys(values)]
 
 
@@ -269,9 +246,9 @@ def list_arqs(
 ) -> list[ArqRecord]:
     """ARQs the caller may see (of one instance, if given). With ``resolved``, Locked
     while any of the instance's ARQs is still being bound."""
-    query = _VIEW.where(_visible(context)).order_by(ARQS.c.id)
+    query = VIEW.where(_visible(context)).order_by(ARQS.c.id)
     if instance is not None:
-        query = query.where(ARQS.c.instance_uuid == _check_uuids([instance], "instance")[0])
+        query = query.where(ARQS.c.instance_uuid == check_uuids([instance], "instance")[0])
     with db.reader() as conn:
         arqs = list(map(_record, conn.execute(query)))
     if resolved:
@@ -282,7 +259,7 @@ def list_arqs(
 
 
 def get(db: Database, context: RequestContext, uuid: str) -> ArqRecord:
-    wanted = _check_uuids([uuid])[0]
+    wanted = check_uuids([uuid])[0]
     with db.reader() as conn:
         found = _view_of(conn, context, [wanted])
     if not found:
@@ -293,7 +270,7 @@ def get(db: Database, context: RequestContext, uuid: str) -> ArqRecord:
 def of_instance(db: Database, instance: str) -> list[ArqRecord]:
     """Every request bound (or being bound) to ``instance``, by group then id (whoever
     may see the instance sees them: the caller checked)."""
-    query = _VIEW.where(ARQS.c.instance_uuid == instance).order_by(
+    query = VIEW.where(ARQS.c.instance_uuid == instance).order_by(
         ARQS.c.device_profile_group_id, ARQS.c.id
     )
     with db.reader() as conn:
@@ -416,7 +393,7 @@ _MOVES = {
 _STATE = select(ARQS.c.state).where(ARQS.c.id == bindparam("arq_id"))
 
 
-def _move(
+def move(
     conn: Connection, arq: ArqRecord, target: str, via: str | None = None, **values: Any
 ) -> None:
     """The conditional update of the state machine; Conflict when another request won.
@@ -447,7 +424,7 @@ _FREE = (
 )
 
 
-def _free_handle(conn: Connection, arq_id: int) -> None:
+def free_handle(conn: Connection, arq_id: int) -> None:
     """Give the request's handle back. A handle whose device vanished while held (lost)
     can go now: the host's next report is diffed in full, which removes it."""
     lost = conn.execute(_LOST, {"arq_id": arq_id}).first()
@@ -481,177 +458,37 @@ _REFRESH = (
 )
 
 
-def _refresh_deployable(conn: Connection, deployable_id: int | None) -> None:
+def refresh_deployable(conn: Connection, deployable_id: int | None) -> None:
     """Spec 003's availability and instance of a deployable, from its handles (one
     statement): allocated when every handle is held, the instance when one holds all."""
     if deployable_id is not None:
         conn.execute(_REFRESH, {"dep": deployable_id})
 
 
-# --- binding ------------------------------------------------------------------------
+# --- locking, and what binding and unbinding share -------------------------------------
 
-_DEPLOYABLE = programming.REGION.where(DEPLOYABLES.c.rp_uuid == bindparam("rp")).order_by(
-    DEPLOYABLES.c.id
-)
-_FREE_HANDLES = (
-    select(*(HANDLES.c[f] for f in Handle._fields))
-    .where(
-        HANDLES.c.deployable_id == bindparam("deployable"),
-        HANDLES.c.arq_id.is_(None),
-        HANDLES.c.host_in_use.is_(False),
-        HANDLES.c.state == "present",
-    )
-    .order_by(HANDLES.c.id)
-    .limit(1)
-)
+LOCKED = select(*_ARQ_COLUMNS).order_by(ARQS.c.id).with_for_update()
 
 
-def _deployables_for(
-    conn: Connection,
-    rp_uuid: str,
-    hostname: str,
-    group: Mapping[str, str],
-    flat_mode: tree.Options | None,
-) -> list[Row[Any]]:
-    """The deployables behind a resource provider Placement chose, on the host named:
-    the one whose provider it is, or in flat mode (``flat_mode``: the sync's options),
-    when it is the host's compute node, every one there that can serve ``group``."""
-    dep = conn.execute(_DEPLOYABLE, {"rp": rp_uuid}).first()
-    if dep is None:
-        compute_of = flat.compute_host(conn, rp_uuid)
-        if compute_of is None:
-            raise InvalidInput(
-                f"device_rp_uuid: {rp_uuid} is not the resource provider of an accelerator."
-            )
-        if compute_of != hostname:
-            raise InvalidInput(
-                f"device_rp_uuid: {rp_uuid} is the compute node of host {compute_of!r}, "
-                f"not of {hostname!r}."
-            )
-        if flat_mode is None:
-            raise InvalidInput(
-                f"device_rp_uuid: {rp_uuid} is the compute node of {hostname!r}, but "
-                f"accelerators are published as nested providers ([placement] nested = "
-                f"true): bind to the accelerator's own provider."
-            )
-        return [
-            _usable(d, hostname, group) for d in flat.candidates(conn, hostname, group, flat_mode)
-        ]
-    if dep.device_hostname != hostname:
-        raise InvalidInput(
-            f"device_rp_uuid: {rp_uuid} is on host {dep.device_hostname!r}, not {hostname!r}."
-        )
-    return [_usable(dep, hostname, group)]
-
-
-def _usable(dep: Row[Any], hostname: str, group: Mapping[str, str]) -> Row[Any]:
-    """A deployable a bind may use: its device present, healthy, and not in maintenance
-    (or in one the request's group tolerates)."""
-    if dep.device_state != "present":
-        raise Conflict(
-            f"Device {dep.pci_address} of {hostname} is {dep.device_state}: nothing new can be "
-            f"bound to it."
-        )
-    check_usable(dep, group)
-    return dep
-
-
-def check_usable(dep: Row[Any], group: Mapping[str, str]) -> None:
-    """Refuse a bind to a device or deployable that is unhealthy, or in maintenance that
-    the request's group does not tolerate (``accel:tolerations``)."""
-    for what, health, reason in (
-        (f"Device {dep.pci_address}", dep.device_health, dep.device_health_reason),
-        (dep.name, dep.health, dep.health_reason),
-    ):
-        if health == "unhealthy":
-            why = reason or "no reason given"
-            raise Unhealthy(
-                f"{what} of {dep.device_hostname} is unhealthy ({why}): nothing new can be "
-                f"bound to it."
-            )
-    for what, status, reason in (
-        (f"Device {dep.pci_address}", dep.device_status, dep.device_maintenance_reason),
-        (dep.name, dep.status, dep.maintenance_reason),
-    ):
-        if status == "maintaining" and not names.tolerated(reason, names.tolerations(group)):
-            said = f" ({reason})" if reason else ""
-            raise InMaintenance(
-                f"{what} of {dep.device_hostname} is in maintenance{said}: nothing new can be "
-                f"bound to it unless its device profile tolerates that reason "
-                f"(accel:tolerations)."
-            )
-
-
-def _same_id(a: str | None, b: str | None) -> bool:
-    """Two ids (function, bitstream) are the same in any spelling; None matches nothing."""
-    return bool(a) and bool(b) and fold_uuid(a or "") == fold_uuid(b or "")
-
-
-def program_for(
-    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None, project: str
-) -> Bitstream | None:
-    """The bitstream to load before binding to ``dep``, or None when none is needed: the
-    group names none, or the region already holds it (spec 000; never reprogrammed).
-    Chosen among what ``project`` (the request's) sees: public bitstreams and its own."""
-    accel = {k: v for k, v in group.items() if k.startswith("accel:") and k[6:] in SELECTORS}
-    if not accel:
-        return None
-    held = dep.function_uuids or ([dep.function_uuid] if dep.function_uuid else [])
-    if any(_same_id(accel.get("accel:function_id"), f) for f in held):
-        return None  # pre-programmed: nothing to look up
-    if store is None:
-        raise Conflict("The request names a bitstream but no bitstream store is configured.")
-    bitstream = store.for_request(accel, dep.region_type, project)
-    if bitstream is None or _same_id(bitstream.id, dep.bitstream_id):
-        return None
-    if any(_same_id(bitstream.function_uuid, f) for f in held):
-        return None
-    if not dep.programmable:
-        raise Conflict(
-            f"{dep.name} cannot be programmed and does not hold the function the request asks "
-            f"for ({bitstream.function_uuid or bitstream.name})."
-        )
-    return bitstream
-
-
-@dataclasses.dataclass(frozen=True)
-class _Prepared:
-    binding: Binding
-    arq: ArqRecord  # as first read; its own row read again once locked, outside SQLite
-    # The deployables the bind may take a handle of, in order, each with the bitstream
-    # to load first (None: none): one in nested mode, the fitting ones in flat mode.
-    choices: tuple[tuple[Row[Any], Bitstream | None], ...]
-    limits: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
-
-    @property
-    def project(self) -> str:
-        """The project the bound request will belong to (what its quota counts)."""
-        return self.binding.project_id or self.arq.project_id or ""
-
-
-_LOCKED = select(*_ARQ_COLUMNS).order_by(ARQS.c.id).with_for_update()
-_LOCK_ONE = _LOCKED.where(ARQS.c.id == bindparam("arq_id"))
-
-
-def _lock(conn: Connection, where: ColumnElement[bool]) -> list[ArqRecord]:
+def lock(conn: Connection, where: ColumnElement[bool]) -> list[ArqRecord]:
     """The requests ``where`` selects, their rows locked until the transaction ends
     (``SELECT ... FOR UPDATE``, in id order; SQLite's writer holds the whole database
     anyway): a bind, an unbind, a delete and the reaper of one request take turns, and
     each reads the state the one before it left. (Only the requests' own rows are
-    locked: the joins of ``_VIEW`` are read after.)"""
-    ids = list(conn.execute(_LOCKED.with_only_columns(ARQS.c.id).where(where)).scalars())
-    query = _VIEW.where(ARQS.c.id.in_(ids)).order_by(ARQS.c.id)
+    locked: the joins of ``VIEW`` are read after.)"""
+    ids = list(conn.execute(LOCKED.with_only_columns(ARQS.c.id).where(where)).scalars())
+    query = VIEW.where(ARQS.c.id.in_(ids)).order_by(ARQS.c.id)
     return list(map(_record, conn.execute(query))) if ids else []
 
 
-def _visible_arqs(
+def visible_arqs(
     conn: Connection, context: RequestContext, uuids: Sequence[str], lock: bool = False
 ) -> dict[str, ArqRecord]:
     """The requests named, as the caller sees them (NotFound for any it does not);
-    ``lock``: inside a write transaction, locked first (``_lock``)."""
+    ``lock``: inside a write transaction, locked first (as ``lock`` locks them)."""
     if lock:
         conn.execute(
-            _LOCKED.with_only_columns(ARQS.c.id).where(ARQS.c.uuid.in_(uuids) & _visible(context))
+            LOCKED.with_only_columns(ARQS.c.id).where(ARQS.c.uuid.in_(uuids) & _visible(context))
         ).all()
     found = {a.uuid: a for a in _view_of(conn, context, uuids)}
     missing = [u for u in uuids if u not in found]
@@ -660,352 +497,23 @@ def _visible_arqs(
     return found
 
 
-def _prepare(
-    conn: Connection,
-    context: RequestContext,
-    bindings: Sequence[Binding],
-    store: BitstreamStore | None,
-    flat_mode: tree.Options | None = None,
-    limits: quotas.Limits | None = None,
-) -> list[_Prepared]:
-    """Everything a bind needs that is read (and looked up in the bitstream store, and
-    the limits of its projects) before it writes."""
-    uuids = _check_uuids([b.arq_uuid for b in bindings])
-    arqs = _visible_arqs(conn, context, uuids)
-    group_of = {b.arq_uuid: _group(arqs[b.arq_uuid]) for b in bindings}
-    deployables = {
-        b.arq_uuid: _deployables_for(
-            conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
-        )
-        for b in bindings
-    }
-    prepared = []
-    for b in bindings:
-        arq = arqs[b.arq_uuid]
-        # A request with no project sees public bitstreams only ("" owns none).
-        project = b.project_id or arq.project_id or ""
-        choices = _choices(conn, group_of[b.arq_uuid], deployables[b.arq_uuid], store, project)
-        prepared.append(_Prepared(b, arq, tuple(choices)))
-    if limits is None or not limits.enforcing:
-        return prepared
-    classes: dict[str, set[str]] = {}
-    for p in prepared:
-        if p.project and p.arq.resource_class:
-            classes.setdefault(p.project, set()).add(p.arq.resource_class)
-    found = {project: limits.limits(project, wanted) for project, wanted in classes.items()}
-    return [dataclasses.replace(p, limits=found.get(p.project, {})) for p in prepared]
-
-
-def _choices(
-    conn: Connection,
-    group: Mapping[str, str],
-    deployables: Sequence[Row[Any]],
-    store: BitstreamStore | None,
-    project: str,
-) -> list[tuple[Row[Any], Bitstream | None]]:
-    """Each deployable with what must be loaded into it first; one that cannot serve
-    the request (not programmable, lacking the function, of a region type no bitstream
-    it names is built for) is left out, and when that leaves none the first one's
-    reason is the answer (for a function no region anywhere can serve, saying so)."""
-    choices: list[tuple[Row[Any], Bitstream | None]] = []
-    refusal: Conflict | BitstreamNotFound | None = None
-    for dep in deployables:
-        try:
-            choices.append((dep, program_for(group, dep, store, project)))
-        except (Conflict, BitstreamNotFound) as error:
-            refusal = refusal or error
-    if not choices and refusal is not None:
-        if isinstance(refusal, BitstreamNotFound) and "accel:function_id" in group:
-            fit = fitting.fit_of(conn, store, group, project)
-            if fit is not None and fit.nowhere:  # the same error, saying it is so everywhere
-                raise BitstreamNotFound(fit.refusal().message) from refusal
-        raise refusal
-    return flat.ordered(choices)
-
-
-def _check(bindings: Sequence[Binding], context: RequestContext) -> None:
-    for b in bindings:
-        _check_uuids([b.arq_uuid], "arq")
-        _check_uuids([b.device_rp_uuid], "device_rp_uuid")
-        _check_uuids([b.instance_uuid], "instance_uuid")
-        if not b.hostname or len(b.hostname) > 255:
-            raise InvalidInput(f"hostname: {b.hostname[:64]!r} is not a host name.")
-        if b.project_id is not None and not context.all_projects:
-            raise InvalidInput(
-                "project_id: setting it needs acceleron:arq:get_all_projects (admins and services)."
-            )
-    if len({b.arq_uuid for b in bindings}) != len(bindings):
-        raise InvalidInput("The same accelerator request appears twice in one bind.")
-
-
-@retry_on_deadlock
-def bind(
-    db: Database,
-    context: RequestContext,
-    bindings: Sequence[Binding],
-    store: BitstreamStore | None = None,
-    flat_mode: tree.Options | None = None,
-    limits: quotas.Limits | None = None,
-    within: Callable[[Connection, list[Resolved]], None] | None = None,
-) -> list[Resolved]:
-    """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
-    already ended (Nova is told of those now; the others end with their tasks).
-    ``within``: the caller's own record of the bind, called with those in the same
-    transaction (what it raises undoes the bind).
-    ``flat_mode``: the Placement sync's options when it publishes flat (a bind may then
-    name the compute node's provider; see ``service.flat``). With ``limits``:
-    QuotaExceeded, and nothing bound, when a project would hold more than its limit of
-    a resource class."""
-    if not bindings:
-        raise InvalidInput("Name at least one accelerator request to bind.")
-    _check(bindings, context)
-    try:
-        if _local(db, store, limits):
-            with db.writer() as conn:
-                prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
-                return _bind_all(conn, prepared, within)
-        with db.reader() as conn:
-            prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
-        with db.writer() as conn:
-            return _bind_all(conn, _relock(conn, prepared), within)
-    except IntegrityError as error:  # a concurrent bind of the same instance won
-        raise Conflict(
-            "Another bind of the same instance is in progress or done; unbind it first."
-        ) from error
-
-
-def _local(db: Database, store: BitstreamStore | None, limits: quotas.Limits | None) -> bool:
-    """Whether a bind reads what it needs inside its write transaction: on SQLite, whose
-    writer holds the whole database (it reads what no other writer can change, with no
-    lock to take again, in one transaction instead of two), when nothing it looks up
-    waits on another service (the local bitstream store, limits from the config file).
-    Elsewhere it reads first, calls what it must, then locks and reads again."""
-    return (
-        db.backend == "sqlite"
-        and (store is None or store.backend == "local")
-        and (limits is None or not limits.enforcing or limits.driver == "config")
-    )
-
-
-def _bind_all(
-    conn: Connection,
-    prepared: Sequence[_Prepared],
-    within: Callable[[Connection, list[Resolved]], None] | None = None,
-) -> list[Resolved]:
-    _count_quotas(conn, prepared)
-    _claim_instances(conn, prepared)
-    resolved = [r for p in prepared for r in _bind_one(conn, p)]
-    if within is not None:
-        within(conn, resolved)
-    return resolved
-
-
-def _relock(conn: Connection, prepared: Sequence[_Prepared]) -> list[_Prepared]:
-    """The requests to bind, locked and read again: one deleted (or changed) since they
-    were first read is seen as it is now, not as it was."""
-    if len(prepared) == 1:
-        locked = list(conn.execute(_LOCK_ONE, {"arq_id": prepared[0].arq.id}))
-    else:
-        locked = list(conn.execute(_LOCKED.where(ARQS.c.id.in_([p.arq.id for p in prepared]))))
-    rows = {row.id: row for row in locked}
-    gone = [p.arq.uuid for p in prepared if p.arq.id not in rows]
-    if gone:
-        raise NotFound(f"Accelerator request(s) not found: {', '.join(gone)}.")
-    # Its own row as it is now; its profile's groups do not change.
-    return [dataclasses.replace(p, arq=p.arq._replace(**rows[p.arq.id]._mapping)) for p in prepared]
-
-
-def _count_quotas(conn: Connection, prepared: Sequence[_Prepared]) -> None:
-    """The accelerators this bind starts holding, per project and class, against the
-    project's limits; each project's row locked first (in one order) so that racing
-    binds of a project count one after the other."""
-    starting: dict[str, Counter[str]] = {}
-    for p in prepared:
-        if p.limits and p.arq.resource_class and p.arq.state not in HOLDING and not _is_retry(p):
-            starting.setdefault(p.project, Counter())[p.arq.resource_class] += 1
-    for project in sorted(starting):
-        quotas.lock(conn, project)
-    for project, counts in sorted(starting.items()):
-        limits = next(p.limits for p in prepared if p.project == project and p.limits)
-        quotas.check(conn, project, counts, limits)
-
-
-def _is_retry(p: _Prepared) -> bool:
-    """Nova sending the same bind again (after a timeout, say): nothing to do."""
-    a, b = p.arq, p.binding
-    return a.state in ("BindStarted", "Bound") and (
-        (a.hostname, a.device_rp_uuid, a.instance_uuid)
-        == (b.hostname, b.device_rp_uuid, b.instance_uuid)
-    )
-
-
-_CLAIM = insert(BINDINGS)
-_CLAIMED = select(BINDINGS.c.id).where(BINDINGS.c.instance_uuid == bindparam("instance"))
-
-
-def _claim_instances(conn: Connection, prepared: Sequence[_Prepared]) -> None:
-    """Each instance is bound once: a second bind of it (not a retry) is refused. A bind
-    none of whose requests holds a handle yet cannot be a retry: it claims the instance
-    at once, and the unique ``instance_bindings.instance_uuid`` refuses it if taken."""
-    for instance in sorted({p.binding.instance_uuid for p in prepared}):
-        mine = [p for p in prepared if p.binding.instance_uuid == instance]
-        if not any(p.arq.state in HOLDING for p in mine):
-            try:
-                conn.execute(_CLAIM, {"instance_uuid": instance})
-            except IntegrityError:
-                raise _taken(instance) from None
-            continue
-        if conn.execute(_CLAIMED, {"instance": instance}).first() is None:
-            conn.execute(_CLAIM, {"instance_uuid": instance})
-        elif not all(_is_retry(p) for p in mine):
-            raise _taken(instance)
-
-
-def _taken(instance: str) -> Conflict:
-    return Conflict(
-        f"Instance {instance} already has bound accelerator requests: unbind or delete "
-        f"them before binding others."
-    )
-
-
-_TAKE = (
-    update(HANDLES)
-    .where(HANDLES.c.id == bindparam("handle"), HANDLES.c.arq_id.is_(None))
-    .values(arq_id=bindparam("arq"), in_use=True, updated_at=bindparam("now"))
-)
-
-
-def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> Handle | None:
-    """Take one free attach handle: the first free one, with a conditional update, so
-    of two binds racing for a handle one gets it and the other reads the next."""
-    while True:
-        row = conn.execute(_FREE_HANDLES, {"deployable": deployable_id}).first()
-        if row is None:
-            return None
-        taken = conn.execute(_TAKE, {"handle": row.id, "arq": arq_id, "now": utcnow()})
-        if taken.rowcount == 1:
-            return _handle(row)
-
-
-def _take(
-    conn: Connection, arq_id: int, choices: Sequence[tuple[Row[Any], Bitstream | None]]
-) -> tuple[Row[Any], Bitstream | None, Handle | None]:
-    """A handle of the first choice that has one free, each choice's region locked first
-    (binds of one region queue there); the last choice with no handle when none has."""
-    last = len(choices) - 1
-    for index, (dep, program) in enumerate(choices):
-        if index < last and conn.execute(_FREE_HANDLES, {"deployable": dep.id}).first() is None:
-            continue  # full: not worth queueing on its lock
-        programming.lock(conn, dep.id)
-        handle = _allocate(conn, arq_id, dep.id)
-        if handle is not None or index == last:
-            return dep, program, handle
-    raise AssertionError("no choices")  # _prepare gives at least one
-
-
-def _bind_one(conn: Connection, p: _Prepared) -> list[Resolved]:
-    arq, b = p.arq, p.binding
-    if _is_retry(p):
-        return []
-    dep, program, handle = _take(conn, arq.id, p.choices)
-    values: dict[str, Any] = {
-        "hostname": b.hostname,
-        "device_rp_uuid": b.device_rp_uuid,
-        "instance_uuid": b.instance_uuid,
-        "deployable_id": dep.id,
-        "bind_started_at": utcnow(),
-        "phase": "allocate",
-        "progress": 0,
-        "failure_reason": None,
-    }
-    if b.project_id is not None:
-        values["project_id"] = b.project_id
-    if handle is None:
-        _move(conn, arq, "BindStarted", **values)
-        return _fail(
-            conn,
-            arq.id,
-            f"no free attach handle on {dep.name}: its inventory in "
-            f"Placement and on the host disagree; the next report will fix it",
-        )
-    busy = program and programming.busy_reason(
-        conn, dep.id, program.id, arq.id, values.get("project_id", arq.project_id) or ""
-    )
-    if busy:
-        _move(conn, arq, "BindStarted", **values)
-        return _fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
-    if _queue_work(conn, arq.id, b.hostname, dep, handle, program):
-        _move(conn, arq, "BindStarted", **{**values, "phase": "queued"})
-        _refresh_deployable(conn, dep.id)
-        return []
-    # Nothing to wait for: BindStarted and Bound in one statement of one transaction.
-    _move(conn, arq, "Bound", via="BindStarted", **{**values, "phase": None, "progress": 100})
-    _refresh_deployable(conn, dep.id)
-    _observe_bind(values["bind_started_at"], "bound")
-    LOG.info(
-        "Bound %s to %s %s for instance %s", arq.uuid, b.hostname, handle.address, b.instance_uuid
-    )
-    return [Resolved(b.instance_uuid, arq.uuid, "completed")]
-
-
-def _queue_work(
-    conn: Connection,
-    arq_id: int,
-    hostname: str,
-    dep: Row[Any],
-    handle: Handle,
-    program: Bitstream | None,
-) -> bool:
-    """Tasks the host's agent must finish before the bind ends; whether there are any."""
-    if program is not None:
-        programming.queue(conn, dep, program, arq_id)
-    prepare = needs_preparing(handle)
-    if prepare:
-        tasks.create(
-            conn,
-            hostname=hostname,
-            kind="create_mdev",
-            params=_vgpu_params(dep.pci_address, dep.key, handle.address),
-            arq_id=arq_id,
-            deployable_id=dep.id,
-        )
-    return program is not None or prepare
-
-
 def needs_preparing(handle: Handle | Row[Any]) -> bool:
     """Whether the agent makes the handle before it can be attached: an mdev, or a VF
     that takes a vGPU type (the vendor VFIO form)."""
     return handle.type == "MDEV" or bool((handle.attach_info or {}).get("vgpu_type"))
 
 
-def _vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
+def vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
     return {"pci_address": pci_address, "deployable": key, "mdev_uuid": address}
 
 
-def _observe_bind(started: dt.datetime | None, outcome: str) -> None:
-    if started is not None:
-        seconds = max(0.0, (utcnow() - started).total_seconds())
-        metrics.BIND_SECONDS.labels(outcome).observe(seconds)
-
-
-_BY_ID = _VIEW.where(ARQS.c.id == bindparam("arq_id"))
-
-
-def _fail(conn: Connection, arq_id: int, reason: str) -> list[Resolved]:
-    """End a bind in BindFailed, its handle freed and its tasks cancelled."""
-    arq = _record(conn.execute(_BY_ID, {"arq_id": arq_id}).one())
-    programming.cancel_for_arq(conn, arq.id)
-    _free_handle(conn, arq.id)
-    _move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
-    _refresh_deployable(conn, arq.deployable_id)
-    _observe_bind(arq.bind_started_at, "failed")
-    LOG.warning("Bind of %s failed: %s", arq.uuid, reason)
-    return [Resolved(arq.instance_uuid or "", arq.uuid, "failed")]
+BY_ID = VIEW.where(ARQS.c.id == bindparam("arq_id"))
 
 
 # --- unbinding and deleting -----------------------------------------------------------
 
 BOUND = ("BindStarted", "Bound", "BindFailed", "UnbindFailed")
+HOLDING = ("BindStarted", "Bound")  # the states in which a request holds a handle
 
 
 _HANDLE_OF = (
@@ -1024,7 +532,7 @@ def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
     return conn.execute(_HANDLE_OF, {"arq_id": arq_id}).first()
 
 
-def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None:
+def release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None:
     """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
     the instance released once none of its ARQs stays bound; ``reason``: why, shown as
     the request's failure_reason."""
@@ -1037,11 +545,11 @@ def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> Non
             conn,
             hostname=arq.hostname,
             kind="remove_mdev",
-            params=_vgpu_params(handle.pci_address, handle.deployable_key, handle.address),
+            params=vgpu_params(handle.pci_address, handle.deployable_key, handle.address),
             deployable_id=handle.deployable_id,
         )
-    _free_handle(conn, arq.id)
-    _move(
+    free_handle(conn, arq.id)
+    move(
         conn,
         arq,
         "Unbound",
@@ -1054,7 +562,7 @@ def _release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> Non
         progress=None,
         **({"failure_reason": reason[:4000]} if reason else {}),
     )
-    _refresh_deployable(conn, arq.deployable_id)
+    refresh_deployable(conn, arq.deployable_id)
     if not conn.execute(_STILL_BOUND, {"instance": arq.instance_uuid}).scalar():
         conn.execute(_UNCLAIM, {"instance": arq.instance_uuid})
 
@@ -1074,12 +582,12 @@ def unbind(
     db: Database, context: RequestContext, uuids: Sequence[str], service_token: bool = True
 ) -> None:
     """Unbind ARQs (Nova's PATCH with remove operations): Unbound, handles freed."""
-    wanted = _check_uuids(uuids)
+    wanted = check_uuids(uuids)
     with db.writer() as conn:
-        arqs = _visible_arqs(conn, context, wanted, lock=True)
+        arqs = visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Unbinding")
         for arq in arqs.values():
-            _release(conn, arq)
+            release(conn, arq)
 
 
 @retry_on_deadlock
@@ -1087,11 +595,11 @@ def delete_arqs(
     db: Database, context: RequestContext, uuids: Sequence[str], service_token: bool = True
 ) -> None:
     """Delete ARQs by uuid (all must exist), unbinding the bound ones first."""
-    wanted = _check_uuids(uuids)
+    wanted = check_uuids(uuids)
     if not wanted:
         raise InvalidInput("Name at least one accelerator request to delete.")
     with db.writer() as conn:
-        arqs = _visible_arqs(conn, context, wanted, lock=True)
+        arqs = visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Deleting")
         _delete(conn, arqs.values())
 
@@ -1101,9 +609,9 @@ def delete_for_instance(
     db: Database, context: RequestContext, instance: str, service_token: bool = True
 ) -> int:
     """Delete every ARQ of an instance (idempotent: none left is fine); how many."""
-    wanted = _check_uuids([instance], "instance")[0]
+    wanted = check_uuids([instance], "instance")[0]
     with db.writer() as conn:
-        arqs = _lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
+        arqs = lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
         _check_service(arqs, service_token, "Deleting")
         _delete(conn, arqs)
     return len(arqs)
@@ -1113,11 +621,11 @@ def delete_for_instance(
 def delete_present(db: Database, context: RequestContext, uuids: Sequence[str]) -> int:
     """Delete those of ``uuids`` that exist and the caller sees, unbinding the bound ones
     first (idempotent: none left is fine); how many."""
-    wanted = _check_uuids(uuids)
+    wanted = check_uuids(uuids)
     if not wanted:
         return 0
     with db.writer() as conn:
-        arqs = _lock(conn, ARQS.c.uuid.in_(wanted) & _visible(context))
+        arqs = lock(conn, ARQS.c.uuid.in_(wanted) & _visible(context))
         _delete(conn, arqs)
     return len(arqs)
 
@@ -1126,205 +634,8 @@ _DELETE = delete(ARQS).where(ARQS.c.id == bindparam("arq_id"))
 
 
 def _delete(conn: Connection, arqs: Iterable[ArqRecord]) -> None:
-    """Delete requests whose rows this transaction locked (``_lock``)."""
+    """Delete requests whose rows this transaction locked (``lock``)."""
     for arq in arqs:
-        _release(conn, _record(conn.execute(_BY_ID, {"arq_id": arq.id}).one()))
+        release(conn, _record(conn.execute(BY_ID, {"arq_id": arq.id}).one()))
         conn.execute(_DELETE, {"arq_id": arq.id})
         LOG.info("Deleted accelerator request %s", arq.uuid)
-
-
-# --- what the reconciler of Placement and requests needs ------------------------------
-
-HOLDING = ("BindStarted", "Bound")  # the states in which a request holds a handle
-
-
-def holding(db: Database) -> dict[str, list[str]]:
-    """The consumers (instances) requests hold handles for, each with those requests."""
-    query = select(ARQS.c.instance_uuid, ARQS.c.uuid).where(
-        ARQS.c.state.in_(HOLDING), ARQS.c.instance_uuid.is_not(None)
-    )
-    found: dict[str, list[str]] = {}
-    with db.reader() as conn:
-        for row in conn.execute(query.order_by(ARQS.c.id)):
-            found.setdefault(row.instance_uuid, []).append(row.uuid)
-    return found
-
-
-@retry_on_deadlock
-def release_orphans(db: Database, consumer: str, uuids: Sequence[str], reason: str) -> list[str]:
-    """Unbind those of ``uuids`` still holding a handle for ``consumer`` (a consumer that
-    holds no allocation any more), ``reason`` recorded; the ones released."""
-    with db.writer() as conn:
-        rows = _lock(
-            conn,
-            ARQS.c.uuid.in_(uuids) & (ARQS.c.instance_uuid == consumer) & ARQS.c.state.in_(HOLDING),
-        )
-        for arq in rows:
-            _release(conn, arq, reason)
-            LOG.warning("Released %s of %s: %s", arq.uuid, consumer, reason)
-    return [arq.uuid for arq in rows]
-
-
-# --- run-time programming ----------------------------------------------------------
-
-
-@retry_on_deadlock
-def reprogram(
-    db: Database,
-    context: RequestContext,
-    uuid: str,
-    selector: Mapping[str, str],
-    store: BitstreamStore,
-) -> ArqRecord:
-    """Load another bitstream into the region of a Bound request, for its project
-    (spec 001: an instance may ask for bitstreams at run time). The bitstream must be
-    one that project sees, and no other request may hold the region. The request."""
-    wanted = _check_uuids([uuid])[0]
-    with db.reader() as conn:
-        arq = _visible_arqs(conn, context, [wanted])[wanted]
-        if arq.state != "Bound" or arq.deployable_id is None:
-            raise Conflict(f"Accelerator request {wanted} is {arq.state}: only a Bound one "
-                           f"can have its region reprogrammed.")  # fmt: skip
-        region = conn.execute(programming.REGION.where(DEPLOYABLES.c.id == arq.deployable_id)).one()
-    programming.check_programmable(region)
-    accel = {f"accel:{k}": v for k, v in selector.items()}
-    bitstream = store.for_request(accel, region.region_type, arq.project_id or "")
-    if bitstream is None:
-        raise InvalidInput(f"Name the bitstream: one of {', '.join(SELECTORS)}.")
-    with db.writer() as conn:
-        programming.lock(conn, region.id)
-        viewer = None if context.all_projects else (context.project_id or "")
-        busy = programming.busy_reason(conn, region.id, "", arq.id, viewer)
-        if busy:
-            raise InUse(f"{region.name} cannot be reprogrammed now: {busy}.")
-        programming.queue(conn, region, bitstream, arq.id)
-        conn.execute(
-            update(ARQS)
-            .where(ARQS.c.id == arq.id, ARQS.c.state == "Bound")
-            .values(phase="queued", progress=0, failure_reason=None, updated_at=utcnow())
-        )
-        found = _record(conn.execute(_VIEW.where(ARQS.c.id == arq.id)).one())
-    LOG.info("Reprogramming %s for %s with %s", region.name, wanted, bitstream.describe())
-    return found
-
-
-# --- the end of a bind: agent tasks, and the reaper ------------------------------------
-
-
-@retry_on_deadlock
-def finish_task(
-    db: Database,
-    uuid: str,
-    *,
-    state: str,
-    phase: str | None = None,
-    progress: int | None = None,
-    result: Mapping[str, Any] | None = None,
-    error: str | None = None,
-) -> tuple[tasks.TaskRecord, list[Resolved]]:
-    """An agent's word on a task: progress shown on the ARQ and the deployable; its end
-    binds the ARQ (when it was the last task) or fails it. The task after, and what ended."""
-    tasks.check_progress(state, phase, progress)
-    with db.writer() as conn:
-        task = tasks.record(
-            conn,
-            tasks.lock(conn, uuid),
-            state=state,
-            phase=phase,
-            progress=progress,
-            result=result,
-            error=error,
-        )
-        _mirror_progress(conn, task)
-        resolved = _bind_end(conn, task) if task.state in ("done", "failed") else []
-    return task, resolved
-
-
-def _mirror_progress(conn: Connection, task: tasks.TaskRecord) -> None:
-    if task.arq_id is not None and task.state == "running":
-        conn.execute(
-            update(ARQS)
-            .where(ARQS.c.id == task.arq_id)
-            .values(phase=task.phase, progress=task.progress)
-        )
-    if task.kind != "program" or task.deployable_id is None:
-        return
-    values: dict[str, Any] = {"program_phase": task.phase, "program_progress": task.progress}
-    if task.state == "done":
-        values.update(program_phase=None, program_progress=100, program_error=None)
-        values.update(_programmed(task))
-        for phase, seconds in (task.result or {}).get("phase_seconds", {}).items():
-            if isinstance(seconds, int | float) and phase in PROGRAM_PHASES:
-                metrics.PROGRAM_PHASE_SECONDS.labels(phase).observe(max(0.0, seconds))
-    elif task.state == "failed":
-        values.update(program_phase="failed", program_error=(task.error or "")[:4000])
-    conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.id == task.deployable_id).values(values))
-    if task.state == "done":  # the function changed: the region's traits must follow
-        _bump_host(conn, task.hostname)
-
-
-def _programmed(task: tasks.TaskRecord) -> dict[str, Any]:
-    """What a region holds after a program task: the agent's word, else the bitstream's."""
-    result, bitstream = task.result or {}, task.params.get("bitstream") or {}
-    function = result.get("function_uuid") or bitstream.get("function_uuid")
-    folded = function.replace("-", "").lower() if function else None
-    return {
-        "bitstream_id": result.get("bitstream_id") or bitstream.get("id"),
-        **inventory.function_values([folded] if folded else []),
-    }
-
-
-def _bump_host(conn: Connection, hostname: str) -> None:
-    conn.execute(
-        update(HOSTS).where(HOSTS.c.hostname == hostname).values(generation=HOSTS.c.generation + 1)
-    )
-
-
-def _bind_end(conn: Connection, task: tasks.TaskRecord) -> list[Resolved]:
-    if task.arq_id is None:
-        return []
-    row = conn.execute(_BY_ID, {"arq_id": task.arq_id}).first()
-    arq = None if row is None else _record(row)
-    if arq is not None and arq.state == "Bound":  # a run-time reprogram ended
-        reason = None if task.state == "done" else f"reprogramming failed: {task.error}"
-        conn.execute(
-            update(ARQS)
-            .where(ARQS.c.id == arq.id)
-            .values(phase=None, progress=100, failure_reason=reason, updated_at=utcnow())
-        )
-        return []
-    if arq is None or arq.state != "BindStarted":
-        return []  # unbound or deleted meanwhile
-    if task.state == "failed":
-        return _fail(conn, arq.id, f"{task.kind} failed on {task.hostname}: {task.error}")
-    remaining = conn.execute(
-        select(func.count()).where(
-            tasks.TASKS.c.arq_id == arq.id, tasks.TASKS.c.state.in_(tasks.OPEN)
-        )
-    ).scalar()
-    if remaining:
-        return []
-    _move(conn, arq, "Bound", phase=None, progress=100)
-    _refresh_deployable(conn, arq.deployable_id)
-    _observe_bind(arq.bind_started_at, "bound")
-    LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, task.kind)
-    return [Resolved(arq.instance_uuid or "", arq.uuid, "completed")]
-
-
-@retry_on_deadlock
-def reap(db: Database, timeout: float, now: dt.datetime | None = None) -> list[Resolved]:
-    """Fail the binds that outlived ``timeout`` seconds (an agent that never answered)."""
-    deadline = (now or utcnow()) - dt.timedelta(seconds=timeout)
-    with db.writer() as conn:
-        stale = _lock(conn, (ARQS.c.state == "BindStarted") & (ARQS.c.bind_started_at < deadline))
-        resolved = [
-            r
-            for arq in stale
-            for r in _fail(
-                conn,
-                arq.id,
-                f"the bind did not finish within {timeout:.0f} s "
-                f"(stuck in phase {arq.phase or 'allocate'})",
-            )
-        ]
-    return resolved

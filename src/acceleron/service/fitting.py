@@ -2,7 +2,7 @@
 
 A group with ``accel:function_id`` (or ``accel:function_name``, ``accel:bitstream_id``,
 ``accel:bitstream_name``) and no region type of its own can be served by a region only
-if the bind finds what to load into it (``arqs.program_for``): a region that holds the
+if the bind finds what to load into it (``binding.program_for``): a region that holds the
 function already (``accel:function_id`` only), or a region of a type that a bitstream
 it names is built for (a bitstream that names no region type fits any). Placement
 knows nothing of the bitstream catalogue, so every other region of the right class is a

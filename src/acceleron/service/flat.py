@@ -11,7 +11,7 @@ publish on its provider) must satisfy the group — every class with enough for 
 request (its ``max_unit``), every required trait, no forbidden one. Those that need no
 programming come first, then the rest, in id order; the bind takes the first with a free
 handle, under the same row lock and conditional update as a nested bind
-(``arqs._bind_one``).
+(``binding._bind_one``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Programming a region: the rules and the task, shared by the three ways in.
 
-* a bind whose request names a function the region lacks (``arqs.bind``);
+* a bind whose request names a function the region lacks (``binding.bind``);
 * an admin's ``PATCH /v2/deployables/{uuid}/program`` (``program_deployable``);
-* the run-time reprogramming of a bound request by its project (``arqs.reprogram``).
+* the run-time reprogramming of a bound request by its project (``bind_tasks.reprogram``).
 
 Each queues one ``program`` task for the host's agent, which fetches, verifies and
 programs the bitstream and reports phases (see ``acceleron.agent.tasks``). A region

@@ -44,15 +44,15 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from acceleron.db.models import Host, PlacementProvider, table
-from acceleron.db.session import Database
+from acceleron.db.models import AcceleratorRequest, Host, PlacementProvider, table
+from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import AcceleronError, PlacementProviderNotFound
 from acceleron.placement import sync, tree
 from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.service import arqs, claims
 
 LOG = logging.getLogger(__name__)
-PROVIDERS, HOSTS = table(PlacementProvider), table(Host)
+PROVIDERS, HOSTS, ARQS = table(PlacementProvider), table(Host), table(AcceleratorRequest)
 Allocations = Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amount
 
 
@@ -100,7 +100,7 @@ class Reconciler:
         with self._lock:
             client = self._new_client()
             recovered = self._claims(client, dry_run)
-            holders = arqs.holding(self.db)
+            holders = holding(self.db)
             listing = client.list_providers()
             self.drifted = self._drift(client, listing, dry_run)
             found = [*self._allocations(client, holders, listing),
@@ -261,9 +261,9 @@ class Reconciler:
         if leak.kind == "request":
             reason = (f"released by the reconciler: consumer {leak.consumer} holds no "
                       f"allocation in Placement any more")  # fmt: skip
-            released = arqs.release_orphans(self.db, leak.consumer, leak.requests, reason)
+            released = release_orphans(self.db, leak.consumer, leak.requests, reason)
             return "released" if released else "gone meanwhile"
-        if leak.consumer in arqs.holding(self.db):  # bound since the pass looked
+        if leak.consumer in holding(self.db):  # bound since the pass looked
             return "bound meanwhile"
         consumer = client.get_consumer(leak.consumer)
         kept = {rp: _without(resources, leak.allocations.get(rp, {}))
@@ -271,6 +271,38 @@ class Reconciler:
         kept = {rp: left for rp, left in kept.items() if left}
         client.replace_allocations(leak.consumer, consumer, kept)
         return "freed"
+
+
+# --- the requests: which hold handles, and releasing those of a consumer gone ----------
+
+
+def holding(db: Database) -> dict[str, list[str]]:
+    """The consumers (instances) requests hold handles for, each with those requests."""
+    query = select(ARQS.c.instance_uuid, ARQS.c.uuid).where(
+        ARQS.c.state.in_(arqs.HOLDING), ARQS.c.instance_uuid.is_not(None)
+    )
+    found: dict[str, list[str]] = {}
+    with db.reader() as conn:
+        for row in conn.execute(query.order_by(ARQS.c.id)):
+            found.setdefault(row.instance_uuid, []).append(row.uuid)
+    return found
+
+
+@retry_on_deadlock
+def release_orphans(db: Database, consumer: str, uuids: Sequence[str], reason: str) -> list[str]:
+    """Unbind those of ``uuids`` still holding a handle for ``consumer`` (a consumer that
+    holds no allocation any more), ``reason`` recorded; the ones released."""
+    with db.writer() as conn:
+        rows = arqs.lock(
+            conn,
+            ARQS.c.uuid.in_(uuids)
+            & (ARQS.c.instance_uuid == consumer)
+            & ARQS.c.state.in_(arqs.HOLDING),
+        )
+        for arq in rows:
+            arqs.release(conn, arq, reason)
+            LOG.warning("Released %s of %s: %s", arq.uuid, consumer, reason)
+    return [arq.uuid for arq in rows]
 
 
 def _digest(

@@ -5,7 +5,7 @@ host's agent; the agent takes its pending tasks (``claim``), reports phases and
 progress while it works (``update``) and finishes them ``done`` or ``failed``.
 Because tasks live in the database, neither an API nor an agent restart loses
 one: an agent that restarts takes up its unfinished tasks again, and a bind
-whose task never finishes is failed by the reaper (``arqs.reap``).
+whose task never finishes is failed by the reaper (``bind_tasks.reap``).
 
 States: pending -> running -> done | failed; pending or running -> cancelled.
 

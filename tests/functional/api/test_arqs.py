@@ -21,7 +21,7 @@ from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import Conflict
 from acceleron.report import HostReport
 from acceleron.service import arqs as service
-from acceleron.service import device_profiles, inventory
+from acceleron.service import bind_tasks, binding, device_profiles, inventory
 
 HOST = "host-1"
 PATH = "/v2/accelerator_requests"
@@ -174,8 +174,8 @@ def test_no_handle_is_handed_out_twice_under_concurrent_binds(
     def bind(chunk: list[str]) -> None:
         barrier.wait()
         for arq in chunk:
-            binding = service.Binding(arq, HOST, pool.rp_uuid, str(uuid.uuid4()))
-            outcomes.extend(r.status for r in service.bind(db, ADMIN, [binding]))
+            request = service.Binding(arq, HOST, pool.rp_uuid, str(uuid.uuid4()))
+            outcomes.extend(r.status for r in binding.bind(db, ADMIN, [request]))
 
     threads = [threading.Thread(target=bind, args=(arqs[i::10],)) for i in range(10)]
     for thread in threads:
@@ -203,7 +203,7 @@ def test_racing_binds_of_one_instance_let_one_win(
     def bind(arq: str) -> None:
         barrier.wait()
         try:
-            service.bind(db, ADMIN, [service.Binding(arq, HOST, pool.rp_uuid, instance)])
+            binding.bind(db, ADMIN, [service.Binding(arq, HOST, pool.rp_uuid, instance)])
             won.append(arq)
         except Conflict:
             lost.append(arq)
@@ -277,9 +277,9 @@ def test_the_reaper_fails_binds_that_never_end(
     arq = create(api, "vgpu")[0]["uuid"]
     instance = str(uuid.uuid4())
     api.patch(PATH, json=bind_body(arq, inventory_of_host["vgpu"][0].rp_uuid, instance))
-    assert service.reap(db, 300) == []  # not yet
+    assert bind_tasks.reap(db, 300) == []  # not yet
     later = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(seconds=301)
-    assert service.reap(db, 300, now=later) == [service.Resolved(instance, arq, "failed")]
+    assert bind_tasks.reap(db, 300, now=later) == [service.Resolved(instance, arq, "failed")]
     failed = api.get(f"{PATH}/{arq}", headers=V2_8).json()
     assert (
         failed["state"] == "BindFailed"

@@ -12,8 +12,7 @@ from fastapi.testclient import TestClient
 from tests.functional.api.test_arqs import HOST, PATH, inventory_of_host
 
 from acceleron.db.session import Database
-from acceleron.service import arqs as arq_service
-from acceleron.service import device_profiles
+from acceleron.service import bind_tasks, device_profiles
 
 __all__ = ["inventory_of_host"]
 
@@ -176,5 +175,5 @@ def test_a_reaped_bind_leaves_its_region_no_program_phase(
     deployable = f"/v2/deployables/{region.uuid}"
     assert api.get(deployable, headers=LATEST).json()["program_phase"] == "queued"
     later = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(seconds=301)
-    assert [r.status for r in arq_service.reap(db, 300, now=later)] == ["failed"]
+    assert [r.status for r in bind_tasks.reap(db, 300, now=later)] == ["failed"]
     assert api.get(deployable, headers=LATEST).json()["program_phase"] is None

@@ -23,7 +23,7 @@ from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import ConfigError, QuotaExceeded
 from acceleron.report import HostReport
 from acceleron.service import arqs as service
-from acceleron.service import device_profiles, inventory, quotas
+from acceleron.service import binding, device_profiles, inventory, quotas
 
 HOST = "host-1"
 PATH = "/v2/accelerator_requests"
@@ -170,9 +170,9 @@ def test_racing_binds_never_pass_the_limit_together(
 
     def race(arq: str) -> None:
         barrier.wait()
-        binding = service.Binding(arq, HOST, pool.rp_uuid, str(uuid.uuid4()))
+        request = service.Binding(arq, HOST, pool.rp_uuid, str(uuid.uuid4()))
         try:
-            service.bind(db, caller, [binding], None, limits=limits)
+            binding.bind(db, caller, [request], None, limits=limits)
             won.append(arq)
         except QuotaExceeded as error:
             refused.append((error.limit, error.usage, error.requested))
