@@ -4,7 +4,6 @@ on SQLite, PostgreSQL and MariaDB (the inventory of ``test_devices.seed``)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,10 @@ from tests.functional.api.test_devices import (
     HOST_A,
     HOST_B,
     INSTANCE,
-    MEMBER,
     QAT,
     RP,
     RT0,
     RT1,
-    SERVICE,
     V2_0,
     V2_5,
     error,
@@ -47,7 +44,6 @@ from acceleron.api.deployables import (
 )
 from acceleron.db.models import Attribute, Deployable, Device, table
 from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.microversion import VERSIONS
 from acceleron.report import HostReport
@@ -188,12 +184,6 @@ def test_rich_view_from_2_5(seeded: TestClient, db: Database) -> None:
     assert seeded.get(PATH, headers=V2_5).json()["deployables"][0] == new
 
 
-def test_show_unknown_or_malformed(seeded: TestClient) -> None:
-    missing = str(uuid.UUID(int=7))
-    assert error(seeded.get(f"{PATH}/{missing}")) == (404, f"Deployable {missing} not found.")
-    assert error(seeded.get(f"{PATH}/nope")) == (400, "uuid: 'nope' is not a UUID.")
-
-
 # --- filters -------------------------------------------------------------------------
 
 
@@ -244,37 +234,6 @@ def test_show_unknown_or_malformed(seeded: TestClient) -> None:
 )  # fmt: skip
 def test_filters(seeded: TestClient, params: dict[str, str], expected: list[str]) -> None:
     assert listed(seeded, PATH, **params) == expected
-
-
-@pytest.mark.parametrize(
-    ("query", "message"),
-    [
-        ("kind=" + "k" * 33, "kind: '" + "k" * 33 + "' is not a valid value (at most 32 "
-                             "characters, no control characters)."),
-        ("parent_uuid=nope", "parent_uuid: 'nope' is not a UUID."),
-        ("instance_uuid=12", "instance_uuid: '12' is not a UUID."),
-        ("name=a%00b", "name: 'a\\x00b' is not a valid value (at most 255 characters, no "
-                       "control characters)."),
-        ("afu=a%00b", "afu: 'a\\x00b' is not a valid value (at most 65535 characters, no "
-                      "control characters)."),
-        ("a%00b=1", "attribute filter key: 'a\\x00b' is not a valid value (at most 255 "
-                    "characters, no control characters)."),
-        ("afu=a&afu=b", "afu: an attribute filter may be given only once."),
-        ("=gzip", "An attribute filter needs a key: '=gzip' was given."),
-        ("&".join(f"a{n}=1" for n in range(17)), "17 attribute filters given: at most 16 may "
-                                                 "be combined."),
-        ("sort_key=bitstream_id", "sort_key: 'bitstream_id' is not one of created_at, name, "
-                                  "key, kind, num_accelerators, availability, driver_name, "
-                                  "uuid."),
-        ("marker=" + uuid_of(HOST_A, FPGA), "marker: there is no deployable with uuid "
-                                            f"'{uuid_of(HOST_A, FPGA)}'."),
-    ],
-)  # fmt: skip
-def test_bad_filters_are_400s_naming_the_parameter(
-    seeded: TestClient, query: str, message: str
-) -> None:
-    assert error(seeded.get(f"{PATH}?{query}")) == (400, message)
-    assert error(seeded.get(f"{SPEC003}?{query}")) == (400, message)
 
 
 # --- sorting and pages ----------------------------------------------------------------
@@ -400,98 +359,7 @@ def test_attribute_rows(seeded: TestClient, db: Database) -> None:
     assert len(page["attributes"]) == 4 and page["attributes_links"][0]["rel"] == "next"
 
 
-@pytest.mark.parametrize(
-    ("path", "status", "message"),
-    [
-        ("/v2/attributes/nope", 400, "uuid: 'nope' is not a UUID."),
-        (f"/v2/attributes/{uuid.UUID(int=3)}", 404, f"Attribute {uuid.UUID(int=3)} not found."),
-        ("/v2/attributes?deployable_id=99999999999", 400,
-         "deployable_id: '99999999999' is not an id (0 to 2147483647)."),
-        ("/v2/attributes?deployable_id=-1", 400, "deployable_id: '-1' is not an id (0 to "
-                                                 "2147483647)."),
-        ("/v2/attributes?deployable_uuid=x", 400, "deployable_uuid: 'x' is not a UUID."),
-        ("/v2/attributes?key=%00", 400, "key: '\\x00' is not a valid value (at most 255 "
-                                        "characters, no control characters)."),
-        ("/v2/attributes?afu=gzip", 400, "Invalid request: query.afu: Extra inputs are not "
-                                         "permitted."),
-    ],
-)  # fmt: skip
-def test_bad_attribute_requests(seeded: TestClient, path: str, status: int, message: str) -> None:
-    assert error(seeded.get(path)) == (status, message)
-
-
 # --- an operator's attributes ----------------------------------------------------------
-
-
-def test_an_operator_adds_and_deletes_attributes(seeded: TestClient, db: Database) -> None:
-    known = ids(db)
-    # Upstream's body (integer id), openstacksdk's (wrapped, the id as the CLI's string),
-    # and the deployable's uuid.
-    bodies = [
-        {"deployable_id": known["region1"], "key": "rack", "value": "r12"},
-        {"attribute": {"deployable_id": str(known["region1"]), "key": "owner", "value": "ml"}},
-        {"deployable_id": R1, "key": "note", "value": ""},
-        {"deployable_uuid": VGPU, "key": "rack", "value": "r7"},
-    ]
-    created = []
-    for body in bodies:
-        response = seeded.post("/v2/attributes", json=body)
-        assert response.status_code == 201, response.text
-        created.append(response.json())
-    assert [(a["deployable_id"], a["key"], a["value"]) for a in created] == [
-        (known["region1"], "rack", "r12"), (known["region1"], "owner", "ml"),
-        (known["region1"], "note", ""), (known["vgpu/nvidia-222"], "rack", "r7"),
-    ]  # fmt: skip
-    assert seeded.get(f"/v2/attributes/{created[0]['uuid']}").json() == created[0]
-    shown = seeded.get(f"{PATH}/{R1}/attributes", headers=V2_5).json()["attributes"]
-    assert shown == {"memory": {"size_mb": "4096"}, "rack": "r12", "owner": "ml", "note": ""}
-    assert listed(seeded, PATH, rack="r12") == ["region1"]
-    # A key the deployable has is taken, whoever set it.
-    for key, whose in (("rack", "an operator set it"), ("memory", "its agent reports it")):
-        response = seeded.post("/v2/attributes", json={"deployable_id": R1, "key": key,
-                                                       "value": "x"})  # fmt: skip
-        assert error(response) == (
-            409, f"The deployable already has attribute {key!r} ({whose})."
-        )  # fmt: skip
-    assert seeded.delete(f"/v2/attributes/{created[0]['uuid']}").status_code == 204
-    assert seeded.get(f"/v2/attributes/{created[0]['uuid']}").status_code == 404
-    assert seeded.delete(f"/v2/attributes/{created[0]['uuid']}").status_code == 404
-    assert listed(seeded, PATH, rack="r12") == []
-    # An agent's attribute belongs to its reports.
-    size = attribute_uuids(db)[("region1", "size_mb")]
-    assert error(seeded.delete(f"/v2/attributes/{size}")) == (
-        409, f"Attribute {size} is reported by its deployable's agent, whose next report would "
-        "bring it back: only attributes an operator created can be deleted."
-    )  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "message"),
-    [
-        ({"key": "k", "value": "v"}, 400, "Name the deployable once: deployable_id or "
-                                          "deployable_uuid."),
-        ({"deployable_id": 1, "deployable_uuid": R1, "key": "k", "value": "v"}, 400,
-         "Name the deployable once: deployable_id or deployable_uuid."),
-        ({"deployable_id": "nope", "key": "k", "value": "v"}, 400,
-         "deployable_id: 'nope' is not a UUID."),
-        ({"deployable_id": 99999999999, "key": "k", "value": "v"}, 400,
-         "deployable_id: '99999999999' is not an id (0 to 2147483647)."),
-        ({"deployable_id": 2147483647, "key": "k", "value": "v"}, 404,
-         "Deployable 2147483647 not found."),
-        ({"deployable_id": str(uuid.UUID(int=5)), "key": "k", "value": "v"}, 404,
-         f"Deployable {uuid.UUID(int=5)} not found."),
-        ({"deployable_id": R1, "key": "", "value": "v"}, 400, "key: an attribute needs a key."),
-        ({"deployable_id": R1, "key": "a\x00", "value": "v"}, 400, "key: 'a\\x00' is not a "
-         "valid value (at most 255 characters, no control characters)."),
-        ({"deployable_id": R1, "key": "k"}, 400, "Invalid request: value: Field required."),
-        ({"attribute": {"deployable_id": R1, "key": "k", "value": 1}}, 400,
-         "Invalid request: value: Input should be a valid string."),
-    ],
-)  # fmt: skip
-def test_bad_attribute_creates(
-    seeded: TestClient, body: dict[str, Any], status: int, message: str
-) -> None:
-    assert error(seeded.post("/v2/attributes", json=body)) == (status, message)
 
 
 def test_reports_leave_an_operators_attributes_alone(seeded: TestClient, db: Database) -> None:
@@ -527,56 +395,7 @@ def test_reports_leave_an_operators_attributes_alone(seeded: TestClient, db: Dat
 # --- who may read --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("path", "rule"),
-    [
-        (PATH, "deployable:get_all"),
-        (f"{PATH}/{R0}", "deployable:get_one"),
-        (f"{PATH}/{R0}/attributes", "attribute:get_all"),
-        (f"{PATH}/{R0}/attributes/afu", "attribute:get_one"),
-        ("/v2/attributes", "attribute:get_all"),
-        (SPEC003, "deployable:get_all"),
-        (f"{SPEC003}/{R0}", "deployable:get_one"),
-        (f"{SPEC003}/{R0}/attribute/afu", "attribute:get_one"),
-    ],
-)
-def test_members_may_not_read_the_inventory(seeded: TestClient, path: str, rule: str) -> None:
-    member = {**MEMBER, **V2_5}
-    assert error(seeded.get(path, headers=member)) == (
-        403, f"Policy does not allow acceleron:{rule} to be performed."
-    )  # fmt: skip
-    assert seeded.get(path, headers={**SERVICE, **V2_5}).status_code == 200
-
-
 # --- from the fake driver ------------------------------------------------------------------
-
-
-def test_the_fake_drivers_report_reads_back(
-    api: TestClient, db: Database, conf: cfg.ConfigOpts
-) -> None:
-    conf.set_override("host", "host-1")
-    inventory.reconcile(
-        db, HostReport("host-1", "1.0", tuple(FakeDriver(conf, Path("/")).discover()))
-    )
-    regions = api.get(PATH, params={"type": "FPGA", "kind": "region"}, headers=LATEST).json()
-    assert [d["key"] for d in regions["deployables"]] == ["region0", "region1"] * 2
-    assert regions["deployables"][0]["function_uuids"] == [
-        "d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"
-    ]  # fmt: skip
-    assert regions["deployables"][1]["function_uuids"] == []
-    unloaded = listed(api, PATH, bitstream_id="None", type="FPGA")
-    assert unloaded == ["region0", "region1"] * 2
-    with_function = listed(api, PATH, function_uuid="d8424dc4-a4a3-c413-f89e-433683f9040b")
-    assert with_function == ["region0", "region0"]
-    mig = api.get(PATH, params={"kind": "mig_profile"}, headers=LATEST).json()["deployables"]
-    assert [(d["key"], d["num_accelerators"], len(d["attach_handles"])) for d in mig] == [
-        ("mig/1g.10gb", 4, 4), ("mig/3g.40gb", 1, 1)
-    ]  # fmt: skip
-    devices = api.get("/v2/devices", params={"hostname": "host-1"}, headers=LATEST).json()
-    assert [d["type"] for d in devices["devices"]] == ["FPGA", "FPGA", "GPU", "GPU", "QAT"]
-    assert json.loads(api.get("/v2/devices").json()["devices"][0]["std_board_info"]) == {
-        "simulated": True
-    }
 
 
 def test_an_intel_fpgas_fim_version_is_an_attribute_filter(
@@ -628,15 +447,3 @@ def test_ids_are_found_however_they_are_written(api: TestClient, db: Database) -
         assert listed(api, PATH, function_uuid=value) == ["region0"], value
     assert listed(api, PATH, function_uuid="0ab1c2d3") == []
     assert listed(api, PATH, function_uuid="100%") == []
-
-
-def test_the_sdk_program_path_with_two_uuids_is_a_domain_404(api: TestClient) -> None:
-    """openstacksdk repeats the uuid; two different ones name no path: the error mapper's
-    404, with the error format of every other (the domain's NotFound, not an HTTP one)."""
-    one, other = str(uuid.uuid4()), str(uuid.uuid4())
-    body = [{"op": "replace", "path": "/program", "value": [{"image_uuid": one}]}]
-    response = api.patch(f"{PATH}/{one}/program/{other}", json=body, headers=LATEST)
-    assert response.status_code == 404, response.text
-    error = response.json()["errors"][0]
-    assert error["code"] == "acceleron.not_found" and error["title"] == "Not Found", error
-    assert f"the two uuids differ ({other})" in error["detail"], error
