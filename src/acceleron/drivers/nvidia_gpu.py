@@ -64,15 +64,26 @@ MODELS = {
     "20b2": "A100",
     "20b5": "A100",
     "20f1": "A100",
+    "20b7": "A30",
     "2235": "A40",
+    "2236": "A10",
+    "26b5": "L40",
+    "26b9": "L40S",
     "27b8": "L4",
+    "2321": "H100",  # H100 NVL
     "2330": "H100",
     "2331": "H100",
+    "2335": "H200",  # seen on a lent H200 SXM (NVML: "NVIDIA H200", 143,771 MiB)
+    "233b": "H200",  # H200 NVL
+    "2342": "GH200",
 }
-# PCI device id -> memory family, for a GPU whose NVML name does not say (or without
-# NVML): T4, A40 and L4 carry GDDR6, V100 HBM2, A100 HBM2/HBM2e, H100 HBM3/HBM2e.
-_HBM = ("1db1", "1db4", "1db5", "20b0", "20b2", "20b5", "20f1", "2330", "2331")
-MEMORY = {**dict.fromkeys(("1eb8", "2235", "27b8"), "GDDR"), **dict.fromkeys(_HBM, "HBM")}
+# PCI device id -> memory family, for a GPU whose NVML name does not say (an H200's is
+# only "NVIDIA H200") or without NVML: T4, A10, A40, L4, L40 and L40S carry GDDR6; V100
+# HBM2, A100 and A30 HBM2/HBM2e, H100 HBM3/HBM2e, H200 HBM3e, GH200 HBM3/HBM3e.
+_GDDR = ("1eb8", "2235", "2236", "26b5", "26b9", "27b8")
+_HBM = ("1db1", "1db4", "1db5", "20b0", "20b2", "20b5", "20f1", "20b7", "2321", "2330", "2331",
+        "2335", "233b", "2342")  # fmt: skip
+MEMORY = {**dict.fromkeys(_GDDR, "GDDR"), **dict.fromkeys(_HBM, "HBM")}
 _SLOTS = uuid.UUID("6a1c3f2e-8d4b-5e7f-9a0b-1c2d3e4f5a6b")  # namespace of free mdev uuids
 
 

@@ -33,4 +33,5 @@ def test_a_gpu_says_its_memory_through_nvml_else_the_product_table() -> None:
     assert nvidia_gpu.memory_type(gpu("NVIDIA Next 96GB HBM4", "ffff"), "ffff") == "HBM"
     assert nvidia_gpu.memory_type(gpu("NVIDIA H100 PCIe", "2331"), "2331") == "HBM"
     assert nvidia_gpu.memory_type(None, "1eb8") == "GDDR"  # a T4 without NVML
+    assert nvidia_gpu.memory_type(gpu("NVIDIA H200", "2335"), "2335") == "HBM"  # no memory named
     assert nvidia_gpu.memory_type(None, "ffff") is None

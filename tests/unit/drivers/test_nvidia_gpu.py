@@ -342,6 +342,20 @@ def test_nvml_enriches_a_whole_h100(sysfs_tree: MakeTree, driver_conf: cfg.Confi
     assert lib.calls == ["init", "shutdown"]
 
 
+def test_an_h200_as_a_lent_one_showed_itself(
+    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
+) -> None:
+    """A real H200 SXM (2026-11-27): PCI 10de:2335, NVML's name "NVIDIA H200" naming no
+    memory, no NUMA node. Its model and its memory family come from the product table,
+    so a profile asking for HBM finds it."""
+    gpu = h100(pci_device_id=0x233510DE, name="NVIDIA H200", memory_mb=143771, numa_node=None)
+    tree = sysfs_tree({"devices": [gpu_spec(device="0x2335", numa_node=-1)]})
+    (device,) = discover(driver_conf, tree, FakeNvml([gpu]))
+    assert (device.product_id, device.model, device.numa_node) == ("2335", "H200", None)
+    (whole,) = device.deployables
+    assert (whole.kind, whole.memory_type, whole.memory_mb) == ("device", "HBM", 143771)
+
+
 def test_numa_falls_back_to_sysfs(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     lib = FakeNvml([h100(numa_node=None)])
     (device,) = discover(driver_conf, sysfs_tree({"devices": [gpu_spec()]}), lib)
