@@ -26,66 +26,6 @@ def detail(response: Any) -> str:
     return str(response.json()["errors"][0]["detail"])
 
 
-def test_report_then_same_report(api: TestClient, conf: cfg.ConfigOpts) -> None:
-    body = report(conf)
-    first = api.put("/v2/hosts/host-1/report", json=body, headers=SERVICE)
-    assert first.status_code == 200, first.text
-    assert first.json()["changed"] is True and first.json()["generation"] == 1
-    assert first.json()["counts"]["devices_added"] == 5
-    again = api.put("/v2/hosts/host-1/report", json=body, headers=SERVICE).json()
-    assert again == {"hostname": "host-1", "changed": False, "devices": 5, "generation": 1,
-                     "counts": {}}  # fmt: skip
-    host = api.get("/v2/hosts/host-1", headers=V2_5).json()["host"]
-    assert (host["hostname"], host["devices"], host["agent_version"]) == ("host-1", 5, "1.0")
-    assert [h["hostname"] for h in api.get("/v2/hosts", headers=V2_5).json()["hosts"]] == ["host-1"]
-
-
-def test_bad_reports_are_400s_naming_the_problem(api: TestClient, conf: cfg.ConfigOpts) -> None:
-    body = report(conf)
-    response = api.put("/v2/hosts/other/report", json=body, headers=SERVICE)
-    assert response.status_code == 400 and "sent to 'other'" in detail(response)
-    broken = {**body, "devices": [{**body["devices"][0], "numa_node": "zero"}]}
-    response = api.put("/v2/hosts/host-1/report", json=broken, headers=SERVICE)
-    assert response.status_code == 400 and "devices.0.numa_node" in detail(response)
-    twice = {**body, "devices": [body["devices"][0], body["devices"][0]]}
-    response = api.put("/v2/hosts/host-1/report", json=twice, headers=SERVICE)
-    assert response.status_code == 400 and "PCI address reported twice" in detail(response)
-    unknown = {**body, "devices": [{**body["devices"][0], "type": "TOASTER"}]}
-    response = api.put("/v2/hosts/host-1/report", json=unknown, headers=SERVICE)
-    assert response.status_code == 400 and "unknown type 'TOASTER'" in detail(response)
-
-
-def test_hosts_need_2_5_and_a_service_or_admin(api: TestClient, conf: cfg.ConfigOpts) -> None:
-    body = report(conf)
-    assert api.put("/v2/hosts/host-1/report", json=body).status_code == 404
-    member = {**V2_5, "X-Roles": "member", "X-Project-Id": "p1"}
-    assert api.put("/v2/hosts/host-1/report", json=body, headers=member).status_code == 403
-    assert api.get("/v2/hosts", headers=member).status_code == 403
-    assert api.get("/v2/hosts/nope", headers=V2_5).status_code == 404
-
-
-def test_values_that_would_not_fit_the_database_are_400s(
-    api: TestClient, conf: cfg.ConfigOpts
-) -> None:
-    body = report(conf)
-    device = body["devices"][0]
-    region = device["deployables"][0]
-    for bad, fragment in [
-        ({**device, "model": "x\x00y"}, "devices.0.model: control characters"),
-        ({**device, "pci_address": "0" * 33}, "devices.0.pci_address: longer than 32"),
-        ({**device, "numa_node": 2**40}, "out of range"),
-        ({**device, "vendor_board_info": {"k": "a\x00"}}, "vendor_board_info.k: control"),
-        ({**device, "deployables": [{**region, "num_accelerators": 2**33}]}, "out of range"),
-        ({**device, "deployables": [{**region, "traits": ["T" * 300]}]}, "traits.0: longer"),
-        ({**device, "deployables": [{**region, "attributes": {"a": {"b": "\x01"}}}]}, "a.b"),
-    ]:
-        response = api.put(
-            "/v2/hosts/host-1/report", json={**body, "devices": [bad]}, headers=SERVICE
-        )
-        assert response.status_code == 400, (fragment, response.text)
-        assert fragment in detail(response)
-
-
 def test_routine_agent_calls_are_logged_at_debug(
     api: TestClient, conf: cfg.ConfigOpts, caplog: pytest.LogCaptureFixture
 ) -> None:
