@@ -37,7 +37,10 @@ Version = tuple[int, int]
 
 # What this release writes and reads: for each format, the newest minor of each major.
 REPORT_VERSION: Version = (1, 0)
-TASK_VERSION: Version = (1, 0)
+# Task 1.1: a program task names its request's project (``project_id``) and its
+# bitstream's signature properties (``bitstream.signature``), for hosts that require
+# signatures; an agent of 1.0 ignores them, one of 1.1 handed a 1.0 task sees no signature.
+TASK_VERSION: Version = (1, 1)
 # The first version of the task format that has each task kind: an API hands a task only
 # to an agent whose task format has its kind.
 TASK_KINDS: Mapping[str, Version] = {

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, select, update
 
+from acceleron.bitstreams import signatures
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Bitstream
 from acceleron.db.models import AcceleratorRequest, AttachHandle, Deployable, Device, table
@@ -47,7 +48,8 @@ _OPEN_PROGRAMS = select(tasks.TASKS).where(
 
 
 def bitstream_params(bitstream: Bitstream) -> dict[str, Any]:
-    """What the agent needs to fetch and check a bitstream."""
+    """What the agent needs to fetch and check a bitstream (and its signature, which the
+    agent verifies where its host requires one)."""
     return {
         "id": bitstream.id,
         "name": bitstream.name,
@@ -56,6 +58,7 @@ def bitstream_params(bitstream: Bitstream) -> dict[str, Any]:
         "hash_value": bitstream.hash_value,
         "function_uuid": bitstream.function_uuid,
         "region_type_uuid": bitstream.region_type_uuid,
+        "signature": signatures.fields(bitstream.properties),
     }
 
 
@@ -105,8 +108,13 @@ def busy_reason(
 def queue(
     conn: Connection, region: Row[Any], bitstream: Bitstream, arq_id: int | None = None
 ) -> str:
-    """The program task for the region's host; the region shows it queued."""
+    """The program task for the region's host; the region shows it queued. The task
+    names the request's project: the agent requires signatures per project."""
+    project = None
+    if arq_id is not None:
+        project = conn.scalar(select(ARQS.c.project_id).where(ARQS.c.id == arq_id))
     params = {
+        "project_id": project,
         "pci_address": region.pci_address,
         "deployable": region.key,
         "region_type": region.region_type,

@@ -67,7 +67,7 @@ def test_an_older_agents_report_is_read(api: TestClient) -> None:
     answer = api.put(f"/v2/hosts/{HOST}/report", json=OLD_REPORT, headers=V2_5)
     assert answer.status_code == 200, answer.text
     assert answer.json()["devices"] == 1
-    assert answer.headers[formats.HEADER] == "report=1.0, task=1.0"
+    assert answer.headers[formats.HEADER] == "report=1.0, task=1.1"
 
 
 def test_a_newer_minor_is_read_and_its_unknown_fields_ignored(api: TestClient) -> None:
@@ -88,7 +88,7 @@ def test_a_major_this_api_does_not_read_is_409_naming_both(api: TestClient) -> N
 
 
 def test_the_version_document_says_the_formats(api: TestClient) -> None:
-    assert api.get("/v2").headers[formats.HEADER] == "report=1.0, task=1.0"
+    assert api.get("/v2").headers[formats.HEADER] == "report=1.0, task=1.1"
 
 
 # --- tasks ------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def test_an_agent_of_another_task_major_is_409_naming_both(api: TestClient, db: 
     assert answer.status_code == 409, answer.text
     assert answer.json()["errors"][0]["code"] == "acceleron.unsupported_format"
     assert "task format 2.x (up to 2.0)" in detail(answer)
-    assert "1.x (up to 1.0)" in detail(answer)
+    assert "1.x (up to 1.1)" in detail(answer)
 
 
 def test_a_newer_agents_task_report_fields_are_ignored(api: TestClient, db: Database) -> None:
@@ -221,5 +221,5 @@ def test_a_task_kind_the_agent_does_not_know_is_failed_and_recorded(
     assert recorded.state == "failed"
     assert recorded.error is not None
     assert "does not know tasks of kind 'future_kind'" in recorded.error
-    assert "task format 1.0" in recorded.error
+    assert "task format 1.1" in recorded.error
     assert agent.claim_tasks(HOST, 0) == []  # not handed out again
