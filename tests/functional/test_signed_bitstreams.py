@@ -12,6 +12,7 @@ claim that programs a tampered bitstream fails with the reason in the claim.
 from __future__ import annotations
 
 import io
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import requests
 
 from acceleron import conf as confmod
 from acceleron.api.app import create_app
+from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.drivers import gbs
@@ -257,3 +259,48 @@ def test_a_claim_with_a_tampered_bitstream_fails_with_the_reason(
 
         wait_for(lambda: shown()["state"] == "failed", 60)
         assert "signature refused (bad_signature)" in shown()["failure_reason"]
+
+
+def test_the_docs_openssl_and_cli_steps_sign_a_bitstream_that_is_programmed(
+    live_api: str, tmp_path: Path
+) -> None:
+    """docs/bitstreams.md, "Signing a bitstream with openssl" and "With the local store
+    and a certificate directory", command by command."""
+    data, function = new_gbs()
+    (tmp_path / "nlb0.gbs").write_bytes(data)
+    steps = [
+        "openssl req -x509 -newkey rsa:4096 -nodes -keyout ca.key -out ca.pem -days 3650 "
+        "-subj /CN=Example -addext basicConstraints=critical,CA:TRUE "
+        "-addext keyUsage=critical,keyCertSign,cRLSign",
+        "openssl req -newkey rsa:3072 -nodes -keyout signer.key -out signer.csr -subj /CN=Signer",
+        "openssl x509 -req -in signer.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 "
+        "-out signer.pem",
+        "openssl dgst -sha256 -sign signer.key -sigopt rsa_padding_mode:pss -out nlb0.gbs.sig "
+        "nlb0.gbs",
+        "openssl base64 -A -in nlb0.gbs.sig -out nlb0.gbs.sig.b64",
+    ]
+    for step in steps:
+        subprocess.run(step.split(), cwd=tmp_path, check=True, capture_output=True)
+    certs = tmp_path / "certificates"
+    certs.mkdir()
+    (certs / "example-ca.pem").write_bytes((tmp_path / "ca.pem").read_bytes())
+    (certs / "signer-2026.pem").write_bytes((tmp_path / "signer.pem").read_bytes())
+    signature = (tmp_path / "nlb0.gbs.sig.b64").read_text().strip()
+    assert main(["--os-url", live_api, "bitstream", "upload", str(tmp_path / "nlb0.gbs"),
+                 "--public", "-f", "value", "-c", "uuid",
+                 "--property", f"img_signature={signature}",
+                 "--property", "img_signature_hash_method=SHA-256",
+                 "--property", "img_signature_key_type=RSA-PSS",
+                 "--property", "img_signature_certificate_uuid=signer-2026"]) == 0  # fmt: skip
+    found = call(live_api, "GET", "/v2/bitstreams", params={"function_uuid": function}).json()
+    (bitstream,) = found["bitstreams"]
+    assert bitstream["properties"]["img_signature"] == signature
+
+    host = Host(live_api, tmp_path / "host")
+    for name, value in (("verify_signatures", True), ("certificate_dir", str(certs)),
+                        ("trusted_certificate_ids", ["example-ca"])):  # fmt: skip
+        host.conf.set_override(name, value, group="bitstreams")
+    host.report()
+    arq = bind(host, profile(live_api, fpga_group(bitstream["uuid"])), host.region()["rp_uuid"])
+    host.run_tasks(lambda: arq_of(live_api, arq)["state"] == "Bound")
+    assert host.programmed == 1 and host.region()["function_uuid"] == function
