@@ -177,13 +177,15 @@ def test_an_expired_or_not_yet_valid_certificate_is_refused(
 
 
 def test_a_trusted_ca_that_expired_vouches_for_nothing(
-    bitstream: Path, certs: Path, ca: signing.Signer, signer: signing.Signer
+    bitstream: Path, certs: Path, ca: signing.Signer
 ) -> None:
+    lasting = signing.leaf(ca, valid_until=800 * signing.DAY).save(certs)  # outlives its CA
+    signed, marks = lasting.sign(DATA), bitstream.parent / "marks"
+    signatures.check(bitstream, CHECKSUM, signed, policy(certs, ca), marks)
     later = dt.datetime.now(dt.UTC) + 400 * signing.DAY  # the CA's year is over
     with pytest.raises(BitstreamSignatureRefused) as refused:
-        signatures.check(bitstream, CHECKSUM, signer.sign(DATA), policy(certs, ca),
-                         bitstream.parent / "marks", now=later)  # fmt: skip
-    assert refused.value.reason == signatures.EXPIRED_CERTIFICATE  # the leaf's year too
+        signatures.check(bitstream, CHECKSUM, signed, policy(certs, ca), marks, now=later)
+    assert refused.value.reason == signatures.UNTRUSTED_CERTIFICATE
 
 
 def test_unsupported_algorithms_are_refused(
