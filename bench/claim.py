@@ -24,6 +24,11 @@ wait until they are Bound. Each is run two ways, side by side:
   ``/placement``; released with ``DELETE /allocations``;
 * ``server``: one ``POST /v2/claims`` (2.12) followed until bound (``Claimer.claim``).
 
+Each run says the all-in-one process's CPU time (user and system, every thread) per
+claim and its release: for ``placement`` that is Placement's own share (it serves
+``/placement`` in that process), for ``server`` the whole claim, and the ratio of the two.
+On shared cores a rate moves by a third from run to run, CPU per claim by a few per cent.
+
 Placement's share of a claim naming a function is shown on its own: the candidates query
 for every host, against the one a server-side claim sends first (the regions holding the
 function: their function traits required, ``limit=10``).
@@ -32,12 +37,14 @@ function: their function traits required, ``limit=10``).
         [--profiles daas-qat,...] [--flows placement,server] [--baseline REV]
 
 With ``--baseline REV`` the server-side claims are first run, the same way, on the code
-of commit ``REV`` (its flow shown as the commit), and printed beside this tree's.
+of commit ``REV`` (its flow shown as the commit), and printed beside this tree's (or,
+with ``--rev REV``, that commit's).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import threading
@@ -53,7 +60,7 @@ from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.scheduler.claim import Claimer
 from acceleron.service import claim_survey
-from load import all_in_one, call, checkout, report_fake_hosts, wait_synced
+from load import Url, all_in_one, call, checkout, cpu_seconds, report_fake_hosts, wait_synced
 
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
 INVENTORY = """
@@ -139,7 +146,7 @@ class PlacementOnly:
 
 
 def run(
-    url: str, profile: str, clients: int, seconds: float, flow_name: str, roots: frozenset[str]
+    url: Url, profile: str, clients: int, seconds: float, flow_name: str, roots: frozenset[str]
 ) -> dict[str, Any]:
     latencies: list[float] = []
     releases: list[float] = []
@@ -162,15 +169,15 @@ def run(
             releases.append(time.perf_counter() - started)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_seconds(url.pid)
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(url.pid) - cpu
     return {"profile": profile, "flow": flow_name, "clients": clients,
             "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
-            "releases": releases, "failures": failures}  # fmt: skip
+            "releases": releases, "failures": failures, "cpu": cpu}  # fmt: skip
 
 
 def roots_of(url: str, hostnames: list[str]) -> frozenset[str]:
@@ -227,6 +234,9 @@ def main() -> None:
     parser.add_argument("--baseline", default="none",
                         help="run the server-side claims of this commit's code first, in an "
                              f"all-in-one of its own (e.g. {BASELINE}); none: skip")  # fmt: skip
+    parser.add_argument("--rev", default="none",
+                        help="run this commit's code rather than the working tree's (other "
+                             "work in progress left out); none: the working tree")  # fmt: skip
     args = parser.parse_args()
     profiles, flows = args.profiles.split(","), args.flows.split(",")
     counts = [int(n) for n in args.clients.split(",")]
@@ -237,7 +247,9 @@ def main() -> None:
             for r in (run(url, name, n, args.seconds, "server", roots) for n in counts
                       for name in profiles):  # fmt: skip
                 results.append({**r, "flow": f"{args.baseline[:7]}"})
-    with all_in_one(config=CONFIG) as url:
+    with contextlib.ExitStack() as stack:
+        code = None if args.rev == "none" else stack.enter_context(checkout(args.rev))
+        url = stack.enter_context(all_in_one(config=CONFIG, source=code))
         roots = fill(url, args.hosts)
         candidates = candidates_queries(url, roots)
         results += [run(url, name, n, args.seconds, flow, roots) for n in counts
@@ -257,7 +269,7 @@ def main() -> None:
             print(f"    first failure: {r['failures'][0]}")
 
 
-def fill(url: str, hosts: int) -> frozenset[str]:
+def fill(url: Url, hosts: int) -> frozenset[str]:
     """Report the hosts, wait until Placement has them, make the profiles; the hosts'
     compute node providers."""
     started = time.monotonic()
@@ -282,8 +294,11 @@ def line(r: dict[str, Any], own: dict[str, Any] | None) -> str:
     if own is not None and own is not r and own["latencies"]:
         ratio = f"   {p50 / percentile(own['latencies'], 50):4.2f}x Placement's p50"
     failed = len(r["failures"])
+    cpu = r["cpu"] * 1000 / len(lat)
+    if own is not None and own is not r and own["latencies"]:
+        ratio += f"   CPU {cpu / (own['cpu'] * 1000 / len(own['latencies'])):4.2f}x Placement's"
     return (f"{head} {len(lat) / r['seconds']:6.1f} claims/s   p50 {p50:6.1f} ms   "
-            f"p99 {percentile(lat, 99):6.1f} ms{ratio}   "
+            f"p99 {percentile(lat, 99):6.1f} ms   CPU {cpu:5.1f} ms/claim{ratio}   "
             f"(release p50 {percentile(r['releases'], 50):.1f} ms; {failed} failed)")  # fmt: skip
 
 

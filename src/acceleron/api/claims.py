@@ -129,6 +129,7 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
     make = functools.partial(
         claims.make, store=call.bitstreams, flat_mode=arqs_api.flat_mode_of(call),
         limits=arqs_api.limits_of(call), timeout=call.services.conf.claims.timeout,
+        options=placement.options,
     )  # fmt: skip
     made = await call.outbound(make, call.db, placement.client(), _caller(call),
                                body.device_profile_name, body.consumer_uuid, body.project_id,

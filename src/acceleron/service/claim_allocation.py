@@ -16,11 +16,20 @@ from acceleron.bitstreams.base import BitstreamStore
 from acceleron.db.models import Deployable, Device, Host, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AllocationConflict, Conflict, PlacementError, PlacementUnavailable
+from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
-from acceleron.service import fitting
+from acceleron.service import claim_view, fitting
 from acceleron.service.claim_leases import ATTEMPTS, record_step, remember
-from acceleron.service.claim_survey import NoCapacity, candidate_queries, survey, wanted_functions
+from acceleron.service.claim_survey import (
+    NoCapacity,
+    NotProvided,
+    Survey,
+    candidate_queries,
+    survey,
+    unprovided,
+    wanted_functions,
+)
 
 LOG = logging.getLogger(__name__)
 DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
@@ -40,32 +49,36 @@ def allocate(
     store: BitstreamStore | None = None,
     hostname: str | None = None,
     nested: bool = True,
+    options: tree.Options | None = None,
 ) -> tuple[AllocationRequest, str]:
     """Allocate the best candidate for the claim's consumer (on ``hostname`` when it is
     given); choose again while other consumers win the race. The allocation and its
     compute node's name. Only regions that hold a group's function, or whose region
     type a bitstream it names fits, are candidates (``service.fitting``; ``nested``:
     whether Placement has them as providers of their own); NoFit at once when no
-    region anywhere can serve a group."""
+    region anywhere can serve a group.
+
+    With ``options`` (the sync's, nested) the candidates come from Acceleron's own view
+    of the hosts the survey chose (``claim_view``) first, without Placement's candidate
+    query; where the view has none, or once Placement refused one of its choices (409),
+    from the candidate queries (``claim_survey.candidate_queries``)."""
     steered, fits = fitting.steer(db, store, groups, claim.project_id, nested)
     for fit in fits:
         if fit is not None and fit.nowhere:
             raise fit.refusal()
     wanted = wanted_functions(groups, store, claim.project_id)
     found = survey(db, groups, wanted, hostname)
+    view = None
+    if options is not None and options.nested and nested:
+        view = claim_view.read(db, found.holder_trees | found.trees, options)
     for attempt in range(1, ATTEMPTS + 1):
-        best = None
-        for params in candidate_queries(steered, found):
-            candidates = _fitting(placement.get_allocation_candidates(params), fits)
-            best = weigher.best(candidates, wanted)
-            if best is not None:
-                break
+        best = None if view is None else _chosen(view.candidates(query.profile_groups(steered)),
+                                                 fits, wanted)  # fmt: skip
+        direct = best is not None
         if best is None:
-            where = "No host has" if hostname is None else f"Host {hostname!r} does not have"
-            raise NoCapacity(
-                f"{where} the accelerators the profile asks for free: they are all in use "
-                "or disabled, or none matches its groups."
-            )
+            best = _queried(placement, steered, found, fits, wanted, view)
+        if best is None:
+            raise _nothing_free(db, steered, hostname, options)
         hostname = _hostname(db, best)
         with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
             record_step(conn, claim, "placing", allocations=held(best))
@@ -84,11 +97,69 @@ def allocate(
                     f"Consumer {claim.consumer} holds allocations in Placement already: "
                     f"release them, or claim for another consumer."
                 ) from error
-            LOG.info("Allocation conflict (attempt %d of %d): %s", attempt, ATTEMPTS, error)
-            time.sleep(0.02 * attempt)
+            how = "chosen from Acceleron's view" if direct else "a candidate"
+            LOG.info(
+                "Allocation conflict (attempt %d of %d, %s): %s", attempt, ATTEMPTS, how, error
+            )
+            if direct:  # the view was behind there: Placement's query chooses from now on
+                claim_view.mark(best.allocations)
+                view = None
+            else:
+                time.sleep(0.02 * attempt)
             continue
         return best, hostname
     raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
+
+
+def _chosen(
+    candidates: Candidates, fits: Sequence[fitting.Fit | None], wanted: Mapping[str, frozenset[str]]
+) -> AllocationRequest | None:
+    return weigher.best(_fitting(candidates, fits), wanted)
+
+
+def _queried(
+    placement: PlacementClient,
+    groups: Sequence[Mapping[str, str]],
+    found: Survey,
+    fits: Sequence[fitting.Fit | None],
+    wanted: Mapping[str, frozenset[str]],
+    view: claim_view.View | None,
+) -> AllocationRequest | None:
+    """The best candidate of the first candidate query that has one; what each answer
+    says is used settles the view's providers (``claim_view.settle``)."""
+    for params in candidate_queries(groups, found):
+        answer = placement.get_allocation_candidates(params)
+        if view is not None:
+            claim_view.settle(view, answer)
+        best = _chosen(answer, fits, wanted)
+        if best is not None:
+            return best
+    return None
+
+
+def _nothing_free(
+    db: Database,
+    groups: Sequence[Mapping[str, str]],
+    hostname: str | None,
+    options: tree.Options | None,
+) -> NoCapacity:
+    """Why no candidate: no accelerator of a class asked for is published at all
+    (NotProvided), or those that are are taken, disabled or match no group."""
+    missing = unprovided(
+        db, groups, hostname, None if options is None else options.standard_classes
+    )
+    where = "No host" if hostname is None else f"Host {hostname!r}"
+    if missing:
+        return NotProvided(
+            f"{where} provides {', '.join(missing)}: Acceleron has published no accelerator "
+            "of that class in Placement (is the device profile's resource class right, and "
+            "has a host with such a device reported?)."
+        )
+    where = "No host has" if hostname is None else f"Host {hostname!r} does not have"
+    return NoCapacity(
+        f"{where} the accelerators the profile asks for free: they are all in use or "
+        "disabled, or none matches its groups."
+    )
 
 
 def _fitting(candidates: Candidates, fits: Sequence[fitting.Fit | None]) -> Candidates:

@@ -11,7 +11,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, select, true
+from sqlalchemy import Connection, Select, bindparam, func, select, true
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Query
@@ -33,6 +33,10 @@ TREES_TRIED = 2
 
 class NoCapacity(Conflict):
     """No host has what the profile asks for free."""
+
+
+class NotProvided(NoCapacity):
+    """No host provides a resource class the profile asks for at all."""
 
 
 def wanted_functions(
@@ -244,10 +248,12 @@ def _trees(conn: Connection, classes: set[str], root: str | None) -> frozenset[s
     return frozenset(_pick(found))
 
 
-def _classes_of(device_type: str) -> set[str]:
-    """The accelerator classes a device type is published in (either spelling)."""
+def _classes_of(device_type: str, standard: bool | None = None) -> set[str]:
+    """The accelerator classes a device type is published in (either spelling, unless
+    ``standard`` says which)."""
+    spellings = (False, True) if standard is None else (standard,)
     try:
-        return {names.accelerator_class(device_type, standard=s) for s in (False, True)}
+        return {names.accelerator_class(device_type, standard=s) for s in spellings}
     except InvalidPlacementName:
         return set()
 
@@ -293,3 +299,28 @@ def candidate_queries(
         yield [*wide, *in_tree(root)]
     if found.only is None:
         yield wide
+
+
+def unprovided(
+    db: Database,
+    groups: Sequence[Mapping[str, str]],
+    hostname: str | None = None,
+    standard: bool | None = None,
+) -> list[str]:
+    """The accelerator classes ``groups`` ask for that no accelerator Acceleron published
+    (on ``hostname`` when given) is counted in, free or not: a claim for them can never
+    land, however long one waits. ``standard``: whether the sync publishes standard
+    classes (``FPGA``) rather than custom ones (None: either spelling counts)."""
+    asked = {rc for group in query.profile_groups(groups) for rc in group.resources}
+    rows = (
+        select(func.coalesce(DEPLOYABLES.c.accelerator_type, DEVICES.c.type))
+        .distinct()
+        .select_from(_HELD)
+        .where(_IN_PLACEMENT, DEPLOYABLES.c.num_accelerators > 0)
+    )
+    if hostname is not None:
+        rows = rows.where(HOSTS.c.hostname == hostname)
+    with db.reader() as conn:
+        kinds = list(conn.execute(rows).scalars())
+    provided = {rc for kind in kinds for rc in _classes_of(kind, standard)}
+    return sorted(rc for rc in asked - provided if not names.is_memory_class(rc))

@@ -242,6 +242,7 @@ def make(
     flat_mode: tree.Options | None = None,
     limits: quotas.Limits | None = None,
     timeout: float = TIMEOUT,
+    options: tree.Options | None = None,
 ) -> ClaimRecord:
     """The whole claim (``POST /v2/claims``): recorded (``begin``; a claim of the
     consumer whose maker is gone, in the way, undone first), the best candidate
@@ -254,7 +255,7 @@ def make(
     placed: bool | None = False  # whether this maker's allocation was made
     try:
         request, host = allocate(
-            db, placement, claim, groups, user, store, hostname, flat_mode is None
+            db, placement, claim, groups, user, store, hostname, flat_mode is None, options
         )
         placed = True
         bind(db, context, claim, request, host, store, flat_mode, limits)

@@ -1,0 +1,178 @@
+"""Claims that choose from Acceleron's own view and write one ``PUT /allocations``
+(service.claim_view), against the real Placement (in-process) on every database
+backend: no candidate query while the view is right; Placement's refusal (409) of a
+choice the view made falls back to the candidate query; a view known to be behind is
+not used until Placement's answer shows it right again; and under 32 concurrent claims
+for 4 free handles, with Nova allocating on the same provider at the same time, no
+capacity is given twice. A class nothing provides is refused in its own words."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from keystoneauth1 import adapter
+from oslo_config import cfg
+from sqlalchemy import func, select
+
+from acceleron.db.models import AttachHandle, Claim, Deployable, table
+from acceleron.db.session import Database
+from acceleron.exceptions import AcceleronError, AllocationConflict
+from acceleron.placement.client import PlacementClient
+from acceleron.service import claim_survey, claim_view, claims, device_profiles
+from acceleron.service.placement import options_from_conf
+from tests.fixtures.placement import CountingAdapter
+from tests.functional.api.test_arqs import ADMIN
+from tests.functional.test_reconciler import held, inventory_of_host, published
+
+__all__ = ["inventory_of_host", "published"]
+DEPLOYABLES, HANDLES, CLAIMS = table(Deployable), table(AttachHandle), table(Claim)
+QAT = "CUSTOM_ACCELERATOR_QAT"
+CANDIDATES = "/allocation_candidates"
+
+pytestmark = pytest.mark.placement
+
+
+@pytest.fixture
+def pool(db: Database, published: Any) -> str:
+    """The provider of host-1's QAT VF pool (4 handles), and a profile "qat" of one; a
+    fresh Placement, whose providers (their uuids made from their names, as earlier
+    tests') nothing marked stale yet."""
+    claim_view.clear()
+    device_profiles.create(db, name="qat", groups=[{f"resources:{QAT}": "1"}])
+    with db.reader() as conn:
+        return str(conn.execute(select(DEPLOYABLES.c.uuid)
+                                .where(DEPLOYABLES.c.kind == "vf_pool")).scalar_one())  # fmt: skip
+
+
+def claim(
+    db: Database, conf: cfg.ConfigOpts, counted: adapter.Adapter, consumer: str | None = None
+) -> claims.ClaimRecord:
+    return claims.make(db, PlacementClient(counted), ADMIN, "qat", consumer or str(uuid.uuid4()),
+                       options=options_from_conf(conf))  # fmt: skip
+
+
+def nova(placement: adapter.Adapter, pool: str, consumer: str, amount: int) -> None:
+    """Nova's allocation of ``amount`` QAT on the pool (a new consumer, or a changed one)."""
+    client = PlacementClient(placement)
+    now = client.get_consumer(consumer)
+    wanted = {pool: {QAT: amount}} if amount else {}
+    if now.generation is None:
+        client.put_allocations(consumer, wanted, project_id="p1", user_id="u1")
+    else:
+        client.replace_allocations(consumer, now, wanted)
+
+
+def used(placement: adapter.Adapter, pool: str) -> int:
+    return PlacementClient(placement).get_usages(pool).get(QAT, 0)
+
+
+def test_a_claim_allocates_from_acceleron_s_view_without_the_candidate_query(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    counted = CountingAdapter(placement)
+    made = [claim(db, conf, counted) for _ in range(4)]
+    assert counted.count("GET", CANDIDATES) == 0
+    assert counted.count("PUT", "/allocations/") == 4
+    assert [held(placement, m.consumer) for m in made] == [{pool: {QAT: 1}}] * 4
+    assert all(m.state == "bound" and len(m.arqs) == 1 for m in made)
+    with pytest.raises(claim_survey.NoCapacity) as full:  # the view says full: Placement asked
+        claim(db, conf, counted)
+    assert "free" in full.value.message and not isinstance(full.value, claim_survey.NotProvided)
+    assert counted.count("GET", CANDIDATES) >= 1 and counted.count("PUT", "/allocations/") == 4
+
+
+def test_a_choice_placement_refuses_falls_back_to_the_candidate_query_and_a_stale_view_waits(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    """Nova holds the whole pool; Acceleron's view does not know. The claim's own choice
+    is refused (409), the candidate query finds nothing free: 409, nothing left behind.
+    The view is then stale there: the next claims ask Placement, until its answer shows
+    the view right again; then claims choose from the view once more."""
+    nova(placement, pool, instance := str(uuid.uuid4()), 4)
+    counted = CountingAdapter(placement)
+    consumer = str(uuid.uuid4())
+    with pytest.raises(claim_survey.NoCapacity):
+        claim(db, conf, counted, consumer)
+    assert counted.count("PUT", f"/allocations/{consumer}") == 1  # the view's choice, refused
+    assert counted.count("GET", CANDIDATES) >= 1  # then Placement's query
+    assert held(placement, consumer) == {}
+    with db.reader() as conn:
+        assert conn.execute(select(func.count()).select_from(CLAIMS)).scalar() == 0
+    nova(placement, pool, instance, 2)  # Nova lets two go: the view still counts none
+    counted.reset()
+    first = claim(db, conf, counted)
+    assert counted.count("GET", CANDIDATES) == 1  # stale: asked at once, no refused PUT
+    assert counted.count("PUT", "/allocations/") == 1
+    assert held(placement, first.consumer) == {pool: {QAT: 1}} and used(placement, pool) == 3
+    nova(placement, pool, instance, 0)  # Nova's gone: Placement's answer matches the view
+    counted.reset()
+    claim(db, conf, counted)
+    assert counted.count("GET", CANDIDATES) == 1  # still stale: this answer settles it
+    counted.reset()
+    claim(db, conf, counted)
+    assert counted.count("GET", CANDIDATES) == 0  # the view again
+    assert used(placement, pool) == 3
+
+
+def test_32_concurrent_claims_for_4_handles_while_nova_allocates_give_nothing_twice(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    start = threading.Barrier(36)
+    made: list[str] = []
+    novas: list[str] = []
+    refused: list[AcceleronError] = []
+
+    def claimer() -> None:
+        start.wait()
+        try:
+            made.append(claim(db, conf, placement).consumer)
+        except AcceleronError as error:
+            refused.append(error)
+
+    def instance() -> None:  # Nova: straight to Placement, as its scheduler does
+        consumer = str(uuid.uuid4())
+        start.wait()
+        try:
+            nova(placement, pool, consumer, 1)
+            novas.append(consumer)
+        except AllocationConflict:
+            pass
+
+    run([claimer] * 32 + [instance] * 4)
+    assert len(made) + len(novas) == 4 == used(placement, pool)
+    assert len(refused) == 32 - len(made)
+    assert all(isinstance(e, claim_survey.NoCapacity) or "capacity" in e.message
+               for e in refused), [e.message for e in refused]  # fmt: skip
+    for consumer in made:
+        assert held(placement, consumer) == {pool: {QAT: 1}}
+    with db.reader() as conn:
+        holders = conn.execute(select(func.count()).select_from(HANDLES)
+                               .where(HANDLES.c.arq_id.is_not(None))).scalar()  # fmt: skip
+        left = conn.execute(select(CLAIMS.c.consumer)).scalars().all()
+    assert holders == len(made) and sorted(left) == sorted(made)
+
+
+def run(targets: list[Callable[[], None]]) -> None:
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def test_a_class_nothing_provides_is_refused_as_such(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    """FPGA is a standard class Placement knows, but this cloud publishes custom classes:
+    nothing provides it, however long one waits (not "all in use")."""
+    device_profiles.create(db, name="std", groups=[{"resources:FPGA": "1"}])
+    with pytest.raises(claim_survey.NotProvided) as refused:
+        claims.make(db, PlacementClient(placement), ADMIN, "std", str(uuid.uuid4()),
+                    options=options_from_conf(conf))  # fmt: skip
+    assert refused.value.message.startswith("No host provides FPGA: ")
+    assert "in use" not in refused.value.message
