@@ -111,6 +111,39 @@ def test_the_all_in_one_serves_everything_on_one_port(aio: AllInOne) -> None:
     assert len(roots) == 1  # the compute node provider, created by the all-in-one
 
 
+def test_a_claim_without_consumer_makes_one_and_says_how_to_release_it(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
+    code = main(["--os-url", aio.url, "claim", "--profile", name, "-f", "value", "-c", "type"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (0, "TEST_PCI\n"), err
+    made = re.fullmatch(r"Claimed on \S+ for consumer (\S+)\.\nRelease it with: acceleron "
+                        r"release --consumer (\S+)\n", err)  # fmt: skip
+    assert made is not None and made[1] == made[2], err
+    assert chosen(aio, made[1])  # it holds its allocation in Placement under that uuid
+    assert "Released the claim of" in release(aio, capsys, made[1])
+
+
+def test_a_trait_placement_does_not_know_is_a_conflict_that_names_it(
+    aio: AllInOne, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A well-formed custom trait no host has published is accepted in a profile (as
+    upstream's tests and Nova's flavors use them); a claim for it is refused with the
+    trait's name, not Placement's 400 passed on as a 502."""
+    name = profile(
+        aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1", "trait:CUSTOM_NO_SUCH": "required"}
+    )
+    body = {"device_profile_name": name, "consumer_uuid": str(uuid.uuid4())}
+    answer = requests.post(f"{aio.url}/v2/claims", json=body, headers=LATEST, timeout=30)
+    assert answer.status_code == 409, answer.text
+    detail = answer.json()["errors"][0]["detail"]
+    assert detail == (
+        "No resource provider has trait(s) CUSTOM_NO_SUCH: Placement does not know the name. "
+        "Is it misspelled in the device profile? Otherwise no host has published it yet."
+    )
+
+
 def test_device_as_a_service_then_release_frees_everything(
     aio: AllInOne, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -289,7 +322,7 @@ def test_the_banner_and_the_log(aio: AllInOne) -> None:
                           f"  API        {aio.url}/v2\n")  # fmt: skip
     assert f"\n  export ACCELERON_URL={aio.url}\n  .venv/bin/acceleron deployable list" in log
     assert "INFO acceleron.db.migrate [-] Database schema upgraded: empty -> " in log
-    assert f"INFO acceleron.placement.publish [-] Published {aio.host} to Placement: create " in log
+    assert f"INFO acceleron.service.publish [-] Published {aio.host} to Placement: create " in log
     for chatty in ("placement.requestlog", "alembic", "Placement create", " DEBUG "):
         assert chatty not in log
     # oslo.log's format: a request's lines carry its id and the caller (noauth: admin).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def test_profile_create_from_json_like_the_openstack_cli(
 def test_errors_are_one_clear_line(live_api: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--os-url", live_api, "profile", "show", "no-such-profile")
     assert code == 1
-    assert err.strip() == "404: Device profile 'no-such-profile' not found."
+    assert err == "Device profile 'no-such-profile' not found.\n"  # the API's words, no status
     code, _, err = run(capsys, "--os-url", live_api, "profile", "create", "x", "--group", "oops")
     assert code == 1 and "expected key=value pairs" in err
 
@@ -92,7 +93,7 @@ def test_a_server_down_is_one_short_line_everywhere(
     assert (code, out) == (1, "")
     assert err == (
         f"Cannot reach Acceleron at http://127.0.0.1:{down} (connection refused). Is it "
-        "running? `make run` starts one.\n"
+        "running? `make run` starts one. That URL comes from --os-url.\n"
     )
 
 
@@ -116,6 +117,56 @@ def test_the_url_with_or_without_v2(
     monkeypatch.setenv("ACCELERON_URL", f"{live_api}/v2")
     code, out, err = run(capsys, "profile", "show", name, "-c", "name", "-f", "value")
     assert (code, out) == (0, f"{name}\n"), err
+
+
+def test_a_url_that_is_not_the_apis_says_so(
+    live_api: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS against the plain-HTTP API, or a path where the API is not: the URL tried,
+    where it came from, and the fix; never a bare 404 or an SSL error code."""
+    https = "https://" + live_api.removeprefix("http://")
+    code, out, err = run(capsys, "--os-url", https, "profile", "list")
+    assert (code, out) == (1, "")
+    assert err.endswith(  # after the server's own complaint, in this process
+        f"Cannot reach Acceleron at {https}: it does not answer TLS (an all-in-one serves plain "
+        f"HTTP): try {live_api}. That URL comes from --os-url.\n"
+    )
+    monkeypatch.setenv("ACCELERON_URL", f"{live_api}/nowhere")
+    code, out, err = run(capsys, "profile", "show", "x")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"{live_api}/nowhere does not answer as the root of Acceleron's API does (404 Not "
+        "Found): give the API's root URL. That URL comes from ACCELERON_URL: change it, or "
+        "give --os-url.\n"
+    )
+
+
+def test_bare_acceleron_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code: object
+    try:
+        code = main([])
+    except SystemExit as exit:  # cliff's help exits
+        code = exit.code or 0
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("usage: ") and "\n  profile list  " in out
+
+
+def test_a_group_help_lists_its_commands_and_what_they_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(capsys, "profile", "--help") == (0, (
+        "The profile commands (each with --help for its options):\n"
+        "  profile create   Create a device profile\n"
+        "  profile delete   Delete device profiles (all or none: every one must exist and be "
+        "unused)\n"
+        "  profile disable  Stop new accelerator requests from using a device profile (existing "
+        "ones stay)\n"
+        "  profile enable   Allow new accelerator requests to use a device profile\n"
+        "  profile list     List device profiles\n"
+        "  profile show     Show a device profile by uuid or name\n"
+        "  profile update   Change a device profile's description\n"
+    ), "")  # fmt: skip
+    assert "--if-exists" in help_text(capsys, "release")  # a command's help, as before
 
 
 def test_empty_lists_say_so(live_api: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -145,9 +196,7 @@ def test_a_near_miss_suggests_and_runs_nothing(
     down = f"http://127.0.0.1:{free_port()}"  # a command that ran would say it cannot reach it
     code, out, err = run(capsys, "--os-url", down, *typed.split(), "--consumer", "x")
     assert (code, out) == (2, "")
-    assert err == (
-        f"acceleron: '{typed}' is not a command. See 'acceleron --help'.\nDid you mean: {meant}?\n"
-    )
+    assert err == f"'{typed}' is not a command: see 'acceleron help'.\nDid you mean: {meant}?\n"
 
 
 def test_a_group_name_alone_lists_its_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,8 +206,7 @@ def test_a_group_name_alone_lists_its_commands(capsys: pytest.CaptureFixture[str
 
 
 def test_no_suggestion_for_what_resembles_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "xyzzy") == (2, "", "acceleron: 'xyzzy' is not a command. See "
-                                           "'acceleron --help'.\n")  # fmt: skip
+    assert run(capsys, "xyzzy") == (2, "", "'xyzzy' is not a command: see 'acceleron help'.\n")
 
 
 def help_text(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -186,18 +234,21 @@ def test_help_keeps_sentences_and_examples_whole(capsys: pytest.CaptureFixture[s
 
 def test_a_client_command_imports_no_server_module(live_api: str) -> None:
     """The commands that only talk to the API start fast: they load neither the server's
-    modules (FastAPI, SQLAlchemy) nor the other commands'."""
+    modules (FastAPI, SQLAlchemy) nor the other commands', nor Keystone's plugins when no
+    Keystone is in play."""
     code = (
         "import sys; from acceleron.cli.main import main; "
         f"assert main(['--os-url', {live_api!r}, 'profile', 'list']) == 0; "
         "print(' '.join(sorted(sys.modules)))"
     )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+                          check=True, timeout=60, env=env)  # fmt: skip
     loaded = set(done.stdout.splitlines()[-1].split())
     assert "acceleron.cli.profiles" in loaded
     for heavy in ("fastapi", "sqlalchemy", "acceleron.db", "acceleron.cli.server",
-                  "acceleron.cli.bitstreams", "acceleron.cli.agent"):  # fmt: skip
+                  "acceleron.cli.bitstreams", "acceleron.cli.agent",
+                  "keystoneauth1.loading"):  # fmt: skip
         assert heavy not in loaded, heavy
 
 

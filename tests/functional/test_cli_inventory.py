@@ -4,10 +4,12 @@ the real OpenStack clients (``openstack accelerator ...``, openstacksdk) reading
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 from oslo_config import cfg
 
 from acceleron.api.app import create_app
-from acceleron.cli.inventory import deployable_line
+from acceleron.cli.inventory import Names, deployable_line, fitted
 from acceleron.cli.main import main
 from acceleron.db.session import Database
 from acceleron.report import HostReport
@@ -45,24 +47,27 @@ R0 = uuid_of(HOST_A, FPGA, "region0")
 R1 = uuid_of(HOST_A, FPGA, "region1")
 VFS = uuid_of(HOST_A, FPGA, "region0/vfs")
 FPGA_TREE = [
-    f"host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10  enabled  ({uuid_of(HOST_A, FPGA)})",
-    f"├── region0  [region]  capacity 2  region type {RT0}  functions {FUNCTION}  "
-    f"bitstream {BITSTREAM}  instance {INSTANCE}  ({R0})",
+    f"host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  enabled  "
+    f"({uuid_of(HOST_A, FPGA)})",
+    f"├── region0  [region]  capacity 2  region type {RT0[:8]}  functions {FUNCTION[:8]}  "
+    f"bitstream {BITSTREAM[:8]}  instance {INSTANCE}  ({R0})",
     "│   ├── PCI 0000:0c:00.1  in use",
     "│   ├── PCI 0000:0c:00.2  free",
     f"│   └── region0/vfs  [vf_pool]  capacity 2  ({VFS})",
     "│       ├── PCI 0000:0c:01.0  free",
     "│       └── PCI 0000:0c:01.1  free",
-    f"└── region1  [region]  capacity 1  region type {RT1}  ({R1})",
+    f"└── region1  [region]  capacity 1  region type {RT1[:8]}  ({R1})",
     "    └── PCI 0000:0c:00.3  free",
 ]
 HOST_B_TREES = [
-    f"host-b  0000:3b:00.0  GPU  NVIDIA T4  maintaining  health degraded  ({uuid_of(HOST_B, GPU)})",
-    f"└── vgpu/nvidia-222  [vgpu_type]  capacity 2  ({uuid_of(HOST_B, GPU, 'vgpu/nvidia-222')})",
+    f"host-b  0000:3b:00.0  GPU  NVIDIA T4 (10de:1eb8)  maintaining  health degraded  "
+    f"({uuid_of(HOST_B, GPU)})",
+    f"└── vgpu/nvidia-222  [vgpu_type]  capacity 2  type GRID T4-1B  "
+    f"({uuid_of(HOST_B, GPU, 'vgpu/nvidia-222')})",
     f"    ├── MDEV {MDEV0}  busy on host",
     f"    └── MDEV {MDEV1}  free",
     "",
-    f"host-b  0000:5e:00.0  QAT  INTEL C62X  enabled  ({uuid_of(HOST_B, QAT)})",
+    f"host-b  0000:5e:00.0  QAT  INTEL C62X (8086:37c8)  enabled  ({uuid_of(HOST_B, QAT)})",
     f"└── vf_pool  [vf_pool]  capacity 4  ({uuid_of(HOST_B, QAT, 'vf_pool')})",
     "    ├── PCI 0000:5e:00.1  in use",
     "    ├── PCI 0000:5e:00.2  in use",
@@ -109,7 +114,7 @@ def test_trees(live: str, capsys: pytest.CaptureFixture[str]) -> None:
     # The deployable shown is marked and lists its attributes first.
     assert shown == [
         *FPGA_TREE[:7],
-        f"└── region1  [region]  capacity 1  region type {RT1}  ({R1})  ◀",
+        f"└── region1  [region]  capacity 1  region type {RT1[:8]}  ({R1})  ◀",
         "    ├── memory.size_mb = 4096",
         "    └── PCI 0000:0c:00.3  free",
     ]
@@ -128,11 +133,58 @@ def test_a_region_line_lists_every_function() -> None:
     region = {"key": "region0", "kind": "region", "num_accelerators": 1, "uuid": R0,
               "function_uuid": FUNCTION, "function_uuids": [FUNCTION, RT1]}  # fmt: skip
     assert deployable_line(region) == (
-        f"region0  [region]  capacity 1  functions {FUNCTION}, {RT1}  ({R0})"
+        f"region0  [region]  capacity 1  functions {FUNCTION[:8]}, {RT1[:8]}  ({R0})"
     )
+    # By name where a bitstream names the function (its uuid in any case and form).
+    named = Names(functions={FUNCTION: "gzip"})
+    assert f"functions gzip, {RT1[:8]}  (" in deployable_line(region, named)
+    dashed = {**region, "function_uuids": [str(uuid.UUID(FUNCTION)).upper()]}
+    assert "functions gzip  (" in deployable_line(dashed, named)
     # A view without the list (before 2.5) shows the one function it has.
     del region["function_uuids"]
-    assert f"functions {FUNCTION}  (" in deployable_line(region)
+    assert f"functions {FUNCTION[:8]}  (" in deployable_line(region)
+
+
+def test_functions_and_bitstreams_by_name(
+    live: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A bitstream the caller sees names its function and itself in the tree and the
+    table; -f value keeps the ids."""
+    data = tmp_path / "gzip.bin"
+    data.write_bytes(b"\x5a" * 1000)
+    output(capsys, live, "bitstream", "upload", str(data), "--name", "gzip-a10",
+           "--function-uuid", FUNCTION, "--function-name", "gzip")  # fmt: skip
+    tree = output(capsys, live, "deployable", "show", R0).splitlines()
+    assert f"region type {RT0[:8]}  functions gzip  bitstream {BITSTREAM[:8]}  " in tree[1]
+    table = output(capsys, live, "deployable", "list", "--key", "region0")
+    assert f"| {RT0[:8]}  " in table and "| gzip " in table and "| allocated " in table, table
+    values = output(capsys, live, "deployable", "list", "--key", "region0", "-f", "value",
+                    "-c", "region_type", "-c", "functions", "-c", "hostname")  # fmt: skip
+    assert values == f"{HOST_A} {RT0} ['{FUNCTION}']\n"  # in the API's order
+
+
+def test_vendors_read_alike_in_list_and_tree(live: str, capsys: pytest.CaptureFixture[str]) -> None:
+    table = output(capsys, live, "device", "list", "--hostname", HOST_A)
+    assert "| INTEL (8086) |" in table
+    assert output(capsys, live, "device", "list", "-f", "value", "-c", "vendor") == (
+        "8086\n10de\n8086\n"
+    )
+    assert "INTEL PAC_ARRIA10 (8086:09c4)" in FPGA_TREE[0]
+
+
+def test_trees_fit_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal a line is cut at its width; in a pipe or a file it stays whole."""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "40")
+    lines = [FPGA_TREE[0], "short"]
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert fitted(lines, terminal) == [FPGA_TREE[0][:39] + "…", "short"]
+    assert fitted(lines, io.StringIO()) == lines
 
 
 def test_json_is_the_apis_data(live: str, capsys: pytest.CaptureFixture[str]) -> None:

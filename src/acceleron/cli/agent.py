@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import re
+import sys
+from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acceleron.cli.base import Command
@@ -64,6 +69,7 @@ class Agent(Command):
 
         conf = load_conf(self)
         if parsed_args.driver:
+            _check_drivers(parsed_args.driver)
             conf.set_override("enabled_drivers", parsed_args.driver, "agent")
         drivers = _drivers(conf)
         if parsed_args.dry_run:  # stdout is the report; warnings go to stderr as they are
@@ -79,12 +85,22 @@ class Agent(Command):
         from acceleron.agent import discovery
         from acceleron.report import to_json
 
-        scan = discovery.scan(drivers)
+        drivers_log = logging.getLogger("acceleron.drivers")
+        level = drivers_log.level
+        drivers_log.setLevel(min(level or logging.INFO, logging.INFO))  # what they skipped
+        try:
+            scan = discovery.scan(drivers)
+        finally:
+            drivers_log.setLevel(level)
         report = discovery.build_report(conf.host, scan.devices)
         if fmt == "json":
             self.app.stdout.write(json.dumps(to_json(report), indent=2) + "\n")
         else:
             self.app.stdout.write(tree.report(report))
+        found = {device.driver for device in scan.devices}
+        for driver in drivers:
+            if driver.name not in found and driver.name not in scan.failed:
+                self.app.stderr.write(nothing_found(driver, Path(conf.agent.root)) + "\n")
         if not scan.complete:
             self.app.stderr.write(
                 f"Driver(s) {', '.join(scan.failed)} failed: the agent would send no report "
@@ -131,9 +147,37 @@ class Agent(Command):
         return EXIT_UNKNOWN_HOST
 
 
-def _drivers(conf: cfg.ConfigOpts) -> list[Driver]:
-    from pathlib import Path
+def nothing_found(driver: Driver, root: Path) -> str:
+    """Why a driver found no device: what it reports, and which PCI functions the host has."""
+    from acceleron.drivers.sysfs import PCI_DEVICES, Sysfs, scan
 
+    doc = (sys.modules[type(driver).__module__].__doc__ or "").split("\n\n")[0]
+    what = re.sub(r"\s*\((docs/|see )[^)]*\)", "", " ".join(doc.split()))
+    functions = scan(Sysfs(root))
+    vendors = Counter(fn.vendor for fn in functions)
+    listed = ", ".join(f"{vendor} ({count})" for vendor, count in sorted(vendors.items()))
+    where = root / PCI_DEVICES
+    line = f"Driver {driver.name} found no device ({what.rstrip('.').replace('`', '')})"
+    if not functions:
+        return f"{line}; {where} has no PCI function."
+    count = len(functions)
+    return f"{line}. {where} has {count} PCI functions, of vendors {listed}: none is one of those."
+
+
+def _check_drivers(names: list[str]) -> None:
+    """Every --driver names an installed driver; else which ones are."""
+    from acceleron.drivers import available_drivers
+
+    known = sorted(available_drivers())
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise CommandError(
+            f"--driver {unknown[0]!r}: no such driver. The drivers are: "
+            f"{', '.join(known) or 'none installed'}."
+        )
+
+
+def _drivers(conf: cfg.ConfigOpts) -> list[Driver]:
     from acceleron.drivers import load_drivers
     from acceleron.drivers.errors import DriverConfigError
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -38,7 +39,8 @@ def _failures(command: AnyCommand) -> Iterator[None]:
         lost = connection_failure(error)
         if lost is None:
             raise CommandError(str(error)) from error
-        raise unreachable(api_client(command).url, lost) from error
+        client = api_client(command)
+        raise unreachable(client.url, lost, endpoint=client.endpoint) from error
 
 
 class Progress:
@@ -67,13 +69,16 @@ class Claim(Lister):
 
     Placement chooses as it would for Nova, Acceleron binds (programming a region
     first when the profile asks for a function no region holds), and the attach
-    handles are printed.
+    handles are printed. Without --consumer, a new consumer uuid is made and printed
+    with the command that releases the claim.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--profile", required=True, help="Device profile name.")
-        parser.add_argument("--consumer", required=True, help="Consumer uuid (yours).")
+        parser.add_argument(
+            "--consumer", help="Consumer uuid (yours); default: a new one, printed."
+        )
         parser.add_argument(
             "--project-id",
             help="Project to claim for (admins and services; default: the caller's).",
@@ -85,14 +90,19 @@ class Claim(Lister):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        consumer = parsed_args.consumer or str(uuid.uuid4())
         with _failures(self):
             claim = _claimer(self, parsed_args.timeout).claim(
                 parsed_args.profile,
-                parsed_args.consumer,
+                consumer,
                 project_id=parsed_args.project_id,
                 progress=Progress(self.app.stderr),
             )
-        self.app.stderr.write(f"Claimed on {claim.hostname} for {claim.consumer}.\n")
+        self.app.stderr.write(f"Claimed on {claim.hostname} for consumer {claim.consumer}.\n")
+        if not parsed_args.consumer:
+            self.app.stderr.write(
+                f"Release it with: acceleron release --consumer {claim.consumer}\n"
+            )
         columns = ("arq", "group", "type", "uuid", "info", "target")
         rows = [
             tuple(JsonColumn(h[c]) if c == "info" else h[c] for c in columns)

@@ -1,19 +1,23 @@
 """The CLI's connection options and its client of the API: the one client
 (:mod:`acceleron.client.http`), noauth or Keystone, with failures in the CLI's words.
 
-keystoneauth is imported by the functions that use it, not with this module.
+keystoneauth is imported by the functions that use it, not with this module, and its
+plugin options (``--os-auth-url``, ...) are registered only when Keystone is in play
+(:func:`wants_keystone`): without it a command loads no plugin.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from acceleron import microversion
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed, NoEndpoint, Unreachable
-from acceleron.connection import root_cause
+from acceleron.connection import base_url, root_cause
 
 if TYPE_CHECKING:
     import requests
@@ -21,6 +25,16 @@ if TYPE_CHECKING:
     from keystoneauth1 import adapter
 
 DEFAULT_URL = "http://127.0.0.1:6666"
+URL_ENV = "ACCELERON_URL"
+# Session options the CLI takes without Keystone (keystoneauth's names, and meanings).
+_TLS_FILES = (
+    ("--os-cacert", "CA bundle to verify the API's certificate with"),
+    ("--os-cert", "Client certificate (PEM)"),
+    ("--os-key", "Client key (PEM)"),
+)
+# Options of the CLI's own and of the session: none of them asks for Keystone.
+_NOT_KEYSTONE = ("--os-url", "--os-accelerator-api-version", "--os-endpoint",
+                 *(name for name, _ in _TLS_FILES))  # fmt: skip
 T = TypeVar("T")
 
 
@@ -28,15 +42,31 @@ class CommandError(Exception):
     """A failure the CLI reports in one line, without a traceback."""
 
 
-def register_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    from keystoneauth1 import loading
+def wants_keystone(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this command may authenticate with Keystone: ``OS_AUTH_URL`` or an
+    ``OS_AUTH_TYPE`` other than none is set, or the command line names a Keystone option
+    (``--os-auth-url``, ``--os-password``, ...), or it asks for the global help, which
+    lists them. Otherwise keystoneauth's plugin options are neither loaded nor offered
+    (loading them is most of a command's start-up)."""
+    if environ.get("OS_AUTH_URL") or environ.get("OS_AUTH_TYPE", "none") not in ("none", ""):
+        return True
+    before_command = []
+    for word in argv:
+        if not word.startswith("-"):
+            break
+        before_command.append(word)
+    if not argv or any(word in ("-h", "--help") for word in before_command):
+        return True
+    options = (word.split("=", 1)[0] for word in argv)
+    return any(o.startswith("--os-") and o not in _NOT_KEYSTONE for o in options)
 
+
+def register_arguments(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     group = parser.add_argument_group("API connection")
     group.add_argument(
         "--os-url",
         metavar="URL",
-        default=os.environ.get("ACCELERON_URL"),
-        help=f"Acceleron API endpoint, with or without /v2 (env ACCELERON_URL). Default "
+        help=f"Acceleron API endpoint, with or without /v2 (env {URL_ENV}). Default "
         f"{DEFAULT_URL} without Keystone, the catalog's accelerator endpoint with it.",
     )
     group.add_argument(
@@ -45,11 +75,79 @@ def register_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> None
         default=os.environ.get("OS_ACCELERATOR_API_VERSION", str(microversion.MAX_VERSION)),
         help="Microversion to ask for (env OS_ACCELERATOR_API_VERSION).",
     )
+    if not wants_keystone(argv):
+        _register_noauth_arguments(group)
+        return
+    from keystoneauth1 import loading
+
     default_auth = os.environ.get("OS_AUTH_TYPE") or (
         "password" if os.environ.get("OS_AUTH_URL") else "none"
     )
     loading.register_session_argparse_arguments(parser)
-    loading.register_auth_argparse_arguments(parser, argv, default=default_auth)
+    loading.register_auth_argparse_arguments(parser, list(argv), default=default_auth)
+
+
+def _register_noauth_arguments(group: argparse._ArgumentGroup) -> None:
+    """The session options keystoneauth would add, without loading keystoneauth."""
+    group.add_argument("--insecure", action="store_true", help="Do not verify TLS certificates.")
+    for name, text in _TLS_FILES:
+        env = f"OS_{name[5:].upper()}"
+        group.add_argument(name, metavar="PATH", default=os.environ.get(env),
+                           help=f"{text} (env {env}).")  # fmt: skip
+    group.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="Seconds to wait for each answer of the API.")  # fmt: skip
+    group.add_argument("--os-endpoint", metavar="URL", help=argparse.SUPPRESS)
+    group.set_defaults(os_auth_type="none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """Where the CLI sends its calls (None: the Keystone catalog's endpoint) and where
+    that came from, for the messages that name it."""
+
+    url: str | None
+    source: str  # "--os-url", "ACCELERON_URL", "the default" or "the Keystone catalog"
+
+    @classmethod
+    def of(cls, options: argparse.Namespace, keystone: bool) -> Endpoint:
+        # --os-endpoint: the none plugin's URL (a Keystone plugin's own, with Keystone).
+        given = options.os_url or (None if keystone else getattr(options, "os_endpoint", None))
+        if given:
+            return cls(given, "--os-url")
+        if os.environ.get(URL_ENV):
+            return cls(os.environ[URL_ENV], URL_ENV)
+        if keystone:
+            return cls(None, "the Keystone catalog")
+        return cls(DEFAULT_URL, "the default")
+
+    def origin(self) -> str:
+        """A sentence on where the URL came from and how to give another."""
+        if self.source == "the default":
+            return f"That URL is the default: set {URL_ENV} or give --os-url for another."
+        if self.source == URL_ENV:
+            return f"That URL comes from {URL_ENV}: change it, or give --os-url."
+        if self.source == "--os-url":
+            return "That URL comes from --os-url."
+        return "That URL is the Keystone catalog's accelerator endpoint: --os-url overrides it."
+
+
+def check_url(endpoint: Endpoint) -> str:
+    """The endpoint's URL if it can be the API's root; else a CommandError that names the
+    URL, where it came from, and the fix."""
+    url = endpoint.url or ""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        example = "http://" + (url.split("://")[-1] or "127.0.0.1:6666")
+        raise CommandError(
+            f"{url!r} is not a URL: give it with its scheme, e.g. {example}. {endpoint.origin()}"
+        )
+    path = base_url(parts.path).rstrip("/")
+    for wrong, what in (("/placement", "Placement's URL, not Acceleron's"),
+                        ("/v1", "a version 1 API, which Acceleron does not serve")):  # fmt: skip
+        if path.endswith(wrong):
+            root = urllib.parse.urlunsplit(parts._replace(path=path.removesuffix(wrong)))
+            raise CommandError(f"{url} is {what}: give the API's root, {root}. {endpoint.origin()}")
+    return url
 
 
 class ApiClient:
@@ -57,22 +155,27 @@ class ApiClient:
     failures turned into CommandError."""
 
     def __init__(self, options: argparse.Namespace) -> None:
-        from keystoneauth1 import loading
+        keystone = getattr(options, "os_auth_type", "none") not in (None, "none")
+        self.endpoint = Endpoint.of(options, keystone)
+        auth = None
+        if keystone:
+            from keystoneauth1 import loading
 
-        if getattr(options, "os_auth_type", "none") in (None, "none"):
-            auth = None
-            url = options.os_url or getattr(options, "os_endpoint", None) or DEFAULT_URL
-        else:
             auth = loading.load_auth_from_argparse_arguments(options)
-            url = options.os_url
         self.api = AcceleronClient.connect(
-            url,
+            check_url(self.endpoint) if self.endpoint.url else None,
             auth,
             microversion=options.os_accelerator_api_version,
-            verify=not getattr(options, "insecure", False),
+            verify=_verify(options),
+            cert=_cert(options),
+            timeout=getattr(options, "timeout", None),
         )
-        self.session = self.api.session
         self.noauth = self.api.noauth
+
+    @property
+    def session(self) -> Any:
+        """The keystoneauth session (its token, its project, for other services)."""
+        return self.api.session
 
     @property
     def url(self) -> str | None:
@@ -114,9 +217,9 @@ class ApiClient:
         try:
             return call()
         except ApiError as error:
-            raise CommandError(f"{error.status}: {error.detail}") from error
+            raise api_error(error, self.url, self.endpoint) from error
         except Unreachable as error:
-            raise unreachable(self.url, error) from error
+            raise unreachable(self.url or error.url, error, endpoint=self.endpoint) from error
         except NoEndpoint as error:
             message = "The Keystone catalog has no accelerator endpoint: give the API's URL"
             raise CommandError(f"{message} (--os-url).") from error
@@ -124,14 +227,53 @@ class ApiClient:
             raise CommandError(str(error)) from error
 
 
-def unreachable(url: str | None, error: BaseException, service: str = "Acceleron") -> CommandError:
-    """The one message for a service that does not answer; ``--debug`` shows ``error``."""
+def _verify(options: argparse.Namespace) -> bool | str:
+    if getattr(options, "insecure", False):
+        return False
+    cacert: str | None = getattr(options, "os_cacert", None)
+    return cacert or True
+
+
+def _cert(options: argparse.Namespace) -> str | tuple[str, str] | None:
+    cert: str | None = getattr(options, "os_cert", None)
+    key: str | None = getattr(options, "os_key", None)
+    return (cert, key) if cert and key else cert
+
+
+def api_error(error: ApiError, url: str | None, endpoint: Endpoint) -> CommandError:
+    """An error answer in one line: the API's own message as it is; a bare "Not Found"
+    (no route there: not the API's root, or something else answering) names the URL."""
+    if error.status != 404 or (error.code is not None and error.detail != "Not Found"):
+        return CommandError(error.detail)
+    return CommandError(
+        f"{url} does not answer as the root of Acceleron's API does (404 "
+        f"{error.detail.rstrip('.')}): give the API's root URL. {endpoint.origin()}"
+    )
+
+
+def unreachable(
+    url: str | None,
+    error: BaseException,
+    service: str = "Acceleron",
+    endpoint: Endpoint | None = None,
+) -> CommandError:
+    """The one message for a service that does not answer: the URL tried, the reason,
+    what to do, and where the URL came from (``endpoint``); ``--debug`` shows ``error``."""
     where = url or f"the Keystone catalog's {service} endpoint"
     reason = root_cause(error)
-    message = f"Cannot reach {service} at {where} ({reason[:1].lower()}{reason[1:]})."
-    if service == "Acceleron":
-        message += " Is it running? `make run` starts one."
-    return CommandError(message)
+    origin = f" {endpoint.origin()}" if endpoint else ""
+    if "WRONG_VERSION_NUMBER" in reason and where.startswith("https://"):
+        plain = "http://" + where.removeprefix("https://")
+        return CommandError(f"Cannot reach {service} at {where}: it does not answer TLS (an "
+                            f"all-in-one serves plain HTTP): try {plain}.{origin}")  # fmt: skip
+    message = f"Cannot reach {service} at {where} ({reason[:1].lower()}{reason[1:].rstrip('.')})"
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        message += ": give its CA with --os-cacert, or --insecure not to check it."
+    elif service == "Acceleron":
+        message += ". Is it running? `make run` starts one."
+    else:
+        message += "."
+    return CommandError(message + origin)
 
 
 def connection_failure(error: BaseException) -> BaseException | None:

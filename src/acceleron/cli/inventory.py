@@ -3,19 +3,27 @@
 ``deployable show``, ``deployable list --tree`` and ``device show --tree`` draw
 the tree, device -> deployables (-> children) -> attach handles::
 
-    host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10  enabled  (7c0e...)
-    ├── region0  [region]  capacity 2  region type ce48...  functions d842...  (5a1f...)
+    host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  enabled  (7c0e...)
+    ├── region0  [region]  capacity 2  region type ce489693  functions gzip  (5a1f...)
     │   ├── PCI 0000:0c:00.1  in use
     │   └── region0/vfs  [vf_pool]  capacity 2  (9b3c...)
-    └── region1  [region]  capacity 1  region type 9926...  (0d4e...)
+    └── region1  [region]  capacity 1  region type 9926ab6d  (0d4e...)
 
-Any other output format (``-f json``, ``-f yaml``) gives the API's own data.
+Functions and bitstreams are shown by the names the bitstreams the caller sees give
+them; other 32-hex ids (region types, unnamed functions) by their first 8 digits, in
+the tables too. Vendors are their name and PCI id ("INTEL (8086)"). The tables keep to
+a few columns (``-c`` names any field of the API's); on a terminal, tables and trees are
+fitted to its width. Any other output format (``-f json``, ``-f yaml``) gives the
+API's own data, and ``-f value`` or ``-f csv`` the ids in full.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -24,19 +32,20 @@ from cliff.columns import FormattableColumn
 
 from acceleron.cli.base import AnyCommand, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
-from acceleron.microversion import V2_5, V2_13, Version
+from acceleron.microversion import V2_5, V2_7, V2_13, Version
 from acceleron.tree import Node, draw
 from acceleron.uuids import is_uuid_like, parse
 
 DEVICES = "/v2/devices"
 DEPLOYABLES = "/v2/deployables"
+BITSTREAMS = "/v2/bitstreams"
 # The tree needs the 2.5 views (kind, key, parent uuids, attach handles), and 2.13's
 # health and maintenance.
 TREE_VERSION = V2_13
 DEVICE_COLUMNS = ("uuid", "hostname", "pci_address", "type", "vendor", "model", "status",
                   "state", "health")  # fmt: skip
-DEPLOYABLE_COLUMNS = ("uuid", "name", "kind", "key", "hostname", "num_accelerators",
-                      "region_type", "bitstream_id", "rp_uuid")  # fmt: skip
+DEPLOYABLE_COLUMNS = ("uuid", "name", "kind", "num_accelerators", "availability",
+                      "region_type", "functions", "bitstream_id")  # fmt: skip
 DEVICE_FILTERS = ("type", "vendor", "hostname", "status", "state", "pci_address", "health")
 DEPLOYABLE_FILTERS = ("name", "kind", "key", "parent_uuid", "root_uuid", "device_uuid",
                       "hostname", "type", "availability", "instance_uuid", "rp_uuid",
@@ -44,6 +53,7 @@ DEPLOYABLE_FILTERS = ("name", "kind", "key", "parent_uuid", "root_uuid", "device
 RAW_FORMATS = ("json", "yaml")
 DEVICE_HELP = "uuid of the device, its PCI address, or HOST_PCI-ADDRESS (host vm: vm_0000:2b:00.0)"
 MARK = "  ◀"
+SHORT = 8  # hex digits shown of an id that has no name
 
 
 class JsonColumn(FormattableColumn[Any]):
@@ -56,18 +66,96 @@ class JsonColumn(FormattableColumn[Any]):
         return self._value
 
 
-def _cell(value: Any) -> Any:
+class Shown(FormattableColumn[Any]):
+    """A value as a person reads it in a table (a name, a short id), as it is in the
+    other formats."""
+
+    def __init__(self, value: Any, text: str) -> None:
+        super().__init__(value)
+        self.text = text
+
+    def human_readable(self) -> str:
+        return self.text
+
+    def machine_readable(self) -> Any:
+        return self._value
+
+
+def short(ident: str) -> str:
+    """The first digits of a 32-hex id or uuid, enough to tell ids apart when reading."""
+    return ident.replace("-", "")[:SHORT].lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class Names:
+    """The names the bitstreams the caller sees give functions and bitstreams, by id
+    (lower case, without hyphens)."""
+
+    functions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    bitstreams: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, client: ApiClient, items: Iterable[Mapping[str, Any]]) -> Names:
+        """The names, read from the API only when an item has a function or bitstream; an
+        API without bitstreams (before 2.7) names nothing."""
+        if not any(_functions(i) or i.get("bitstream_id") for i in items):
+            return cls()
+        try:
+            bitstreams = fetch(client, BITSTREAMS, "bitstreams", {}, V2_7)
+        except CommandError:
+            return cls()
+        functions = {_key(b["function_uuid"]): b["function_name"] for b in bitstreams
+                     if b.get("function_uuid") and b.get("function_name")}  # fmt: skip
+        return cls(functions, {_key(b["uuid"]): b["name"] for b in bitstreams if b.get("name")})
+
+    def function(self, ident: str) -> str:
+        return self.functions.get(_key(ident)) or short(ident)
+
+    def bitstream(self, ident: str) -> str:
+        return self.bitstreams.get(_key(ident)) or short(ident)
+
+
+def _key(ident: str) -> str:
+    return ident.replace("-", "").lower()
+
+
+def _functions(item: Mapping[str, Any]) -> list[str]:
+    """Every function of a deployable (the one ``function_uuid`` of views before 2.5)."""
+    found: list[str] = item.get("function_uuids") or []
+    return found or ([item["function_uuid"]] if item.get("function_uuid") else [])
+
+
+def vendor(device: Mapping[str, Any]) -> str:
+    """A device's vendor as every view shows it: its name and PCI id, "INTEL (8086)"."""
+    name = device.get("vendor_name")
+    return f"{name} ({device['vendor']})" if name else str(device["vendor"])
+
+
+def _cell(item: Mapping[str, Any], column: str, names: Names) -> Any:
+    value = item.get(column)
+    if column == "vendor" and "vendor_name" in item:
+        return Shown(value, vendor(item))
+    if column == "region_type" and value:
+        return Shown(value, short(value))
+    if column == "functions":  # function_uuids (function_uuid before 2.5), by name
+        return Shown(_functions(item), ", ".join(map(names.function, _functions(item))))
+    if value is None:
+        return Shown(None, "")
+    if column == "bitstream_id" and value:
+        return Shown(value, names.bitstream(value))
     return JsonColumn(value) if isinstance(value, dict | list) else value
 
 
-def _row(item: Mapping[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(_cell(item.get(column)) for column in columns)
+def _row(
+    item: Mapping[str, Any], columns: Sequence[str], names: Names = Names()
+) -> tuple[Any, ...]:
+    return tuple(_cell(item, column, names) for column in columns)
 
 
 def raw(item: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     """Every field of an API object, for ShowOne."""
     columns = tuple(item)
-    return columns, _row(item, columns)
+    return columns, tuple(JsonColumn(v) if isinstance(v, dict | list) else v for v in item.values())
 
 
 # --- talking to the API ---------------------------------------------------------------
@@ -166,8 +254,9 @@ def show(client: ApiClient, path: str, version: Version | None = None) -> dict[s
 
 
 def device_line(device: Mapping[str, Any]) -> str:
+    product = f" ({device['vendor']}:{device['product_id']})" if device.get("product_id") else ""
     words = [device["hostname"], device["pci_address"], device["type"],
-             f"{device['vendor_name']} {device['model']}", device["status"]]  # fmt: skip
+             f"{device['vendor_name']} {device['model']}{product}", device["status"]]  # fmt: skip
     if device["state"] != "present":
         words.append(device["state"])
     return "  ".join([*words, *condition_words(device), f"({device['uuid']})"])
@@ -186,14 +275,21 @@ def condition_words(item: Mapping[str, Any]) -> list[str]:
     return words
 
 
-def deployable_line(dep: Mapping[str, Any]) -> str:
+def deployable_line(dep: Mapping[str, Any], names: Names = Names()) -> str:
+    """A deployable's line: functions and bitstream by name where ``names`` has one,
+    region type (and unnamed functions) by their first digits; a vGPU type's name."""
     words = [dep["key"], f"[{dep['kind']}]", f"capacity {dep['num_accelerators']}"]
-    functions = ", ".join(dep.get("function_uuids") or []) or dep.get("function_uuid")
-    shown = {**dep, "functions": functions}
-    for field, label in (("region_type", "region type"), ("functions", "functions"),
-                         ("bitstream_id", "bitstream"), ("instance_uuid", "instance")):  # fmt: skip
-        if shown.get(field):
-            words.append(f"{label} {shown[field]}")
+    type_name = (dep.get("attributes") or {}).get("type_name")
+    if type_name:
+        words.append(f"type {type_name}")
+    if dep.get("region_type"):
+        words.append(f"region type {short(dep['region_type'])}")
+    if _functions(dep):
+        words.append(f"functions {', '.join(map(names.function, _functions(dep)))}")
+    if dep.get("bitstream_id"):
+        words.append(f"bitstream {names.bitstream(dep['bitstream_id'])}")
+    if dep.get("instance_uuid"):
+        words.append(f"instance {dep['instance_uuid']}")
     return "  ".join([*words, *condition_words(dep), f"({dep['uuid']})"])
 
 
@@ -213,18 +309,25 @@ def attribute_lines(attributes: Mapping[str, Any], prefix: str = "") -> list[str
     return lines
 
 
-def _node(
-    dep: Mapping[str, Any], kids: Mapping[str | None, list[Mapping[str, Any]]], mark: str | None
-) -> Node:
-    shown = dep["uuid"] == mark
-    leaves = [Node(line) for line in attribute_lines(dep["attributes"])] if shown else []
-    leaves += [Node(handle_line(h)) for h in dep["attach_handles"]]
-    leaves += [_node(child, kids, mark) for child in kids.get(dep["uuid"], [])]
-    return Node(deployable_line(dep) + (MARK if shown else ""), leaves)
+@dataclasses.dataclass(frozen=True)
+class _Tree:
+    kids: Mapping[str | None, list[Mapping[str, Any]]]
+    mark: str | None
+    names: Names
+
+    def node(self, dep: Mapping[str, Any]) -> Node:
+        shown = dep["uuid"] == self.mark
+        leaves = [Node(line) for line in attribute_lines(dep["attributes"])] if shown else []
+        leaves += [Node(handle_line(h)) for h in dep["attach_handles"]]
+        leaves += [self.node(child) for child in self.kids.get(dep["uuid"], [])]
+        return Node(deployable_line(dep, self.names) + (MARK if shown else ""), leaves)
 
 
 def device_tree(
-    device: Mapping[str, Any], deployables: Sequence[Mapping[str, Any]], mark: str | None = None
+    device: Mapping[str, Any],
+    deployables: Sequence[Mapping[str, Any]],
+    mark: str | None = None,
+    names: Names = Names(),
 ) -> list[str]:
     """A device and its deployables as a tree; the deployable ``mark`` is marked and
     shows its attributes. A deployable whose parent is not listed hangs from the device."""
@@ -232,7 +335,8 @@ def device_tree(
     kids: dict[str | None, list[Mapping[str, Any]]] = defaultdict(list)
     for dep in deployables:
         kids[dep["parent_uuid"] if dep["parent_uuid"] in listed else None].append(dep)
-    return draw([Node(device_line(device), [_node(d, kids, mark) for d in kids[None]])])
+    tree = _Tree(kids, mark, names)
+    return draw([Node(device_line(device), [tree.node(d) for d in kids[None]])])
 
 
 def draw_all(
@@ -243,16 +347,29 @@ def draw_all(
     by_device: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for dep in deployables:
         by_device[dep["device_uuid"]].append(dep)
+    names = Names.of(client, [d for group in by_device.values() for d in group])
     devices = [show(client, f"{DEVICES}/{uuid}", TREE_VERSION) for uuid in by_device]
     devices.sort(key=lambda d: (d["hostname"], d["pci_address"]))
     lines: list[str] = []
     for device in devices:
-        lines.extend([""] * bool(lines) + device_tree(device, by_device[device["uuid"]], mark))
+        tree = device_tree(device, by_device[device["uuid"]], mark, names)
+        lines.extend([""] * bool(lines) + tree)
     return lines
 
 
+def fitted(lines: Sequence[str], out: Any) -> list[str]:
+    """On a terminal, each line cut to its width (the cut marked "…"); elsewhere (a pipe,
+    a file) every line whole."""
+    isatty = getattr(out, "isatty", None)
+    if out is not sys.stdout or isatty is None or not isatty():
+        return list(lines)
+    width = shutil.get_terminal_size().columns
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
+
+
 def write(command: AnyCommand, lines: Sequence[str]) -> int:
-    command.app.stdout.write("".join(f"{line}\n" for line in lines))
+    out = command.app.stdout
+    out.write("".join(f"{line}\n" for line in fitted(lines, out)))
     return 0
 
 
@@ -260,13 +377,22 @@ def write(command: AnyCommand, lines: Sequence[str]) -> int:
 
 
 class _List(Lister):
-    """Table columns in tables; every field of the API's objects in JSON and YAML."""
+    """A few columns in tables (any field of the API's with ``-c``); every field of the
+    API's objects in JSON and YAML."""
 
     def emit(
-        self, parsed_args: argparse.Namespace, items: list[dict[str, Any]], short: Sequence[str]
+        self,
+        parsed_args: argparse.Namespace,
+        items: list[dict[str, Any]],
+        few: Sequence[str],
+        names: Names = Names(),
     ) -> tuple[Any, Any]:
-        columns = tuple(items[0]) if items and parsed_args.formatter in RAW_FORMATS else short
-        return columns, [_row(item, columns) for item in items]
+        raw = parsed_args.formatter in RAW_FORMATS
+        if not items or not (raw or parsed_args.columns):
+            return few, [_row(item, few, names) for item in items]
+        extra = () if raw else tuple(c for c in few if c not in items[0])  # "functions"
+        columns = (*items[0], *extra)
+        return columns, [_row(item, columns, names) for item in items]
 
 
 class ListDevices(_List):
@@ -360,7 +486,10 @@ class ListDeployables(_List):
         return write(self, draw_all(api_client(self), items)) if items else self.say_empty()
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
-        return self.emit(parsed_args, self._items(parsed_args, None), DEPLOYABLE_COLUMNS)
+        items = self._items(parsed_args, None)
+        table = parsed_args.formatter == "table"
+        names = Names.of(api_client(self), items) if table else Names()
+        return self.emit(parsed_args, items, DEPLOYABLE_COLUMNS, names)
 
 
 class ShowDeployable(ShowOne):

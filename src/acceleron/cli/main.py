@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import inspect
 import logging
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from cliff.app import App
 from cliff.command import Command
 from cliff.commandmanager import CommandManager, EntryPointWrapper
+from cliff.help import HelpCommand
 
 import acceleron
 from acceleron.cli import client
@@ -154,8 +157,33 @@ class GlobalParser(argparse.ArgumentParser):
         return index
 
 
+def summary(command: type[Command]) -> str:
+    """A command's first sentence, as the help lists it."""
+    return (inspect.getdoc(command) or "").split("\n\n")[0].rstrip(".")
+
+
+class GroupHelp(HelpCommand):
+    """Print the help of a command, or list a group's commands ("profile")."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        words = parsed_args.cmd
+        group = sorted(n for n in COMMANDS if words and n.split()[: len(words)] == words)
+        if not group or " ".join(words) in COMMANDS:
+            result: int = super().take_action(parsed_args)
+            return result
+        width = max(map(len, group))
+        self.app.stdout.write(f"The {' '.join(words)} commands (each with --help for its "
+                              "options):\n")  # fmt: skip
+        for name in group:
+            text = summary(LazyCommand(name, COMMANDS[name]).load())
+            self.app.stdout.write(f"  {name:<{width}}  {text}\n")
+        return 0
+
+
 class AcceleronApp(App):
-    def __init__(self) -> None:
+    def __init__(self, argv: Sequence[str] = ()) -> None:
+        self.argv = list(argv)  # for the options: Keystone's are loaded only when wanted
+        self.showed_help = False
         manager = ExactCommandManager(None)
         for name, target in COMMANDS.items():
             manager.commands[name] = LazyCommand(name, target)
@@ -165,6 +193,7 @@ class AcceleronApp(App):
             command_manager=manager,
             deferred_help=True,
         )
+        manager.add_command("help", GroupHelp)
 
     def build_option_parser(
         self, description: str | None, version: str | None, argparse_kwargs: Any = None
@@ -178,7 +207,7 @@ class AcceleronApp(App):
             help="Configuration file (repeatable); default: acceleron.conf in ~/.acceleron, "
             "~, /etc/acceleron or /etc. For the server-side commands.",
         )
-        client.register_arguments(parser, sys.argv[1:])
+        client.register_arguments(parser, self.argv)
         return parser
 
     def configure_logging(self) -> None:
@@ -189,6 +218,15 @@ class AcceleronApp(App):
         root.handlers[:] = [handler]
         verbose = self.options.verbose_level > 1 or self.options.debug
         root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+    def interact(self) -> None:
+        """No command given: the help, not cliff's interactive prompt."""
+        self.showed_help = True
+        self.run_subcommand(["help"])
+
+    def run(self, argv: list[str]) -> int:
+        result: int = super().run(argv)
+        return 0 if self.showed_help else result
 
     def run_subcommand(self, argv: list[str]) -> int:
         try:
@@ -201,7 +239,7 @@ class AcceleronApp(App):
     def unknown_command(self, argv: list[str]) -> int:
         words = argv[: self.command_manager._get_last_possible_command_index(argv)]
         typed = " ".join(words) or " ".join(argv)
-        self.stderr.write(f"acceleron: '{typed}' is not a command. See 'acceleron --help'.\n")
+        self.stderr.write(f"'{typed}' is not a command: see 'acceleron help'.\n")
         close = suggestions(words, [name for name, _ in self.command_manager])
         if close:
             self.stderr.write(f"Did you mean: {', '.join(close)}?\n")
@@ -209,7 +247,8 @@ class AcceleronApp(App):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return AcceleronApp().run(sys.argv[1:] if argv is None else argv)
+    words = sys.argv[1:] if argv is None else argv
+    return AcceleronApp(words).run(words)
 
 
 def console() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from acceleron.cli.base import Lister
 from acceleron.cli.client import CommandError, api_client
+from acceleron.cli.inventory import Shown
 from acceleron.microversion import V2_14
 
 PATH = "/v2/quotas"
@@ -35,7 +36,14 @@ class ShowQuota(Lister):
         client = api_client(self)
         project = parsed_args.project or _own_project(client)
         body = client.request("GET", f"{PATH}/{project}", microversion=VERSION)
-        return COLUMNS, [tuple(q[c] for c in COLUMNS) for q in body["quota_set"]["quotas"]]
+        return COLUMNS, [_row(quota) for quota in body["quota_set"]["quotas"]]
+
+
+def _row(quota: dict[str, Any]) -> tuple[Any, ...]:
+    """An unlimited class reads "unlimited" in a table (null in JSON, as the API has it)."""
+    limit = quota["limit"]
+    shown = Shown(limit, "unlimited") if limit is None else limit
+    return quota["resource"], shown, quota["usage"]
 
 
 def _own_project(client: Any) -> str:

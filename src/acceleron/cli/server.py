@@ -241,7 +241,7 @@ def banner(conf: cfg.ConfigOpts, url: str) -> str:
         *([f"  export ACCELERON_URL={url}"] if url != DEFAULT_URL else []),
         f"  {cli} deployable list --tree",
         f"  {cli} profile create qat-try --group resources:CUSTOM_ACCELERATOR_QAT=1",
-        f"  {cli} claim --profile qat-try --consumer $(cat /proc/sys/kernel/random/uuid)",
+        f"  {cli} claim --profile qat-try",
     ]
     return "".join(f"{line}\n" for line in lines)
 

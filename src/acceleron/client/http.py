@@ -100,15 +100,18 @@ class AcceleronClient:
         url: str | None = None,
         auth: Any = None,
         microversion: str | None = None,
-        verify: bool = True,
+        verify: bool | str = True,
         timeout: float | None = None,
+        cert: str | tuple[str, str] | None = None,
     ) -> AcceleronClient:
         """A client for the API at ``url`` (with or without /v2) or, with a Keystone
-        ``auth`` plugin and no URL, at the catalog's endpoint; noauth without ``auth``."""
+        ``auth`` plugin and no URL, at the catalog's endpoint; noauth without ``auth``.
+        ``verify``: whether to check TLS certificates, or the CA bundle to check them
+        with; ``cert``: a client certificate (a file, or a file and its key)."""
         from keystoneauth1 import adapter, session
         from keystoneauth1.noauth import NoAuth
 
-        sess = session.Session(auth=auth or NoAuth(), verify=verify, timeout=timeout)
+        sess = session.Session(auth=auth or NoAuth(), verify=verify, timeout=timeout, cert=cert)
         api = adapter.Adapter(
             sess,
             service_type=SERVICE_TYPE,

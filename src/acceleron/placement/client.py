@@ -25,6 +25,7 @@ A client keeps small caches: use one per thread.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from keystoneauth1 import exceptions as ks_exc
 from acceleron import metrics
 from acceleron.exceptions import (
     AllocationConflict,
+    Conflict,
     PlacementError,
     PlacementGenerationConflict,
     PlacementProviderExists,
@@ -46,6 +48,10 @@ from acceleron.exceptions import (
 )
 
 LOG = logging.getLogger(__name__)
+# Placement's words for a trait or resource class it does not know (a 400).
+_UNKNOWN_NAME = re.compile(
+    r"No such (?P<what>trait\(s\)|resource class):? (?P<names>[A-Z0-9_, ]+[A-Z0-9_])"
+)
 
 # 1.20: POST /resource_providers returns the provider; 1.34: mappings in allocation
 # candidates; 1.36: same_subtree; 1.39: required=in:A,B (any of several traits).
@@ -183,12 +189,15 @@ class Consumer:
 
 
 def _error_detail(response: requests.Response) -> tuple[str, str | None]:
-    """Placement's error message and code, from its JSON error body if there is one."""
+    """Placement's error message and code, from its JSON error body if there is one;
+    without the HTTP boilerplate the detail starts with ("The server could not comply
+    with the request since ...", then the message after a blank line)."""
     try:
         error = response.json()["errors"][0]
-        return str(error.get("detail") or error.get("title")), error.get("code")
+        detail = str(error.get("detail") or error.get("title"))
+        return " ".join(detail.split("\n\n")[-1].split()) or detail, error.get("code")
     except (ValueError, KeyError, IndexError, TypeError):
-        return response.text.strip()[:500] or response.reason, None
+        return " ".join(response.text.split())[:500] or response.reason, None
 
 
 class PlacementClient:
@@ -622,10 +631,23 @@ class PlacementClient:
     # Scheduling
 
     def get_allocation_candidates(self, params: Sequence[tuple[str, str]]) -> Candidates:
-        """``GET /allocation_candidates`` with the query ``params`` (name, value pairs)."""
-        body = self._get(
-            f"/allocation_candidates?{urlencode(list(params))}", "listing allocation candidates"
-        )
+        """``GET /allocation_candidates`` with the query ``params`` (name, value pairs).
+        A trait or resource class Placement does not know (a device profile may name one
+        no host has published yet, or a misspelled one) is a Conflict that names it: no
+        provider can have it."""
+        try:
+            body = self._get(
+                f"/allocation_candidates?{urlencode(list(params))}", "listing allocation candidates"
+            )
+        except PlacementError as error:
+            unknown = _UNKNOWN_NAME.search(str(error)) if error.status == 400 else None
+            if unknown is None:
+                raise
+            raise Conflict(
+                f"No resource provider has {unknown.group('what')} {unknown.group('names')}: "
+                "Placement does not know the name. Is it misspelled in the device profile? "
+                "Otherwise no host has published it yet."
+            ) from error
         return Candidates.from_json(body)
 
     # Consumers

@@ -116,3 +116,30 @@ def test_the_tree_shows_every_field_an_operator_checks() -> None:
         "    ├── PCI 0000:5e:00.1  (in use)",
         "    └── vf_pool  vf_pool, 0 accelerators",
     ]
+
+
+def test_a_driver_that_finds_nothing_says_what_it_looked_for(
+    sysfs_tree: MakeTree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 devices is not left unexplained: what the driver reports, and what the host's
+    PCI functions are (here an Intel FPGA, an NVIDIA GPU and a QAT card: no Xilinx)."""
+    root = sysfs_tree(SCENARIO_6_1)
+    code, out, err = dry_run(capsys, config(tmp_path, root=str(root)), "--driver", "xilinx_fpga")
+    assert code == 0 and out.startswith("Host fakehost: 0 devices (")
+    devices = root / "sys" / "bus" / "pci" / "devices"
+    assert err == (
+        "Driver xilinx_fpga found no device (Xilinx (AMD) Alveo cards: vendor 10ee, class "
+        f"0x1200xx). {devices} has 13 PCI functions, of vendors 10de (1), 8086 (12): none is "
+        "one of those.\n"
+    )
+
+
+def test_an_unknown_driver_on_the_command_line_lists_the_drivers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = dry_run(capsys, config(tmp_path), "--driver", "nvidia")
+    assert (code, out) == (1, "")
+    assert err == (
+        "--driver 'nvidia': no such driver. The drivers are: fake, intel_fpga, intel_qat, "
+        "nvidia_gpu, pci, xilinx_fpga.\n"
+    )
