@@ -31,10 +31,10 @@ from acceleron.db.session import Database  # noqa: E402
 from acceleron.drivers.fake import FakeDriver  # noqa: E402
 from acceleron.placement import inprocess  # noqa: E402
 from acceleron.placement.client import PlacementClient  # noqa: E402
-from acceleron.placement.publish import Syncer  # noqa: E402
 from acceleron.placement.tree import Options  # noqa: E402
 from acceleron.report import HostReport  # noqa: E402
 from acceleron.service import inventory  # noqa: E402
+from acceleron.service.publish import Syncer  # noqa: E402
 
 INVENTORY = """
 devices:

@@ -179,7 +179,7 @@ def fill(conf_file: Path, hostnames: list[str]) -> tuple[float, float]:
     service = PlacementService(conf, db)
 
     def publish(names: list[str]) -> None:
-        from acceleron.placement.publish import Syncer
+        from acceleron.service.publish import Syncer
 
         syncer = Syncer(db, service.client, options_from_conf(conf), create_compute_nodes=True)
         for name in names:

@@ -22,10 +22,10 @@ from acceleron.db.models import AcceleratorRequest, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement.client import PlacementClient
-from acceleron.placement.publish import Syncer
 from acceleron.report import HostReport
 from acceleron.service import inventory
 from acceleron.service.placement import PlacementService, options_from_conf
+from acceleron.service.publish import Syncer
 from tests.fixtures.placement import placement, placement_app
 
 __all__ = ["placement", "placement_app"]

@@ -220,9 +220,9 @@ def test_a_line_outside_any_request_names_none(
     that request, and say so."""
     with logging_to(conf, tmp_path / "acceleron.log") as log:
         assert placement.get("/resource_providers").status_code == 200
-        logging.getLogger("acceleron.placement.publish").info("Published nothing")
+        logging.getLogger("acceleron.service.publish").info("Published nothing")
     (line,) = [line for line in log.read_text().splitlines() if "Published nothing" in line]
-    assert " INFO acceleron.placement.publish [-] Published nothing" in line
+    assert " INFO acceleron.service.publish [-] Published nothing" in line
 
 
 @pytest.mark.parametrize(

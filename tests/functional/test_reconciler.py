@@ -21,9 +21,9 @@ from acceleron.db.models import AttachHandle, Host, table
 from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
-from acceleron.placement.publish import Syncer
 from acceleron.service import arqs, binding, device_profiles
 from acceleron.service.placement import PlacementService, options_from_conf
+from acceleron.service.publish import Syncer
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.server import serve
 from tests.functional.api.test_arqs import ADMIN, HOST, inventory_of_host

@@ -22,8 +22,8 @@ from acceleron.api.common import Call, CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.services import services
 from acceleron.exceptions import Conflict
-from acceleron.placement.publish import HostSync
 from acceleron.service.placement import PlacementService
+from acceleron.service.publish import HostSync
 from acceleron.service.reconciler import Leak, Reconciler
 
 router = APIRouter(

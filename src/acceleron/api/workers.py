@@ -23,9 +23,9 @@ from starlette.datastructures import State
 from acceleron.api import placement as placement_api
 from acceleron.api.services import services
 from acceleron.exceptions import AcceleronError, PlacementUnavailable
-from acceleron.placement.publish import Syncer
 from acceleron.service import bind_tasks, stats
 from acceleron.service.placement import PlacementService
+from acceleron.service.publish import Syncer
 
 LOG = logging.getLogger(__name__)
 

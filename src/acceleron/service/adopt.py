@@ -56,8 +56,8 @@ from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, AllocationConflict, Conflict, InvalidInput
 from acceleron.placement import names, tree
 from acceleron.placement.client import CONCURRENT_UPDATE, Inventory, PlacementClient
-from acceleron.placement.publish import Syncer
 from acceleron.service import arqs, device_profiles
+from acceleron.service.publish import Syncer
 
 LOG = logging.getLogger(__name__)
 Allocations = Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amount

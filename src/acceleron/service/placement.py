@@ -1,5 +1,5 @@
 """Placement for the API process: ``[placement]`` as options and clients, the syncers
-(``placement.publish.Syncer``) and the check of a reporting host.
+(``service.publish.Syncer``) and the check of a reporting host.
 
 The thread that keeps every host published is ``api.workers.SyncWorker``.
 """
@@ -23,7 +23,7 @@ from acceleron.exceptions import (
 )
 from acceleron.placement import inprocess, names, tree
 from acceleron.placement.client import PlacementClient
-from acceleron.placement.publish import HOST, Syncer, unknown_host_message
+from acceleron.service.publish import HOST, Syncer, unknown_host_message
 
 LOG = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import Inventory, PlacementClient
-from acceleron.placement.publish import Syncer
 from acceleron.placement.tree import Options
 from acceleron.report import HostReport
 from acceleron.service import adopt, device_profiles, inventory
+from acceleron.service.publish import Syncer
 from tests.fixtures.cyborg import CyborgRows, cyborg, cyborg_url
 
 __all__ = ["cyborg", "cyborg_url"]

@@ -21,9 +21,9 @@ from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
-from acceleron.placement.publish import Syncer
 from acceleron.report import HostReport
 from acceleron.service import device_profiles, inventory
+from acceleron.service.publish import Syncer
 from acceleron.vocabulary import Health
 from tests.fixtures.placement import CountingAdapter
 from tests.functional.placement.test_sync import HOST, syncer

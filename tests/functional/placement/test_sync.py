@@ -17,12 +17,12 @@ from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import PlacementUnavailable, UnknownHost
 from acceleron.placement import names
 from acceleron.placement.client import Inventory, PlacementClient
-from acceleron.placement.publish import Syncer
 from acceleron.placement.tree import Options
 from acceleron.report import HostReport
 from acceleron.scheduler.query import groups_from_flavor, profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import options_from_conf
+from acceleron.service.publish import Syncer
 from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
 HOST = "host-1"

@@ -8,8 +8,8 @@ records the outcome. A host whose inventory did not change since its last sync
 changed report and periodically, and when Placement is unreachable the hosts
 simply stay pending until it answers again: nothing is lost.
 
-``placement.sync`` (beside it) knows Placement only; this module reads and records
-Acceleron's side. The configuration and the host checks are
+``placement.sync`` knows Placement only (``placement/`` reads no database); this
+module reads and records Acceleron's side. The configuration and the host checks are
 ``service.placement.PlacementService``; the thread that runs the passes is
 ``api.workers.SyncWorker``.
 """
