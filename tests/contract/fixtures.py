@@ -61,11 +61,13 @@ def intercept() -> Any:
 class Api(GabbiFixture):  # type: ignore[misc]
     """The API on an empty, migrated SQLite database; Placement disabled, noauth."""
 
+    # Configuration beside the defaults, by group, as a subclass needs it.
+    OVERRIDES: dict[str, dict[str, object]] = {}
+
     def start_fixture(self) -> None:
         self.state = Path(tempfile.mkdtemp(prefix="contract-"))
-        conf = confmod.load([], config_files=[], overrides={
-            "DEFAULT": {"state_path": str(self.state), "host": HOST},
-        })  # fmt: skip
+        defaults = {"DEFAULT": {"state_path": str(self.state), "host": HOST}}
+        conf = confmod.load([], config_files=[], overrides={**defaults, **self.OVERRIDES})
         self.db = Database(f"sqlite:///{self.state / 'acceleron.sqlite'}")
         migrate.upgrade(self.db)
         self.app = create_app(conf, self.db)
@@ -90,6 +92,18 @@ class Api(GabbiFixture):  # type: ignore[misc]
 
     def _on_loop(self, step: Any) -> None:
         asyncio.run_coroutine_threadsafe(step, self.loop).result(LIFESPAN_TIMEOUT)
+
+
+class QuotaApi(Api):
+    """The API with config-file limits: every project may hold 2 QAT accelerators,
+    project p2 may hold 3."""
+
+    OVERRIDES = {
+        "quota": {
+            "limits": ["class:CUSTOM_ACCELERATOR_QAT=2"],
+            "project_limits": ["p2/class:CUSTOM_ACCELERATOR_QAT=3"],
+        }
+    }
 
 
 def running() -> tuple[cfg.ConfigOpts, Database]:

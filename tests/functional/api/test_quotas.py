@@ -126,28 +126,6 @@ def test_bind_over_the_limit_is_refused_and_holds_nothing(
     assert held(db) == 2
 
 
-def test_quota_show(api: TestClient, db: Database, pool: Any) -> None:
-    arq = create(api, "qat", "p1").json()["arqs"][0]["uuid"]
-    assert bind(api, arq, pool.rp_uuid, "p1").status_code == 202
-    response = api.get("/v2/quotas/p1", headers={**V2_14, **member("p1")})
-    assert response.status_code == 200, response.text
-    assert response.json() == {
-        "quota_set": {
-            "project_id": "p1",
-            "driver": "config",
-            "quotas": [{"resource": f"class:{QAT}", "resource_class": QAT, "limit": 2, "usage": 1}],
-        }
-    }
-    p2 = api.get("/v2/quotas/p2", headers={**V2_14, **admin_of("p1")}).json()["quota_set"]
-    assert p2["quotas"] == [
-        {"resource": f"class:{QAT}", "resource_class": QAT, "limit": 3, "usage": 0}
-    ]
-    # Scoped to the caller's project, and only from 2.14.
-    assert api.get("/v2/quotas/p1", headers={**V2_14, **member("p2")}).status_code == 403
-    old = {"OpenStack-API-Version": "accelerator 2.9", **member("p1")}
-    assert api.get("/v2/quotas/p1", headers=old).status_code == 404
-
-
 def test_no_limit_means_unlimited(conf: cfg.ConfigOpts, db: Database, pool: Any) -> None:
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
         assert create(client, "qat3", "p1").status_code == 201
