@@ -142,8 +142,8 @@ class Inventory(GabbiFixture):  # type: ignore[misc]
         os.environ.update({name: by_address[address] for name, address in DEVICES.items()})
         os.environ.update({name: by_name[full] for name, full in DEPLOYABLES.items()})
         # Any spelling of a uuid finds what it names: upper case, no dashes.
-        os.environ["FPGA_DEVICE_SPELLED"] = by_address[DEVICES["FPGA_DEVICE"]].upper().replace(
-            "-", ""
+        os.environ["FPGA_DEVICE_SPELLED"] = (
+            by_address[DEVICES["FPGA_DEVICE"]].upper().replace("-", "")
         )
         self.names.append("FPGA_DEVICE_SPELLED")
 

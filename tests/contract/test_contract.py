@@ -31,10 +31,13 @@ def suite_of(path: Path) -> unittest.TestSuite:
 
 
 def last(trace: str) -> str:
-    """A failure's message: what follows the last traceback line of the trace."""
+    """A failure's message: what follows the last frame of its traceback."""
     lines = trace.rstrip().splitlines()
-    start = max((i for i, line in enumerate(lines) if line.startswith("  ")), default=-1) + 1
-    return "\n".join(lines[start:])[:2000]
+    frame = max((i for i, line in enumerate(lines) if line.startswith('  File "')), default=-1)
+    start = frame + 1
+    while start < len(lines) and lines[start].startswith("    "):
+        start += 1
+    return "\n".join(lines[start:])[:3000]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[path.stem for path in FILES])
