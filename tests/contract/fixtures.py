@@ -66,7 +66,9 @@ class Api(GabbiFixture):  # type: ignore[misc]
 
     def start_fixture(self) -> None:
         self.state = Path(tempfile.mkdtemp(prefix="contract-"))
-        defaults = {"DEFAULT": {"state_path": str(self.state), "host": HOST}}
+        defaults: dict[str, dict[str, object]] = {
+            "DEFAULT": {"state_path": str(self.state), "host": HOST}
+        }
         conf = confmod.load([], config_files=[], overrides={**defaults, **self.OVERRIDES})
         self.db = Database(f"sqlite:///{self.state / 'acceleron.sqlite'}")
         migrate.upgrade(self.db)
