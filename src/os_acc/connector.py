@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from acceleron.agent.client import ReportClient
 from acceleron.client import arqs as arqs_api
 from acceleron.client.arqs import bind_body, wait_claim, wait_resolved
 from acceleron.client.errors import detail
@@ -74,16 +73,17 @@ class NotReady(OsAccError):
 
 
 class Connector:
-    """``client``: the API's client, or the host agent's (whose connection it shares)."""
+    """``client``: the API's client (a host agent's, ``ReportClient.api``, shares its
+    connection)."""
 
     def __init__(
         self,
-        client: AcceleronClient | ReportClient,
+        client: AcceleronClient,
         hostname: str,
         timeout: float = 300.0,
         poll: float = 0.2,
     ) -> None:
-        self.client = client.api if isinstance(client, ReportClient) else client
+        self.client = client
         self.hostname = hostname
         self.timeout = timeout
         self.poll = poll
@@ -91,9 +91,8 @@ class Connector:
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Connector:
         """Reach the API as ``[agent]`` says, for the host ``[DEFAULT] host``."""
-        from acceleron.agent.client import connect
-
-        return cls(connect(conf).api, conf.host, timeout=float(conf.binding.bind_timeout))
+        client = AcceleronClient.from_conf(conf, str(MICROVERSION))
+        return cls(client, conf.host, timeout=float(conf.binding.bind_timeout))
 
     # --- the three calls of spec 000 ---------------------------------------------
 

@@ -36,7 +36,7 @@ def host(live_api: str, tmp_path: Path) -> Host:
 
 
 def connector(host: Host, timeout: float = 20) -> Connector:
-    return Connector(host.runner().client, host.name, timeout=timeout, poll=0.05)
+    return Connector(host.runner().client.api, host.name, timeout=timeout, poll=0.05)
 
 
 def instance(**extra: Any) -> dict[str, Any]:

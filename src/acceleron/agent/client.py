@@ -29,12 +29,8 @@ from typing import Any
 from urllib.parse import quote
 
 from keystoneauth1 import adapter as ks_adapter
-from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import loading as ks_loading
-from keystoneauth1.noauth import NoAuth
 from oslo_config import cfg
 
-from acceleron import conf as confmod
 from acceleron import formats
 from acceleron.bitstreams.transfer import CHUNK_SIZE
 from acceleron.client.errors import parse_error
@@ -46,21 +42,15 @@ from acceleron.client.http import (
     Unreachable,
     as_client,
 )
-from acceleron.conf import AGENT_DEFAULT_ENDPOINT
 from acceleron.exceptions import AcceleronError
 from acceleron.microversion import V2_5, V2_8
 from acceleron.report import HostReport, to_bytes
 
 LOG = logging.getLogger(__name__)
-GROUP = "agent"
 MICROVERSION = V2_5  # host reports
 TASKS_MICROVERSION = V2_8  # tasks and bitstream bytes
 UNKNOWN_HOST = "acceleron.unknown_host"
 UNSUPPORTED_FORMAT = "acceleron.unsupported_format"
-
-
-class AgentConfigError(Exception):
-    """The ``[agent]`` connection options cannot work (an auth plugin's option missing)."""
 
 
 class ReportError(Exception):
@@ -308,25 +298,6 @@ def _json(response: Any) -> dict[str, Any]:
 
 
 def connect(conf: cfg.ConfigOpts) -> ReportClient:
-    """A client built from the ``[agent]`` options (nothing is contacted yet)."""
-    section = conf[GROUP]
-    try:
-        session, auth = confmod.load_session(conf, GROUP)
-    except ks_exc.ClientException as error:
-        raise AgentConfigError(f"[agent] authentication options: {error}") from error
-    endpoint = section.api_endpoint or section.endpoint_override
-    if endpoint is None and (auth is None or isinstance(auth, NoAuth)):
-        endpoint = AGENT_DEFAULT_ENDPOINT
-    try:
-        adapter = ks_loading.load_adapter_from_conf_options(
-            conf,
-            GROUP,
-            session=session,
-            auth=auth,
-            endpoint_override=endpoint,
-            default_microversion=str(MICROVERSION),
-            raise_exc=False,
-        )
-    except TypeError as error:  # keystoneauth's word for contradictory adapter options
-        raise AgentConfigError(f"[agent] adapter options: {error}") from error
-    return ReportClient(adapter)
+    """A client built from the ``[agent]`` options (nothing is contacted yet);
+    OptionsError when they cannot work."""
+    return ReportClient(AcceleronClient.from_conf(conf, str(MICROVERSION)))

@@ -188,12 +188,13 @@ def _drivers(conf: cfg.ConfigOpts) -> list[Driver]:
 
 
 def _agent(conf: cfg.ConfigOpts, drivers: list[Driver]) -> AgentLoop:
-    from acceleron.agent.client import AgentConfigError, connect
+    from acceleron.agent.client import connect
     from acceleron.agent.loop import Agent as AgentLoop
     from acceleron.agent.loop import Settings
+    from acceleron.client.http import OptionsError
 
     try:
         client = connect(conf)
-    except AgentConfigError as error:
+    except OptionsError as error:
         raise CommandError(f"Configuration error: {error}") from error
     return AgentLoop(Settings.from_conf(conf), drivers, client)

@@ -29,6 +29,7 @@ from acceleron.connection import base_url, root_cause
 
 if TYPE_CHECKING:
     from keystoneauth1 import adapter as ks_adapter
+    from oslo_config import cfg
 
 SERVICE_TYPE = "accelerator"
 # Seconds a call waits for the API to answer (a socket read, not a whole transfer),
@@ -81,6 +82,10 @@ class NoEndpoint(CallFailed):
     """The Keystone catalog has no accelerator endpoint (or the options cannot find one)."""
 
 
+class OptionsError(Exception):
+    """The ``[agent]`` connection options cannot work (an auth plugin's option missing)."""
+
+
 class AcceleronClient:
     """Calls to the Acceleron API through ``adapter`` (a keystoneauth Adapter for the
     accelerator service, made with ``raise_exc=False`` or not: calls here never raise
@@ -120,6 +125,39 @@ class AcceleronClient:
             raise_exc=False,
         )
         return cls(api)
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts, microversion: str) -> AcceleronClient:
+        """A client as a compute host reaches the API (its agent, os_acc): from the
+        ``[agent]`` group's keystoneauth session, auth and adapter options, plus
+        ``api_endpoint``; without ``auth_type``, the embedded API's endpoint by default.
+        Nothing is contacted yet; OptionsError when the options cannot work."""
+        from keystoneauth1 import exceptions as ks_exc
+        from keystoneauth1 import loading as ks_loading
+        from keystoneauth1.noauth import NoAuth
+
+        from acceleron import conf as confmod
+
+        try:
+            session, auth = confmod.load_session(conf, "agent")
+        except ks_exc.ClientException as error:
+            raise OptionsError(f"[agent] authentication options: {error}") from error
+        endpoint = conf.agent.api_endpoint or conf.agent.endpoint_override
+        if endpoint is None and (auth is None or isinstance(auth, NoAuth)):
+            endpoint = confmod.AGENT_DEFAULT_ENDPOINT
+        try:
+            adapter = ks_loading.load_adapter_from_conf_options(
+                conf,
+                "agent",
+                session=session,
+                auth=auth,
+                endpoint_override=endpoint,
+                default_microversion=microversion,
+                raise_exc=False,
+            )
+        except TypeError as error:  # keystoneauth's word for contradictory adapter options
+            raise OptionsError(f"[agent] adapter options: {error}") from error
+        return cls(adapter)
 
     @property
     def session(self) -> Any:

@@ -10,7 +10,6 @@ from oslo_config import cfg
 
 from acceleron import conf as confmod
 from acceleron.agent.client import (
-    AgentConfigError,
     ApiUnavailable,
     ReportRefused,
     UnknownHost,
@@ -19,6 +18,7 @@ from acceleron.agent.client import (
     unknown_host_message,
 )
 from acceleron.client.errors import parse_error
+from acceleron.client.http import OptionsError
 from acceleron.connection import base_url
 
 
@@ -118,7 +118,7 @@ def test_keystone_mode_finds_the_api_in_the_catalog(tmp_path: Path) -> None:
 
 
 def test_a_missing_auth_option_is_a_configuration_error(tmp_path: Path) -> None:
-    with pytest.raises(AgentConfigError, match="were not given: auth_url"):
+    with pytest.raises(OptionsError, match="were not given: auth_url"):
         connect(keystone(tmp_path, username="acceleron"))
 
 
