@@ -156,6 +156,14 @@ def test_bad_claims_leave_nothing_behind(aio: AllInOne) -> None:
     none = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "16"})  # more than there is
     refused = claim(aio, none, consumer)
     assert refused.status_code == 409, refused.text
+    assert refused.json()["errors"][0]["code"] == "acceleron.conflict"
+    assert "free" in refused.text
+    # FPGA is a class Placement knows, but the all-in-one publishes custom classes: no
+    # accelerator provides it at all, which is said apart from all of them being taken.
+    unprovided = claim(aio, profile(aio, {"resources:FPGA": "1"}), consumer)
+    assert unprovided.status_code == 409, unprovided.text
+    assert unprovided.json()["errors"][0]["code"] == "acceleron.not_provided"
+    assert "No host provides FPGA" in unprovided.text and "in use" not in unprovided.text
     assert send(aio, "GET", f"/v2/claims/{consumer}").status_code == 404
     assert allocations(aio, consumer) == {}
     assert claim(aio, name, consumer).status_code == 201

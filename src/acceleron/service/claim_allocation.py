@@ -68,10 +68,11 @@ def allocate(
             raise fit.refusal()
     wanted = wanted_functions(groups, store, claim.project_id)
     found = survey(db, groups, wanted, hostname)
-    view = None
-    if options is not None and options.nested and nested:
-        view = claim_view.read(db, found.holder_trees | found.trees, options)
+    viewed = options if options is not None and options.nested and nested else None
     for attempt in range(1, ATTEMPTS + 1):
+        view = None  # read again after a conflict: the claims made meanwhile are in it
+        if viewed is not None:
+            view = claim_view.read(db, found.holder_trees | found.trees, viewed)
         best = None if view is None else _chosen(view.candidates(query.profile_groups(steered)),
                                                  fits, wanted)  # fmt: skip
         direct = best is not None
@@ -79,7 +80,7 @@ def allocate(
             best = _queried(placement, steered, found, fits, wanted, view)
         if best is None:
             raise _nothing_free(db, steered, hostname, options)
-        hostname = _hostname(db, best)
+        host = _hostname(db, best)
         with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
             record_step(conn, claim, "placing", allocations=held(best))
         remember(claim.id, held(best))  # and remembered: the maker may drop it itself
@@ -103,11 +104,11 @@ def allocate(
             )
             if direct:  # the view was behind there: Placement's query chooses from now on
                 claim_view.mark(best.allocations)
-                view = None
+                viewed = None
             else:
                 time.sleep(0.02 * attempt)
             continue
-        return best, hostname
+        return best, host
     raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
 
 
