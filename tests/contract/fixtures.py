@@ -30,8 +30,10 @@ from acceleron.db import migrate
 from acceleron.db.models import Deployable, Device, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
+from acceleron.placement import inprocess
 from acceleron.report import HostReport
 from acceleron.service import inventory
+from tests.fixtures.placement import reset_placement
 
 HOST = "host-1"
 # Seconds the app has to start or stop (its lifespan); a request has gabbi's timeout.
@@ -106,6 +108,20 @@ class QuotaApi(Api):
             "project_limits": ["p2/class:CUSTOM_ACCELERATOR_QAT=3"],
         }
     }
+
+
+class PlacementApi(Api):
+    """The API with the real Placement embedded (as the all-in-one runs it), emptied
+    first: Placement runs once a process, in memory, as tests/fixtures/placement.py
+    runs it for the other tests. Files that take it are marked ``placement`` (make check
+    leaves them out)."""
+
+    OVERRIDES = {"placement": {"mode": "embedded", "embedded_connection": "sqlite://"}}
+
+    def start_fixture(self) -> None:
+        inprocess.placement_app("sqlite://")
+        reset_placement()
+        super().start_fixture()
 
 
 def running() -> tuple[cfg.ConfigOpts, Database]:

@@ -40,7 +40,15 @@ def last(trace: str) -> str:
     return "\n".join(lines[start:])[:3000]
 
 
-@pytest.mark.parametrize("path", FILES, ids=[path.stem for path in FILES])
+def marks(path: Path) -> list[pytest.MarkDecorator]:
+    """A file whose fixtures run the real Placement is marked as every such test is."""
+    named = utils.load_yaml(yaml_file=str(path)).get("fixtures", [])
+    return [pytest.mark.placement] if "PlacementApi" in named else []
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(path, id=path.stem, marks=marks(path)) for path in FILES]
+)
 def test_contract(path: Path) -> None:
     suite = suite_of(path)
     total = suite.countTestCases()
