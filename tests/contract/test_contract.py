@@ -8,12 +8,16 @@ workers: its requests build on each other.
 
 from __future__ import annotations
 
+import re
 import unittest
 from pathlib import Path
 
 import pytest
 from gabbi import handlers, suitemaker, utils  # type: ignore[import-untyped]
 
+from acceleron import conf as confmod
+from acceleron.api.app import create_app
+from acceleron.db.session import Database
 from tests.contract import fixtures
 
 HERE = Path(__file__).parent
@@ -59,3 +63,35 @@ def test_contract(path: Path) -> None:
         pytest.fail(f"{len(broken)} of {total} broke the contract:\n" + "\n".join(broken),
                     pytrace=False)  # fmt: skip
     assert result.testsRun == total and not result.skipped, result.skipped
+
+
+# A request's URL as a file writes it: what a template stands for ($ENVIRON['X'],
+# $HISTORY['test'].$RESPONSE['$.path'], $RESPONSE[...]) is one path segment.
+TEMPLATE = re.compile(r"(\$HISTORY\['[^']*'\]\.)?\$(ENVIRON|RESPONSE)\['[^']*'\]")
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def requested() -> set[tuple[str, str]]:
+    """(method, path) of every request of every file, templates made a segment."""
+    found = set()
+    for path in FILES:
+        for test in utils.load_yaml(yaml_file=str(path))["tests"]:
+            for method in METHODS:
+                if isinstance(test.get(method), str):
+                    url = TEMPLATE.sub("x", test[method]).split("?")[0]
+                    found.add((method, url))
+    return found
+
+
+def test_every_route_has_a_contract() -> None:
+    """Each route of the API (its OpenAPI document) is requested by some file."""
+    settings = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": "/x"}})
+    paths = create_app(settings, Database("sqlite://")).openapi()["paths"]
+    asked = requested()
+    missing = []
+    for template, operations in sorted(paths.items()):
+        pattern = re.compile("^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(template)) + "$")
+        for method in operations:
+            if not any(m == method.upper() and pattern.match(u) for m, u in asked):
+                missing.append(f"{method.upper()} {template}")
+    assert not missing, "routes no contract file requests:\n" + "\n".join(missing)
