@@ -27,7 +27,7 @@ CHECK_MARKERS ?= not slow and not placement
 # (8 s of CPU each for `make check`'s collection).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg
+.PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg e2e-upgrade
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -107,6 +107,13 @@ e2e-flat: $(STAMP)
 ## in a reference cloud of its own that runs Cyborg instead of Acceleron.
 e2e-cyborg: $(STAMP)
 	$(BIN)/python -m cloud e2e --cyborg
+
+## A rolling upgrade under load (tests/e2e/test_upgrade.py), in a reference cloud of its
+## own started on the previous release (its files and its own locked virtualenv): expand,
+## API replica 1, replica 2, the agents, contract, while servers with accelerators boot
+## and claims are made; prints the tallies. docs/install.md, "Upgrades".
+e2e-upgrade: $(STAMP)
+	$(BIN)/python -m cloud e2e --upgrade
 
 ## The database failing over under load (no Nova): a three-node MariaDB Galera cluster
 ## behind a one-writer balancer with its writer killed, and a PostgreSQL server restarted;

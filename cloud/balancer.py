@@ -12,16 +12,27 @@ goes to one backend, the writer, until it refuses a connection; then to the next
 the list that accepts, which stays the writer (a node that comes back does not take
 the writes back). Connections open to a writer that dies are closed, as above.
 
-Usage: ``python -m cloud.balancer [--failover] LISTEN_PORT BACKEND_PORT [BACKEND_PORT ...]``
-(all on 127.0.0.1).
+In ``--http`` mode (the reference cloud's, in front of Acceleron's replicas) it is HAProxy
+in ``mode http``: each request goes to the next replica in turn (to the one after when a
+replica refuses the connection: nothing was sent yet), over connections of its own, so
+a client's connection outlives any replica. A replica can be drained, as an operator
+does before upgrading it: ``POST /-/drain/<port>`` sends it no new request and answers
+once none is left in flight on it (the replica may then stop: nothing is cut);
+``POST /-/enable/<port>`` takes it back. With every replica refusing, a request is
+answered 503 with Retry-After, as HAProxy does with no server up.
+
+Usage: ``python -m cloud.balancer [--failover | --http] LISTEN_PORT BACKEND_PORT
+[BACKEND_PORT ...]`` (all on 127.0.0.1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import sys
+from typing import Any
 
 HOST = "127.0.0.1"
 CHUNK = 65536
@@ -72,6 +83,113 @@ class Balancer:
         await asyncio.gather(pipe(reader, backend[1]), pipe(backend[0], writer))
 
 
+# Headers of one hop, not passed on (RFC 9110, 7.6.1).
+HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade",
+       b"proxy-connection", b"host"}  # fmt: skip
+DRAIN_WAIT = 300.0  # seconds a drain may wait for the replica's last request
+
+
+class HttpBalancer:
+    """The ASGI application of ``--http`` mode (served by uvicorn)."""
+
+    def __init__(self, backends: list[int]) -> None:
+        import httpx
+
+        self.backends = backends
+        self.drained: set[int] = set()
+        self.in_flight: collections.Counter[int] = collections.Counter()
+        self._turn = itertools.cycle(backends)
+        # No read timeout: agents' long polls for work last as long as the API says.
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await self.client.aclose()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path: str = scope["path"]
+        if path.startswith("/-/"):
+            await self.control(path, send)
+            return
+        body = b""
+        while True:  # the whole request body (the API's requests are small)
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await self.forward(scope, body, send)
+
+    async def forward(self, scope: Any, body: bytes, send: Any) -> None:
+        import httpx
+
+        sent = [(k, v) for k, v in scope["headers"] if k not in HOP]
+        target = scope["raw_path"].decode() + (
+            "?" + scope["query_string"].decode() if scope["query_string"] else ""
+        )
+        for _ in range(len(self.backends)):
+            port = next(self._turn)
+            if port in self.drained:
+                continue
+            self.in_flight[port] += 1
+            try:
+                request = self.client.build_request(
+                    scope["method"], f"http://{HOST}:{port}{target}", headers=sent,
+                    content=body,
+                )  # fmt: skip
+                try:
+                    response = await self.client.send(request, stream=True)
+                except httpx.ConnectError:
+                    continue  # refused: nothing was sent, the next replica takes it
+                try:
+                    kept = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP]
+                    await send({"type": "http.response.start", "status": response.status_code,
+                                "headers": kept})  # fmt: skip
+                    async for chunk in response.aiter_raw():
+                        await send({"type": "http.response.body", "body": chunk,
+                                    "more_body": True})  # fmt: skip
+                    await send({"type": "http.response.body", "body": b""})
+                finally:
+                    await response.aclose()
+                return
+            finally:
+                self.in_flight[port] -= 1
+        headers = [(b"retry-after", b"5"), (b"content-type", b"text/plain")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": b"no replica answers\n"})
+
+    async def control(self, path: str, send: Any) -> None:
+        """``/-/drain/<port>`` (answered once nothing is in flight on it) and
+        ``/-/enable/<port>``."""
+        _, _, action, port_text = path.split("/", 3)
+        port = int(port_text)
+        if action == "drain":
+            self.drained.add(port)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + DRAIN_WAIT
+            while self.in_flight[port] and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            status = 409 if self.in_flight[port] else 200
+        else:
+            self.drained.discard(port)
+            status = 200
+        sys.stderr.write(f"balancer: {action} {port}: {status}\n")
+        sys.stderr.flush()
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def serve_http(port: int, backends: list[int]) -> None:
+    import uvicorn
+
+    sys.stderr.write(f"balancer (http) on {HOST}:{port} -> {backends}\n")
+    sys.stderr.flush()
+    uvicorn.run(HttpBalancer(backends), host=HOST, port=port, log_level="warning",
+                access_log=False, timeout_keep_alive=75, server_header=False,
+                date_header=False)  # fmt: skip
+
+
 async def serve(port: int, backends: list[int], *, failover: bool = False) -> None:
     balancer = Balancer(backends, failover=failover)
     server = await asyncio.start_server(balancer.handle, HOST, port, reuse_address=True)
@@ -83,9 +201,11 @@ async def serve(port: int, backends: list[int], *, failover: bool = False) -> No
 
 def main(argv: list[str]) -> int:
     args = argv[1:]
-    failover = "--failover" in args
-    ports = [int(p) for p in args if p != "--failover"]
-    asyncio.run(serve(ports[0], ports[1:], failover=failover))
+    ports = [int(p) for p in args if not p.startswith("--")]
+    if "--http" in args:
+        serve_http(ports[0], ports[1:])
+    else:
+        asyncio.run(serve(ports[0], ports[1:], failover="--failover" in args))
     return 0
 
 

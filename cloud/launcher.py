@@ -38,6 +38,7 @@ import socket
 import string
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -156,6 +157,116 @@ def run(argv: Sequence[str], env: Mapping[str, str] | None = None, what: str = "
 
 
 # ---------------------------------------------------------------------------------------
+# Releases: the previous one, to upgrade from (`up --release`, make e2e-upgrade)
+
+VERSION_FILE = "src/acceleron/__init__.py"  # acceleron.__version__ names a release
+
+
+def git(*argv: str) -> str:
+    return run(["git", "-C", str(REPO), *argv], what=f"git {argv[0]}")
+
+
+def version_of(text: str) -> str:
+    for line in text.splitlines():
+        if line.startswith("__version__ = "):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    raise CloudError(f"no __version__ in {VERSION_FILE}")
+
+
+def previous_release() -> str:
+    """The commit of the newest release older than the checkout: the last commit whose
+    ``__version__`` names it, i.e. the parent of the commit that moved ``__version__`` on
+    to the next ``.dev0`` (CONTRIBUTING.md, "Releases"). Found in the history, not by
+    its tag: a fresh clone has no tags."""
+    current = version_of((REPO / VERSION_FILE).read_text())
+    for line in git("log", "--format=%H %P", "--", VERSION_FILE).splitlines():
+        before = [*line.split(), ""][1]  # the commit's (first) parent
+        if not before:
+            break
+        version = version_of(git("show", f"{before}:{VERSION_FILE}"))
+        if ".dev" not in version and version != current:
+            return before
+    raise CloudError("no earlier release in the history (a shallow clone? `git fetch --unshallow`)")
+
+
+def release_venv(ref: str) -> str:
+    """The release at ``ref`` (a commit or tag) installed from its own requirements.lock:
+    its files (``git archive``) under releases/<version>/, its virtualenv in
+    venvs/acceleron-<version>/ (with uv's shared cache: seconds once cached), made when
+    missing. Returns the version."""
+    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+    version = version_of(git("show", f"{commit}:{VERSION_FILE}"))
+    tree, path = HOME / "releases" / version, VENVS / f"acceleron-{version}"
+    stamp = path / ".cloud-stamp"
+    digest = hashlib.sha256(f"{commit} {sys.version}".encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return version
+    started = time.monotonic()
+    for old in (tree, path):
+        shutil.rmtree(old, ignore_errors=True)
+    tree.mkdir(parents=True)
+    archive = tree.with_suffix(".tar")
+    git("archive", "--format=tar", "-o", str(archive), commit)
+    with tarfile.open(archive) as files:
+        files.extractall(tree, filter="data")
+    archive.unlink()
+    run([uv(), "venv", "-q", "--python", sys.executable, str(path)])
+    python = str(path / "bin" / "python")
+    lock = str(tree / "requirements.lock")
+    run([uv(), "pip", "install", "-q", "--python", python, "-c", lock, str(tree)],
+        what=f"installing Acceleron {version}")  # fmt: skip
+    stamp.write_text(digest)
+    log(f"Acceleron {version} ({commit[:12]}): installed in {time.monotonic() - started:.1f} s")
+    return version
+
+
+def acceleron_command(cloud: Cloud) -> str:
+    """The ``acceleron`` command Acceleron's processes start with: the release's (`up
+    --release`) or the checkout's."""
+    if cloud.release:
+        return str(VENVS / f"acceleron-{cloud.release}" / "bin" / "acceleron")
+    return str(REPO / ".venv" / "bin" / "acceleron")
+
+
+def manage(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The checkout's ``acceleron`` with the API replicas' configuration (``db upgrade
+    --expand``, ``status upgrade check``, ...), run to its end; its exit status is the
+    caller's to read."""
+    config = str(RUN / "acceleron" / "acceleron.conf")
+    command = [str(REPO / ".venv" / "bin" / "acceleron"), "--config-file", config, *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
+
+
+def upgrade(cloud: Cloud, name: str) -> None:
+    """Run Acceleron's process ``name`` (``acceleron-api-N``, ``agent-<host>``) on the
+    checkout's release, as an operator's rolling upgrade does: a replica is drained at
+    the balancer first (no new request; the balancer answers once none is left on it),
+    stopped with SIGTERM, started again with the same arguments, waited for until it
+    answers, and enabled again; an agent is stopped and started (it resumes its tasks)."""
+    process = cloud.processes[name]
+    process.argv[0] = str(REPO / ".venv" / "bin" / "acceleron")
+    replica = name in cloud.ports
+    if replica:
+        balancer("drain", cloud, name)
+    cloud.stop(name, wait=60)
+    cloud.start(name)
+    if replica:
+        wait_for(name, answers(cloud.url(name)), cloud, [name])
+        balancer("enable", cloud, name)
+    log(f"{name}: upgraded")
+
+
+def balancer(action: str, cloud: Cloud, name: str) -> None:
+    """``drain`` (answered once no request is left on it) or ``enable`` the replica
+    ``name`` at the balancer in front of the replicas."""
+    url = f"{cloud.url(cloud.acceleron_port)}/-/{action}/{cloud.ports[name]}"
+    request = urllib.request.Request(url, method="POST")
+    with urllib.request.urlopen(request, timeout=WAIT * 2) as answer:
+        if answer.status != 200:
+            raise CloudError(f"the balancer could not {action} {name}: {answer.status}")
+
+
+# ---------------------------------------------------------------------------------------
 # The cloud's description
 
 
@@ -173,6 +284,11 @@ class Process:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return False
+        # A process that ended but that its parent (another launcher: `make e2e-upgrade`
+        # runs pytest beside the one that started the cloud) has not reaped is a zombie.
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            return stat.rsplit(")", 1)[1].split()[0] != "Z"
         return True
 
 
@@ -185,6 +301,9 @@ class Cloud:
     processes: dict[str, Process] = dataclasses.field(default_factory=dict)
     # ACCELERON, or CYBORG: upstream Cyborg serves the accelerator endpoint instead.
     accelerator: str = ACCELERON
+    # The release Acceleron's processes started from (`up --release`, make e2e-upgrade):
+    # its version; "" for the checkout.
+    release: str = ""
 
     # names ------------------------------------------------------------------------
     @property
@@ -751,7 +870,7 @@ def nova(cloud: Cloud) -> None:
 
 def acceleron_schema(cloud: Cloud) -> None:
     """Acceleron's database schema."""
-    command = str(REPO / ".venv" / "bin" / "acceleron")
+    command = acceleron_command(cloud)
     config = ["--config-file", str(RUN / "acceleron" / "acceleron.conf")]
     run([command, *config, "db", "upgrade"], what="acceleron db upgrade")
 
@@ -759,18 +878,16 @@ def acceleron_schema(cloud: Cloud) -> None:
 def acceleron(cloud: Cloud) -> None:
     """Two API replicas and the balancer in front of them (once Keystone's catalog and
     registered limits are made: their configuration names the accelerator endpoint)."""
-    command = str(REPO / ".venv" / "bin" / "acceleron")
+    command = acceleron_command(cloud)
     config = ["--config-file", str(acceleron_config(cloud, limits_endpoint(cloud)))]
     replicas = []
     for index in (1, 2):
         name = f"acceleron-api-{index}"
         cloud.start(name, [command, *config, "api", "--port", str(cloud.ports[name])], {})
         replicas.append(str(cloud.ports[name]))
-    cloud.start(
-        "balancer",
-        [sys.executable, "-m", "cloud.balancer", str(cloud.ports[cloud.acceleron_port]), *replicas],
-        {"PYTHONPATH": str(REPO)},
-    )
+    # In HTTP mode: a replica can be drained before it stops (upgrade()).
+    front = ["-m", "cloud.balancer", "--http", str(cloud.ports[cloud.acceleron_port])]
+    cloud.start("balancer", [sys.executable, *front, *replicas], {"PYTHONPATH": str(REPO)})
     for index in (1, 2):
         name = f"acceleron-api-{index}"
         wait_for(name, answers(cloud.url(name)), cloud, [name])
@@ -902,7 +1019,7 @@ def cyborg_device_published(conn: Any, name: str) -> Callable[[], bool]:
 def agents(cloud: Cloud) -> None:
     """One agent per compute host; wait until each host's accelerators are in Placement
     (child providers, or the compute node's own inventory in a flat cloud)."""
-    command = str(REPO / ".venv" / "bin" / "acceleron")
+    command = acceleron_command(cloud)
     for host in COMPUTES:
         cloud.start(
             f"agent-{host}",
@@ -984,9 +1101,10 @@ def write_credentials(cloud: Cloud) -> None:
 # Up and down
 
 
-def up(nested: bool = True, accelerator: str = ACCELERON) -> Cloud:
+def up(nested: bool = True, accelerator: str = ACCELERON, release: str = "") -> Cloud:
     """Start the cloud, with Acceleron or upstream Cyborg (``accelerator``) as its
-    accelerator service."""
+    accelerator service; Acceleron at the release ``release`` (a commit or tag) rather
+    than the checkout's, when given."""
     existing = Cloud.load()
     if existing is not None and existing.running:
         log(f"already running (state in {STATE}); `make cloud-stop` first to start anew")
@@ -994,6 +1112,7 @@ def up(nested: bool = True, accelerator: str = ACCELERON) -> Cloud:
     started = time.monotonic()
     for name in (*SERVICES, CYBORG) if accelerator == CYBORG else SERVICES:
         venv(name)
+    version = release_venv(release) if release else ""
     log(f"virtualenvs ready in {time.monotonic() - started:.1f} s")
     shutil.rmtree(RUN, ignore_errors=True)
     LOGS.mkdir(parents=True)
@@ -1014,6 +1133,7 @@ def up(nested: bool = True, accelerator: str = ACCELERON) -> Cloud:
         free_ports(names),
         nested,
         accelerator=accelerator,
+        release=version,
     )
     cloud.save()
     try:
@@ -1103,23 +1223,31 @@ def to_nested(cloud: Cloud) -> None:
 
 
 def end_to_end(
-    pytest_args: Sequence[str], nested: bool = True, accelerator: str = ACCELERON
+    pytest_args: Sequence[str],
+    nested: bool = True,
+    accelerator: str = ACCELERON,
+    upgrade: bool = False,
 ) -> int:
     """Run tests/e2e against the running cloud, or against one started for the run and
     stopped after it (flat when ``nested`` is false, with upstream Cyborg when
-    ``accelerator`` says so: then only tests/e2e/test_cyborg.py runs)."""
+    ``accelerator`` says so: then only tests/e2e/test_cyborg.py runs; on the previous
+    release when ``upgrade`` says so: then only tests/e2e/test_upgrade.py runs)."""
     existing = Cloud.load()
     ours = existing is None or not existing.running
     started = time.monotonic()
     if ours:
-        up(nested=nested, accelerator=accelerator)
+        release = previous_release() if upgrade else ""
+        up(nested=nested, accelerator=accelerator, release=release)
     found = Cloud.load()
     cyborg_runs = found is not None and found.cyborg
+    tests = "tests/e2e/test_cyborg.py" if cyborg_runs else "tests/e2e"
+    if found is not None and found.release:  # its tallies are printed as it goes
+        tests, pytest_args = "tests/e2e/test_upgrade.py", ["-s", *pytest_args]
     env = {**os.environ, "ACCELERON_E2E": "1", "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")}
     try:
         argv = [
             str(REPO / ".venv" / "bin" / "pytest"),
-            "tests/e2e/test_cyborg.py" if cyborg_runs else "tests/e2e",
+            tests,
             "--timeout",
             "900",
             "--durations=15",  # where CI's time goes
@@ -1159,6 +1287,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="upstream Cyborg (API, conductor, an agent per compute with its fake driver) "
         "is the accelerator service instead of Acceleron",
     )
+    start.add_argument(
+        "--release",
+        nargs="?",
+        const="previous",
+        default="",
+        metavar="COMMIT",
+        help="Acceleron at this release (a commit or tag; alone: the release before the "
+        "checkout's), installed from its own lock, to upgrade from (make e2e-upgrade)",
+    )
     sub.add_parser("down", help="stop every process, drop the databases and the vhost")
     sub.add_parser(
         "acceleron",
@@ -1177,6 +1314,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="a cloud started for the run has upstream Cyborg (tests/e2e/test_cyborg.py runs)",
     )
+    e2e.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="a cloud started for the run has Acceleron's previous release, upgraded under "
+        "load by tests/e2e/test_upgrade.py (the only test that runs)",
+    )
     e2e.add_argument("pytest_args", nargs="*", help="more pytest arguments")
     sub.add_parser(
         "nested",
@@ -1188,7 +1331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(nested=not args.flat, accelerator=CYBORG if args.cyborg else ACCELERON)
+            release = previous_release() if args.release == "previous" else args.release
+            accelerator = CYBORG if args.cyborg else ACCELERON
+            up(nested=not args.flat, accelerator=accelerator, release=release)
         elif args.command == "down":
             down()
         elif args.command == "acceleron":
@@ -1198,7 +1343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             acceleron_beside_cyborg(cloud)
         elif args.command == "e2e":
             accelerator = CYBORG if args.cyborg else ACCELERON
-            return end_to_end(args.pytest_args, nested=not args.flat, accelerator=accelerator)
+            return end_to_end(
+                args.pytest_args,
+                nested=not args.flat,
+                accelerator=accelerator,
+                upgrade=args.upgrade,
+            )
         elif args.command == "venvs":
             for name in SERVICES:
                 venv(name)
