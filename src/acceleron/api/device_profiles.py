@@ -123,10 +123,18 @@ async def _steered(call: Call, profiles: list[service.Profile]) -> list[service.
     if not wants or placement is None or placement.mode == "disabled":
         return profiles
     project, nested = call.context.project_id or "", placement.options.nested
-    steered: list[service.Profile] = await call.run_with_store(
-        fitting.steer_all, call.bitstreams, profiles, project, nested
+    # Profiles share groups (a list of 200 names a few functions): each distinct group
+    # is steered once, in one transaction.
+    distinct = {_key(g): g for p in profiles for g in p.groups}
+    steered, _ = await call.run_with_store(
+        fitting.steer, call.bitstreams, list(distinct.values()), project, nested
     )
-    return steered
+    by_key = dict(zip(distinct, steered, strict=True))
+    return [p._replace(groups=[by_key[_key(g)] for g in p.groups]) for p in profiles]
+
+
+def _key(group: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(group.items())  # in order: a profile's groups keep their keys' order
 
 
 @router.get("", responses={200: {"model": DeviceProfileList}}, summary="List device profiles")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import uuid
@@ -23,7 +24,18 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sqlalchemy import Connection, Row, Select, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from acceleron.bitstreams import transfer
 from acceleron.bitstreams.base import BitstreamStore
@@ -132,7 +144,7 @@ class LocalStore(BitstreamStore):
 
     def _find(self, query: Query) -> list[Bitstream]:
         with self._db.reader() as conn:
-            rows = conn.execute(_select(query)).all()
+            rows = conn.execute(*_select(query)).all()
         return [b for b in map(_to_bitstream, rows) if query.matches(b)]
 
     def _remove(self, bitstream_id: str) -> bool:
@@ -196,26 +208,30 @@ def _new_row(meta: NewBitstream, sha256: str, size: int, status: str = ACTIVE) -
 _TABLE = table(BitstreamRow)
 
 
-def _select(query: Query) -> Select[Any]:
-    """Rows matching ``query``; UUID columns hold the canonical form the query has too."""
-    stmt = select(_TABLE)
-    columns: dict[str, Any] = {
-        "name": BitstreamRow.name,
-        "function_uuid": BitstreamRow.function_uuid,
-        "function_name": BitstreamRow.function_name,
-        "region_type_uuid": BitstreamRow.region_type_uuid,
-        "vendor": BitstreamRow.vendor,
-        "status": BitstreamRow.status,
-    }
-    for field, column in columns.items():
-        value = getattr(query, field)
-        if value is not None:
-            stmt = stmt.where(column == value)
+_COLUMNS = ("name", "function_uuid", "function_name", "region_type_uuid", "vendor", "status")
+
+
+def _select(query: Query) -> tuple[Select[Any], dict[str, Any]]:
+    """Rows matching ``query``, and the statement's parameters; UUID columns hold the
+    canonical form the query has too."""
+    given = tuple(f for f in _COLUMNS if getattr(query, f) is not None)
+    params = {f: getattr(query, f) for f in given}
     if query.project is not None:
+        params["project"] = query.project
+    return _statement(given, query.project is not None), params
+
+
+@functools.cache
+def _statement(fields: tuple[str, ...], scoped: bool) -> Select[Any]:
+    """The statement for a query naming ``fields`` (and a project, when ``scoped``),
+    built once per shape: building one costs more than running it (a device profile's
+    show looks bitstreams up)."""
+    stmt = select(_TABLE).where(*(_TABLE.c[f] == bindparam(f) for f in fields))
+    if scoped:
         stmt = stmt.where(
-            or_(BitstreamRow.visibility == PUBLIC, BitstreamRow.owner == query.project)
+            or_(_TABLE.c.visibility == PUBLIC, _TABLE.c.owner == bindparam("project"))
         )
-    return stmt.order_by(BitstreamRow.id)
+    return stmt.order_by(_TABLE.c.id)
 
 
 def _to_bitstream(row: Row[Any]) -> Bitstream:

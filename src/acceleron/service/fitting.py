@@ -34,9 +34,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
-from sqlalchemy import Connection, or_, select, true
+from sqlalchemy import Connection, bindparam, or_, select, true
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Bitstream, Query, fold_uuid
@@ -71,6 +70,11 @@ _HOLDING = (
     )
     .select_from(_PUBLISHED)
     .where(HOSTS.c.rp_uuid.is_not(None))
+)
+# Built once (a device profile's show steers its groups): building a statement and its
+# cache key costs more than running it.
+_HOLDERS = _HOLDING.where(
+    or_(DEPLOYABLES.c.function_key == bindparam("key"), DEPLOYABLES.c.several_functions == true())
 )
 
 
@@ -154,11 +158,7 @@ def _found(store: BitstreamStore, key: str, value: str, project: str) -> list[Bi
 def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     """The region types of the regions (on published hosts) holding ``function``."""
     key = weigher.fold_function(function)
-    rows = conn.execute(
-        _HOLDING.where(
-            or_(DEPLOYABLES.c.function_key == key, DEPLOYABLES.c.several_functions == true())
-        )
-    )
+    rows = conn.execute(_HOLDERS, {"key": key})
     return frozenset(
         RegionType(r.type, r.vendor_name, r.region_type or "")
         for r in rows
@@ -238,15 +238,3 @@ def steer(
         for group, fit in zip(groups, fits, strict=True)
     ]
     return steered, fits
-
-
-def steer_all(
-    db: Database,
-    store: BitstreamStore | None,
-    profiles: Sequence[Any],
-    project: str,
-    nested: bool,
-) -> list[Any]:
-    """Device profiles (``service.device_profiles.Profile``) with each group's steering
-    keys added, as the API serves them to Nova."""
-    return [p._replace(groups=steer(db, store, p.groups, project, nested)[0]) for p in profiles]
