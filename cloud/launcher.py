@@ -28,6 +28,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import os
@@ -910,6 +911,74 @@ def acceleron_beside_cyborg(cloud: Cloud) -> None:
     log(f"Acceleron beside Cyborg: {cloud.url('acceleron')}/v2")
 
 
+def adopt_cyborg(cloud: Cloud, mapping: Path) -> subprocess.CompletedProcess[str]:
+    """``acceleron adopt cyborg`` with the trait mapping file ``mapping``, as the operator
+    runs it on the API's host (docs/adopt-from-cyborg.md); its exit status and output."""
+    database = f"{MYSQL}/{cloud.database('cyborg')}?charset=utf8mb4"
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "acceleron"), "--config-file",
+         str(RUN / "acceleron" / "acceleron.conf"), "adopt", "cyborg", "--database", database,
+         "--mapping", str(mapping)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def cyborg_programmed(cloud: Cloud, function: str) -> str:
+    """What upstream Cyborg records on a deployable's provider once it has programmed
+    ``function`` into it: the trait ``CUSTOM_FPGA_FUNCTION_ID_<DRIVER>_<FUNCTION>``, here on
+    every fake device's provider. Cyborg's fake driver cannot program (Cyborg finds no
+    FPGA driver named ``fake``), so the trait is set as Cyborg's bind would set it;
+    Acceleron's region of the same card holds the function (inventory-cyborg.yaml).
+    Returns the trait."""
+    trait = f"CUSTOM_FPGA_FUNCTION_ID_FAKE_{function.replace('-', '').upper()}"
+    placement = connect(cloud).placement
+    version = {"OpenStack-API-Version": "placement 1.14"}
+    placement.put(f"/traits/{trait}", headers=version)
+    for host in COMPUTES:
+        (rp,) = placement.get("/resource_providers", params={"name": f"{host}_FakeDevice"},
+                              headers=version).json()["resource_providers"]  # fmt: skip
+        held = placement.get(f"/resource_providers/{rp['uuid']}/traits", headers=version).json()
+        body = {"traits": sorted({*held["traits"], trait}),
+                "resource_provider_generation": held["resource_provider_generation"]}  # fmt: skip
+        done = placement.put(f"/resource_providers/{rp['uuid']}/traits", json=body,
+                             headers=version)  # fmt: skip
+        if done.status_code != 200:
+            raise CloudError(f"{trait} on {rp['name']}: {done.status_code} {done.text}")
+    return trait
+
+
+def switch_to_acceleron(cloud: Cloud) -> None:
+    """After the adoption (docs/adopt-from-cyborg.md, step 5): the catalog's accelerator
+    endpoints point at Acceleron's balancer, Cyborg's services stop, and each nova-compute
+    restarts. Nova's compute caches its host's provider tree, Cyborg's providers included,
+    and fails every claim (a boot, a heal of its resources) on a provider of the cache that
+    the adoption deleted, until it reads the tree again: at its start."""
+    admin = connect(cloud)
+    (service,) = admin.identity.services(type="accelerator")
+    for endpoint in admin.identity.endpoints(service_id=service.id):
+        admin.identity.update_endpoint(endpoint, url=f"{cloud.url('acceleron')}/v2")
+    for name in [n for n in cloud.processes if n.startswith("cyborg-")]:
+        cloud.stop(name)
+    for host in COMPUTES:
+        since = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        restart(cloud, f"nova-{host}")
+        wait_for(f"nova-compute of {host} back", compute_reports(admin, host, since), cloud,
+                 [f"nova-{host}"])  # fmt: skip
+    log(f"the accelerator endpoint is Acceleron's now: {cloud.url('acceleron')}/v2")
+
+
+def compute_reports(admin: Any, host: str, since: dt.datetime) -> Callable[[], bool]:
+    """Whether the nova-compute of ``host`` has reported its state since ``since`` (UTC):
+    it does so once started, after its first look at its resources and Placement."""
+
+    def check() -> bool:
+        (found,) = admin.compute.services(binary="nova-compute", host=host)
+        updated = dt.datetime.fromisoformat(str(found.updated_at)).replace(tzinfo=None)
+        return bool(found.state == "up" and updated > since)
+
+    return check
+
+
 def neutron(cloud: Cloud) -> None:
     cloud.start(
         "neutron-standin",
@@ -1092,6 +1161,11 @@ def write_credentials(cloud: Cloud) -> None:
             "unset OS_CLOUD",
         ]
         (RUN / "env" / f"{label}.sh").write_text("\n".join(lines) + "\n")
+    if cloud.cyborg:
+        # Upstream Cyborg reads a bitstream's image from Glance, when a profile asks for
+        # programming at bind, as the cloud `devstack-admin` of a clouds.yaml (its
+        # processes run in RUN, one of the places openstacksdk looks).
+        clouds["devstack-admin"] = clouds["acceleron-admin"]
     import yaml
 
     (RUN / "clouds.yaml").write_text(yaml.safe_dump({"clouds": clouds}, sort_keys=False))
