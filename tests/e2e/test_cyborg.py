@@ -15,15 +15,21 @@ These tests run only against such a cloud; every other e2e test is skipped there
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import openstack
 import pytest
-from cloud.launcher import MYSQL, REPO, RUN, Cloud, acceleron_beside_cyborg
+from cloud.launcher import (
+    Cloud,
+    acceleron_beside_cyborg,
+    adopt_cyborg,
+    cyborg_programmed,
+    switch_to_acceleron,
+)
 from tests.e2e.conftest import (
+    LATEST,
     Flavors,
     active,
     allocations,
@@ -120,29 +126,13 @@ def test_two_accelerators_and_two_servers(
 # --- adoption: Acceleron takes the servers over (the last test: it leaves the cloud's
 # --- accelerator endpoint on Acceleron and Cyborg's services stopped) ------------------
 
-ACCELERON = str(REPO / ".venv" / "bin" / "acceleron")
+# The function the fake card holds: Acceleron's region of it is programmed with it
+# (cloud/templates/inventory-cyborg.yaml); Cyborg's provider carries the trait Cyborg
+# records once it has programmed a function (cyborg_programmed: its fake driver cannot).
+FUNCTION = "6a1f0c2e3b4d4e5f8a9b0c1d2e3f4a5b"
+OUR_FUNCTION = f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{FUNCTION.upper()}"
 # Cyborg's fake trait: Acceleron's region of the same card carries CUSTOM_FPGA_INTEL.
-MAPPING = "traits:\n  CUSTOM_FAKE_DEVICE: CUSTOM_FPGA_INTEL\n"
-
-
-def adopt(cloud: Cloud, mapping: Path) -> subprocess.CompletedProcess[str]:
-    """``acceleron adopt cyborg`` as the operator runs it on the API's host."""
-    database = f"{MYSQL}/{cloud.database('cyborg')}?charset=utf8mb4"
-    return subprocess.run(
-        [ACCELERON, "--config-file", str(RUN / "acceleron" / "acceleron.conf"), "adopt",
-         "cyborg", "--database", database, "--mapping", str(mapping)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-
-
-def switch_to_acceleron(cloud: Cloud) -> None:
-    """The catalog's accelerator endpoints point at Acceleron; Cyborg's services stop."""
-    admin: Any = openstack.connect(cloud="acceleron-admin")
-    (service,) = admin.identity.services(type="accelerator")
-    for endpoint in admin.identity.endpoints(service_id=service.id):
-        admin.identity.update_endpoint(endpoint, url=f"{cloud.url('acceleron')}/v2")
-    for name in [n for n in cloud.processes if n.startswith("cyborg-")]:
-        cloud.stop(name)
+MAPPING = "traits:\n  CUSTOM_FAKE_DEVICE: CUSTOM_FPGA_INTEL\n  {theirs}: {ours}\n"
 
 
 def pci(info: Any) -> tuple[int, ...]:
@@ -156,29 +146,56 @@ def total(held: dict[str, dict[str, int]]) -> int:
     return sum(amount for resources in held.values() for amount in resources.values())
 
 
+def traits(admin: Any, rp: str) -> set[str]:
+    response = admin.placement.get(f"/resource_providers/{rp}/traits",
+                                   headers={"OpenStack-API-Version": "placement 1.6"})  # fmt: skip
+    return set(response.json()["traits"])
+
+
+def settle(admin: Any, server_id: str, status: str) -> None:
+    found = wait_status(admin, server_id, status)
+    assert found.status == status, f"{server_id}: {found.status}: {found.fault}"
+
+
+def check_function(admin: Any, server_id: str) -> dict[str, Any]:
+    """The server's one request is Bound on a region of Acceleron's that holds the
+    function; returns it."""
+    (arq,) = arqs(admin, server_id)
+    assert arq["state"] == "Bound", arq
+    assert OUR_FUNCTION in traits(admin, arq["device_rp_uuid"]), arq
+    assert arq["device_rp_uuid"] in allocations(admin, server_id)
+    return arq
+
+
 def test_adoption_keeps_the_servers_accelerators(
     member: Any, flavors: Flavors, image: str, tmp_path: Path
 ) -> None:
-    """Servers booted under Cyborg; Acceleron started beside it and `acceleron adopt
-    cyborg` run: each server keeps its attach handle and the amount it holds in
-    Placement; then the catalog points at Acceleron and Cyborg stops: reboot and
-    stop/start work, delete frees everything, a new boot lands, and a second adoption
-    is a no-op."""
+    """Servers booted under Cyborg, one of them on the card's function; Acceleron
+    started beside it and `acceleron adopt cyborg` run: each server keeps its attach
+    handle and the amount it holds in Placement, and the function's profile asks for the
+    function as Acceleron publishes it, on the region that holds it. Then the catalog
+    points at Acceleron and Cyborg stops: reboot, stop/start and shelve/unshelve work
+    (shelve-offload deletes the adopted request, unshelve binds a new one on the
+    function), delete frees everything, new boots land, and a second adoption is a
+    no-op."""
     cloud = Cloud.load()
     assert cloud is not None and cloud.cyborg
     admin: Any = openstack.connect(cloud="acceleron-admin")
+    theirs = cyborg_programmed(cloud, FUNCTION)
     flavor = flavors.make([FAKE])
-    servers = [active(admin, boot(flavor, image)["id"]) for _ in range(2)]
+    function = flavors.make([{**FAKE, f"trait:{theirs}": "required"}])
+    servers = [active(admin, boot(name, image)["id"]) for name in (flavor, flavor, function)]
     before: dict[str, tuple[str, str, tuple[int, ...], int]] = {}
     for server in servers:
         (arq,) = check_bound(admin, server, count=1)
         held = total(allocations(admin, server.id))
         before[server.id] = (arq["uuid"], arq["hostname"], pci(arq["attach_handle_info"]), held)
+    assert theirs in traits(admin, arq["device_rp_uuid"])  # the function's server's provider
 
     acceleron_beside_cyborg(cloud)
     mapping = tmp_path / "mapping.yaml"
-    mapping.write_text(MAPPING)
-    done = adopt(cloud, mapping)
+    mapping.write_text(MAPPING.format(theirs=theirs, ours=OUR_FUNCTION))
+    done = adopt_cyborg(cloud, mapping)
     assert done.returncode == 0, done.stdout + done.stderr
     switch_to_acceleron(cloud)
 
@@ -190,20 +207,39 @@ def test_adoption_keeps_the_servers_accelerators(
         assert (arq["uuid"], arq["state"], arq["hostname"]) == (uuid, "Bound", host), arq
         assert pci(arq["attach_handle_info"]) == address, (arq, address)
         assert total(allocations(admin, server.id)) == amount
-    first, second = servers
+    first, second, programmed = servers
+    check_function(admin, programmed.id)
+    listed = admin.accelerator.get("/device_profiles", headers=LATEST).json()
+    (groups,) = [p["groups"] for p in listed["device_profiles"] if p["name"] == function]
+    assert groups == [{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                       "trait:CUSTOM_FPGA_INTEL": "required",
+                       f"trait:{OUR_FUNCTION}": "required"}], groups  # fmt: skip
     admin.compute.reboot_server(first.id, "HARD")
     active(admin, first.id)
     admin.compute.stop_server(second.id)
     wait_status(admin, second.id, "SHUTOFF")
     admin.compute.start_server(second.id)
     active(admin, second.id)
+    admin.compute.shelve_server(programmed.id)
+    settle(admin, programmed.id, "SHELVED")
+    admin.compute.unshelve_server(programmed.id)
+    settle(admin, programmed.id, "ACTIVE")
+    assert check_function(admin, programmed.id)["uuid"] == before[programmed.id][0]
+    admin.compute.shelve_offload_server(programmed.id)
+    settle(admin, programmed.id, "SHELVED_OFFLOADED")
+    assert arqs(admin, programmed.id) == [] and allocations(admin, programmed.id) == {}
+    admin.compute.unshelve_server(programmed.id)
+    settle(admin, programmed.id, "ACTIVE")
+    assert check_function(admin, programmed.id)["uuid"] != before[programmed.id][0]
     delete_and_wait(member, *[s.id for s in servers])
     check_all_gone(admin, *[s.id for s in servers])
-    again = active(admin, boot(flavor, image)["id"])
-    (arq,) = arqs(admin, again.id)
+    again = [active(admin, boot(name, image)["id"]) for name in (flavor, function)]
+    (arq,) = arqs(admin, again[0].id)
     assert arq["state"] == "Bound", arq
-    delete_and_wait(member, again.id)
+    check_function(admin, again[1].id)
+    delete_and_wait(member, *[s.id for s in again])
+    check_all_gone(admin, *[s.id for s in again])
 
-    done = adopt(cloud, mapping)
+    done = adopt_cyborg(cloud, mapping)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Nothing to do" in done.stdout + done.stderr
