@@ -108,8 +108,9 @@ class AdoptCyborg(Command):
 
         adopt.apply(db, service.client(), service.syncer(), plan, say=say)
         err.write(
-            "Adopted: point the catalog's accelerator endpoint at Acceleron, then stop "
-            "Cyborg's services.\n"
+            "Adopted: point the catalog's accelerator endpoint at Acceleron, stop "
+            "Cyborg's services, and restart nova-compute on every host (it keeps Cyborg's "
+            "providers, deleted now, in its cache and fails every claim until then).\n"
         )
         return 0
 
