@@ -5,11 +5,14 @@ live API are in tests/functional/test_api_client.py."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 from keystoneauth1 import adapter, session, token_endpoint
 
+from acceleron.client import plain
 from acceleron.client.http import (
     DEFAULT_TIMEOUT,
     AcceleronClient,
@@ -57,3 +60,31 @@ def test_a_catalog_without_the_service_is_no_endpoint() -> None:
     assert not client.noauth
     with pytest.raises(NoEndpoint, match="no 'accelerator' endpoint"):
         client.send("GET", "/v2")
+
+
+def test_without_keystone_the_standard_library_carries_the_calls() -> None:
+    """A noauth client loads neither keystoneauth nor requests (a CLI command's start-up)."""
+    code = (
+        "import sys; from acceleron.client.http import AcceleronClient; "
+        "c = AcceleronClient.connect('http://127.0.0.1:1/v2', microversion='2.14'); "
+        "assert c.noauth and c.url == 'http://127.0.0.1:1'; "
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
+        "('requests', 'keystoneauth1', 'urllib3')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)  # fmt: skip
+    assert done.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("given", "params", "query"),
+    [
+        ("", None, ""),
+        ("", {"name": "a,b", "limit": 2, "skip": None}, "?name=a%2Cb&limit=2"),
+        ("x=1", {"y": ["p", "q"]}, "?x=1&y=p&y=q"),
+    ],
+)
+def test_a_plain_query_string_as_requests_makes_it(
+    given: str, params: dict[str, object] | None, query: str
+) -> None:
+    assert plain._query(given, params) == query

@@ -271,7 +271,7 @@ class DownloadBitstream(Command):
                         sys.stdout.buffer.write(chunk)
                     return 0
                 write_verified(chunks, Path(output), expected)
-            except requests.RequestException as error:
+            except (requests.RequestException, ConnectionError) as error:
                 raise CommandError(
                     f"{output}: the download broke off ({error}). The API cuts a download "
                     f"short when the stored bytes do not match their hash: see its log."

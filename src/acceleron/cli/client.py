@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -277,13 +278,17 @@ def unreachable(
 
 
 def connection_failure(error: BaseException) -> BaseException | None:
-    """The keystoneauth connection error ``error`` was raised from, if any (the claim
-    flow and Placement's client wrap it in their own errors)."""
-    from keystoneauth1 import exceptions as ks_exc
+    """The connection error ``error`` was raised from, if any: the client's Unreachable
+    or keystoneauth's (the claim flow and Placement's client wrap them in their own
+    errors). keystoneauth is not loaded for it: unloaded, it raised nothing."""
+    lost: tuple[type[BaseException], ...] = (Unreachable,)
+    if "keystoneauth1.exceptions" in sys.modules:
+        from keystoneauth1 import exceptions as ks_exc
 
+        lost += (ks_exc.ConnectionError,)
     current: BaseException | None = error
     while current is not None:
-        if isinstance(current, ks_exc.ConnectionError):
+        if isinstance(current, lost):
             return current
         current = current.__cause__
     return None

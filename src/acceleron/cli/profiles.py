@@ -31,9 +31,24 @@ class GroupsColumn(FormattableColumn[list[dict[str, str]]]):
 
 
 def _row(profile: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(
-        GroupsColumn(profile["groups"]) if c == "groups" else profile.get(c) for c in columns
-    )
+    return tuple(_cell(profile, c) for c in columns)
+
+
+def _cell(profile: dict[str, Any], column: str) -> Any:
+    if column == "groups":
+        return GroupsColumn(profile["groups"])
+    value = profile.get(column)
+    return Blank(value) if value is None else value
+
+
+class Blank(FormattableColumn[None]):
+    """Nothing, in a table (None in the other formats)."""
+
+    def human_readable(self) -> str:
+        return ""
+
+    def machine_readable(self) -> None:
+        return None
 
 
 def parse_groups(groups_json: str | None, group_args: Sequence[str]) -> list[dict[str, str]]:

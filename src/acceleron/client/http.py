@@ -3,7 +3,9 @@
 
 :class:`AcceleronClient` wraps a keystoneauth adapter for the ``accelerator`` service:
 noauth with a URL (the all-in-one), or a Keystone session that finds the API in the
-catalog. It does, once for every caller:
+catalog; :meth:`AcceleronClient.connect` without Keystone carries the calls with the
+standard library instead (:mod:`acceleron.client.plain`: the CLI's start-up). It does,
+once for every caller:
 
 * the API root: the URL given, or the catalog's endpoint looked up on the first call,
   without the ``/v2`` that catalogs register (every path here starts with it);
@@ -112,7 +114,14 @@ class AcceleronClient:
         """A client for the API at ``url`` (with or without /v2) or, with a Keystone
         ``auth`` plugin and no URL, at the catalog's endpoint; noauth without ``auth``.
         ``verify``: whether to check TLS certificates, or the CA bundle to check them
-        with; ``cert``: a client certificate (a file, or a file and its key)."""
+        with; ``cert``: a client certificate (a file, or a file and its key). Without
+        ``auth`` and ``cert``, the standard library carries the calls
+        (:mod:`acceleron.client.plain`): neither keystoneauth nor requests is loaded."""
+        if url and auth is None and cert is None:
+            from acceleron.client.plain import PlainAdapter
+
+            plain = PlainAdapter(base_url(url), microversion, verify, timeout)
+            return cls(plain)  # type: ignore[arg-type]  # what the client asks of an Adapter
         from keystoneauth1 import adapter, session
         from keystoneauth1.noauth import NoAuth
 
@@ -167,10 +176,12 @@ class AcceleronClient:
     @property
     def noauth(self) -> bool:
         """Whether calls go without a token (the API's noauth mode)."""
+        auth = self._adapter.auth or getattr(self._adapter.session, "auth", None)
+        if auth is None:
+            return True
         from keystoneauth1.noauth import NoAuth
 
-        auth = self._adapter.auth or getattr(self._adapter.session, "auth", None)
-        return auth is None or isinstance(auth, NoAuth)
+        return isinstance(auth, NoAuth)
 
     @property
     def where(self) -> str:
@@ -221,20 +232,25 @@ class AcceleronClient:
         return response
 
     def _transport(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        """``function(*args, **kwargs)``, keystoneauth's failures as CallFailed."""
-        from keystoneauth1 import exceptions as ks_exc
-
+        """``function(*args, **kwargs)``, keystoneauth's failures as CallFailed
+        (keystoneauth is imported only when one happened: a plain transport has none)."""
         try:
             return function(*args, **kwargs)
-        except ks_exc.ConnectionError as error:  # refused, unknown name, timed out
-            raise Unreachable(error_url(error, self.where), root_cause(error)) from error
-        except ks_exc.HttpError as error:  # from Keystone, while authenticating
-            status = error.http_status
-            raise KeystoneError(f"Keystone answered {status}: {error}", status) from error
-        except ks_exc.EndpointNotFound as error:
-            raise NoEndpoint(NO_ENDPOINT) from error
-        except ks_exc.ClientException as error:  # options that cannot work
-            raise CallFailed(str(error)) from error
+        except CallFailed:
+            raise
+        except Exception as error:
+            from keystoneauth1 import exceptions as ks_exc
+
+            if isinstance(error, ks_exc.ConnectionError):  # refused, unknown name, timed out
+                raise Unreachable(error_url(error, self.where), root_cause(error)) from error
+            if isinstance(error, ks_exc.HttpError):  # from Keystone, while authenticating
+                status = error.http_status
+                raise KeystoneError(f"Keystone answered {status}: {error}", status) from error
+            if isinstance(error, ks_exc.EndpointNotFound):
+                raise NoEndpoint(NO_ENDPOINT) from error
+            if isinstance(error, ks_exc.ClientException):  # options that cannot work
+                raise CallFailed(str(error)) from error
+            raise
 
 
 def as_client(api: AcceleronClient | ks_adapter.Adapter) -> AcceleronClient:
