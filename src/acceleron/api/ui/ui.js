@@ -54,7 +54,26 @@ function badge(text, good) {
   return el("span", { class: `badge ${good === true ? "ok" : good === false ? "bad" : "warn"}` }, text);
 }
 
-function renderTree(hosts, devices, deployables) {
+function shortId(id) {
+  return (id || "").replaceAll("-", "").slice(0, 8).toLowerCase();
+}
+
+function functionNames(bitstreams) {
+  // Function uuid (lower case, no hyphens) -> the name a bitstream the caller sees gives it.
+  const names = new Map();
+  for (const b of bitstreams) {
+    if (b.function_uuid && b.function_name) names.set(b.function_uuid.replaceAll("-", "").toLowerCase(), b.function_name);
+  }
+  return names;
+}
+
+function functionsOf(dep, names) {
+  // What a region holds, by name where a bitstream names it, else by its first 8 digits.
+  const ids = dep.function_uuids && dep.function_uuids.length ? dep.function_uuids : dep.function_uuid ? [dep.function_uuid] : [];
+  return ids.map((id) => names.get(id.replaceAll("-", "").toLowerCase()) || shortId(id));
+}
+
+function renderTree(hosts, devices, deployables, functions) {
   const tree = document.getElementById("tree");
   const open = new Set([...tree.querySelectorAll("details[open]")].map((d) => d.dataset.key));
   const first = tree.childElementCount === 0;
@@ -81,6 +100,8 @@ function renderTree(hosts, devices, deployables) {
         usage[rc][1] += handles.length;
         const line = el("div", { class: "deployable", "data-uuid": dep.uuid },
           `${dep.kind} ${dep.name} `, badge(dep.availability, dep.availability === "available"));
+        const held = functionsOf(dep, functions);
+        if (held.length) line.append(" ", el("span", { class: "function" }, `function ${held.join(", ")}`));
         if (dep.program_phase) {
           line.append(" programming: ", el("span", { class: "phase" }, dep.program_phase), " ",
             el("progress", { max: 100, value: dep.program_progress || 0 }));
@@ -120,15 +141,50 @@ function renderSync(hosts) {
   }
 }
 
-function renderChart(arqs) {
+const BOUND = /^acceleron_bind_duration_seconds_count\{[^}]*outcome="bound"[^}]*\}\s+([0-9.eE+]+)/;
+
+async function boundSoFar() {
+  // The API's count of binds that ended bound (a Prometheus counter: requests deleted
+  // since stay counted); null where the API serves no metrics.
+  const answer = await fetch("/metrics");
+  if (!answer.ok) return null;
+  let total = 0;
+  for (const line of (await answer.text()).split("\n")) {
+    const found = BOUND.exec(line);
+    if (found) total += Number(found[1]);
+  }
+  return total;
+}
+
+function recordBinds(count) {
+  // Samples of the counter, kept for this tab (an hour of them): [[time, count], ...].
+  const samples = JSON.parse(sessionStorage.getItem("acceleron-binds") || "[]");
+  const now = Date.now();
+  samples.push([now, count]);
+  const kept = samples.filter(([t]) => now - t < 3600 * 1000);
+  sessionStorage.setItem("acceleron-binds", JSON.stringify(kept));
+  return kept;
+}
+
+function renderChart(count) {
   const canvas = document.getElementById("binds");
+  const note = document.getElementById("binds-note");
   const ctx = canvas.getContext("2d");
   const now = Date.now();
   const minutes = new Array(60).fill(0);
-  for (const arq of arqs) {
-    if (arq.state !== "Bound" || !arq.updated_at) continue;
-    const ago = Math.floor((now - Date.parse(arq.updated_at)) / 60000);
-    if (ago >= 0 && ago < 60) minutes[59 - ago] += 1;
+  if (count === null) {
+    note.textContent = "This API serves no metrics ([metrics] enabled = false): no binds to count.";
+  } else {
+    const samples = recordBinds(count);
+    for (let i = 1; i < samples.length; i++) {
+      const [t, after] = samples[i];
+      const before = samples[i - 1][1];
+      const bound = after >= before ? after - before : after; // a restart starts it again
+      const ago = Math.floor((now - t) / 60000);
+      if (ago >= 0 && ago < 60) minutes[59 - ago] += bound;
+    }
+    note.textContent = "Binds that ended bound, per minute, since this page opened (the API's " +
+      "acceleron_bind_duration_seconds counter: requests deleted since still count).";
   }
   const top = Math.max(1, ...minutes);
   ctx.clearRect(0, 0, canvas.width, canvas.height);
@@ -146,16 +202,17 @@ function renderChart(arqs) {
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const [hosts, devices, deployables, arqs] = await Promise.all([
+    const [hosts, devices, deployables, arqs, bitstreams, bound] = await Promise.all([
       all("/v2/hosts", "hosts"), all("/v2/devices", "devices"),
       all("/v2/deployables", "deployables"), all("/v2/accelerator_requests", "arqs"),
+      all("/v2/bitstreams", "bitstreams"), boundSoFar(),
     ]);
     document.getElementById("login").hidden = true;
     document.getElementById("main").hidden = false;
-    renderTree(hosts, devices, deployables);
+    renderTree(hosts, devices, deployables, functionNames(bitstreams));
     renderArqs(arqs);
     renderSync(hosts);
-    renderChart(arqs);
+    renderChart(bound);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.loaded = "yes";
   } catch (error) {
