@@ -99,7 +99,7 @@ def boots(load: Load, name: str, flavors: list[str], image: str) -> None:
             )
         except openstack.exceptions.SDKException as error:
             load.note(load.refused, f"{name}: server create: {error}")
-            continue
+            return
         try:
             found = wait_status(admin, server.id, "ACTIVE")
             held = arqs(admin, server.id)
@@ -139,7 +139,7 @@ def claims(load: Load, profile: str) -> None:
         made = send("POST", "/claims", json=body)
         if made is None or made.status_code != 201:
             load.note(load.failed, f"claim {consumer}: {getattr(made, 'text', 'no answer')}")
-            continue
+            return
         state, deadline = made.json()["state"], started + WAIT
         while state == "binding" and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -241,11 +241,15 @@ def test_rolling_upgrade_under_load(
             act()
             versions = {n: api_version(cloud, n) for n in REPLICAS}
             deadline = time.monotonic() + STEP_WAIT
-            while not load.after(moment) and time.monotonic() < deadline and not load.stuck:
+            while not load.after(moment) and time.monotonic() < deadline:
+                if not all(thread.is_alive() for thread in threads):
+                    break  # a loop ended on what it was answered: the asserts say what
                 time.sleep(1)
             say(f"  {step}: done at {moment - began:.0f} s; APIs {versions}; "
                   f"rounds {dict(load.rounds)} by {time.monotonic() - began:.0f} s")  # fmt: skip
-            assert load.after(moment), f"the load made no round after {step}: {load.stuck}"
+            assert load.after(moment), (
+                f"the load made no round after {step}: {load.failed, load.refused, load.stuck}"
+            )
     finally:
         load.stop.set()
         for thread in threads:
