@@ -27,7 +27,7 @@ CHECK_MARKERS ?= not slow and not placement
 # (8 s of CPU each for `make check`'s collection).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test check install-check lint typecheck lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg e2e-upgrade
+.PHONY: run test check install-check lint typecheck hooks lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg e2e-upgrade
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## Install the git hook that runs ruff and mypy on each commit (.pre-commit-config.yaml).
+hooks: $(STAMP)
+	$(BIN)/pre-commit install
 
 ## Regenerate the pinned dependency set after editing pyproject.toml.
 lock:
