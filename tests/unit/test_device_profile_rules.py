@@ -308,3 +308,21 @@ def test_a_group_is_limited_to_its_accelerators_alone() -> None:
     # The total over all groups stays bounded by max_accelerators.
     total = _error([{mig: "3"}] * 4, dp.Limits(4, 10, 3))
     assert "asks for 12 accelerators" in total and "max_accelerators)" in total
+
+
+def test_traits_the_rule_an_operator_expects() -> None:
+    """A standard trait must be one os-traits knows; a custom trait must be well formed,
+    known to Placement or not (upstream's tempest profiles name CUSTOM_FAKE_DEVICE,
+    CUSTOM_FPGA_1 and CUSTOM_FUNCTION_ID_3AFB, which no host publishes; a claim for one
+    is a 409 naming it, tests/functional/test_all_in_one.py)."""
+    for trait in (
+        "CUSTOM_FAKE_DEVICE",
+        "CUSTOM_FPGA_1",
+        "CUSTOM_FUNCTION_ID_3AFB",
+        "HW_CPU_X86_AVX2",
+    ):
+        group = {"resources:FPGA": "1", f"trait:{trait}": "required"}
+        assert dp.normalize_groups([group], LIMITS) == [group]
+    for wrong in ("HW_CPU_X86_AVX3", "CUSTOM_", "CUSTOM_X.Y"):
+        with pytest.raises(InvalidInput):
+            dp.normalize_groups([{"resources:FPGA": "1", f"trait:{wrong}": "required"}], LIMITS)
