@@ -537,8 +537,10 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         "verify_interval",
         default=600,
         min=0,
-        help="Seconds between two checks of every host's providers against Placement (0: "
-        "never), which repairs what was changed there behind Acceleron's back.",
+        help="Seconds between two verifications of the hosts' providers against Placement "
+        "(0: never), which repair what was changed there behind Acceleron's back: one "
+        "listing of every provider, and a check of each host whose providers' generations "
+        "moved since the sync recorded them.",
     ),
 ]
 

@@ -87,7 +87,7 @@ def start_sync(
 
 class SyncWorker:
     """The Placement sync's thread: runs ``sync_pending`` when woken and every
-    ``interval`` seconds, ``sync_all`` every ``verify_interval``; backs off while
+    ``interval`` seconds, ``verify`` every ``verify_interval``; backs off while
     Placement is away (hosts stay pending)."""
 
     MAX_BACKOFF = 300.0
@@ -125,7 +125,7 @@ class SyncWorker:
             try:
                 syncer = syncer or self._make_syncer()
                 if self._verify_interval and time.monotonic() >= next_verify:
-                    syncer.sync_all()
+                    syncer.verify()
                     next_verify = time.monotonic() + self._verify_interval
                 else:
                     syncer.sync_pending()

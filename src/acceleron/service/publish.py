@@ -46,8 +46,8 @@ from acceleron.exceptions import (
     UnknownHost,
 )
 from acceleron.placement import names, tree
-from acceleron.placement.client import PlacementClient
-from acceleron.placement.sync import Action, Known, remove_flat, sync_flat, sync_tree
+from acceleron.placement.client import PlacementClient, Provider
+from acceleron.placement.sync import UNSETTLED, Action, Known, remove_flat, sync_flat, sync_tree
 from acceleron.placement.sync import Result as SyncResult
 
 LOG = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ _DEPLOYABLES = (
 )
 _KNOWN = select(PROVIDERS).where(PROVIDERS.c.hostname == bindparam("host"))
 _PENDING = select(HOSTS.c.hostname).where(HOSTS.c.generation != HOSTS.c.synced_generation)
+_RECORDED = select(PROVIDERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,23 @@ class Syncer:
         return [
             self._guarded(host, lambda h: self.sync_host(h, force=True, dry_run=dry_run))
             for host in self.hostnames()
+        ]
+
+    def verify(self) -> list[HostSync]:
+        """The periodic verification, incremental: one listing of every provider tells
+        which hosts Placement holds as their last sync recorded them (each provider
+        there, under the same parent, at the generation recorded: Placement bumps it at
+        every change, and the reconciler records the moves of allocations alone); the
+        others are checked and repaired as ``sync_all`` checks every host. At 1,000
+        quiet hosts: one GET instead of 1,000."""
+        listing = {p.uuid: p for p in self.client.list_providers()}
+        with self.db.reader() as conn:
+            hosts = conn.execute(select(HOSTS.c.hostname, HOSTS.c.rp_uuid)).all()
+            recorded = conn.execute(_RECORDED).all()
+        changed = {h.hostname for h in hosts if h.rp_uuid not in listing}
+        changed.update(r.hostname for r in recorded if _moved(r, listing.get(r.uuid)))
+        return [
+            self._guarded(host, lambda h: self.sync_host(h, force=True)) for host in sorted(changed)
         ]
 
     def migrate_to_nested(self, *, dry_run: bool = False) -> list[HostSync]:
@@ -292,6 +310,20 @@ def tolerated_reasons(conn: Connection) -> frozenset[str]:
         for group in groups or []:
             found.update(tolerations(group))
     return frozenset(found)
+
+
+def _moved(row: Row[Any], actual: Provider | None) -> bool:
+    """Whether Placement may hold a provider otherwise than the sync recorded it: gone,
+    moved, at another generation, never settled; a retired one still there (the
+    sync deletes it once nothing uses it)."""
+    if row.retired:
+        return actual is not None
+    return (
+        actual is None
+        or actual.generation != row.generation
+        or actual.parent_uuid != row.parent_uuid
+        or row.digest == UNSETTLED
+    )
 
 
 def _known(row: Row[Any]) -> Known:
