@@ -6,7 +6,11 @@ command: wall time (start to exit) and CPU time (user + system, what the command
 itself costs, whatever else the machine does). ``--busy N`` keeps N busy loops running
 meanwhile, as other work does on a shared machine.
 
-    .venv/bin/python bench/cli.py [--runs 20] [--busy 1] [--program PATH]
+    .venv/bin/python bench/cli.py [--runs 20] [--busy 1] [--program PATH] [--baseline PATH]
+
+``--baseline`` times another ``acceleron`` program (an older checkout's) in the same
+loop, a run of each in turn, so that both meet the same load: on a shared machine that
+is the only fair comparison.
 
 Without bytecode (a venv installed without it, and PYTHONDONTWRITEBYTECODE set) every
 run compiles every module it imports, which costs more than the imports themselves;
@@ -55,25 +59,30 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0, help="Busy loops to run meanwhile.")
     parser.add_argument("--program", default=str(Path(sys.executable).parent / "acceleron"),
                         help="The acceleron program to time (another version's).")  # fmt: skip
+    parser.add_argument("--baseline", help="Another acceleron program, timed in turn with it.")
     args = parser.parse_args()
-    acceleron = args.program
+    programs = [args.program, *([args.baseline] if args.baseline else [])]
     cached = "bytecode precompiled" if precompiled() else "no bytecode: compiled on every run"
-    print(f"{os.cpu_count()} cores, {args.busy} busy loop(s), {cached}")
+    print(f"{os.cpu_count()} cores, {args.busy} busy loop(s), {cached}, load average "
+          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
     with all_in_one() as url:
         env = {**os.environ, "ACCELERON_URL": url}
         loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])
                  for _ in range(args.busy)]  # fmt: skip
         try:
             for command in COMMANDS:
-                argv = [acceleron, *command]
-                timed(argv, env)  # the first run may write the bytecode cache
-                walls, cpus = zip(*(timed(argv, env) for _ in range(args.runs)), strict=True)
-                print(
-                    f"acceleron {' '.join(command):<16} wall median "
-                    f"{statistics.median(walls):.3f} s (min {min(walls):.3f}, max "
-                    f"{max(walls):.3f})   CPU median "
-                    f"{statistics.median(cpus):.3f} s   ({args.runs} runs)"
-                )
+                for program in programs:  # the first run may write the bytecode cache
+                    timed([program, *command], env)
+                runs = [[timed([p, *command], env) for p in programs] for _ in range(args.runs)]
+                for index, program in enumerate(programs):
+                    walls, cpus = zip(*(run[index] for run in runs), strict=True)
+                    which = "" if len(programs) == 1 else f"  [{program}]"
+                    print(
+                        f"acceleron {' '.join(command):<16} wall median "
+                        f"{statistics.median(walls):.3f} s (min {min(walls):.3f}, max "
+                        f"{max(walls):.3f})   CPU median "
+                        f"{statistics.median(cpus):.3f} s   ({args.runs} runs){which}"
+                    )
         finally:
             for loop in loops:
                 loop.kill()
