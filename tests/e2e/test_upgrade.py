@@ -35,7 +35,6 @@ from tests.e2e.conftest import (
     LATEST,
     REGION_B,
     WAIT,
-    Flavors,
     arqs,
     check_gone,
     glance_bitstream,
@@ -190,6 +189,28 @@ def check(step: str) -> None:
 
 
 @pytest.fixture
+def kinds(admin: Any) -> Iterator[Callable[[dict[str, str]], str]]:
+    """Makes a device profile of one group and a flavor asking for it (through the APIs,
+    as the admin: the CLI costs seconds of CPU a call); their name. Removed at the end."""
+    made: list[tuple[str, str]] = []
+
+    def make(group: dict[str, str]) -> str:
+        name = f"upgrade-{uuid.uuid4().hex[:8]}"
+        answer = admin.accelerator.post("/device_profiles", headers=LATEST, raise_exc=False,
+                                        json=[{"name": name, "groups": [group]}])  # fmt: skip
+        assert answer.status_code == 201, answer.text
+        flavor = admin.compute.create_flavor(name=name, ram=64, vcpus=1, disk=1)
+        admin.compute.create_flavor_extra_specs(flavor, {"accel:device_profile": name})
+        made.append((flavor.id, name))
+        return name
+
+    yield make
+    for flavor, name in made:
+        admin.compute.delete_flavor(flavor, ignore_missing=True)
+        admin.accelerator.delete(f"/device_profiles/{name}", headers=LATEST, raise_exc=False)
+
+
+@pytest.fixture
 def release(cloud: Cloud) -> Iterator[str]:
     if not cloud.release:
         pytest.skip("the cloud runs the checkout's Acceleron: `make e2e-upgrade` starts "
@@ -201,20 +222,26 @@ def release(cloud: Cloud) -> Iterator[str]:
 
 
 def test_rolling_upgrade_under_load(
-    cloud: Cloud, release: str, admin: Any, flavors: Flavors, image: str, tmp_path: Path
+    cloud: Cloud,
+    release: str,
+    admin: Any,
+    kinds: Callable[[dict[str, str]], str],
+    image: str,
+    tmp_path: Path,
 ) -> None:
     fpga = [
-        flavors.make([{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                       f"trait:{trait('REGION', REGION_B)}": "required",
-                       "trait:CUSTOM_PROGRAMMABLE": "required",
-                       "accel:bitstream_id": glance_bitstream(tmp_path, f, REGION_B, REGION_B)}])
+        kinds({"resources:CUSTOM_ACCELERATOR_FPGA": "1",
+               f"trait:{trait('REGION', REGION_B)}": "required",
+               "trait:CUSTOM_PROGRAMMABLE": "required",
+               "accel:bitstream_id": glance_bitstream(tmp_path, f, REGION_B, REGION_B)})
         for f in FUNCTIONS
     ]  # fmt: skip
+    qat, vgpu, mig = kinds(QAT), kinds(VGPU), kinds(MIG)
     loops: dict[str, Callable[[Load], None]] = {
-        "qat": lambda load: boots(load, "qat", [flavors.make([QAT])], image),
-        "vgpu": lambda load: boots(load, "vgpu", [flavors.make([VGPU])], image),
+        "qat": lambda load: boots(load, "qat", [qat], image),
+        "vgpu": lambda load: boots(load, "vgpu", [vgpu], image),
         "fpga": lambda load: boots(load, "fpga", fpga, image),  # programs at each boot
-        "claims": lambda load: claims(load, flavors.make([MIG])),
+        "claims": lambda load: claims(load, mig),
     }
     processes = [*REPLICAS, *(f"agent-{host}" for host in COMPUTES)]
     steps: list[tuple[str, Callable[[], None]]] = [
