@@ -14,6 +14,7 @@ changed with ``ACCELERON_TEST_POSTGRESQL_URL`` and ``ACCELERON_TEST_MYSQL_URL``.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -155,6 +156,16 @@ def sqlite_db(tmp_path: Path) -> Iterator[Database]:
     migrate.upgrade(database)
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def keep_logging() -> Iterator[None]:
+    """Put the root logger back as it was after a command that sets logging up."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 # The fixtures that run the real Placement in-process (tests/fixtures/placement.py).

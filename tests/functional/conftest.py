@@ -14,9 +14,12 @@ from sqlalchemy.engine import make_url
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
 from tests import conftest
+from tests.fixtures.arqs import inventory_of_host, published
+from tests.fixtures.devices import seeded
+from tests.fixtures.keystone import tokens
 from tests.fixtures.placement import placement, placement_app
 
-__all__ = ["placement", "placement_app"]
+__all__ = ["inventory_of_host", "placement", "placement_app", "published", "seeded", "tokens"]
 
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 

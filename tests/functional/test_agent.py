@@ -18,42 +18,16 @@ from typing import Any
 import pytest
 import requests
 import uvicorn
-from oslo_config import cfg
 
 from acceleron import conf as confmod
-from acceleron.agent.client import connect
-from acceleron.agent.loop import Agent, Settings
 from acceleron.api.app import create_app
 from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
-from acceleron.drivers import load_drivers
+from tests.fixtures.host import agent_conf, make_agent
 from tests.fixtures.waiting import wait_for
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
-
-
-@pytest.fixture
-def keep_logging() -> Iterator[None]:
-    """Put the root logger back as it was after a command that sets logging up."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-def agent_conf(tmp_path: Path, url: str, host: str, **agent: Any) -> cfg.ConfigOpts:
-    """The fake driver's five devices, reported to ``url`` as ``host``."""
-    overrides: dict[str, dict[str, object]] = {
-        "DEFAULT": {"state_path": str(tmp_path), "host": host},
-        "agent": {"api_endpoint": url, "enabled_drivers": ["fake"], **agent},
-    }
-    return confmod.load([], config_files=[], overrides=overrides)
-
-
-def make_agent(conf: cfg.ConfigOpts) -> Agent:
-    return Agent(Settings.from_conf(conf), load_drivers(conf, Path("/")), connect(conf))
 
 
 def host_view(url: str, host: str) -> dict[str, Any] | None:

@@ -30,13 +30,12 @@ from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, BitstreamNotFound
 from acceleron.service import arqs as service
 from acceleron.service import binding, device_profiles
-from tests.functional.api.test_arqs import HOST, PATH, bind_body, inventory_of_host
+from tests.fixtures.arqs import HOST, PATH, bind_body
 
 if TYPE_CHECKING:  # imported by pytest_plugins, so that pytest can rewrite its asserts
     from tests.fixtures.glance import GlanceServer
 
 pytest_plugins = ["tests.fixtures.glance"]
-__all__ = ["inventory_of_host"]
 
 KEYS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
 # A member with the compute service's token, as the API hands it to the service

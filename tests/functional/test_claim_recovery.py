@@ -30,11 +30,9 @@ from acceleron.placement.client import PlacementClient
 from acceleron.service import arqs, claim_allocation, claim_leases, claim_undo, claims
 from acceleron.service.placement import PlacementService
 from acceleron.service.reconciler import Reconciler
+from tests.fixtures.arqs import ADMIN, held
 from tests.fixtures.waiting import wait_for
-from tests.functional.api.test_arqs import ADMIN
-from tests.functional.test_reconciler import held, inventory_of_host, published
 
-__all__ = ["inventory_of_host", "published"]
 CLAIMS, ARQS, HANDLES = table(Claim), table(AcceleratorRequest), table(AttachHandle)
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 STEPS = ("begun", "placing", "placed", "created", "bound")

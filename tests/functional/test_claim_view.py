@@ -24,11 +24,9 @@ from acceleron.exceptions import AcceleronError, AllocationConflict
 from acceleron.placement.client import PlacementClient
 from acceleron.service import claim_survey, claim_view, claims, device_profiles
 from acceleron.service.placement import options_from_conf
+from tests.fixtures.arqs import ADMIN, held
 from tests.fixtures.placement import CountingAdapter
-from tests.functional.api.test_arqs import ADMIN
-from tests.functional.test_reconciler import held, inventory_of_host, published
 
-__all__ = ["inventory_of_host", "published"]
 DEPLOYABLES, HANDLES, CLAIMS = table(Deployable), table(AttachHandle), table(Claim)
 QAT = "CUSTOM_ACCELERATOR_QAT"
 CANDIDATES = "/allocation_candidates"

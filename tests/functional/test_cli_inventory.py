@@ -24,8 +24,7 @@ from acceleron.cli.main import main
 from acceleron.db.session import Database
 from acceleron.report import HostReport
 from acceleron.service import inventory
-from tests.fixtures.server import serve
-from tests.functional.api.test_devices import (
+from tests.fixtures.devices import (
     BITSTREAM,
     FPGA,
     FUNCTION,
@@ -42,6 +41,7 @@ from tests.functional.api.test_devices import (
     seed,
     uuid_of,
 )
+from tests.fixtures.server import serve
 
 R0 = uuid_of(HOST_A, FPGA, "region0")
 R1 = uuid_of(HOST_A, FPGA, "region1")

@@ -19,9 +19,8 @@ from acceleron.db.session import Database
 from acceleron.exceptions import Conflict, NotFound
 from acceleron.service import arqs as service
 from acceleron.service import binding, device_profiles
-from tests.functional.api.test_arqs import ADMIN, HOST, inventory_of_host
+from tests.fixtures.arqs import ADMIN, HOST
 
-__all__ = ["inventory_of_host"]
 TRIALS = 200
 ARQS, HANDLES, TASKS = table(AcceleratorRequest), table(AttachHandle), table(Task)
 BINDINGS = table(InstanceBinding)

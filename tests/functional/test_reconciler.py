@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from keystoneauth1 import adapter, session
-from keystoneauth1.noauth import NoAuth
+from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
 
@@ -21,51 +20,21 @@ from acceleron.db.models import AttachHandle, Host, table
 from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
-from acceleron.service import arqs, binding, device_profiles
+from acceleron.service import arqs, binding
 from acceleron.service.placement import PlacementService, options_from_conf
 from acceleron.service.publish import Syncer
 from acceleron.service.reconciler import Reconciler
+from tests.fixtures.arqs import ADMIN, HOST, held
 from tests.fixtures.server import serve
-from tests.functional.api.test_arqs import ADMIN, HOST, inventory_of_host
 
-__all__ = ["inventory_of_host"]
 HANDLES, HOSTS = table(AttachHandle), table(Host)
 FPGA = "CUSTOM_ACCELERATOR_FPGA"
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 
 
-@pytest.fixture
-def published(
-    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, inventory_of_host: Any
-) -> dict[str, Any]:
-    """host-1's inventory in Placement, its compute node with VCPUs as Nova would have it;
-    the region rows and the compute node's uuid."""
-    Syncer(db, lambda: PlacementClient(placement), options_from_conf(conf),
-           create_compute_nodes=True).sync_host(HOST)  # fmt: skip
-    with db.reader() as conn:
-        compute = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == HOST)).scalar()
-    assert compute is not None
-    client = PlacementClient(placement)
-    generation, _ = client.get_inventories(compute)
-    body = {"resource_provider_generation": generation,
-            "inventories": {"VCPU": {"total": 16}}}  # fmt: skip
-    response = placement.put(f"/resource_providers/{compute}/inventories", json=body,
-                             microversion="1.39", raise_exc=False)  # fmt: skip
-    assert response.status_code == 200, response.text
-    device_profiles.create(db, name="fpga", groups=[{f"resources:{FPGA}": "1"}])
-    return {"regions": inventory_of_host["regions"], "compute": compute}
-
-
 def allocate(placement: adapter.Adapter, consumer: str, allocations: dict[str, Any]) -> None:
     PlacementClient(placement).put_allocations(consumer, allocations, project_id="p1",
                                                user_id="u1")  # fmt: skip
-
-
-def held(placement: adapter.Adapter, consumer: str) -> dict[str, dict[str, int]]:
-    return {
-        rp: dict(r)
-        for rp, r in PlacementClient(placement).get_consumer(consumer).allocations.items()
-    }
 
 
 def bind(db: Database, rp: str, consumer: str) -> str:
@@ -211,12 +180,6 @@ def test_a_server_side_claim_that_fails_halfway_is_undone(
         assert refused.status_code == 409 and "holds allocations" in refused.text
         assert held(placement, other) == {region: {FPGA: 1}}
     assert held(placement, consumer) == {}
-
-
-def api_adapter(url: str) -> adapter.Adapter:
-    return adapter.Adapter(
-        session.Session(auth=NoAuth()), service_type="accelerator", endpoint_override=url
-    )
 
 
 def test_the_api_and_the_cli(

@@ -25,10 +25,8 @@ from acceleron.cli.main import main
 from acceleron.db.session import Database
 from tests.fixtures.allinone import AllInOne, all_in_one
 from tests.fixtures.host import Host, bind, profile, upload
+from tests.fixtures.keystone import keystone_client, token
 from tests.fixtures.waiting import wait_for
-from tests.functional.api.test_auth import keystone_client, token, tokens
-
-__all__ = ["tokens"]  # the fixture
 
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

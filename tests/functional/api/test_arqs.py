@@ -8,13 +8,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
 from sqlalchemy import select, update
+from tests.fixtures.arqs import ADMIN, HOST, PATH, bind_body
 
 from acceleron.api.app import create_app
-from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, AttachHandle, Deployable, Task, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
@@ -23,41 +22,13 @@ from acceleron.report import HostReport
 from acceleron.service import arqs as service
 from acceleron.service import bind_tasks, binding, device_profiles, inventory
 
-HOST = "host-1"
-PATH = "/v2/accelerator_requests"
 V2_8 = {"OpenStack-API-Version": "accelerator 2.8"}
 FPGA = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required"}]
 DEPLOYABLES, HANDLES, ARQS = table(Deployable), table(AttachHandle), table(AcceleratorRequest)
-# An admin, as the API hands it to the service (arq:get_all_projects lets it).
-ADMIN = RequestContext("req", "admin", "admin", frozenset({"admin"}), all_projects=True)
-
-
-@pytest.fixture
-def inventory_of_host(db: Database, conf: cfg.ConfigOpts) -> dict[str, Any]:
-    """host-1's fake inventory; the region/type/pool rows by kind."""
-    conf.set_override("host", HOST)
-    inventory.reconcile(db, HostReport(HOST, "1", tuple(FakeDriver(conf, Path("/")).discover())))
-    with db.reader() as conn:
-        rows = list(conn.execute(select(DEPLOYABLES).order_by(DEPLOYABLES.c.id)))
-    return {
-        "regions": [r for r in rows if r.kind == "region"],
-        "vgpu": [r for r in rows if r.kind == "vgpu_type"],
-        "pool": [r for r in rows if r.kind == "vf_pool"],
-    }
 
 
 def profile(db: Database, name: str, groups: Any) -> None:
     device_profiles.create(db, name=name, groups=groups)
-
-
-def bind_body(arq: str, rp: str, instance: str, host: str = HOST) -> dict[str, Any]:
-    return {
-        arq: [
-            {"path": "/hostname", "op": "add", "value": host},
-            {"path": "/device_rp_uuid", "op": "add", "value": rp},
-            {"path": "/instance_uuid", "op": "add", "value": instance},
-        ]
-    }
 
 
 def create(api: TestClient, name: str) -> list[dict[str, Any]]:

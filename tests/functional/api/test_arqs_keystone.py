@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from keystonemiddleware.fixture import AuthTokenFixture
 from sqlalchemy import select
+from tests.fixtures.keystone import token
 
 from acceleron import conf as confmod
 from acceleron.api.app import create_app
@@ -20,20 +21,6 @@ from acceleron.report import HostReport
 from acceleron.service import device_profiles, inventory
 
 PATH = "/v2/accelerator_requests"
-
-
-@pytest.fixture
-def tokens() -> Iterator[AuthTokenFixture]:
-    fixture = AuthTokenFixture()
-    fixture.setUp()
-    yield fixture
-    fixture.cleanUp()
-
-
-def token(tokens: AuthTokenFixture, *roles: str, project: str = "p1") -> str:
-    token_id = uuid.uuid4().hex
-    tokens.add_token_data(token_id, project_id=project, user_id="u", role_list=list(roles))
-    return token_id
 
 
 @pytest.fixture
@@ -56,8 +43,11 @@ def api(tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture) -> Iterat
 def test_bound_requests_need_the_compute_services_token(
     api: TestClient, sqlite_db: Database, tokens: AuthTokenFixture
 ) -> None:
-    user = {"X-Auth-Token": token(tokens, "member")}
-    with_service = {**user, "X-Service-Token": token(tokens, "service", project="service")}
+    user = token(tokens, "member")
+    with_service = {
+        **user,
+        "X-Service-Token": token(tokens, "service", project="service")["X-Auth-Token"],
+    }
     arq = api.post(PATH, json={"device_profile_name": "dp"}, headers=user).json()["arqs"][0]
     with sqlite_db.reader() as conn:
         rp = (
@@ -90,9 +80,9 @@ def test_with_a_service_token_an_instances_requests_are_found_in_any_project(
 ) -> None:
     """Nova makes an instance's requests with the token of whoever runs the operation (an
     admin evacuating it) and deletes them with the owner's, beside its service token."""
-    admin = {"X-Auth-Token": token(tokens, "admin", "member", project="admin-project")}
-    owner = {"X-Auth-Token": token(tokens, "member", project="owner-project")}
-    nova = {**owner, "X-Service-Token": token(tokens, "service", project="service")}
+    admin = token(tokens, "admin", "member", project="admin-project")
+    owner = token(tokens, "member", project="owner-project")
+    nova = {**owner, "X-Service-Token": token(tokens, "service", project="service")["X-Auth-Token"]}
     made = api.post(PATH, json={"device_profile_name": "dp"}, headers=admin).json()["arqs"][0]
     # Not yet bound to an instance: look it up by its uuid.
     assert api.get(f"{PATH}/{made['uuid']}", headers=owner).status_code == 404

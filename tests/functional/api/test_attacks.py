@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.functional.api.test_arqs import HOST, PATH, inventory_of_host
+from tests.fixtures.arqs import HOST, PATH
 
 from acceleron.db.session import Database
 from acceleron.service import bind_tasks, device_profiles
-
-__all__ = ["inventory_of_host"]
 
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 JSON = {**LATEST, "Content-Type": "application/json"}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from keystonemiddleware.fixture import AuthTokenFixture
+from tests.fixtures.keystone import keystone_client, token
 
 from acceleron import conf as confmod
 from acceleron.api.app import create_app
@@ -24,37 +25,11 @@ GROUPS = [{"resources:FPGA": "1"}]
 
 
 @pytest.fixture
-def tokens() -> Iterator[AuthTokenFixture]:
-    fixture = AuthTokenFixture()
-    fixture.setUp()
-    yield fixture
-    fixture.cleanUp()
-
-
-def keystone_client(
-    tmp_path: Path, db: Database, keystone: str = "http://keystone.test/identity", extra: str = ""
-) -> TestClient:
-    config = tmp_path / "acceleron.conf"
-    config.write_text(
-        f"[DEFAULT]\nstate_path = {tmp_path}\nauth_strategy = keystone\n"
-        f"[keystone_authtoken]\nwww_authenticate_uri = {keystone}\n{extra}"
-    )
-    conf = confmod.load([], config_files=[str(config)])
-    return TestClient(create_app(conf, db), raise_server_exceptions=False)
-
-
-@pytest.fixture
 def keystone_api(
     tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture
 ) -> Iterator[TestClient]:
     with keystone_client(tmp_path, sqlite_db) as client:
         yield client
-
-
-def token(tokens: AuthTokenFixture, *roles: str, project: str = "p1") -> dict[str, str]:
-    token_id = uuid.uuid4().hex
-    tokens.add_token_data(token_id, project_id=project, user_id="u1", role_list=list(roles))
-    return {"X-Auth-Token": token_id}
 
 
 def test_version_documents_need_no_token(keystone_api: TestClient) -> None:

@@ -7,12 +7,13 @@ import hashlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
-from tests.functional.api.test_device_profiles import error
+from tests.fixtures.answers import error
+from tests.fixtures.bitstreams import ADMIN, PATH, V2_7, create, put_data, upload
 
 from acceleron import conf as confmod
 from acceleron.api.app import create_app
@@ -24,10 +25,7 @@ if TYPE_CHECKING:  # imported by pytest_plugins, so that pytest can rewrite its 
 
 pytest_plugins = ["tests.fixtures.glance"]
 
-PATH = "/v2/bitstreams"
-V2_7 = {"OpenStack-API-Version": "accelerator 2.7"}
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
-OCTETS = {"Content-Type": "application/octet-stream"}
 FUNCTION = "5d2e2f3c-8b9a-4c1d-9e0f-1a2b3c4d5e6f"
 REGION = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
 OTHER_REGION = "0a1b2c3d-4e5f-4071-8293-a4b5c6d7e8f9"
@@ -37,33 +35,10 @@ def caller(roles: str, project: str) -> dict[str, str]:
     return {**V2_7, "X-Roles": roles, "X-Project-Id": project}
 
 
-ADMIN = V2_7  # noauth: admin of project "admin"
 MEMBER_P1 = caller("member,reader", "p1")
 READER_P1 = caller("reader", "p1")
 MEMBER_P2 = caller("member,reader", "p2")
 SERVICE = caller("service", "services")
-
-
-def create(api: TestClient, headers: dict[str, str] = ADMIN, **fields: Any) -> dict[str, Any]:
-    response = api.post(PATH, json={"name": "nlb.gbs", **fields}, headers=headers)
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def put_data(
-    api: TestClient, bitstream: dict[str, Any], data: Any, headers: dict[str, str] = ADMIN
-) -> Any:
-    return api.put(f"{PATH}/{bitstream['uuid']}/data", content=data, headers={**headers, **OCTETS})
-
-
-def upload(
-    api: TestClient, data: bytes, headers: dict[str, str] = ADMIN, **fields: Any
-) -> dict[str, Any]:
-    response = put_data(api, create(api, headers, **fields), data, headers)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def names(api: TestClient, headers: dict[str, str] = ADMIN, **params: str) -> list[str]:

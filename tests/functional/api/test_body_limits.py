@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
-from tests.functional.api.test_bitstreams import upload
+from tests.fixtures.bitstreams import upload
 
 from acceleron.api.app import create_app
 from acceleron.db.session import Database

@@ -12,8 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
 from sqlalchemy import select
-from tests.fixtures.sysfs import SCENARIO_6_1, build_sysfs
-from tests.functional.api.test_devices import (
+from tests.fixtures.devices import (
     BITSTREAM,
     FPGA,
     FUNCTION,
@@ -31,9 +30,9 @@ from tests.functional.api.test_devices import (
     fields_by_version,
     listed,
     name_of,
-    seeded,
     uuid_of,
 )
+from tests.fixtures.sysfs import SCENARIO_6_1, build_sysfs
 from tests.functional.conftest import LATEST
 
 from acceleron.api.deployables import (
@@ -48,8 +47,6 @@ from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.microversion import VERSIONS
 from acceleron.report import HostReport
 from acceleron.service import inventory
-
-__all__ = ["seeded"]  # the fixture, imported to be used here
 
 PATH = "/v2/deployables"
 SPEC003 = "/accelerators/deployable"
@@ -365,7 +362,7 @@ def test_attribute_rows(seeded: TestClient, db: Database) -> None:
 def test_reports_leave_an_operators_attributes_alone(seeded: TestClient, db: Database) -> None:
     """An agent's next report neither deletes nor changes an operator's attribute; a key
     the agent starts reporting takes precedence over the operator's, which stays."""
-    from tests.functional.api.test_devices import FPGA_CARD
+    from tests.fixtures.devices import FPGA_CARD
 
     mine = seeded.post("/v2/attributes", json={"deployable_id": R0, "key": "board_rev",
                                                 "value": "B"}).json()  # fmt: skip

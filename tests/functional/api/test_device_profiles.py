@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select
+from tests.fixtures.answers import error
 
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, table
 from acceleron.db.session import Database
@@ -29,13 +29,6 @@ def create(api: TestClient, name: str = "dp1", **extra: Any) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
-
-
-def error(response: Any) -> tuple[int, str, str]:
-    body = response.json()
-    fault = json.loads(body["error_message"])
-    assert fault["faultstring"] == body["errors"][0]["detail"]
-    return response.status_code, body["errors"][0]["code"], fault["faultstring"]
 
 
 def test_show_is_wrapped_and_list_keeps_order(api: TestClient) -> None:

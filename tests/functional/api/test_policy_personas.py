@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from keystoneauth1 import fixture as ksa_fixture
 from keystonemiddleware.fixture import AuthTokenFixture
-from tests.functional.api.test_auth import keystone_client
+from tests.fixtures.keystone import keystone_client
 
 from acceleron.api import policy
 from acceleron.db.models import Claim, table

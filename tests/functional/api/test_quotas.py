@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
 from sqlalchemy import func, select
+from tests.fixtures.arqs import HOST, PATH, create, member
 
 from acceleron.api.app import create_app
 from acceleron.context import RequestContext
@@ -25,15 +26,9 @@ from acceleron.report import HostReport
 from acceleron.service import arqs as service
 from acceleron.service import binding, device_profiles, inventory, quotas
 
-HOST = "host-1"
-PATH = "/v2/accelerator_requests"
 QAT = "CUSTOM_ACCELERATOR_QAT"
 V2_14 = {"OpenStack-API-Version": "accelerator 2.14"}
 ARQS, HANDLES = table(AcceleratorRequest), table(AttachHandle)
-
-
-def member(project: str) -> dict[str, str]:
-    return {"X-Roles": "member,reader", "X-Project-Id": project, "X-User-Id": "u"}
 
 
 def admin_of(project: str) -> dict[str, str]:
@@ -59,10 +54,6 @@ def api(conf: cfg.ConfigOpts, db: Database) -> Iterator[TestClient]:
     conf.set_override("project_limits", [f"p2/class:{QAT}=3"], group="quota")
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
         yield client
-
-
-def create(api: TestClient, name: str, project: str) -> Any:
-    return api.post(PATH, json={"device_profile_name": name}, headers=member(project))
 
 
 def bind(api: TestClient, arq: str, rp: str, project: str) -> Any:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.fixtures.arqs import create, member
 from tests.fixtures.keystone_limits import KeystoneLimits, keystone_limits
 
 from acceleron import conf as confmod
@@ -19,12 +19,7 @@ from acceleron.db.session import Database
 from acceleron.service import device_profiles
 
 QAT, FPGA = "CUSTOM_ACCELERATOR_QAT", "CUSTOM_ACCELERATOR_FPGA"
-PATH = "/v2/accelerator_requests"
 V2_14 = {"OpenStack-API-Version": "accelerator 2.14"}
-
-
-def member(project: str) -> dict[str, str]:
-    return {"X-Roles": "member,reader", "X-Project-Id": project, "X-User-Id": "u"}
 
 
 @pytest.fixture
@@ -47,10 +42,6 @@ def api(tmp_path: Path, sqlite_db: Database, keystone: KeystoneLimits) -> Iterat
     device_profiles.create(sqlite_db, name="fpga", groups=[{f"resources:{FPGA}": "1"}])
     with TestClient(create_app(conf, sqlite_db), raise_server_exceptions=False) as client:
         yield client
-
-
-def create(api: TestClient, name: str, project: str) -> Any:
-    return api.post(PATH, json={"device_profile_name": name}, headers=member(project))
 
 
 def test_keystone_limits_apply(api: TestClient, keystone: KeystoneLimits) -> None:

@@ -1,4 +1,4 @@
-"""The real Placement, in-process, for the tests in this folder."""
+"""The real Placement, in-process, for the tests in this folder (and flat mode over it)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import pytest
 from keystoneauth1 import adapter
 
 from acceleron.placement.client import PlacementClient
+from tests.fixtures.flat import flat
 from tests.fixtures.placement import CountingAdapter, placement, placement_app
 
-__all__ = ["placement", "placement_app"]
+__all__ = ["flat", "placement", "placement_app"]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,20 +16,13 @@ from sqlalchemy import select
 from acceleron.api.app import create_app
 from acceleron.db.models import Host, table
 from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
 from acceleron.placement.client import PlacementClient
-from acceleron.report import HostReport, to_json
 from acceleron.service.placement import PlacementService
+from tests.fixtures.fake_host import HOST, report_body
 from tests.fixtures.placement import Unreachable, allocate
 from tests.fixtures.waiting import wait_for
 
-HOST = "host-1"
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
-
-
-def report(conf: cfg.ConfigOpts, host: str = HOST) -> dict[str, Any]:
-    conf.set_override("host", host)
-    return to_json(HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover())))
 
 
 MakeApi = Callable[..., TestClient]
@@ -62,7 +54,7 @@ def test_a_changed_report_is_published_by_the_worker(
     make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("embedded")
-    body = report(conf)
+    body = report_body(conf)
     assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
     client = PlacementClient(placement)
     wait_for(lambda: (c := client.find_provider(HOST)) is not None and
@@ -79,7 +71,7 @@ def test_sync_endpoint_plans_then_applies(
     from acceleron.report import from_json
     from acceleron.service import inventory
 
-    inventory.reconcile(db, from_json(report(conf)))
+    inventory.reconcile(db, from_json(report_body(conf)))
     plan = api.post("/v2/placement/sync", json={"host": HOST, "dry_run": True}, headers=V2_6)
     assert plan.status_code == 200, plan.text
     actions = plan.json()["hosts"][0]["actions"]
@@ -95,13 +87,13 @@ def test_remote_mode_refuses_a_host_the_compute_service_does_not_know(
 ) -> None:
     api = make_api("remote")
     PlacementClient(placement).create_provider(str(uuid.uuid4()), f"{HOST}.example.org")
-    response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=V2_6)
+    response = api.put(f"/v2/hosts/{HOST}/report", json=report_body(conf), headers=V2_6)
     assert response.status_code == 409
     error = response.json()["errors"][0]
     assert error["code"] == "acceleron.unknown_host"
     assert f"Did you mean '{HOST}.example.org'?" in error["detail"]
     named = f"{HOST}.example.org"
-    ok = api.put(f"/v2/hosts/{named}/report", json=report(conf, named), headers=V2_6)
+    ok = api.put(f"/v2/hosts/{named}/report", json=report_body(conf, named), headers=V2_6)
     assert ok.status_code == 200, ok.text
 
 
@@ -110,7 +102,7 @@ def test_remote_mode_accepts_a_new_host_while_placement_is_down(
 ) -> None:
     down = Unreachable(placement)
     api = make_api("remote", down)
-    response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=V2_6)
+    response = api.put(f"/v2/hosts/{HOST}/report", json=report_body(conf), headers=V2_6)
     assert response.status_code == 200, response.text
     with db.reader() as conn:
         host = conn.execute(select(table(Host)).where(table(Host).c.hostname == HOST)).one()
@@ -144,7 +136,7 @@ def test_migrate_to_nested_moves_every_host_it_can(
     conf.set_override("nested", False, "placement")
     flat = make_api("embedded")
     for host in hosts:
-        response = flat.put(f"/v2/hosts/{host}/report", json=report(conf, host), headers=V2_6)
+        response = flat.put(f"/v2/hosts/{host}/report", json=report_body(conf, host), headers=V2_6)
         assert response.status_code == 200
     client = PlacementClient(placement)
 
@@ -182,7 +174,7 @@ def test_disabling_a_device_reserves_it_in_placement(
     make_api: MakeApi, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     api = make_api("embedded")
-    body = report(conf)
+    body = report_body(conf)
     assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
     devices = api.get("/v2/devices", params={"type": "FPGA"}, headers=V2_6).json()["devices"]
     device = sorted(devices, key=lambda d: d["pci_address"])[0]
@@ -221,7 +213,7 @@ def test_a_host_that_left_a_device_out_is_not_synced_and_says_why(
     from tests.fixtures.server import serve
 
     api = make_api("embedded")
-    body = report(conf)
+    body = report_body(conf)
     body["devices"][0]["vendor_name"] = "Intel/Altera"  # no trait can be made of it
     assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
     latest = {"OpenStack-API-Version": "accelerator 2.10"}

@@ -28,11 +28,9 @@ from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query
 from acceleron.service.placement import PlacementService
+from tests.fixtures.fake_host import HOST, report_body
+from tests.fixtures.flat import held_by, nova_bind
 from tests.fixtures.waiting import wait_for
-from tests.functional.placement.test_api import HOST, report
-from tests.functional.placement.test_flat import flat, held_by, nova_bind
-
-__all__ = ["flat"]  # the fixture, for the flat mode tests here
 
 FPGA = "CUSTOM_ACCELERATOR_FPGA"
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
@@ -55,7 +53,7 @@ def nested(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> It
     app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
     client = PlacementClient(placement)
     with TestClient(app, raise_server_exceptions=False) as api:
-        response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=LATEST)
+        response = api.put(f"/v2/hosts/{HOST}/report", json=report_body(conf), headers=LATEST)
         assert response.status_code == 200, response.text
 
         def published() -> bool:

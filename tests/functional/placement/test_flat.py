@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,89 +17,15 @@ from oslo_config import cfg
 from sqlalchemy import select
 
 from acceleron.api.app import create_app
-from acceleron.db.models import AttachHandle, Deployable, table
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler.claim import Claimer
-from acceleron.service import device_profiles
 from acceleron.service.placement import PlacementService
+from tests.fixtures.arqs import api_adapter
+from tests.fixtures.fake_host import HOST
+from tests.fixtures.flat import FPGA, FUNCTION, HANDLES, LATEST, held_by, nova_bind
 from tests.fixtures.server import serve
-from tests.fixtures.waiting import wait_for
-from tests.functional.placement.test_api import HOST, report
-from tests.functional.test_reconciler import api_adapter
-
-FPGA = "CUSTOM_ACCELERATOR_FPGA"
-LATEST = {"OpenStack-API-Version": "accelerator latest"}
-# The first region of each fake FPGA holds this function (and another); the second none.
-FUNCTION = "D8424DC4A4A3C413F89E433683F9040B"
-HANDLES, DEPLOYABLES = table(AttachHandle), table(Deployable)
-
-
-@pytest.fixture
-def flat(
-    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter
-) -> Iterator[tuple[TestClient, str]]:
-    """An API publishing flat to the real Placement, host-1 reported and published; the
-    client and the compute node's uuid."""
-    conf.set_override("nested", False, "placement")
-    conf.set_override("mode", "embedded", "placement")
-    conf.set_override("embedded_connection", "sqlite://", "placement")
-    app = create_app(conf, db)
-    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
-    client = PlacementClient(placement)
-    with TestClient(app, raise_server_exceptions=False) as api:
-        response = api.put(f"/v2/hosts/{HOST}/report", json=report(conf), headers=LATEST)
-        assert response.status_code == 200, response.text
-
-        def compute() -> str | None:
-            found = client.find_provider(HOST)
-            if found is None or FPGA not in client.get_inventories(found.uuid)[1]:
-                return None
-            if f"CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION}" not in client.get_traits(found.uuid)[1]:
-                return None  # the traits come a moment after the inventory
-            return found.uuid
-
-        wait_for(lambda: compute() is not None)
-        device_profiles.create(db, name="fpga", groups=[{f"resources:{FPGA}": "1"}])
-        device_profiles.create(
-            db,
-            name="function",
-            groups=[{f"resources:{FPGA}": "1",
-                     f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION}": "required"}],
-        )  # fmt: skip
-        yield api, str(compute())
-
-
-def held_by(db: Database, arq: str) -> Any:
-    """The deployable whose handle the request holds."""
-    from acceleron.db.models import AcceleratorRequest
-
-    arqs = table(AcceleratorRequest)
-    with db.reader() as conn:
-        return conn.execute(
-            select(DEPLOYABLES)
-            .join(HANDLES, HANDLES.c.deployable_id == DEPLOYABLES.c.id)
-            .join(arqs, arqs.c.id == HANDLES.c.arq_id)
-            .where(arqs.c.uuid == arq)
-        ).one()
-
-
-def nova_bind(api: TestClient, profile: str, rp: str, instance: str) -> dict[str, Any]:
-    """What Nova does: create the requests, bind them to the provider Placement chose."""
-    created = api.post("/v2/accelerator_requests", json={"device_profile_name": profile})
-    assert created.status_code == 201, created.text
-    arq = created.json()["arqs"][0]["uuid"]
-    ops = [
-        {"op": "add", "path": "/hostname", "value": HOST},
-        {"op": "add", "path": "/device_rp_uuid", "value": rp},
-        {"op": "add", "path": "/instance_uuid", "value": instance},
-    ]
-    response = api.patch("/v2/accelerator_requests", json={arq: ops})
-    assert response.status_code == 202, response.text
-    shown = api.get(f"/v2/accelerator_requests/{arq}", headers=LATEST)
-    body: dict[str, Any] = shown.json()
-    return body
 
 
 def test_a_claim_lands_on_a_region_that_holds_the_function(

@@ -25,8 +25,8 @@ from acceleron.report import HostReport
 from acceleron.service import device_profiles, inventory
 from acceleron.service.publish import Syncer
 from acceleron.vocabulary import Health
+from tests.fixtures.fake_host import HOST, syncer
 from tests.fixtures.placement import CountingAdapter
-from tests.functional.placement.test_sync import HOST, syncer
 
 DEVICES, DEPLOYABLES = table(Device), table(Deployable)
 V2_13 = {"OpenStack-API-Version": "accelerator 2.13"}
@@ -237,7 +237,7 @@ def test_the_agent_reports_a_fault_injected_in_the_fake_driver(
 
     import requests
 
-    from tests.functional.test_agent import agent_conf, make_agent
+    from tests.fixtures.host import agent_conf, make_agent
 
     host = f"compute-{uuid.uuid4().hex[:8]}"
     conf = agent_conf(tmp_path, live_api, host)

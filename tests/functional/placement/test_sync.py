@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ from sqlalchemy import select, update
 
 from acceleron.db.models import Deployable, Device, Host, PlacementProvider, table
 from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import PlacementUnavailable, UnknownHost
 from acceleron.placement import names
 from acceleron.placement.client import Inventory, PlacementClient
@@ -23,9 +21,9 @@ from acceleron.scheduler.query import groups_from_flavor, profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import options_from_conf
 from acceleron.service.publish import Syncer
+from tests.fixtures.fake_host import HOST, report, syncer
 from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
-HOST = "host-1"
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
 REGION_TYPE = "ce48969398f05f33946d560708be108a"
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
@@ -38,17 +36,6 @@ SECOND_ID = "F7DF405CBD7ACF7222F144B0B93ACD18"  # region0's other function
 def spellings(bare: str) -> tuple[str, str]:
     """An id's two trait spellings: as is, and spec 004's (groups joined by "_")."""
     return bare, f"{bare[:8]}_{bare[8:12]}_{bare[12:16]}_{bare[16:20]}_{bare[20:]}"
-
-
-def report(conf: cfg.ConfigOpts, host: str = HOST) -> HostReport:
-    conf.set_override("host", host)
-    return HostReport(host, "1.0", tuple(FakeDriver(conf, Path("/")).discover()))
-
-
-def syncer(db: Database, counted: CountingAdapter, **options: Any) -> Syncer:
-    embedded = options.pop("create_compute_nodes", True)
-    return Syncer(db, lambda: PlacementClient(counted), Options(**options),
-                  create_compute_nodes=embedded)  # fmt: skip
 
 
 def region_uuid(db: Database, index: int = 0) -> str:

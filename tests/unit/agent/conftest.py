@@ -1,9 +1,6 @@
-"""Fixtures of the agent tests: fake sysfs trees, a configuration, logging kept intact."""
+"""Fixtures of the agent tests: fake sysfs trees, a configuration."""
 
 from __future__ import annotations
-
-import logging
-from collections.abc import Iterator
 
 import pytest
 from oslo_config import cfg
@@ -17,13 +14,3 @@ def agent_conf(conf: cfg.ConfigOpts) -> cfg.ConfigOpts:
     conf.set_override("host", "fakehost")
     conf.set_override("use_nvml", False, group="nvidia_gpu")
     return conf
-
-
-@pytest.fixture
-def keep_logging() -> Iterator[None]:
-    """Put the root logger back as it was after a command that sets logging up."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)

@@ -10,7 +10,7 @@ from pathlib import Path
 from acceleron.agent import tasks
 from acceleron.drivers import gbs
 from acceleron.drivers.fake import FakeDriver
-from tests.unit.agent.test_tasks import REGION_TYPE, Api, conf, program_task
+from tests.fixtures.tasks import REGION_TYPE, Api, conf, program_task
 
 
 def run_old_task(tmp_path: Path, **signature_options: object) -> tuple[Api, FakeDriver]:

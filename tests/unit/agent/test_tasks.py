@@ -4,70 +4,16 @@ driver that breaks fails its task instead of stopping the agent; the journal sta
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from oslo_config import cfg
-
-from acceleron import conf as confmod
 from acceleron.agent import tasks
-from acceleron.agent.client import ApiUnavailable, ApiUnreachable
+from acceleron.agent.client import ApiUnreachable
 from acceleron.drivers import gbs
 from acceleron.drivers.fake import FakeDriver
-
-REGION_TYPE = "ce48969398f05f33946d560708be108a"
-
-
-class Api:
-    """Records the agent's reports; serves one bitstream, or fails its download."""
-
-    def __init__(self, data: bytes, fail_download: bool = False) -> None:
-        self.data = data
-        self.fail_download = fail_download
-        self.updates: list[dict[str, Any]] = []
-
-    def update_task(self, uuid: str, **fields: Any) -> dict[str, Any]:
-        self.updates.append({"uuid": uuid, **fields})
-        return {}
-
-    @contextlib.contextmanager
-    def bitstream_chunks(self, bitstream_id: str) -> Iterator[Iterator[bytes]]:
-        if self.fail_download:
-            raise ApiUnavailable("cannot reach http://api: Connection refused")
-        yield iter([self.data])
-
-
-def conf(tmp_path: Path) -> cfg.ConfigOpts:
-    return confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(tmp_path), "host": "h"},
-        "agent": {"backoff_initial": 0.01, "backoff_max": 0.01},
-    })  # fmt: skip
-
-
-def program_task(driver: FakeDriver, data: bytes) -> dict[str, Any]:
-    import hashlib
-
-    device = next(d for d in driver.discover() if d.type == "FPGA")
-    return {
-        "uuid": "t1",
-        "kind": "program",
-        "params": {
-            "pci_address": device.pci_address,
-            "deployable": "region0",
-            "region_type": REGION_TYPE,
-            "bitstream": {
-                "id": "b1",
-                "name": "x.gbs",
-                "size": len(data),
-                "hash_algo": "sha256",
-                "hash_value": hashlib.sha256(data).hexdigest(),
-            },
-        },
-    }
+from tests.fixtures.tasks import REGION_TYPE, Api, conf, program_task
 
 
 def runner(tmp_path: Path, api: Api, driver: FakeDriver) -> tasks.TaskRunner:

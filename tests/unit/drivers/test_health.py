@@ -20,12 +20,9 @@ from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver
 from acceleron.drivers.pci import PciDriver
 from acceleron.drivers.xilinx_fpga import XilinxFpgaDriver
 from acceleron.vocabulary import Health
+from tests.fixtures.cards import gpu_spec, pac, qat, u250
 from tests.fixtures.sysfs import inject, write_aer
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
-from tests.unit.drivers.test_intel_fpga import pac
-from tests.unit.drivers.test_intel_qat import qat
-from tests.unit.drivers.test_nvidia_gpu import gpu_spec
-from tests.unit.drivers.test_xilinx_fpga import u250
 
 MakeTree = Callable[..., Path]
 GPU = "0000:3b:00.0"

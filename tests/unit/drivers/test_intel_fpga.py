@@ -7,7 +7,6 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from oslo_config import cfg
@@ -17,31 +16,11 @@ from acceleron.drivers.errors import BitstreamError, ProgrammingError, TargetNot
 from acceleron.drivers.intel_fpga import IntelFpgaDriver
 from acceleron.drivers.sysfs import pci_handle
 from acceleron.vocabulary import Deployable, Device, Health
+from tests.fixtures.cards import NLB, TYPE_A10, pac
 from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 
 MakeTree = Callable[..., Path]
-TYPE_A10 = "ce48969398f05f33946d560708be108a"
-NLB = "d8424dc4a4a3c413f89e433683f9040b"
 DMA = "f7df405cbd7acf7222f144b0b93acd18"
-
-
-def pac(bdf: str, **fields: Any) -> dict[str, Any]:
-    """A PAC A10 spec with two VFs holding the NLB AFU, overridable."""
-    bus = bdf.split(":")[1]
-    base = {
-        "bdf": bdf,
-        "vendor": "0x8086",
-        "device": "0x09c4",
-        "class": "0x120000",
-        "numa_node": 0,
-        "driver": "dfl-pci",
-        "sriov": {"totalvfs": 2, "vf_device": "09c5", "vf_driver": "vfio-pci",
-                  "vfs": [f"0000:{bus}:00.1", f"0000:{bus}:00.2"]},
-        "fpga": {"layout": "dfl", "fme": {"bitstream_id": "0x23000410010309", "ports_num": 2},
-                 "pr_regions": [{"compat_id": TYPE_A10}], "vf_ports": [NLB, NLB]},
-    }  # fmt: skip
-    base.update(fields)
-    return base
 
 
 def discover(driver_conf: cfg.ConfigOpts, root: Path) -> list[Device]:

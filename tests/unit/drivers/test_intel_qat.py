@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from oslo_config import cfg
@@ -12,25 +11,11 @@ from oslo_config import cfg
 from acceleron.drivers.intel_qat import IntelQatDriver
 from acceleron.drivers.sysfs import pci_handle
 from acceleron.vocabulary import Deployable, Device, Health
+from tests.fixtures.cards import qat
 from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads
 
 MakeTree = Callable[..., Path]
 VFS = ["0000:3d:01.0", "0000:3d:01.1", "0000:3d:01.2", "0000:3d:01.3"]
-
-
-def qat(vfs: list[Any], **fields: Any) -> dict[str, Any]:
-    spec = {
-        "bdf": "0000:3d:00.0",
-        "vendor": "0x8086",
-        "device": "0x37c8",
-        "class": "0x0b4000",
-        "numa_node": -1,
-        "driver": "c6xx",
-        "iommu_group": 50,
-        "sriov": {"totalvfs": 16, "vf_device": "37c9", "vf_driver": "c6xxvf", "vfs": vfs},
-    }
-    spec.update(fields)
-    return spec  # fmt: skip
 
 
 def discover(conf: cfg.ConfigOpts, root: Path) -> list[Device]:

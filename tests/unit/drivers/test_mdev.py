@@ -11,7 +11,7 @@ from oslo_config import cfg
 from acceleron.drivers.base import Mediated
 from acceleron.drivers.errors import DriverError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver
-from tests.unit.drivers.test_nvidia_gpu import CREATED, gpu_spec
+from tests.fixtures.cards import CREATED, gpu_spec
 
 MakeTree = Callable[..., Path]
 PF = "sys/bus/pci/devices/0000:3b:00.0"

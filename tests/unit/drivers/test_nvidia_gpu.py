@@ -15,19 +15,12 @@ from acceleron.drivers import nvidia_gpu, nvml
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver, vgpu_trait
 from acceleron.drivers.sysfs import pci_handle
 from acceleron.vocabulary import AttachHandle, Deployable, Device
+from tests.fixtures.cards import CREATED, gpu_spec
 from tests.fixtures.sysfs import SCENARIO_6_1, deny_reads, rebuild_sysfs, scan_then_remove
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Mig, h100
 
 MakeTree = Callable[..., Path]
-CREATED = "6c4f8a2e-0d7b-4a57-9a4e-3f0c1b2d9e10"
 PF_INFO = {"domain": "0000", "bus": "3b", "device": "00", "function": "0"}
-
-
-def gpu_spec(bdf: str = "0000:3b:00.0", device: str = "0x2330", **fields: Any) -> dict[str, Any]:
-    spec = {"bdf": bdf, "vendor": "0x10de", "device": device, "class": "0x030200",
-            "numa_node": 0, "driver": "nvidia", "iommu_group": 30}  # fmt: skip
-    spec.update(fields)
-    return spec
 
 
 def discover(conf: cfg.ConfigOpts, root: Path, lib: FakeNvml | None = None) -> list[Device]:

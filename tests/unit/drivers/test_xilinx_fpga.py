@@ -8,7 +8,6 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from oslo_config import cfg
@@ -18,27 +17,10 @@ from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.sysfs import pci_handle
 from acceleron.drivers.xilinx_fpga import XilinxFpgaDriver
 from acceleron.vocabulary import Deployable, Device
+from tests.fixtures.cards import SHELL, XCLBIN, pf, u250
 from tests.fixtures.sysfs import deny_reads, scan_then_remove
 
 MakeTree = Callable[..., Path]
-XCLBIN = "5b5c5d5e-1111-4222-8333-944455556666"
-SHELL = "15fb0d4b-8a2c-4e45-9a53-c1b4f8c9e6b0"
-
-
-def pf(bdf: str, device: str, driver: str | None, **fields: Any) -> dict[str, Any]:
-    spec = {"bdf": bdf, "vendor": "0x10ee", "device": device, "class": "0x120000",
-            "numa_node": 1, "driver": driver}  # fmt: skip
-    spec.update(fields)
-    return spec
-
-
-def u250(prefix: str = "0000:d8:00") -> list[dict[str, Any]]:
-    return [
-        pf(f"{prefix}.0", "0x5004", "xclmgmt",
-           files={"interface_uuids": f"{SHELL}\n", "logic_uuids": "aa" * 16,
-                  "VBNV": "xilinx_u250"}),
-        pf(f"{prefix}.1", "0x5005", "xocl", files={"xclbinuuid": XCLBIN}),
-    ]  # fmt: skip
 
 
 def test_mgmt_and_user_pfs_are_one_device(
