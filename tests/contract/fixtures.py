@@ -76,7 +76,9 @@ class Api(GabbiFixture):  # type: ignore[misc]
         migrate.upgrade(self.db)
         self.app = create_app(conf, self.db)
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="contract-app")
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="contract-app", daemon=True
+        )
         self.thread.start()
         self.lifespan: AbstractAsyncContextManager[Any] = self.app.router.lifespan_context(self.app)
         self._on_loop(self.lifespan.__aenter__())
