@@ -44,7 +44,6 @@ from acceleron.db.models import (
     Deployable,
     Device,
     DeviceProfile,
-    Host,
     InstanceBinding,
     table,
     utcnow,
@@ -59,7 +58,6 @@ from acceleron.uuids import parse
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
 DEPLOYABLES, DEVICES, BINDINGS = table(Deployable), table(Device), table(InstanceBinding)
-HOSTS = table(Host)
 
 STATES = ("Initial", "BindStarted", "Bound", "BindFailed", "Unbound", "UnbindFailed", "Deleting")
 # Target state -> the states it may be reached from.
