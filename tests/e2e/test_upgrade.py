@@ -157,12 +157,15 @@ def claims(load: Load, profile: str) -> None:
 
 def server_errors(cloud: Cloud, name: str) -> int:
     """The 5xx answers the replica ``name`` counted since it started."""
-    text = requests.get(f"{cloud.url(name)}/metrics", timeout=30).text
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in text.splitlines()
-        if line.startswith("acceleron_api_requests_total{") and 'status="5' in line
-    )
+    answer = requests.get(f"{cloud.url(name)}/metrics", timeout=30)
+    assert answer.status_code == 200, answer.text
+    counted = [
+        line
+        for line in answer.text.splitlines()
+        if line.startswith("acceleron_api_requests_total{")
+    ]
+    assert counted, f"{name} counted no request"
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in counted if 'status="5' in line)
 
 
 def api_version(cloud: Cloud, name: str) -> str:
