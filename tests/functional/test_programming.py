@@ -237,7 +237,10 @@ def test_the_cli_programs_a_region_and_follows_its_phases(
     arq = bind(host, profile(host.url, fpga_group()), region["rp_uuid"])
     assert arq_of(host.url, arq)["state"] == "Bound"
     assert main([*argv, "--no-wait"]) == 1
-    assert "409" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"{region['name']} cannot be programmed now: accelerator request(s) {arq} use it with "
+        "what it holds now.\n"
+    )
 
 
 def test_the_cli_reprograms_a_bound_request(host: Host, capsys: pytest.CaptureFixture[str]) -> None:
