@@ -25,6 +25,7 @@ a cyborg-agent per compute with its fake driver, from ``venvs/cyborg``) as the
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -58,12 +59,20 @@ MYSQL = "mysql+pymysql://root@127.0.0.1:3306"
 POSTGRESQL = "postgresql+psycopg://postgres@127.0.0.1:5432"
 REGION = "RegionOne"
 COMPUTES = ("compute-1", "compute-2")
-SERVICE_USERS = ("placement", "glance", "nova", "acceleron", "acceleron-events", "cyborg")
+SERVICE_USERS = (
+    "placement",
+    "glance",
+    "nova",
+    "acceleron",
+    "acceleron-events",
+    "cyborg",
+    "barbican",
+)
 # What serves the catalog's accelerator endpoint (Cloud.accelerator).
 ACCELERON, CYBORG = "acceleron", "cyborg"
 # The OpenStack services, each from its own lock file (cloud/requirements/<name>.txt).
 # Adding one (tempest, say) is a lock file and a name here: `venv(name)` makes it.
-SERVICES = ("keystone", "placement", "glance", "nova")
+SERVICES = ("keystone", "placement", "glance", "nova", "barbican")
 WAIT = 180.0  # seconds any one step may take before the start is given up
 # Acceleron's quotas come from Keystone's unified limits ([quota] driver =
 # unified_limits): the accelerator service's registered limit (every project's default)
@@ -305,6 +314,10 @@ class Cloud:
     # The release Acceleron's processes started from (`up --release`, make e2e-upgrade):
     # its version; "" for the checkout.
     release: str = ""
+    # Signed bitstreams (docs/bitstreams.md): the Barbican secret id of the CA the agents
+    # trust, and the project whose requests get only signed bitstreams programmed.
+    signing_ca: str = ""
+    signed_project: str = ""
 
     # names ------------------------------------------------------------------------
     @property
@@ -348,6 +361,7 @@ class Cloud:
             "compute": ("nova", f"{self.url('nova')}/v2.1"),
             "network": ("neutron-standin", self.url("neutron")),
             "accelerator": (self.accelerator, f"{self.url('accelerator')}/v2"),
+            "key-manager": ("barbican", self.url("barbican")),
         }
 
     # persistence -------------------------------------------------------------------
@@ -497,6 +511,13 @@ def variables(cloud: Cloud) -> dict[str, str]:
         "agent_endpoint": f"api_endpoint = {cloud.url('acceleron')}" if cloud.cyborg else "",
         "keystone_url": cloud.auth_url,
         "password": cloud.password,
+        "barbican_url": cloud.url("barbican"),
+        # Barbican's simple crypto plugin's key-encryption key: 32 bytes of this cloud's.
+        "barbican_kek": base64.b64encode(
+            hashlib.sha256(f"{cloud.tag}:{cloud.password}".encode()).digest()
+        ).decode(),
+        "signing_ca": cloud.signing_ca,
+        "signed_project": cloud.signed_project,
         **{
             f"db_{n}": cloud.database(n)
             for n in ("keystone", "placement", "nova_api", "nova_cell1", "acceleron", "cyborg")
@@ -528,6 +549,10 @@ def write_configs(cloud: Cloud) -> None:
     render("placement.conf", RUN / "placement" / "placement.conf", values)
     render("glance-api.conf", RUN / "glance" / "glance-api.conf", values)
     render("nova.conf", RUN / "nova" / "nova.conf", values)
+    render("barbican.conf", RUN / "barbican" / "barbican.conf", values)
+    shutil.copy(
+        VENVS / "barbican" / "etc" / "barbican" / "barbican-api-paste.ini", RUN / "barbican"
+    )
     acceleron_config(cloud, limits_endpoint="")  # for the schema; again once Keystone runs
     if cloud.cyborg:
         render("cyborg.conf", RUN / "cyborg" / "cyborg.conf", values)
@@ -731,6 +756,9 @@ def connect(cloud: Cloud, user: str = "admin", project: str = "admin") -> Any:
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "member": ("demo", ("member",)),
     "alt-member": ("alt", ("member",)),
+    # A member of the project whose requests get only signed bitstreams programmed
+    # ([bitstreams] require_signatures_projects of the agents).
+    "signer": ("signed", ("member",)),
     "reader": ("demo", ("reader",)),
     "placement": ("service", ("service",)),
     "glance": ("service", ("service",)),
@@ -743,6 +771,7 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "acceleron-events": ("service", ("service", "admin")),
     # Upstream Cyborg's (`up --cyborg`): its tokens, Placement, and Nova's events as above.
     "cyborg": ("service", ("service", "admin")),
+    "barbican": ("service", ("service",)),
 }
 
 
@@ -755,7 +784,7 @@ def identity(cloud: Cloud) -> None:
         roles["service"] = ident.create_role(name="service")
     domain = ident.find_domain("default")
     projects = {}
-    for name in ("service", "demo", "alt"):
+    for name in ("service", "demo", "alt", "signed"):
         projects[name] = ident.create_project(name=name, domain_id=domain.id)
     for user, (project, wanted) in USERS.items():
         created = ident.create_user(
@@ -821,6 +850,74 @@ def glance(cloud: Cloud) -> None:
         {"OS_GLANCE_CONFIG_DIR": str(RUN / "glance")},
     )
     wait_for("Glance", answers(cloud.url("glance")), cloud, ["glance"])
+
+
+def barbican(cloud: Cloud) -> None:
+    """Barbican behind Keystone (the catalog's key-manager), its simple crypto plugin
+    keeping the secrets in SQLite: where Glance and the agents read the certificates of
+    signed bitstreams (docs/bitstreams.md)."""
+    database = f"sqlite:///{RUN / 'barbican' / 'barbican.sqlite'}"
+    run(
+        [str(VENVS / "barbican" / "bin" / "barbican-manage"), "db", "upgrade", "-d", database],
+        what="barbican-manage db upgrade",
+    )
+    # Barbican reads barbican.conf from the default places only (~/ is one).
+    wsgi(cloud, "barbican", "barbican_wsgi:application", {"HOME": str(RUN / "barbican")})
+    wait_for("Barbican", answers(cloud.url("barbican")), cloud, ["barbican"])
+
+
+def signing(cloud: Cloud) -> None:
+    """A CA for bitstream signers (its certificate and key in run/barbican/), its
+    certificate stored in Barbican by the agents' user; the agents trust it, and require
+    signed bitstreams for the requests of the project ``signed``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "Reference cloud FPGA CA")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    folder = RUN / "barbican"
+    (folder / "signing-ca.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / "signing-ca.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    conn = connect(cloud, "acceleron", "service")
+    secret = conn.key_manager.create_secret(
+        name="reference-cloud-fpga-ca",
+        secret_type="certificate",
+        algorithm="RSA",
+        payload=base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode(),
+        payload_content_type="application/octet-stream",
+        payload_content_encoding="base64",
+    )
+    cloud.signing_ca = str(secret.secret_ref).rsplit("/", 1)[-1]
+    cloud.signed_project = str(connect(cloud).identity.find_project("signed").id)
+    cloud.save()
+    values = variables(cloud)
+    for host in COMPUTES:
+        render(
+            "acceleron-agent.conf", RUN / "acceleron" / host / "agent.conf", values | {"host": host}
+        )
 
 
 def nova_databases(cloud: Cloud) -> None:
@@ -960,8 +1057,8 @@ def switch_to_acceleron(cloud: Cloud) -> None:
     for name in [n for n in cloud.processes if n.startswith("cyborg-")]:
         cloud.stop(name)
     for host in COMPUTES:
+        restart(cloud, f"nova-{host}")  # the old process has gone: no report of its own
         since = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        restart(cloud, f"nova-{host}")
         wait_for(f"nova-compute of {host} back", compute_reports(admin, host, since), cloud,
                  [f"nova-{host}"])  # fmt: skip
     log(f"the accelerator endpoint is Acceleron's now: {cloud.url('acceleron')}/v2")
@@ -969,7 +1066,8 @@ def switch_to_acceleron(cloud: Cloud) -> None:
 
 def compute_reports(admin: Any, host: str, since: dt.datetime) -> Callable[[], bool]:
     """Whether the nova-compute of ``host`` has reported its state since ``since`` (UTC):
-    it does so once started, after its first look at its resources and Placement."""
+    a compute started reports only once it has looked at its resources and Placement
+    (a compute still stopping reports too: take ``since`` once it has gone)."""
 
     def check() -> bool:
         (found,) = admin.compute.services(binary="nova-compute", host=host)
@@ -1129,11 +1227,12 @@ def agents(cloud: Cloud) -> None:
 
 def write_credentials(cloud: Cloud) -> None:
     """run/clouds.yaml (clouds acceleron-admin, -member, -alt-member, -reader,
-    -service) and run/env/<user>.sh with the same as OS_* variables."""
+    -signer, -service) and run/env/<user>.sh with the same as OS_* variables."""
     users = {
         "admin": "admin",
         "member": "demo",
         "alt-member": "alt",
+        "signer": "signed",
         "reader": "demo",
         "service": "service",
     }
@@ -1200,6 +1299,7 @@ def up(nested: bool = True, accelerator: str = ACCELERON, release: str = "") -> 
         "acceleron",
         "acceleron-api-1",
         "acceleron-api-2",
+        "barbican",
     ]
     cloud = Cloud(
         secrets.token_hex(3),
@@ -1217,13 +1317,15 @@ def up(nested: bool = True, accelerator: str = ACCELERON, release: str = "") -> 
             keystone,
             placement,
             glance,
+            barbican,
             nova_databases,
             cyborg_schema if cloud.cyborg else acceleron_schema,
             neutron,
             rabbitmq,
         ]
         in_parallel(cloud, steps)
-        log(f"Keystone, Placement, Glance up in {time.monotonic() - started:.1f} s")
+        log(f"Keystone, Placement, Glance, Barbican up in {time.monotonic() - started:.1f} s")
+        signing(cloud)
         nova(cloud)
         if cloud.cyborg:
             cyborg(cloud)
