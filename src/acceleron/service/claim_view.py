@@ -44,7 +44,7 @@ STALE_FOR = 60.0
 REQUESTS_LIMIT = 20
 
 _stale: dict[str, float] = {}  # compute node provider -> until when (monotonic)
-_stale_lock = threading.Lock()
+_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,73 +100,108 @@ class View:
 
 def read(db: Database, roots: Iterable[str], options: tree.Options) -> View:
     """The view of the hosts whose compute node providers are ``roots``: the providers
-    with accelerators of those whose last report is in Placement, less those marked
-    stale. Only accelerator classes are in it (what a request holds of a memory class
-    is Placement's to know): a group asking for another finds no room here."""
+    with accelerators of those whose last report is in Placement (those marked stale
+    among them: ``View.stale``). Only accelerator classes are in it (what a request
+    holds of a memory class is Placement's to know): a group asking for another finds
+    no room here. A host's providers are rendered once per generation of its report."""
     with db.reader() as conn:
         hosts = conn.execute(_SYNCED.where(HOSTS.c.rp_uuid.in_(sorted(set(roots))))).all()
-        devices = conn.execute(
-            select(DEVICES).where(DEVICES.c.hostname.in_([h.hostname for h in hosts]))
-        ).all()
-        deployables = conn.execute(
-            select(DEPLOYABLES).where(DEPLOYABLES.c.device_id.in_([d.id for d in devices]))
-        ).all()
-        held = _held(conn, [d.id for d in deployables])
+        found = {host.hostname: _rendered.get(_key(host, options)) for host in hosts}
+        missing = [host for host in hosts if found[host.hostname] is None]
+        if missing:
+            found.update(_render(conn, missing, options))
+        published = [p for p in found.values() if p is not None]
+        held = _held(conn, [d for p in published for d in p.providers])
         placing = _placing(conn)
     summaries: dict[str, ProviderSummary] = {}
-    for host in hosts:
-        mine = [d for d in devices if d.hostname == host.hostname]
-        summaries.update(_host(host, mine, deployables, held, placing, options))
+    for host in published:
+        used: dict[str, int] = {}
+        for deployable, rp in host.providers.items():
+            used[rp] = used.get(rp, 0) + held.get(deployable, 0)
+        for rp, summary in host.summaries.items():
+            asked = placing.get(rp, {})
+            resources = {rc: Capacity(c.capacity, used.get(rp, 0) + asked.get(rc, 0))
+                         for rc, c in summary.resources.items()}  # fmt: skip
+            summaries[rp] = dataclasses.replace(summary, resources=resources)
     return View(summaries, frozenset(rp for rp in summaries if _is_stale(rp)))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Published:
+    """A host's providers with accelerators as the sync renders them (nothing used yet),
+    and the provider of each of its deployables (by id)."""
+
+    summaries: Mapping[str, ProviderSummary]
+    providers: Mapping[int, str]
+
+
 # Hosts whose providers are as their last report says (the sync published it).
-_SYNCED = select(HOSTS.c.hostname, HOSTS.c.rp_uuid).where(
+_SYNCED = select(HOSTS.c.hostname, HOSTS.c.rp_uuid, HOSTS.c.generation).where(
     HOSTS.c.rp_uuid.is_not(None), HOSTS.c.generation == HOSTS.c.synced_generation
 )
+RENDERED_KEPT = 4096  # hosts' renderings kept (all of them dropped past that)
+_rendered: dict[tuple[Any, ...], _Published] = {}
+
+
+def _key(host: Any, options: tree.Options) -> tuple[Any, ...]:
+    functionality = tuple(sorted(options.functionality.items()))
+    return host.hostname, host.rp_uuid, host.generation, options.standard_classes, functionality
+
+
+def _render(
+    conn: Connection, hosts: Sequence[Any], options: tree.Options
+) -> dict[str, _Published | None]:
+    """The providers of ``hosts``, rendered from their rows as the sync does (None for a
+    host the sync could not render whole: Placement's query knows better), kept."""
+    devices = conn.execute(
+        select(DEVICES).where(DEVICES.c.hostname.in_([h.hostname for h in hosts]))
+    ).all()
+    deployables = conn.execute(
+        select(DEPLOYABLES).where(DEPLOYABLES.c.device_id.in_([d.id for d in devices]))
+    ).all()
+    rendered: dict[str, _Published | None] = {}
+    with _lock:
+        if len(_rendered) + len(hosts) > RENDERED_KEPT:
+            _rendered.clear()
+    for host in hosts:
+        mine = [d for d in devices if d.hostname == host.hostname]
+        ids = {d.id for d in mine}
+        published = _host(host, mine, [d for d in deployables if d.device_id in ids], options)
+        rendered[host.hostname] = published
+        if published is not None:
+            with _lock:
+                _rendered[_key(host, options)] = published
+    return rendered
 
 
 def _host(
-    host: Any,
-    devices: Sequence[Any],
-    deployables: Sequence[Any],
-    held: Mapping[int, int],
-    placing: Mapping[str, Mapping[str, int]],
-    options: tree.Options,
-) -> Iterator[tuple[str, ProviderSummary]]:
-    """Each provider of the host with accelerators, as the sync publishes it, and what is
-    used of its accelerator class: the handles requests hold, and what claims being
-    made asked for."""
-    ids = {d.id for d in devices}
-    mine = [d for d in deployables if d.device_id in ids]
+    host: Any, devices: Sequence[Any], deployables: Sequence[Any], options: tree.Options
+) -> _Published | None:
+    """The host's providers with accelerators, as the sync publishes them, with their
+    accelerator class's capacity (total less reserved)."""
     try:
-        providers = tree.desired_tree(host.hostname, host.rp_uuid, devices, mine, options)
+        providers = tree.desired_tree(host.hostname, host.rp_uuid, devices, deployables, options)
     except InvalidPlacementName:
-        return  # the sync left something out: Placement's query knows better
-    used: dict[str, int] = {}
+        return None
+    of: dict[int, str] = {}
     classes: dict[str, set[str]] = {}
     by_id = {d.id: d for d in devices}
-    for dep in mine:
+    for dep in deployables:
         device = by_id[dep.device_id]
-        rp = (
-            names.provider_uuid(host.hostname, device.pci_address)
-            if dep.kind == "device"
-            else dep.uuid
-        )
-        used[rp] = used.get(rp, 0) + held.get(dep.id, 0)
+        whole = dep.kind == "device"  # its inventory is on the device's provider
+        rp = names.provider_uuid(host.hostname, device.pci_address) if whole else dep.uuid
+        of[dep.id] = rp
         classes.setdefault(rp, set()).update(_accelerator_classes(device, dep, options))
+    summaries = {}
     for provider in providers:
-        asked = placing.get(provider.uuid, {})
-        resources = {
-            rc: Capacity(inv.total - inv.reserved, used.get(provider.uuid, 0) + asked.get(rc, 0))
-            for rc, inv in provider.inventories.items()
-            if rc in classes.get(provider.uuid, ())
-        }
+        resources = {rc: Capacity(inv.total - inv.reserved, 0)
+                     for rc, inv in provider.inventories.items()
+                     if rc in classes.get(provider.uuid, ())}  # fmt: skip
         if resources:
-            yield (
-                provider.uuid,
-                ProviderSummary(resources, provider.traits, provider.parent_uuid, host.rp_uuid),
+            summaries[provider.uuid] = ProviderSummary(
+                resources, provider.traits, provider.parent_uuid, host.rp_uuid
             )
+    return _Published(summaries, of)
 
 
 def _accelerator_classes(device: Any, dep: Any, options: tree.Options) -> set[str]:
@@ -214,7 +249,7 @@ def mark(providers: Iterable[str]) -> None:
     """The view of these providers may be behind Placement: claims ask Placement's
     candidate query about them for ``STALE_FOR`` seconds, or until settled."""
     until = time.monotonic() + STALE_FOR
-    with _stale_lock:
+    with _lock:
         for rp in providers:
             _stale[rp] = until
 
@@ -240,19 +275,19 @@ def settle(view: View, answer: Candidates) -> None:
         )
         (behind if more else right).append(rp)
     mark(behind)
-    with _stale_lock:
+    with _lock:
         for rp in right:
             _stale.pop(rp, None)
 
 
 def clear() -> None:
     """Believe the view everywhere again (a fresh Placement: tests, benchmarks)."""
-    with _stale_lock:
+    with _lock:
         _stale.clear()
 
 
 def _is_stale(rp: str) -> bool:
-    with _stale_lock:
+    with _lock:
         until = _stale.get(rp)
         if until is not None and until <= time.monotonic():
             del _stale[rp]
