@@ -19,7 +19,6 @@ from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
 
-from acceleron.api.app import create_app
 from acceleron.db.models import Deployable, table
 from acceleron.db.session import Database
 from acceleron.drivers import gbs
@@ -27,8 +26,7 @@ from acceleron.exceptions import AcceleronError
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query
-from acceleron.service.placement import PlacementService
-from tests.fixtures.fake_host import HOST, report_body
+from tests.fixtures.fake_host import HOST, reporting_api
 from tests.fixtures.flat import held_by, nova_bind
 from tests.fixtures.waiting import wait_for
 
@@ -47,14 +45,8 @@ def region_trait(region_type: str) -> str:
 @pytest.fixture
 def nested(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> Iterator[TestClient]:
     """An API publishing nested providers to the real Placement, host-1 published."""
-    conf.set_override("mode", "embedded", "placement")
-    conf.set_override("embedded_connection", "sqlite://", "placement")
-    app = create_app(conf, db)
-    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
     client = PlacementClient(placement)
-    with TestClient(app, raise_server_exceptions=False) as api:
-        response = api.put(f"/v2/hosts/{HOST}/report", json=report_body(conf), headers=LATEST)
-        assert response.status_code == 200, response.text
+    with reporting_api(conf, db, placement) as api:
 
         def published() -> bool:
             found = client.find_provider(HOST)
