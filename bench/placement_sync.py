@@ -6,7 +6,13 @@ compute node). Against the real Placement running in this process (SQLite):
 1. one host, first sync: Placement calls per device and per provider, by route;
 2. the same host again: calls when nothing changed (and when forced to verify);
 3. N hosts (default 1,000, i.e. 25,000 providers): wall time and calls of the
-   first sync, then of a pass where nothing changed.
+   first sync, then of a pass where nothing changed;
+4. the periodic verification of those hosts, every host checked (``sync_all``) and
+   incremental (``verify``), also with 1 % of the hosts changed in Placement behind
+   Acceleron's back; and allocations written to Placement (what a claim writes: one
+   FPGA unit, released at once) while verification passes run back to back in a
+   thread of the same process, as the API's sync thread runs beside its requests,
+   against allocations alone.
 
     .venv/bin/python bench/placement_sync.py [--hosts 1000] [--placement-db URL]
 """
@@ -16,9 +22,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -116,7 +126,78 @@ def many_hosts(work: Path, app: inprocess.WSGIApp, hosts: int) -> None:
     syncer.sync_pending()
     print(f"  nothing changed: {time.perf_counter() - started:.2f} s, {len(counted.calls)} "
           f"Placement calls")  # fmt: skip
+    verification(syncer, counted, app, hosts)
     db.dispose()
+
+
+def verification(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp,
+                 hosts: int) -> None:  # fmt: skip
+    """The periodic verification, every host checked (``sync_all``) against incremental
+    (``verify``); and allocations written while passes of each run back to back in
+    another thread, against allocations alone."""
+    for name, verify in (("every host (sync_all)", syncer.sync_all),
+                         ("incremental (verify)", syncer.verify)):  # fmt: skip
+        counted.reset()
+        started = time.perf_counter()
+        verify()
+        print(f"  verification, {name}: {time.perf_counter() - started:.2f} s, "
+              f"{len(counted.calls)} Placement calls")  # fmt: skip
+    client = PlacementClient(inprocess.direct_adapter(app))
+    regions = [p for p in client.list_providers()
+               if p.name.startswith("compute-") and "_region" in p.name]  # fmt: skip
+    one_per_host = {p.root_uuid: p for p in regions}
+    changed = list(one_per_host.values())[: max(hosts // 100, 1)]
+    for provider in changed:
+        client.set_traits(provider.uuid, [])
+    counted.reset()
+    started = time.perf_counter()
+    repaired = syncer.verify()
+    print(f"  incremental, {len(changed)} hosts changed behind its back: "
+          f"{time.perf_counter() - started:.2f} s, {len(counted.calls)} Placement calls, "
+          f"{len(repaired)} hosts checked")  # fmt: skip
+    seconds = 10.0
+    alone = allocations(app, seconds, [p.uuid for p in regions])
+    print(f"  allocations (written, then released) alone: {alone:.1f}/s")
+    for name, verify in (("sync_all", syncer.sync_all), ("verify", syncer.verify)):
+        during = allocations(app, seconds, [p.uuid for p in regions], verify)
+        print(f"  allocations while {name} passes run back to back: {during:.1f}/s "
+              f"({during / alone:.2f} of alone)")  # fmt: skip
+
+
+def allocations(
+    app: inprocess.WSGIApp,
+    seconds: float,
+    regions: list[str],
+    passes: Callable[[], Any] | None = None,
+) -> float:
+    """Allocations per second for ``seconds``, each of one FPGA unit on one of
+    ``regions`` (in turn) and released at once, ``passes`` looping meanwhile. (At
+    thousands of providers Placement's candidates query takes seconds here: the
+    allocation is what a claim writes, and what a verification's reads compete with.)"""
+    placement = inprocess.direct_adapter(app)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while passes is not None and not stop.is_set():
+            passes()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    done, deadline = 0, time.perf_counter() + seconds
+    started = time.perf_counter()
+    while time.perf_counter() < deadline:
+        consumer = str(uuid.uuid4())
+        region = regions[done % len(regions)]
+        body = {"allocations": {region: {"resources": {"CUSTOM_ACCELERATOR_FPGA": 1}}},
+                "project_id": "bench", "user_id": "bench", "consumer_generation": None,
+                "consumer_type": "INSTANCE"}  # fmt: skip
+        placement.put(f"/allocations/{consumer}", json=body, microversion="1.39")
+        placement.delete(f"/allocations/{consumer}", microversion="1.39")
+        done += 1
+    rate = done / (time.perf_counter() - started)
+    stop.set()
+    thread.join()
+    return rate
 
 
 def main() -> None:

@@ -101,3 +101,22 @@ def test_only_the_host_that_changed_is_read(
     assert [r.hostname for r in sync.verify()] == [HOST]
     trees = [c for c in counted.calls if c.path == "/resource_providers" and "in_tree" in c.query]
     assert len(trees) == 1
+
+
+def test_every_host_that_changed_is_read_and_repaired(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    hosts = [HOST, "other-host", "third-host"]
+    for host in hosts:
+        inventory.reconcile(db, report(conf, host))
+    sync = syncer(db, counted)
+    for host in hosts:
+        sync.sync_host(host)
+    client = PlacementClient(placement)
+    roots = {p.root_uuid: p for p in client.list_providers() if "_region" in p.name}
+    changed = list(roots.values())[:2]
+    for provider in changed:
+        client.set_traits(provider.uuid, [])
+    checked = sync.verify()
+    assert len(checked) == 2 and all(r.errors == [] for r in checked)
+    assert all(client.get_traits(p.uuid)[1] for p in changed)
