@@ -70,7 +70,10 @@ def test_an_api_url_passes(url: str) -> None:
         (["--os-auth-url", "http://k", "profile", "list"], {}, True),
         (["--os-password=x", "profile", "list"], {}, True),
         (["--help"], {}, True),  # the global help lists Keystone's options
+        (["help"], {}, True),
         ([], {}, True),
+        (["--version"], {}, False),
+        (["help", "profile", "list"], {}, False),
     ],
 )  # fmt: skip
 def test_keystone_is_loaded_only_when_in_play(

@@ -51,12 +51,9 @@ def wants_keystone(argv: Sequence[str], environ: Mapping[str, str] = os.environ)
     (loading them is most of a command's start-up)."""
     if environ.get("OS_AUTH_URL") or environ.get("OS_AUTH_TYPE", "none") not in ("none", ""):
         return True
-    before_command = []
-    for word in argv:
-        if not word.startswith("-"):
-            break
-        before_command.append(word)
-    if not argv or any(word in ("-h", "--help") for word in before_command):
+    words = [word for word in argv if not word.startswith("-")]
+    asks_help = not words and not {"-h", "--help"}.isdisjoint(argv)
+    if not argv or words == ["help"] or asks_help:  # the global help
         return True
     options = (word.split("=", 1)[0] for word in argv)
     return any(o.startswith("--os-") and o not in _NOT_KEYSTONE for o in options)
