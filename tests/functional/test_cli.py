@@ -97,6 +97,22 @@ def test_a_server_down_is_one_short_line_everywhere(
     )
 
 
+def test_keystone_down_is_named_keystone_not_acceleron(
+    live_api: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keystone = f"http://127.0.0.1:{free_port()}/v3"
+    for name, value in (("OS_AUTH_URL", keystone), ("OS_USERNAME", "u"), ("OS_PASSWORD", "p"),
+                        ("OS_PROJECT_NAME", "p"), ("OS_USER_DOMAIN_NAME", "Default"),
+                        ("OS_PROJECT_DOMAIN_NAME", "Default")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    code, out, err = run(capsys, "--os-url", live_api, "profile", "list")
+    assert (code, out) == (1, "")
+    assert err.endswith(
+        f"Cannot reach Keystone at {keystone}/auth/tokens (connection refused). That URL comes "
+        "from OS_AUTH_URL or --os-auth-url.\n"
+    )
+
+
 def test_debug_shows_the_whole_connection_error() -> None:
     down = f"http://127.0.0.1:{free_port()}"
     acceleron = str(Path(sys.executable).parent / "acceleron")

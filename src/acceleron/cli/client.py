@@ -217,7 +217,12 @@ class ApiClient:
         except ApiError as error:
             raise api_error(error, self.url, self.endpoint) from error
         except Unreachable as error:
-            raise unreachable(self.url or error.url, error, endpoint=self.endpoint) from error
+            if self.url and error.url.startswith(self.url):
+                raise unreachable(self.url, error, endpoint=self.endpoint) from error
+            # Not the API: Keystone, while authenticating or reading the catalog.
+            keystone = unreachable(error.url, error, service="Keystone")
+            origin = "That URL comes from OS_AUTH_URL or --os-auth-url."
+            raise CommandError(f"{keystone} {origin}") from error
         except NoEndpoint as error:
             message = "The Keystone catalog has no accelerator endpoint: give the API's URL"
             raise CommandError(f"{message} (--os-url).") from error
