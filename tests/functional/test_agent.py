@@ -73,7 +73,7 @@ def test_agent_once_with_the_api_down_says_so_in_one_line(
     assert main(["--config-file", str(path), "agent", "--once"]) == 1
     assert capsys.readouterr().err.endswith(
         f"Cannot reach Acceleron at {down} (connection refused). Is it running? `make run` "
-        "starts one.\n"
+        "starts one. That URL comes from [agent] api_endpoint.\n"
     )
 
 

@@ -77,7 +77,7 @@ class Agent(Command):
         logs.setup(conf, "acceleron-agent")
         agent = _agent(conf, drivers)
         if parsed_args.once:
-            return self.once(agent)
+            return self.once(agent, conf)
         return self.serve(agent, conf)
 
     def dry_run(self, conf: cfg.ConfigOpts, drivers: list[Driver], fmt: str) -> int:
@@ -109,7 +109,7 @@ class Agent(Command):
             return 1
         return 0
 
-    def once(self, agent: AgentLoop) -> int:
+    def once(self, agent: AgentLoop, conf: cfg.ConfigOpts) -> int:
         from acceleron.agent.client import ApiUnavailable, UnknownHost
 
         try:
@@ -119,7 +119,8 @@ class Agent(Command):
         except ApiUnavailable as error:
             lost = connection_failure(error)
             if lost is not None:
-                raise unreachable(agent.client.where, lost) from error
+                message = unreachable(agent.client.where, lost)
+                raise CommandError(f"{message} {_origin(conf)}") from error
             raise CommandError(f"Report not sent: {error}") from error
         return 0 if sent else 1
 
@@ -162,6 +163,16 @@ def nothing_found(driver: Driver, root: Path) -> str:
         return f"{line}; {where} has no PCI function."
     count = len(functions)
     return f"{line}. {where} has {count} PCI functions, of vendors {listed}: none is one of those."
+
+
+def _origin(conf: cfg.ConfigOpts) -> str:
+    """Where the agent's API URL came from, for the message that names it."""
+    if conf.agent.api_endpoint:
+        return "That URL comes from [agent] api_endpoint."
+    return (
+        "That URL is the Keystone catalog's accelerator endpoint ([agent] api_endpoint "
+        "overrides it)."
+    )
 
 
 def _check_drivers(names: list[str]) -> None:
