@@ -129,7 +129,7 @@ e2e-ha: $(STAMP)
 
 ## Regenerate the OpenStack services' locks (cloud/requirements/*.txt) from their .in files.
 cloud-lock:
-	for name in keystone placement glance nova tempest cyborg; do \
+	for name in keystone placement glance nova tempest cyborg barbican; do \
 	  (cd cloud/requirements && ../../$(BIN)/uv pip compile -q --python-version 3.11 \
 	    $$name.in -o $$name.txt); done
 

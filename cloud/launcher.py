@@ -906,7 +906,8 @@ def signing(cloud: Cloud) -> None:
         name="reference-cloud-fpga-ca",
         secret_type="certificate",
         algorithm="RSA",
-        payload=base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode(),
+        # PEM: castellan reads a certificate secret as PEM (Glance and the agents alike).
+        payload=base64.b64encode(certificate.public_bytes(serialization.Encoding.PEM)).decode(),
         payload_content_type="application/octet-stream",
         payload_content_encoding="base64",
     )
@@ -1325,7 +1326,7 @@ def up(nested: bool = True, accelerator: str = ACCELERON, release: str = "") -> 
         ]
         in_parallel(cloud, steps)
         log(f"Keystone, Placement, Glance, Barbican up in {time.monotonic() - started:.1f} s")
-        signing(cloud)
+        timed(signing, cloud)
         nova(cloud)
         if cloud.cyborg:
             cyborg(cloud)
