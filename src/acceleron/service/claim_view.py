@@ -136,16 +136,19 @@ class _Published:
 
 
 # Hosts whose providers are as their last report says (the sync published it).
-_SYNCED = select(HOSTS.c.hostname, HOSTS.c.rp_uuid, HOSTS.c.generation).where(
-    HOSTS.c.rp_uuid.is_not(None), HOSTS.c.generation == HOSTS.c.synced_generation
-)
+_SYNCED = select(
+    HOSTS.c.id, HOSTS.c.created_at, HOSTS.c.hostname, HOSTS.c.rp_uuid, HOSTS.c.generation
+).where(HOSTS.c.rp_uuid.is_not(None), HOSTS.c.generation == HOSTS.c.synced_generation)
 RENDERED_KEPT = 4096  # hosts' renderings kept (all of them dropped past that)
 _rendered: dict[tuple[Any, ...], _Published] = {}
 
 
 def _key(host: Any, options: tree.Options) -> tuple[Any, ...]:
+    """A host's report as rendered: its row (a host removed and reported again is a new
+    one), the generation of its report, its compute node and the sync's options."""
     functionality = tuple(sorted(options.functionality.items()))
-    return host.hostname, host.rp_uuid, host.generation, options.standard_classes, functionality
+    return (host.id, host.created_at, host.hostname, host.rp_uuid, host.generation,
+            options.standard_classes, functionality)  # fmt: skip
 
 
 def _render(
