@@ -8,13 +8,12 @@ Placement itself refuses an allocation beyond a provider's capacity (409), so a 
 that is behind never allocates twice, it only chooses badly.
 
 The view is behind where another consumer (Nova, between its allocation and its bind;
-anyone writing to Placement) holds capacity on Acceleron's providers. Such a host is
-marked stale (``mark``) when a claim's own allocation there was refused, when
-Placement's answer to a candidate query shows more used than the view counts, or when
-another reader of the providers' allocations saw a consumer Acceleron has no request
-for (``foreign``); a claim asks Placement's candidate query about a stale host until an
-answer of Placement shows the view right again (``settle``). A host whose last report
-is not synced yet is not in the view either.
+anyone writing to Placement) holds capacity on Acceleron's providers. Such a provider
+is marked stale (``mark``) when a claim's own allocation there was refused, or when
+Placement's answer to a candidate query shows more used than the view counts; a claim
+asks Placement's candidate query about a stale provider until an answer of Placement
+shows the view right again (``settle``), or for ``STALE_FOR`` seconds. A host whose
+last report is not in Placement yet is not in the view either.
 """
 
 from __future__ import annotations
@@ -255,12 +254,6 @@ def mark(providers: Iterable[str]) -> None:
     with _lock:
         for rp in providers:
             _stale[rp] = until
-
-
-def foreign(providers: Iterable[str]) -> None:
-    """Another reader of Placement (the reconciler, the sync) saw allocations on these
-    providers of a consumer Acceleron has no request for: the view is behind there."""
-    mark(providers)
 
 
 def settle(view: View, answer: Candidates) -> None:
