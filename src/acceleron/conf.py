@@ -78,6 +78,14 @@ API_OPTS: list[cfg.Opt] = [
     cfg.IntOpt(
         "workers", default=1, min=1, help="Number of API worker processes (not in all-in-one)."
     ),
+    cfg.IntOpt(
+        "shutdown_timeout",
+        default=30,
+        min=0,
+        help="Seconds the requests still running when the API is asked to stop (SIGTERM) get "
+        "to finish before they are cut. Agents' long polls for work answer at once. Drain a "
+        "replica at the balancer before stopping it all the same (docs/install.md).",
+    ),
     cfg.URIOpt(
         "public_endpoint",
         help="Base URL clients reach the API at, used in version document links when "

@@ -39,11 +39,6 @@ def load_conf(
         raise CommandError(f"Configuration error: {error}") from error
 
 
-# Seconds open requests get to finish at shutdown: agents' long polls for work are cut
-# there (they ask again, elsewhere or after the restart).
-GRACE = 2
-
-
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` for the server, before anything is printed or
     started; one clear line when the port is taken."""
@@ -93,12 +88,12 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
             workers=workers,
             log_config=None,
             access_log=False,
-            timeout_graceful_shutdown=GRACE,
+            timeout_graceful_shutdown=conf.api.shutdown_timeout,
         )
     else:
         app = create_app(conf)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                                timeout_graceful_shutdown=GRACE)  # fmt: skip
+                                timeout_graceful_shutdown=conf.api.shutdown_timeout)  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end
             Server(config, app).run(sockets=[sock])
 
