@@ -230,6 +230,8 @@ def test_adoption_keeps_the_servers_accelerators(
     admin.compute.unshelve_server(programmed.id)
     settle(admin, programmed.id, "ACTIVE")
     assert check_function(admin, programmed.id)["uuid"] == before[programmed.id][0]
+    admin.compute.shelve_server(programmed.id)
+    settle(admin, programmed.id, "SHELVED")
     admin.compute.shelve_offload_server(programmed.id)
     settle(admin, programmed.id, "SHELVED_OFFLOADED")
     assert arqs(admin, programmed.id) == [] and allocations(admin, programmed.id) == {}
