@@ -16,11 +16,12 @@ sent the ``accelerator-request-bound`` event).
 
 ``--compare`` races upstream Cyborg against Acceleron on one cloud, started with
 ``python -m cloud up --cyborg`` and not adopted yet, in one invocation: it measures
-Cyborg (the catalog's accelerator service), runs upstream's tempest API tests against it,
-starts Acceleron beside it, adopts it (``acceleron adopt cyborg``), points the catalog
-at Acceleron, stops Cyborg, and measures Acceleron the same way. Per side, ``--runs``
-boots (20 by default) of each flavor, all on the card both sides see (the fake driver's
-FPGA, one handle of its 16):
+Cyborg (the catalog's accelerator service), runs upstream's tempest API tests against
+it, starts Acceleron beside it, adopts it (``acceleron adopt cyborg``), points the
+catalog at Acceleron, stops Cyborg, restarts the computes (docs/adopt-from-cyborg.md,
+step 6), and measures Acceleron the same way. Per side, ``--runs`` boots (20 by default)
+of each flavor, all on the card both sides see (the fake driver's FPGA, one handle of
+its 16):
 
 * plain: no accelerator (the baseline of the overhead);
 * device: one accelerator of the card, as a service;
