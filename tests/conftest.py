@@ -29,6 +29,7 @@ from acceleron import conf as confmod
 from acceleron.db import migrate
 from acceleron.db.models import Base
 from acceleron.db.session import Database
+from tests.fixtures import signing
 
 # The end-to-end suite needs the reference cloud: only `make e2e` (ACCELERON_E2E=1) runs it.
 collect_ignore = [] if os.environ.get("ACCELERON_E2E") else ["e2e"]
@@ -166,6 +167,27 @@ def keep_logging() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def ca() -> signing.Signer:
+    """A certificate authority for bitstream signers (made once: key generation is slow)."""
+    return signing.certificate_authority()
+
+
+@pytest.fixture(scope="session")
+def signer(ca: signing.Signer) -> signing.Signer:
+    """A signing certificate issued by ``ca``."""
+    return signing.leaf(ca)
+
+
+@pytest.fixture
+def certs(tmp_path: Path, ca: signing.Signer, signer: signing.Signer) -> Path:
+    """A certificate directory ([bitstreams] certificate_dir) holding ``ca`` and ``signer``."""
+    directory = tmp_path / "certificates"
+    ca.save(directory)
+    signer.save(directory)
+    return directory
 
 
 # The fixtures that run the real Placement in-process (tests/fixtures/placement.py).

@@ -67,17 +67,10 @@ def fresh_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
 @pytest.fixture(scope="module")
 def live_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A live API server on SQLite for clients that speak real HTTP; yields its URL."""
-    from acceleron import conf as confmod
-    from acceleron.db import migrate
-    from tests.fixtures.server import serve
+    from tests.fixtures.server import serve_on_sqlite
 
-    state = tmp_path_factory.mktemp("live")
-    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
-    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
-    migrate.upgrade(database)
-    with serve(create_app(conf, database)) as url:
+    with serve_on_sqlite(tmp_path_factory.mktemp("live")) as url:
         yield url
-    database.dispose()
 
 
 @pytest.fixture(scope="module")

@@ -20,17 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
+from oslo_config import cfg
 
 from acceleron import conf as confmod
-from acceleron.api.app import create_app
 from acceleron.cli.main import main
-from acceleron.db import migrate
-from acceleron.db.session import Database
 from acceleron.drivers import gbs
 from tests.fixtures import signing
 from tests.fixtures.allinone import all_in_one
 from tests.fixtures.host import LATEST, Host, arq_of, bind, call, profile
-from tests.fixtures.server import serve
+from tests.fixtures.server import serve_on_sqlite
 from tests.fixtures.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -53,17 +51,15 @@ def glance_api(
     tmp_path_factory: pytest.TempPathFactory, glance_server: GlanceServer
 ) -> Iterator[str]:
     """A live API whose bitstreams are Glance images."""
-    state = tmp_path_factory.mktemp("glance-api")
-    conf = confmod.load([], config_files=[], overrides={"DEFAULT": {"state_path": str(state)}})
-    confmod.register_keystoneauth(conf, "glance")
-    conf.set_override("backend", "glance", group="bitstreams")
-    conf.set_override("auth_type", "none", group="glance")
-    conf.set_override("endpoint_override", glance_server.endpoint, group="glance")
-    database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
-    migrate.upgrade(database)
-    with serve(create_app(conf, database)) as url:
+
+    def on_glance(conf: cfg.ConfigOpts) -> None:
+        confmod.register_keystoneauth(conf, "glance")
+        conf.set_override("backend", "glance", group="bitstreams")
+        conf.set_override("auth_type", "none", group="glance")
+        conf.set_override("endpoint_override", glance_server.endpoint, group="glance")
+
+    with serve_on_sqlite(tmp_path_factory.mktemp("glance-api"), on_glance) as url:
         yield url
-    database.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -112,24 +108,6 @@ def store(request: pytest.FixtureRequest) -> tuple[str, Uploader]:
         return url, local_uploader(url)
     url = request.getfixturevalue("glance_api")
     return url, glance_uploader(request.getfixturevalue("glance_sdk"))
-
-
-@pytest.fixture(scope="module")
-def ca() -> signing.Signer:
-    return signing.certificate_authority()
-
-
-@pytest.fixture(scope="module")
-def signer(ca: signing.Signer) -> signing.Signer:
-    return signing.leaf(ca)
-
-
-@pytest.fixture
-def certs(tmp_path: Path, ca: signing.Signer, signer: signing.Signer) -> Path:
-    directory = tmp_path / "certificates"
-    ca.save(directory)
-    signer.save(directory)
-    return directory
 
 
 def requiring_host(url: str, tmp_path: Path, certs: Path, ca: signing.Signer, **more: Any) -> Host:

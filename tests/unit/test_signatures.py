@@ -23,24 +23,6 @@ DATA = b"\x5a" * 300_000 + b"the end"
 CHECKSUM = "sha256-0123"
 
 
-@pytest.fixture(scope="module")
-def ca() -> signing.Signer:
-    return signing.certificate_authority()
-
-
-@pytest.fixture(scope="module")
-def signer(ca: signing.Signer) -> signing.Signer:
-    return signing.leaf(ca)
-
-
-@pytest.fixture
-def certs(tmp_path: Path, ca: signing.Signer, signer: signing.Signer) -> Path:
-    directory = tmp_path / "certs"
-    ca.save(directory)
-    signer.save(directory)
-    return directory
-
-
 @pytest.fixture
 def bitstream(tmp_path: Path) -> Path:
     path = tmp_path / "bitstream.gbs"
