@@ -28,6 +28,14 @@ class Conflict(AcceleronError):
     """The request conflicts with the current state of an object."""
 
 
+class NoCapacity(Conflict):
+    """No host has what a claim's profile asks for free."""
+
+
+class NotProvided(NoCapacity):
+    """No host provides a resource class a claim's profile asks for at all."""
+
+
 class DuplicateName(Conflict):
     """An object with that name or uuid already exists."""
 

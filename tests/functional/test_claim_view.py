@@ -20,9 +20,9 @@ from sqlalchemy import func, select
 
 from acceleron.db.models import AttachHandle, Claim, Deployable, table
 from acceleron.db.session import Database
-from acceleron.exceptions import AcceleronError, AllocationConflict
+from acceleron.exceptions import AcceleronError, AllocationConflict, NoCapacity, NotProvided
 from acceleron.placement.client import PlacementClient
-from acceleron.service import claim_survey, claim_view, claims, device_profiles
+from acceleron.service import claim_view, claims, device_profiles
 from acceleron.service.placement import options_from_conf
 from tests.fixtures.arqs import ADMIN, held
 from tests.fixtures.placement import CountingAdapter
@@ -77,9 +77,9 @@ def test_a_claim_allocates_from_acceleron_s_view_without_the_candidate_query(
     assert counted.count("PUT", "/allocations/") == 4
     assert [held(placement, m.consumer) for m in made] == [{pool: {QAT: 1}}] * 4
     assert all(m.state == "bound" and len(m.arqs) == 1 for m in made)
-    with pytest.raises(claim_survey.NoCapacity) as full:  # the view says full: Placement asked
+    with pytest.raises(NoCapacity) as full:  # the view says full: Placement asked
         claim(db, conf, counted)
-    assert "free" in full.value.message and not isinstance(full.value, claim_survey.NotProvided)
+    assert "free" in full.value.message and not isinstance(full.value, NotProvided)
     assert counted.count("GET", CANDIDATES) >= 1 and counted.count("PUT", "/allocations/") == 4
 
 
@@ -93,7 +93,7 @@ def test_a_choice_placement_refuses_falls_back_to_the_candidate_query_and_a_stal
     nova(placement, pool, instance := str(uuid.uuid4()), 4)
     counted = CountingAdapter(placement)
     consumer = str(uuid.uuid4())
-    with pytest.raises(claim_survey.NoCapacity):
+    with pytest.raises(NoCapacity):
         claim(db, conf, counted, consumer)
     assert counted.count("PUT", f"/allocations/{consumer}") == 1  # the view's choice, refused
     assert counted.count("GET", CANDIDATES) >= 1  # then Placement's query
@@ -143,7 +143,7 @@ def test_32_concurrent_claims_for_4_handles_while_nova_allocates_give_nothing_tw
     run([claimer] * 32 + [instance] * 4)
     assert len(made) + len(novas) == 4 == used(placement, pool)
     assert len(refused) == 32 - len(made)
-    assert all(isinstance(e, claim_survey.NoCapacity) or "capacity" in e.message
+    assert all(isinstance(e, NoCapacity) or "capacity" in e.message
                for e in refused), [e.message for e in refused]  # fmt: skip
     for consumer in made:
         assert held(placement, consumer) == {pool: {QAT: 1}}
@@ -169,7 +169,7 @@ def test_a_class_nothing_provides_is_refused_as_such(
     """FPGA is a standard class Placement knows, but this cloud publishes custom classes:
     nothing provides it, however long one waits (not "all in use")."""
     device_profiles.create(db, name="std", groups=[{"resources:FPGA": "1"}])
-    with pytest.raises(claim_survey.NotProvided) as refused:
+    with pytest.raises(NotProvided) as refused:
         claims.make(db, PlacementClient(placement), ADMIN, "std", str(uuid.uuid4()),
                     options=options_from_conf(conf))  # fmt: skip
     assert refused.value.message.startswith("No host provides FPGA: ")

@@ -27,7 +27,6 @@ from starlette.responses import Response
 
 from acceleron import exceptions as exc
 from acceleron import microversion
-from acceleron.service.claim_survey import NotProvided
 
 LOG = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.Disabled, 409, "acceleron.disabled"),
     (exc.Unhealthy, 409, "acceleron.unhealthy"),
     (exc.InMaintenance, 409, "acceleron.in_maintenance"),
-    (NotProvided, 409, "acceleron.not_provided"),
+    (exc.NotProvided, 409, "acceleron.not_provided"),
     (exc.Conflict, 409, "acceleron.conflict"),
     (exc.InvalidInput, 400, "acceleron.invalid_input"),
     (exc.NotFound, 404, "acceleron.not_found"),

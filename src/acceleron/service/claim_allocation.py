@@ -15,15 +15,20 @@ from sqlalchemy import Row, select
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.db.models import Deployable, Device, Host, table
 from acceleron.db.session import Database
-from acceleron.exceptions import AllocationConflict, Conflict, PlacementError, PlacementUnavailable
+from acceleron.exceptions import (
+    AllocationConflict,
+    Conflict,
+    NoCapacity,
+    NotProvided,
+    PlacementError,
+    PlacementUnavailable,
+)
 from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import claim_view, fitting
 from acceleron.service.claim_leases import ATTEMPTS, record_step, remember
 from acceleron.service.claim_survey import (
-    NoCapacity,
-    NotProvided,
     Survey,
     candidate_queries,
     survey,

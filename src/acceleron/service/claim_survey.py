@@ -17,7 +17,7 @@ from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Query
 from acceleron.db.models import Deployable, Device, Host, table
 from acceleron.db.session import Database
-from acceleron.exceptions import Conflict, InvalidPlacementName, NotFound
+from acceleron.exceptions import InvalidPlacementName, NoCapacity, NotFound
 from acceleron.placement import names, tree
 from acceleron.scheduler import query, weigher
 
@@ -29,14 +29,6 @@ HOLDERS_LIMIT = 10
 CANDIDATES_LIMIT = 20
 # How many hosts' trees are asked about one at a time before a wider query.
 TREES_TRIED = 2
-
-
-class NoCapacity(Conflict):
-    """No host has what the profile asks for free."""
-
-
-class NotProvided(NoCapacity):
-    """No host provides a resource class the profile asks for at all."""
 
 
 def wanted_functions(
