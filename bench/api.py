@@ -31,6 +31,7 @@ from pathlib import Path
 
 from acceleron.drivers.fake import DEFAULT_INVENTORY
 from load import (
+    GROUPS,
     Request,
     Result,
     Url,
@@ -44,14 +45,6 @@ from load import (
 )
 
 PATH = "/v2/device_profiles"
-GROUPS = [
-    {
-        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
-        "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
-        "accel:function_id": "8411555e-3cbf-47de-988c-b5e30bbfa035",
-    },
-    {"resources:CUSTOM_ACCELERATOR_GPU": "2", "trait:CUSTOM_GPU_NVIDIA": "forbidden"},
-]
 
 
 def creates(start: int, target: int) -> Callable[[int], Iterator[Request]]:

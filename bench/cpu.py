@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from load import (
+    GROUPS,
     Request,
     Result,
     Url,
@@ -54,6 +55,7 @@ from load import (
     connect,
     cpu_seconds,
     exchange,
+    fake_reports,
     free_port,
     run,
     wait_synced,
@@ -62,14 +64,6 @@ from scale import INVENTORY, PROFILES, QAT, placement_server, process, vf_pools
 
 BASELINE = "c314fe3"  # main before issue 31's work
 PATH = "/v2/device_profiles"
-GROUPS = [
-    {
-        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
-        "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
-        "accel:function_id": "8411555e-3cbf-47de-988c-b5e30bbfa035",
-    },
-    {"resources:CUSTOM_ACCELERATOR_GPU": "2", "trait:CUSTOM_GPU_NVIDIA": "forbidden"},
-]
 PLACEMENT_HEADERS = {
     "X-Auth-Token": "admin",
     "OpenStack-API-Version": "placement 1.39",
@@ -194,26 +188,6 @@ def compute_nodes(placement: str, names: list[str]) -> None:
         urllib.request.urlopen(request, timeout=60).close()
 
 
-def reports(names: list[str]) -> dict[str, bytes]:
-    """Each host's report of the fake driver's ``INVENTORY``, as its agent sends it."""
-    from acceleron import conf as confmod
-    from acceleron.drivers.fake import FakeDriver
-    from acceleron.report import HostReport, to_bytes
-
-    found = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "inventory.yaml"
-        path.write_text(INVENTORY)
-        for name in names:
-            conf = confmod.load([], config_files=[], overrides={
-                "DEFAULT": {"host": name, "state_path": tmp},
-                "fake": {"inventory_file": str(path)},
-            })  # fmt: skip
-            devices = tuple(FakeDriver(conf, Path("/")).discover())
-            found[name] = to_bytes(HostReport(name, "bench", devices))
-    return found
-
-
 def fill(servers: Servers, bodies: dict[str, bytes]) -> None:
     names = list(bodies)
     compute_nodes(servers.placement, names)
@@ -326,7 +300,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     args = parser.parse_args()
     names = [f"cpu-{n:03d}" for n in range(args.hosts)]
-    bodies = reports(names)
+    bodies = fake_reports(names, INVENTORY)
     trees: dict[str, list[Figure]] = {}
     with checkout(args.baseline) as source:
         for label, src in ((args.baseline, source), ("now", None)):

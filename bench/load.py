@@ -26,6 +26,16 @@ from pathlib import Path
 from typing import Any
 
 Request = tuple[str, str, bytes]  # method, path, body
+# The groups of every device profile the bench scripts create: an FPGA with a trait
+# and a function, and two GPUs without a trait.
+GROUPS = [
+    {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
+        "accel:function_id": "8411555e-3cbf-47de-988c-b5e30bbfa035",
+    },
+    {"resources:CUSTOM_ACCELERATOR_GPU": "2", "trait:CUSTOM_GPU_NVIDIA": "forbidden"},
+]
 
 
 @dataclasses.dataclass
@@ -280,13 +290,14 @@ def call(url: str, method: str, path: str, data: Any = None, raw: bytes | None =
         return json.loads(text) if text else None
 
 
-def report_fake_hosts(url: str, names: list[str], inventory: str) -> None:
-    """Report each host through the agents' API with the fake driver's devices of
-    ``inventory`` (its YAML), as an agent on that host would."""
+def fake_reports(names: list[str], inventory: str) -> dict[str, bytes]:
+    """Each named host's report of the fake driver's devices of ``inventory`` (its
+    YAML), as the agent on that host sends it."""
     from acceleron import conf as confmod
     from acceleron.drivers.fake import FakeDriver
     from acceleron.report import HostReport, to_bytes
 
+    found = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "inventory.yaml"
         path.write_text(inventory)
@@ -296,14 +307,19 @@ def report_fake_hosts(url: str, names: list[str], inventory: str) -> None:
                 "fake": {"inventory_file": str(path)},
             })  # fmt: skip
             devices = tuple(FakeDriver(conf, Path("/")).discover())
-            report = to_bytes(HostReport(name, "bench", devices))
-            request = urllib.request.Request(
-                f"{url}/v2/hosts/{name}/report", data=report, method="PUT"
-            )
-            request.add_header("OpenStack-API-Version", "accelerator latest")
-            request.add_header("Content-Type", "application/json")
-            with urllib.request.urlopen(request, timeout=120):
-                pass
+            found[name] = to_bytes(HostReport(name, "bench", devices))
+    return found
+
+
+def report_fake_hosts(url: str, names: list[str], inventory: str) -> None:
+    """Report each host through the agents' API with the fake driver's devices of
+    ``inventory`` (its YAML), as an agent on that host would."""
+    for name, report in fake_reports(names, inventory).items():
+        request = urllib.request.Request(f"{url}/v2/hosts/{name}/report", data=report, method="PUT")
+        request.add_header("OpenStack-API-Version", "accelerator latest")
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=120):
+            pass
 
 
 def wait_synced(url: str, names: list[str], timeout: float | None = None) -> float:

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from load import Url, all_in_one, call, cpu_seconds, free_port, wait_ready, wait_synced
+from load import GROUPS, Url, all_in_one, call, cpu_seconds, free_port, wait_ready, wait_synced
 from scale import placement_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,14 +50,6 @@ CYBORG = ROOT / ".cloud" / "venvs" / "cyborg"
 MARIADB = "mysql+pymysql://root@127.0.0.1:3306"
 PATH = "/v2/device_profiles"
 PROFILES = 200
-GROUPS = [
-    {
-        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
-        "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
-        "accel:function_id": "8411555e-3cbf-47de-988c-b5e30bbfa035",
-    },
-    {"resources:CUSTOM_ACCELERATOR_GPU": "2", "trait:CUSTOM_GPU_NVIDIA": "forbidden"},
-]
 # Both services read the caller from these (Acceleron's noauth, Cyborg without authtoken).
 HEADERS = {
     "Content-Type": "application/json",
