@@ -108,14 +108,19 @@ def bitstream(admin: Any) -> str:
     return image_id
 
 
-def boot_once(member: Any, admin: Any, flavor: Any, image: str) -> tuple[float, float | None]:
+def boot(member: Any, flavor: Any, image: str, prefix: str) -> tuple[Any, Any, float]:
+    """A server created, its state once ACTIVE or ERROR, and the seconds that took."""
     started = time.monotonic()
-    server = member.compute.create_server(name=f"bench-{uuid.uuid4().hex[:6]}",
+    server = member.compute.create_server(name=f"{prefix}-{uuid.uuid4().hex[:6]}",
                                           flavor_id=flavor.id, image_id=image,
                                           networks="none")  # fmt: skip
     while (found := member.compute.get_server(server.id)).status not in ("ACTIVE", "ERROR"):
         time.sleep(0.1)
-    boot = time.monotonic() - started
+    return server, found, time.monotonic() - started
+
+
+def boot_once(member: Any, admin: Any, flavor: Any, image: str) -> tuple[float, float | None]:
+    server, found, boot_seconds = boot(member, flavor, image, "bench")
     if found.status == "ERROR":
         raise SystemExit(f"{server.id} went to ERROR: {found.fault}")
     arqs = admin.accelerator.get("/accelerator_requests", params={"instance": server.id},
@@ -127,7 +132,7 @@ def boot_once(member: Any, admin: Any, flavor: Any, image: str) -> tuple[float, 
         share = (last - first).total_seconds()
     member.compute.delete_server(server.id)
     member.compute.wait_for_delete(server, wait=120)
-    return boot, share
+    return boot_seconds, share
 
 
 def main() -> None:
@@ -238,13 +243,7 @@ def _at(line: str) -> dt.datetime:
 def timed_boot(member: Any, admin: Any, logs: NovaLogs, flavor: Any, image: str) -> Boot | str:
     """One server booted, timed and deleted; the fault instead when it went to ERROR."""
     logs.mark()
-    started = time.monotonic()
-    server = member.compute.create_server(name=f"race-{uuid.uuid4().hex[:6]}",
-                                          flavor_id=flavor.id, image_id=image,
-                                          networks="none")  # fmt: skip
-    while (found := member.compute.get_server(server.id)).status not in ("ACTIVE", "ERROR"):
-        time.sleep(0.1)
-    seconds = time.monotonic() - started
+    server, found, seconds = boot(member, flavor, image, "race")
     actions = admin.compute.get(f"/servers/{server.id}/os-instance-actions").json()
     (request_id,) = [a["request_id"] for a in actions["instanceActions"] if a["action"] == "create"]
     result: Boot | str = (
