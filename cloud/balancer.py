@@ -13,13 +13,18 @@ the list that accepts, which stays the writer (a node that comes back does not t
 the writes back). Connections open to a writer that dies are closed, as above.
 
 In ``--http`` mode (the reference cloud's, in front of Acceleron's replicas) it is HAProxy
-in ``mode http``: each request goes to the next replica in turn (to the one after when a
-replica refuses the connection: nothing was sent yet), over connections of its own, so
-a client's connection outlives any replica. A replica can be drained, as an operator
+in ``mode http`` with ``option redispatch`` and ``retry-on conn-failure empty-response``:
+each request goes to the next replica in turn, over connections of its own, so a
+client's connection outlives any replica. A request goes to the replica after when one
+refuses the connection (nothing was sent yet) or closes it without a byte of answer (it
+died with the request in flight: Acceleron's API takes such a replay, see
+docs/deploy-with-nova.md). A replica that dies part way through an answer cuts the
+client's connection, as HAProxy does. A replica can be drained, as an operator
 does before upgrading it: ``POST /-/drain/<port>`` sends it no new request and answers
 once none is left in flight on it (the replica may then stop: nothing is cut);
 ``POST /-/enable/<port>`` takes it back. With every replica refusing, a request is
-answered 503 with Retry-After, as HAProxy does with no server up.
+answered 503 with Retry-After, as HAProxy does with no server up; with every replica
+closing without an answer, 502.
 
 Usage: ``python -m cloud.balancer [--failover | --http] LISTEN_PORT BACKEND_PORT
 [BACKEND_PORT ...]`` (all on 127.0.0.1).
@@ -128,6 +133,7 @@ class HttpBalancer:
         target = scope["raw_path"].decode() + (
             "?" + scope["query_string"].decode() if scope["query_string"] else ""
         )
+        status = 503  # what the client gets when no replica answers: none is up
         for _ in range(len(self.backends)):
             port = next(self._turn)
             if port in self.drained:
@@ -142,6 +148,13 @@ class HttpBalancer:
                     response = await self.client.send(request, stream=True)
                 except httpx.ConnectError:
                     continue  # refused: nothing was sent, the next replica takes it
+                except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+                    status = 502  # it died with the request in flight: the next one takes it
+                    sys.stderr.write(f"balancer: {port} closed without answering "
+                                     f"{scope['method']} {scope['path']} ({error!r}); "
+                                     "sent to the next\n")  # fmt: skip
+                    sys.stderr.flush()
+                    continue
                 try:
                     kept = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP]
                     await send({"type": "http.response.start", "status": response.status_code,
@@ -156,7 +169,7 @@ class HttpBalancer:
             finally:
                 self.in_flight[port] -= 1
         headers = [(b"retry-after", b"5"), (b"content-type", b"text/plain")]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"no replica answers\n"})
 
     async def control(self, path: str, send: Any) -> None:

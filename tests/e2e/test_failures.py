@@ -75,7 +75,8 @@ def test_an_api_replica_killed_while_servers_boot(
     cloud: Cloud, admin: Any, member: Any, flavors: Flavors, image: str
 ) -> None:
     """Four servers in one request; one of the two API replicas is killed at once. The
-    balancer sends the next connections to the other one, and every boot completes."""
+    balancer sends the next requests, and any the killed one had in flight, to the
+    other one, and every boot completes."""
     flavor = flavors.make([{"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
     boot(flavor, image, "--min", "4", "--max", "4")
     time.sleep(1)
