@@ -27,6 +27,9 @@ wait until they are Bound. Each is run two ways, side by side:
 Each run says the all-in-one process's CPU time (user and system, every thread) per
 claim and its release: for ``placement`` that is Placement's own share (it serves
 ``/placement`` in that process), for ``server`` the whole claim, and the ratio of the two.
+With one client it also says the release's own (its p50, and the process's CPU time
+over the releases alone, per release): ``DELETE /allocations`` for ``placement``, the
+``Claimer``'s release (``GET`` then ``DELETE /v2/claims``) for ``server``.
 On shared cores a rate moves by a third from run to run, CPU per claim by a few per cent.
 
 Placement's share of a claim naming a function is shown on its own: the candidates query
@@ -150,6 +153,7 @@ def run(
 ) -> dict[str, Any]:
     latencies: list[float] = []
     releases: list[float] = []
+    released_cpu: list[float] = []  # the process's CPU time over each release
     failures: list[str] = []
     deadline = time.monotonic() + seconds
 
@@ -164,9 +168,10 @@ def run(
                 failures.append(str(error))
                 continue
             latencies.append(time.perf_counter() - started)
-            started = time.perf_counter()
+            started, before = time.perf_counter(), cpu_seconds(url.pid)
             flow.release(consumer)
             releases.append(time.perf_counter() - started)
+            released_cpu.append(cpu_seconds(url.pid) - before)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     started, cpu = time.monotonic(), cpu_seconds(url.pid)
@@ -177,7 +182,8 @@ def run(
     elapsed, cpu = time.monotonic() - started, cpu_seconds(url.pid) - cpu
     return {"profile": profile, "flow": flow_name, "clients": clients,
             "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
-            "releases": releases, "failures": failures, "cpu": cpu}  # fmt: skip
+            "releases": releases, "released_cpu": released_cpu, "failures": failures,
+            "cpu": cpu}  # fmt: skip
 
 
 def roots_of(url: str, hostnames: list[str]) -> frozenset[str]:
@@ -299,7 +305,16 @@ def line(r: dict[str, Any], own: dict[str, Any] | None) -> str:
         ratio += f"   CPU {cpu / (own['cpu'] * 1000 / len(own['latencies'])):4.2f}x Placement's"
     return (f"{head} {len(lat) / r['seconds']:6.1f} claims/s   p50 {p50:6.1f} ms   "
             f"p99 {percentile(lat, 99):6.1f} ms   CPU {cpu:5.1f} ms/claim{ratio}   "
-            f"(release p50 {percentile(r['releases'], 50):.1f} ms; {failed} failed)")  # fmt: skip
+            f"(release p50 {percentile(r['releases'], 50):.1f} ms{release_cpu(r)}; "
+            f"{failed} failed)")  # fmt: skip
+
+
+def release_cpu(r: dict[str, Any]) -> str:
+    """The process's CPU per release, summed over the releases alone: with one client
+    nothing else runs meanwhile (with more, the other clients' claims would count)."""
+    if r["clients"] != 1 or not r["released_cpu"]:
+        return ""
+    return f", CPU {sum(r['released_cpu']) * 1000 / len(r['released_cpu']):.1f} ms/release"
 
 
 if __name__ == "__main__":
