@@ -14,6 +14,7 @@ response (OpenAPI) and build it (``view``), so a renamed field fails the type ch
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeAlias
 from uuid import UUID
 
@@ -26,9 +27,9 @@ from acceleron import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.versions import Link
+from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput
 from acceleron.service import device_profiles as service
-from acceleron.service import fitting
 from acceleron.uuids import is_uuid_like
 
 router = APIRouter(
@@ -114,27 +115,24 @@ def _limits(call: Call) -> service.Limits:
     )
 
 
-async def _steered(call: Call, profiles: list[service.Profile]) -> list[service.Profile]:
-    """The profiles with the traits that keep a group naming a function or bitstream
-    off regions no bitstream of it fits (``service.fitting``): what Nova reads to build
-    its Placement query. As they are when Placement is disabled."""
+async def _read(
+    call: Call, read: Callable[[Database], list[service.Profile]]
+) -> list[service.Profile]:
+    """The profiles ``read`` returns, steered (``service.steer_profiles``); as they are
+    when Placement is disabled. With the local bitstream store, read and steered in one
+    transaction; with Glance, only a profile naming a bitstream waits on it (a thread)."""
     placement = call.placement
-    wants = any(k in g for p in profiles for g in p.groups for k in fitting.SELECTORS)
-    if not wants or placement is None or placement.mode == "disabled":
-        return profiles
+    if placement is None or placement.mode == "disabled":
+        return await call.run(read)
     project, nested = call.context.project_id or "", placement.options.nested
-    # Profiles share groups (a list of 200 names a few functions): each distinct group
-    # is steered once, in one transaction.
-    distinct = {_key(g): g for p in profiles for g in p.groups}
-    steered, _ = await call.run_with_store(
-        fitting.steer, call.bitstreams, list(distinct.values()), project, nested
+    if call.services.conf.bitstreams.backend == "local":
+        return await call.run(service.read_steered, read, call.bitstreams, project, nested)
+    profiles = await call.run(read)
+    if not service.wants_steering(profiles):
+        return profiles
+    return await call.run_blocking(
+        service.steer_profiles, call.bitstreams, profiles, project, nested
     )
-    by_key = dict(zip(distinct, steered, strict=True))
-    return [p._replace(groups=[by_key[_key(g)] for g in p.groups]) for p in profiles]
-
-
-def _key(group: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(group.items())  # in order: a profile's groups keep their keys' order
 
 
 @router.get("", responses={200: {"model": DeviceProfileList}}, summary="List device profiles")
@@ -143,7 +141,7 @@ async def list_device_profiles(
     name: Annotated[str | None, Query(description="Comma-separated names to show.")] = None,
 ) -> Response:
     call.authorize("device_profile:get_all")
-    profiles = await _steered(call, await call.run(service.list_profiles, split_list(name)))
+    profiles = await _read(call, functools.partial(service.list_profiles, names=split_list(name)))
     base = call.base_url
     listed = DeviceProfileList(device_profiles=[view(p, call.version, base) for p in profiles])
     return json_response(listed)
@@ -159,7 +157,7 @@ async def show_device_profile(ident: str, call: CallDep) -> Response:
     if not is_uuid_like(ident):
         what = f"{ident!r} is not a uuid: looking a device profile up by name"
         microversion.require(call.version, microversion.V2_2, what, microversion.NotAcceptable)
-    (profile,) = await _steered(call, [await call.run(service.get, ident)])
+    (profile,) = await _read(call, lambda db: [service.get(db, ident)])
     return json_response(
         DeviceProfileWrapped(device_profile=view(profile, call.version, call.base_url))
     )

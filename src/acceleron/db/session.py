@@ -115,6 +115,13 @@ class _TimedLock:
         self._lock.release()
 
 
+# The read transaction open in this thread or task (``Database.reader``), for nested
+# readers to join.
+_READING: contextvars.ContextVar[tuple[Database, Connection] | None] = contextvars.ContextVar(
+    "acceleron_reading", default=None
+)
+
+
 class Database:
     """The engines of one database URL and the transactions made from them."""
 
@@ -196,9 +203,20 @@ class Database:
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Connection]:
-        """One read-only transaction."""
+        """One read-only transaction. A reader opened inside another of this database (in
+        the same thread or task) joins it: one snapshot and one transaction, not another
+        connection and its BEGIN and end (a device profile's show read the profile, the
+        local store's bitstreams and the steering in three, a fifth of its CPU)."""
+        joined = _READING.get()
+        if joined is not None and joined[0] is self:
+            yield joined[1]
+            return
         with _outage_as_domain_error(), self._read_engine.begin() as connection:
-            yield connection
+            token = _READING.set((self, connection))
+            try:
+                yield connection
+            finally:
+                _READING.reset(token)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -23,10 +23,12 @@ from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select
 from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
 
+from acceleron.bitstreams.base import BitstreamStore
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
+from acceleron.service import fitting
 from acceleron.text import has_control
 from acceleron.uuids import is_uuid_like, parse
 
@@ -307,24 +309,68 @@ def create(
     enabled: bool = True,
     limits: Limits = Limits(),
 ) -> Profile:
+    ident = _check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4())
     values = {
-        "uuid": _check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4()),
+        "uuid": ident,
         "name": check_name(name),
         "description": check_description(description),
         "groups": normalize_groups(groups, limits),
         "enabled": enabled,
     }
-    with db.writer() as conn:
-        clash = conn.execute(_CLASH, {"name": values["name"], "uuid": values["uuid"]}).first()
-        if clash is not None:
-            field = "name" if clash.name == values["name"] else "uuid"
-            raise DuplicateName(f"A device profile with {field} {values[field]!r} already exists.")
-        try:
+    try:  # the unique indexes say whether the name or uuid is taken: no SELECT first
+        with db.writer() as conn:
             profile = _make(conn.execute(_INSERT, values).one())
-        except IntegrityError as exc:  # a concurrent create won the race
-            raise DuplicateName(f"A device profile named {name!r} already exists.") from exc
+    except IntegrityError as exc:
+        raise _duplicate(db, name, ident) from exc
     LOG.info("Created device profile %s (%s)", profile.name, profile.uuid)
     return profile
+
+
+def _duplicate(db: Database, name: str, uuid: str) -> DuplicateName:
+    """Which of ``name`` and ``uuid`` a stored profile has (the name when both, or when
+    the profile that had it is gone already)."""
+    with db.reader() as conn:
+        clash = conn.execute(_CLASH, {"name": name, "uuid": uuid}).first()
+    field, value = ("uuid", uuid) if clash is not None and clash.name != name else ("name", name)
+    return DuplicateName(f"A device profile with {field} {value!r} already exists.")
+
+
+def steer_profiles(
+    db: Database, store: BitstreamStore | None, profiles: list[Profile], project: str, nested: bool
+) -> list[Profile]:
+    """The profiles with the traits that keep a group naming a function or bitstream off
+    regions no bitstream of it fits (``fitting.steer``): what Nova reads to build its
+    Placement query. Profiles share groups (a list of 200 names a few functions): each
+    distinct group is steered once, in one transaction."""
+    if not wants_steering(profiles):
+        return profiles
+    distinct = {_group_key(g): g for p in profiles for g in p.groups}
+    steered, _ = fitting.steer(db, store, list(distinct.values()), project, nested)
+    by_key = dict(zip(distinct, steered, strict=True))
+    return [p._replace(groups=[by_key[_group_key(g)] for g in p.groups]) for p in profiles]
+
+
+def wants_steering(profiles: list[Profile]) -> bool:
+    """Whether a group of ``profiles`` names a function or bitstream."""
+    return any(k in g for p in profiles for g in p.groups for k in fitting.SELECTORS)
+
+
+def _group_key(group: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(group.items())  # in order: a profile's groups keep their keys' order
+
+
+def read_steered(
+    db: Database,
+    read: Callable[[Database], list[Profile]],
+    store: BitstreamStore | None,
+    project: str,
+    nested: bool,
+) -> list[Profile]:
+    """What ``read`` returns, steered (``steer_profiles``), in one read transaction: the
+    profiles, the bitstreams of the local store and the regions holding a function are
+    read from one snapshot, with one BEGIN and one end (``Database.reader`` joins)."""
+    with db.reader():
+        return steer_profiles(db, store, read(db), project, nested)
 
 
 def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[Profile]:
