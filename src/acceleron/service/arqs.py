@@ -616,14 +616,20 @@ def delete_for_instance(
 
 
 @retry_on_deadlock
-def delete_present(db: Database, context: RequestContext, uuids: Sequence[str]) -> int:
-    """Delete those of ``uuids`` that exist and the caller sees, unbinding the bound ones
-    first (idempotent: none left is fine); how many."""
+def delete_present(
+    db: Database, context: RequestContext, uuids: Sequence[str], instance: str | None = None
+) -> int:
+    """Delete those of ``uuids`` that exist and the caller sees, and with ``instance``
+    every request of that instance the caller sees, in one transaction, unbinding the
+    bound ones first (idempotent: none left is fine); how many."""
     wanted = check_uuids(uuids)
-    if not wanted:
+    where: ColumnElement[bool] = ARQS.c.uuid.in_(wanted)
+    if instance is not None:
+        where = where | (ARQS.c.instance_uuid == check_uuids([instance], "instance")[0])
+    elif not wanted:
         return 0
     with db.writer() as conn:
-        arqs = lock(conn, ARQS.c.uuid.in_(wanted) & _visible(context))
+        arqs = lock(conn, where & _visible(context))
         _delete(conn, arqs)
     return len(arqs)
 

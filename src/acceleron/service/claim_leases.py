@@ -133,28 +133,37 @@ def record_step(conn: Connection, claim: Row[Any], step: str, **values: Any) -> 
 def take(db: Database, claim: Row[Any], timeout: float, states: Sequence[str]) -> Row[Any] | None:
     """Take the claim over to undo it (``releasing``, this process at work on it), if it
     is still as it was read (in one of ``states``, same owner); the claim as taken."""
-    now = utcnow()
     with db.writer() as conn:
-        done = conn.execute(
-            update(CLAIMS)
-            .where(
-                CLAIMS.c.id == claim.id,
-                CLAIMS.c.state.in_(states),
-                CLAIMS.c.state == claim.state,
-                CLAIMS.c.owner.is_not_distinct_from(claim.owner),
-            )
-            .values(
-                state="releasing",
-                owner=worker(),
-                updated_at=now,
-                lease_until=now + dt.timedelta(seconds=timeout),
-            )
-        )
-        if done.rowcount != 1:
-            return None
-        taken = conn.execute(select(CLAIMS).where(CLAIMS.c.id == claim.id)).one()
-    working(claim.id)
+        taken = seize(conn, claim, timeout, states)
+    if taken is not None:
+        working(claim.id)
     return taken
+
+
+def seize(
+    conn: Connection, claim: Row[Any], timeout: float, states: Sequence[str]
+) -> Row[Any] | None:
+    """What ``take`` writes, in the caller's transaction (which then calls ``working``
+    once it committed, as ``take`` does); the claim as taken, None when it changed."""
+    now = utcnow()
+    done = conn.execute(
+        update(CLAIMS)
+        .where(
+            CLAIMS.c.id == claim.id,
+            CLAIMS.c.state.in_(states),
+            CLAIMS.c.state == claim.state,
+            CLAIMS.c.owner.is_not_distinct_from(claim.owner),
+        )
+        .values(
+            state="releasing",
+            owner=worker(),
+            updated_at=now,
+            lease_until=now + dt.timedelta(seconds=timeout),
+        )
+    )
+    if done.rowcount != 1:
+        return None
+    return conn.execute(select(CLAIMS).where(CLAIMS.c.id == claim.id)).one()
 
 
 def remember(claim_id: int, asked: Mapping[str, Mapping[str, int]]) -> None:

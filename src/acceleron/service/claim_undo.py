@@ -54,17 +54,15 @@ def undo(
 ) -> None:
     """Undo a claim this process took (``releasing``) from what its row records, each
     step idempotent: the requests it created deleted (an established claim's: every
-    request of the consumer in its project), handles freed; the allocation it made
-    taken out of the consumer's (``placed`` False: none was made; otherwise as its step
-    says: at ``placing``, only when the consumer holds exactly what was asked); the row
-    deleted last. What fails raises, and leaves the claim ``releasing`` for a DELETE or
-    recovery to finish."""
+    request of the consumer in its project too, in the same transaction), handles
+    freed; the allocation it made taken out of the consumer's (``placed`` False: none
+    was made; otherwise as its step says: at ``placing``, only when the consumer holds
+    exactly what was asked); the row deleted last. What fails raises, and leaves the
+    claim ``releasing`` for a DELETE or recovery to finish."""
     try:
-        owner = _owner_context(claim)
-        if claim.requests:
-            arq_service.delete_present(db, owner, list(claim.requests))
-        if claim.step in ("done", None):  # established, or of unknown progress
-            arq_service.delete_for_instance(db, owner, claim.consumer, True)
+        # Established, or of unknown progress: every request of the consumer too.
+        instance = claim.consumer if claim.step in ("done", None) else None
+        arq_service.delete_present(db, _owner_context(claim), claim.requests or (), instance)
         asked = claim.step not in ("begun",) or placed
         if placement is not None and placed is not False and asked:
             exact = claim.step == "placing" and not placed

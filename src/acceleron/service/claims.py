@@ -55,6 +55,7 @@ from acceleron.service.claim_leases import (
     ATTEMPTS,
     abandoned,
     record_step,
+    seize,
     stopped,
     take,
     worker,
@@ -385,13 +386,16 @@ def _visible(context: RequestContext) -> Any:
 
 def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
     """The consumer's claim, as the caller sees it (NotFound for another project's)."""
-    wanted = _consumer(consumer)
     with db.reader() as conn:
-        claim = conn.execute(
-            select(CLAIMS).where(CLAIMS.c.consumer == wanted, _visible(context))
-        ).first()
+        return _seen(conn, context, _consumer(consumer))
+
+
+def _seen(conn: Connection, context: RequestContext, consumer: str) -> Row[Any]:
+    claim = conn.execute(
+        select(CLAIMS).where(CLAIMS.c.consumer == consumer, _visible(context))
+    ).first()
     if claim is None:
-        raise NotFound(f"No claim for consumer {wanted}.")
+        raise NotFound(f"No claim for consumer {consumer}.")
     return claim
 
 
@@ -417,21 +421,26 @@ def release(
     db: Database, context: RequestContext, consumer: str, timeout: float = TIMEOUT
 ) -> Row[Any]:
     """The claim to release, checked visible and taken (``releasing``; the caller undoes
-    it with ``undo``): an established one, one being released (whoever began: undoing is
-    idempotent), or one being made whose maker is gone. One whose maker is at work is a
-    Conflict, that says until when at most."""
+    it with ``undo``), read and taken in one transaction: an established one, one being
+    released (whoever began: undoing is idempotent), or one being made whose maker is
+    gone. One whose maker is at work is a Conflict, that says until when at most."""
+    wanted = _consumer(consumer)
     for _ in range(ATTEMPTS):
-        claim = lookup(db, context, consumer)
-        if claim.state == "allocating" and not abandoned(claim, timeout):
-            until = (
-                ""
-                if claim.lease_until is None
-                else f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
-            )
-            raise Conflict(
-                f"The claim of {claim.consumer} is being made: release it once made{until}."
-            )
-        taken = take(db, claim, timeout, (*ESTABLISHED, "allocating", "releasing"))
+        with db.writer() as conn:
+            claim = _seen(conn, context, wanted)
+            if claim.state == "allocating" and not abandoned(claim, timeout):
+                raise _being_made(claim)
+            taken = seize(conn, claim, timeout, (*ESTABLISHED, "allocating", "releasing"))
         if taken is not None:
+            working(taken.id)
             return taken
     raise Conflict(f"The claim of {consumer} kept changing: try again.")
+
+
+def _being_made(claim: Row[Any]) -> Conflict:
+    until = (
+        ""
+        if claim.lease_until is None
+        else f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
+    )
+    return Conflict(f"The claim of {claim.consumer} is being made: release it once made{until}.")
