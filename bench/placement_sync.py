@@ -8,18 +8,26 @@ compute node). Against the real Placement running in this process (SQLite):
 3. N hosts (default 1,000, i.e. 25,000 providers): wall time and calls of the
    first sync, then of a pass where nothing changed;
 4. the periodic verification of those hosts, every host checked (``sync_all``) and
-   incremental (``verify``), also with 1 % of the hosts changed in Placement behind
-   Acceleron's back; and allocations written to Placement (what a claim writes: one
-   FPGA unit, released at once) while verification passes run back to back in a
-   thread of the same process, as the API's sync thread runs beside its requests,
-   against allocations alone.
+   each host's one small GET (``verify``: a whole interval's ticks back to back), also
+   with 1 % of the hosts changed in Placement behind Acceleron's back;
+5. allocations written to Placement (what a claim writes: one FPGA unit, released at
+   once) for ``--window`` seconds: alone; while the API's sync thread (``SyncWorker``,
+   in this process, as it runs beside the API's requests) verifies at its real pace,
+   every host once per ``--verify-interval``; at the pace 1,000 hosts would set (the
+   interval scaled by hosts / 1,000: as many small GETs a second); and, for reference,
+   while the previous design's one listing of every provider runs back to back. The
+   modes alternate for ``--rounds`` rounds; each says its median rate, the process's CPU
+   time per allocation (Placement's and the verification's, every thread) and the
+   sync's GETs in a window.
 
     .venv/bin/python bench/placement_sync.py [--hosts 1000] [--placement-db URL]
+        [--verify-interval 600] [--window 30] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import threading
@@ -36,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from tests.fixtures.placement import CountingAdapter  # noqa: E402
 
 from acceleron import conf as confmod  # noqa: E402
+from acceleron.api.workers import SyncWorker  # noqa: E402
 from acceleron.db import migrate  # noqa: E402
 from acceleron.db.session import Database  # noqa: E402
 from acceleron.drivers.fake import FakeDriver  # noqa: E402
@@ -104,7 +113,8 @@ def one_host(work: Path, app: inprocess.WSGIApp) -> None:
     db.dispose()
 
 
-def many_hosts(work: Path, app: inprocess.WSGIApp, hosts: int) -> None:
+def many_hosts(work: Path, app: inprocess.WSGIApp, hosts: int,
+               args: argparse.Namespace) -> None:  # fmt: skip
     db = Database(f"sqlite:///{work / 'many.sqlite'}")
     migrate.upgrade(db)
     started = time.perf_counter()
@@ -126,22 +136,24 @@ def many_hosts(work: Path, app: inprocess.WSGIApp, hosts: int) -> None:
     syncer.sync_pending()
     print(f"  nothing changed: {time.perf_counter() - started:.2f} s, {len(counted.calls)} "
           f"Placement calls")  # fmt: skip
-    verification(syncer, counted, app, hosts)
+    verification(syncer, counted, app, hosts, args)
     db.dispose()
 
 
 def verification(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp,
-                 hosts: int) -> None:  # fmt: skip
-    """The periodic verification, every host checked (``sync_all``) against incremental
-    (``verify``); and allocations written while passes of each run back to back in
-    another thread, against allocations alone."""
+                 hosts: int, args: argparse.Namespace) -> None:  # fmt: skip
+    """The periodic verification: every host checked (``sync_all``), and a whole
+    interval's ticks back to back (``verify``, one small GET a host); then allocations
+    written with the API's sync thread verifying at its real pace, against none."""
     for name, verify in (("every host (sync_all)", syncer.sync_all),
-                         ("incremental (verify)", syncer.verify)):  # fmt: skip
+                         ("every host's small GET (verify)", syncer.verify)):  # fmt: skip
         counted.reset()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         verify()
-        print(f"  verification, {name}: {time.perf_counter() - started:.2f} s, "
-              f"{len(counted.calls)} Placement calls")  # fmt: skip
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        print(f"  verification, {name}: {seconds:.2f} s, {len(counted.calls)} Placement "
+              f"calls, {seconds / hosts * 1000:.1f} ms and {cpu / hosts * 1000:.1f} ms CPU "
+              f"per host")  # fmt: skip
     client = PlacementClient(inprocess.direct_adapter(app))
     regions = [p for p in client.list_providers()
                if p.name.startswith("compute-") and "_region" in p.name]  # fmt: skip
@@ -152,16 +164,46 @@ def verification(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIAp
     counted.reset()
     started = time.perf_counter()
     repaired = syncer.verify()
-    print(f"  incremental, {len(changed)} hosts changed behind its back: "
+    print(f"  every host's small GET, {len(changed)} hosts changed behind its back: "
           f"{time.perf_counter() - started:.2f} s, {len(counted.calls)} Placement calls, "
           f"{len(repaired)} hosts checked")  # fmt: skip
-    seconds = 10.0
-    alone = allocations(app, seconds, [p.uuid for p in regions])
-    print(f"  allocations (written, then released) alone: {alone:.1f}/s")
-    for name, verify in (("sync_all", syncer.sync_all), ("verify", syncer.verify)):
-        during = allocations(app, seconds, [p.uuid for p in regions], verify)
-        print(f"  allocations while {name} passes run back to back: {during:.1f}/s "
-              f"({during / alone:.2f} of alone)")  # fmt: skip
+    paced(syncer, counted, app, hosts, args, [p.uuid for p in regions])
+
+
+def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, hosts: int,
+          args: argparse.Namespace, regions: list[str]) -> None:  # fmt: skip
+    """Allocations alone, against allocations while the API's sync thread (its
+    ``SyncWorker``) verifies at the pace of ``--verify-interval`` (every host once per
+    interval), and at the pace 1,000 hosts would set (as many small GETs a second);
+    alternated, ``--rounds`` times. Also the previous design's one listing of every
+    provider, back to back, for reference."""
+    thousand = args.verify_interval * hosts / 1000
+    modes: list[tuple[str, Callable[[], Any] | None, float]] = [
+        ("alone", None, 0.0),
+        (f"verify_interval {args.verify_interval:g} s", None, args.verify_interval),
+        (f"1,000 hosts' pace ({thousand:g} s here)", None, thousand),
+        ("one listing back to back (previous design)", syncer.client.list_providers, 0.0),
+    ]
+    figures: dict[str, list[tuple[float, float, int]]] = {name: [] for name, _, _ in modes}
+    for _ in range(args.rounds):
+        for name, passes, interval in modes:
+            worker = SyncWorker(lambda: syncer, 3600, interval) if interval else None
+            counted.reset()
+            if worker is not None:
+                worker.start()
+            rate, cpu = allocations(app, args.window, regions, passes)
+            if worker is not None:
+                worker.stop()
+            gets = counted.count("GET", "/resource_providers")
+            figures[name].append((rate, cpu, gets))
+    alone = statistics.median(rate for rate, _, _ in figures["alone"])
+    for name, runs in figures.items():
+        rate = statistics.median(r for r, _, _ in runs)
+        cpu = statistics.median(c for _, c, _ in runs)
+        reads = sum(g for _, _, g in runs) / len(runs)
+        print(f"  allocations, {name}: {rate:.1f}/s ({rate / alone:.2f} of alone; runs "
+              f"{', '.join(f'{r:.1f}' for r, _, _ in runs)}), {cpu * 1000:.2f} ms CPU per "
+              f"allocation, {reads:.0f} GETs of the sync per {args.window:g} s")  # fmt: skip
 
 
 def allocations(
@@ -169,8 +211,9 @@ def allocations(
     seconds: float,
     regions: list[str],
     passes: Callable[[], Any] | None = None,
-) -> float:
-    """Allocations per second for ``seconds``, each of one FPGA unit on one of
+) -> tuple[float, float]:
+    """Allocations per second for ``seconds``, and the process's CPU seconds per
+    allocation (every thread: Placement serves in this process), each of one FPGA unit on one of
     ``regions`` (in turn) and released at once, ``passes`` looping meanwhile. (At
     thousands of providers Placement's candidates query takes seconds here: the
     allocation is what a claim writes, and what a verification's reads compete with.)"""
@@ -184,7 +227,7 @@ def allocations(
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     done, deadline = 0, time.perf_counter() + seconds
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() < deadline:
         consumer = str(uuid.uuid4())
         region = regions[done % len(regions)]
@@ -194,10 +237,10 @@ def allocations(
         placement.put(f"/allocations/{consumer}", json=body, microversion="1.39")
         placement.delete(f"/allocations/{consumer}", microversion="1.39")
         done += 1
-    rate = done / (time.perf_counter() - started)
+    rate, cpu = done / (time.perf_counter() - started), time.process_time() - cpu
     stop.set()
     thread.join()
-    return rate
+    return rate, cpu / max(done, 1)
 
 
 def main() -> None:
@@ -206,12 +249,22 @@ def main() -> None:
     parser.add_argument(
         "--placement-db", help="Placement's database (default: SQLite in a temporary file)"
     )
+    parser.add_argument(
+        "--verify-interval",
+        type=float,
+        default=600,
+        help="[placement] verify_interval of the paced verification (600)",
+    )
+    parser.add_argument(
+        "--window", type=float, default=30, help="seconds of allocations per mode and round (30)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the modes, alternated (2)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         app = inprocess.placement_app(args.placement_db or f"sqlite:///{work / 'placement.sqlite'}")
         one_host(work, app)
-        many_hosts(work, app, args.hosts)
+        many_hosts(work, app, args.hosts, args)
 
 
 if __name__ == "__main__":

@@ -545,10 +545,12 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         "verify_interval",
         default=600,
         min=0,
-        help="Seconds between two verifications of the hosts' providers against Placement "
-        "(0: never), which repair what was changed there behind Acceleron's back: one "
-        "listing of every provider, and a check of each host whose providers' generations "
-        "moved since the sync recorded them.",
+        help="Seconds in which every host's providers are verified against Placement once "
+        "(0: never), which repairs what was changed there behind Acceleron's back. The "
+        "verification is spread over the interval: every few seconds the sync checks a "
+        "slice of the hosts, each with one small GET of its tree, and checks in full only "
+        "a host one of whose providers is gone, moved or at another generation than the "
+        "sync recorded.",
     ),
 ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -85,9 +86,40 @@ def start_sync(
     return worker
 
 
+VERIFY_TICK = 5.0  # seconds between two slices of the periodic verification, about
+
+
+@dataclasses.dataclass
+class VerifyTicks:
+    """The periodic verification's pace: ``ticks`` ticks of ``seconds`` each per
+    ``[placement] verify_interval``, the next one due at ``at`` (``time.monotonic``),
+    each verifying its slice of hosts (``publish.verify_slice``). A tick that comes late
+    (Placement away, a long pass) pushes the next ones back: no catching up in a burst."""
+
+    ticks: int
+    seconds: float
+    at: float
+    tick: int = 0
+
+    @classmethod
+    def every(cls, interval: float, now: float) -> VerifyTicks:
+        ticks = max(1, round(interval / VERIFY_TICK))
+        return cls(ticks, interval / ticks, now + interval / ticks)
+
+    def due(self, now: float) -> bool:
+        return now >= self.at
+
+    def advance(self, now: float) -> None:
+        self.tick += 1
+        self.at += self.seconds
+        if self.at <= now:
+            self.at = now + self.seconds
+
+
 class SyncWorker:
     """The Placement sync's thread: runs ``sync_pending`` when woken and every
-    ``interval`` seconds, ``verify`` every ``verify_interval``; backs off while
+    ``interval`` seconds, and a slice of the verification every few seconds
+    (``VerifyTicks``: every host once per ``verify_interval``); backs off while
     Placement is away (hosts stay pending)."""
 
     MAX_BACKOFF = 300.0
@@ -119,24 +151,27 @@ class SyncWorker:
     def _run(self) -> None:
         syncer: Syncer | None = None
         backoff = 1.0
-        next_verify = time.monotonic() + self._verify_interval
+        ticks = VerifyTicks.every(self._verify_interval, time.monotonic())
+        next_pass, woken = 0.0, True
         while not self._stop.is_set():
             wait = float(self._interval)
             try:
                 syncer = syncer or self._make_syncer()
-                if self._verify_interval and time.monotonic() >= next_verify:
-                    syncer.verify()
-                    next_verify = time.monotonic() + self._verify_interval
-                else:
+                if woken or time.monotonic() >= next_pass:
                     syncer.sync_pending()
-                backoff = 1.0
+                    next_pass = time.monotonic() + self._interval
+                if self._verify_interval and ticks.due(time.monotonic()):
+                    syncer.verify_tick(ticks.tick, ticks.ticks)
+                    ticks.advance(time.monotonic())
+                due = min(next_pass, ticks.at) if self._verify_interval else next_pass
+                wait, backoff = max(due - time.monotonic(), 0.0), 1.0
             except PlacementUnavailable as error:
                 LOG.warning("Placement is unreachable (%s); retrying in %.0f s", error, backoff)
                 wait, backoff = backoff, min(backoff * 2, self.MAX_BACKOFF)
             except Exception:
                 LOG.exception("Placement sync pass failed")
             self.passes += 1
-            self._wake.wait(wait)
+            woken = self._wake.wait(wait)
             self._wake.clear()
 
 

@@ -20,8 +20,9 @@ import dataclasses
 import logging
 import threading
 import uuid as uuidlib
+import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
@@ -65,7 +66,6 @@ _DEPLOYABLES = (
 )
 _KNOWN = select(PROVIDERS).where(PROVIDERS.c.hostname == bindparam("host"))
 _PENDING = select(HOSTS.c.hostname).where(HOSTS.c.generation != HOSTS.c.synced_generation)
-_RECORDED = select(PROVIDERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,22 +115,41 @@ class Syncer:
             for host in self.hostnames()
         ]
 
-    def verify(self) -> list[HostSync]:
-        """The periodic verification, incremental: one listing of every provider tells
-        which hosts Placement holds as their last sync recorded them (each provider
-        there, under the same parent, at the generation recorded: Placement bumps it at
-        every change, and the reconciler records the moves of allocations alone); the
-        others are checked and repaired as ``sync_all`` checks every host. At 1,000
-        quiet hosts: one GET instead of 1,000."""
-        listing = {p.uuid: p for p in self.client.list_providers()}
+    def verify(self, hostnames: Iterable[str] | None = None) -> list[HostSync]:
+        """The verification of ``hostnames`` (default: every host), host by host: one
+        small GET of the host's tree (``in_tree`` of its compute node) tells whether
+        Placement holds it as its last sync recorded it (each provider there, under the
+        same parent, at the generation recorded: Placement bumps it at every change, and
+        the reconciler records the moves of allocations alone); the others are checked
+        and repaired as ``sync_all`` checks every host. The checked hosts' outcomes."""
+        done = [self._guarded(host, self._verify_host) for host in self._names(hostnames)]
+        return [result for result in done if not result.skipped]
+
+    def verify_tick(self, tick: int, ticks: int) -> list[HostSync]:
+        """The verification's ``tick``-th slice of hosts, when it is spread over
+        ``ticks`` ticks (``verify_slice``): the sync thread runs one a tick, so that every
+        host is verified once per ``[placement] verify_interval`` and Placement never
+        serves one long request for it."""
+        return self.verify(verify_slice(self.hostnames(), tick, ticks))
+
+    def _names(self, hostnames: Iterable[str] | None) -> list[str]:
+        return self.hostnames() if hostnames is None else sorted(hostnames)
+
+    def _verify_host(self, hostname: str) -> HostSync:
+        """One host of a verification: skipped when Placement holds it as recorded."""
         with self.db.reader() as conn:
-            hosts = conn.execute(select(HOSTS.c.hostname, HOSTS.c.rp_uuid)).all()
-            recorded = conn.execute(_RECORDED).all()
-        changed = {h.hostname for h in hosts if h.rp_uuid not in listing}
-        changed.update(r.hostname for r in recorded if _moved(r, listing.get(r.uuid)))
-        return [
-            self._guarded(host, lambda h: self.sync_host(h, force=True)) for host in sorted(changed)
-        ]
+            host = conn.execute(HOST, {"host": hostname}).first()
+        if host is None or (host.rp_uuid and self._as_recorded(hostname, str(host.rp_uuid))):
+            return HostSync(hostname, [], skipped=True)
+        return self.sync_host(hostname, force=True)
+
+    def _as_recorded(self, hostname: str, compute: str) -> bool:
+        """Whether the tree of ``compute`` in Placement (one GET; empty when the compute
+        node is gone) holds every provider of the host as its last sync recorded it."""
+        actual = {p.uuid: p for p in self.client.get_tree(compute)}
+        with self.db.reader() as conn:
+            recorded = conn.execute(_KNOWN, {"host": hostname}).all()
+        return compute in actual and not any(_moved(r, actual.get(r.uuid)) for r in recorded)
 
     def migrate_to_nested(self, *, dry_run: bool = False) -> list[HostSync]:
         """Spec 001's upgrade from flat to nested providers, host by host: a host still
@@ -310,6 +329,15 @@ def tolerated_reasons(conn: Connection) -> frozenset[str]:
         for group in groups or []:
             found.update(tolerations(group))
     return frozenset(found)
+
+
+def verify_slice(hostnames: Iterable[str], tick: int, ticks: int) -> list[str]:
+    """The hosts that tick ``tick`` of a verification spread over ``ticks`` ticks checks:
+    each host at one of any ``ticks`` consecutive ticks, by a hash of its name (CRC-32:
+    the same in every process and release), so that a host coming or going moves no
+    other to another tick. Sorted by name."""
+    slot = tick % ticks
+    return sorted(h for h in hostnames if zlib.crc32(h.encode()) % ticks == slot)
 
 
 def _moved(row: Row[Any], actual: Provider | None) -> bool:

@@ -1,5 +1,7 @@
-"""The sync's periodic verification, incremental: what Placement holds as the last sync
-recorded it is not read again; what changed behind Acceleron's back is repaired."""
+"""The sync's periodic verification, host by host: each host's tree is read with one
+small GET (what Placement holds as the last sync recorded it is not read again), what
+changed behind Acceleron's back is repaired, and spread over ticks every host is
+verified once per interval."""
 
 from __future__ import annotations
 
@@ -9,44 +11,61 @@ from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
 
-from acceleron.db.models import Deployable, table
+from acceleron.db.models import Deployable, Device, Host, table
 from acceleron.db.session import Database
 from acceleron.placement.client import PlacementClient
 from acceleron.service import inventory
 from acceleron.service.publish import Syncer
-from tests.fixtures.fake_host import HOST, report, syncer
+from tests.fixtures.fake_host import HOST, report, reporting_api, syncer
 from tests.fixtures.placement import CountingAdapter, allocate
+from tests.fixtures.waiting import wait_for
 
-DEPLOYABLES = table(Deployable)
-LISTING = ("GET", "/resource_providers")
+DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
+OTHERS = ["other-host", "third-host"]
 
 
-def _synced(db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter) -> Syncer:
-    inventory.reconcile(db, report(conf))
+def _synced(db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter,
+            hosts: tuple[str, ...] = (HOST,)) -> Syncer:  # fmt: skip
+    for host in hosts:
+        inventory.reconcile(db, report(conf, host))
     sync = syncer(db, counted)
-    sync.sync_host(HOST)
+    for host in hosts:
+        sync.sync_host(host)
     counted.reset()
     return sync
 
 
-def _region(db: Database) -> str:
+def _region(db: Database, host: str = HOST) -> str:
     with db.reader() as conn:
-        found = conn.execute(select(DEPLOYABLES.c.rp_uuid).where(DEPLOYABLES.c.kind == "region")
+        found = conn.execute(select(DEPLOYABLES.c.rp_uuid)
+                             .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+                             .where(DEPLOYABLES.c.kind == "region", DEVICES.c.hostname == host)
                              .order_by(DEPLOYABLES.c.id)).scalars().first()  # fmt: skip
     assert found is not None
     return str(found)
 
 
-def _calls(counted: CountingAdapter) -> list[tuple[str, str]]:
-    return [(c.method, c.path) for c in counted.calls]
+def _compute(db: Database, host: str = HOST) -> str:
+    with db.reader() as conn:
+        found = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == host)).scalar()
+    assert found is not None
+    return str(found)
 
 
-def test_a_quiet_cloud_is_verified_with_one_listing(
+def _tree_reads(counted: CountingAdapter) -> list[str]:
+    """The trees read, by the uuid each GET named."""
+    return [c.query.removeprefix("in_tree=") for c in counted.calls
+            if c.method == "GET" and c.path == "/resource_providers"]  # fmt: skip
+
+
+def test_a_quiet_host_is_verified_with_one_small_get(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
 ) -> None:
     sync = _synced(db, conf, counted)
     assert sync.verify() == []
-    assert _calls(counted) == [LISTING]
+    assert [(c.method, c.path, c.query) for c in counted.calls] == [
+        ("GET", "/resource_providers", f"in_tree={_compute(db)}")
+    ]
 
 
 def test_a_trait_removed_by_hand_is_put_back_and_then_left_alone(
@@ -62,7 +81,7 @@ def test_a_trait_removed_by_hand_is_put_back_and_then_left_alone(
     assert region in {a.uuid for a in result.actions}
     assert client.get_traits(region)[1] == traits
     counted.reset()
-    assert sync.verify() == [] and _calls(counted) == [LISTING]
+    assert sync.verify() == [] and len(counted.calls) == 1
 
 
 def test_a_provider_deleted_by_hand_is_made_again(
@@ -77,6 +96,19 @@ def test_a_provider_deleted_by_hand_is_made_again(
     assert client.get_provider(region) is not None
 
 
+def test_a_deleted_root_is_caught_and_the_tree_made_again(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    sync, client = _synced(db, conf, counted), PlacementClient(placement)
+    assert client.delete_subtree(_compute(db)) > 1  # the compute node and all under it
+    [result] = sync.verify()
+    assert result.hostname == HOST and result.errors  # the compute node is looked up again
+    [again] = sync.verify()  # by its name: the embedded mode makes it again
+    assert again.errors == [] and client.get_provider(_region(db)) is not None
+    counted.reset()
+    assert sync.verify() == [] and len(counted.calls) == 1
+
+
 def test_allocations_alone_cost_a_read_and_no_write_once(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
@@ -85,38 +117,52 @@ def test_allocations_alone_cost_a_read_and_no_write_once(
     [result] = sync.verify()
     assert result.actions == [] and counted.writes == []
     counted.reset()
-    assert sync.verify() == [] and _calls(counted) == [LISTING]
+    assert sync.verify() == [] and len(counted.calls) == 1
 
 
-def test_only_the_host_that_changed_is_read(
+def test_only_the_host_that_changed_is_read_again(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
-    inventory.reconcile(db, report(conf))  # first: its region is the one changed below
-    inventory.reconcile(db, report(conf, "other-host"))
-    sync = syncer(db, counted)
-    sync.sync_host(HOST)
-    sync.sync_host("other-host")
+    sync = _synced(db, conf, counted, (HOST, OTHERS[0]))
     PlacementClient(placement).set_traits(_region(db), [])
-    counted.reset()
     assert [r.hostname for r in sync.verify()] == [HOST]
-    trees = [c for c in counted.calls if c.path == "/resource_providers" and "in_tree" in c.query]
-    assert len(trees) == 1
+    # host-1's check, its repair's own read of its tree, then the other host's check
+    assert _tree_reads(counted) == [_compute(db), _compute(db), _compute(db, OTHERS[0])]
 
 
-def test_every_host_that_changed_is_read_and_repaired(
+def test_a_host_changed_is_repaired_within_one_interval_of_ticks(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
-    hosts = [HOST, "other-host", "third-host"]
-    for host in hosts:
-        inventory.reconcile(db, report(conf, host))
-    sync = syncer(db, counted)
-    for host in hosts:
-        sync.sync_host(host)
+    hosts = (HOST, *OTHERS)
+    sync = _synced(db, conf, counted, hosts)
     client = PlacementClient(placement)
-    roots = {p.root_uuid: p for p in client.list_providers() if "_region" in p.name}
-    changed = list(roots.values())[:2]
-    for provider in changed:
-        client.set_traits(provider.uuid, [])
-    checked = sync.verify()
-    assert len(checked) == 2 and all(r.errors == [] for r in checked)
-    assert all(client.get_traits(p.uuid)[1] for p in changed)
+    changed = [_region(db, host) for host in hosts[:2]]
+    for region in changed:
+        client.set_traits(region, [])
+    ticks = 4
+    repaired = [[r.hostname for r in sync.verify_tick(tick, ticks)] for tick in range(ticks)]
+    assert sorted(h for tick in repaired for h in tick) == sorted(hosts[:2])
+    assert all(client.get_traits(region)[1] for region in changed)
+    assert sorted(set(_tree_reads(counted))) == sorted(_compute(db, h) for h in hosts)
+    counted.reset()
+    assert [sync.verify_tick(tick, ticks) for tick in range(ticks)] == [[]] * ticks
+    assert sorted(_tree_reads(counted)) == sorted(_compute(db, h) for h in hosts)
+
+
+def test_the_api_sync_thread_verifies_at_its_ticks(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    conf.set_override("verify_interval", 1, "placement")  # one tick a second: every host
+    client = PlacementClient(placement)
+    with reporting_api(conf, db, placement):
+        wait_for(lambda: _published(db, client))
+        region = _region(db)
+        _, traits = client.get_traits(region)
+        client.set_traits(region, [])
+        wait_for(lambda: client.get_traits(region)[1] == traits)
+
+
+def _published(db: Database, client: PlacementClient) -> bool:
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
+    return host.synced_generation == host.generation and bool(client.get_tree(host.rp_uuid))
