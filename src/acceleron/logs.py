@@ -103,6 +103,21 @@ class ContextFilter(logging.Filter):
 CONTEXT_FILTER = ContextFilter()
 
 
+class _CurrentStderr:
+    """Standard error as ``sys.stderr`` is at each write, not as it was at the setup: a
+    server thread that outlives whoever replaced it (a test's capture, closed since)
+    still logs."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+STDERR = _CurrentStderr()
+
+
 class LoggingUnavailable(Exception):
     """Logging cannot be set up as the configuration says (the message says why)."""
 
@@ -132,7 +147,10 @@ def setup(conf: cfg.ConfigOpts, program: str) -> None:
             ) from error
         raise LoggingUnavailable(f"Cannot set logging up: {error}") from error
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
-            handler.setStream(sys.stderr)  # oslo.log's fallback, when nothing else is set
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (
+            sys.stdout,
+            sys.stderr,
+        ):  # oslo.log's fallback, when nothing else is set: standard error, as it is now
+            handler.setStream(STDERR)
         if CONTEXT_FILTER not in handler.filters:
             handler.addFilter(CONTEXT_FILTER)

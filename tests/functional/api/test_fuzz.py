@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from oslo_config import cfg
@@ -46,6 +47,9 @@ def operations(conf: cfg.ConfigOpts, db: Database) -> Iterator[Any]:
         yield result.ok()  # type: ignore[union-attr]  # every operation of ours loads
 
 
+# Every operation in one test: 2 to 4 minutes of CPU, which a loaded 2-core machine
+# stretches past the suite's 300 s (pytest-timeout stays the guard against a hang).
+@pytest.mark.timeout(1200)
 def test_no_server_errors(conf: cfg.ConfigOpts, db: Database) -> None:
     tested = []
     for operation in operations(conf, db):
