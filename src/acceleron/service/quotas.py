@@ -122,7 +122,11 @@ class UnifiedLimits:
     """Keystone's unified limits through oslo.limit (``[oslo_limit]``: the endpoint and
     the credentials to read limits with). oslo.limit reads the global configuration, so
     it is loaded from the same files as Acceleron's own. What Keystone answered is kept
-    for ``CACHE_SECONDS``: a changed limit applies within that time."""
+    for ``CACHE_SECONDS``: a changed limit applies within that time. The answers are kept
+    here, per project and classes, and not only in oslo.limit's cache, which keeps the
+    limits that exist and asks Keystone again, at every request, about a project with
+    no limit of its own (a registered default applies) or a class with no limit at all:
+    most projects, two Keystone calls (0.1 s) in each create and each bind."""
 
     driver = "unified_limits"
     CACHE_SECONDS = 30.0
@@ -137,6 +141,7 @@ class UnifiedLimits:
         self._limit = limit
         self._enforcer: Any = None
         self._expires = 0.0
+        self._answers: dict[tuple[str, frozenset[str]], dict[str, int | None]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -152,21 +157,31 @@ class UnifiedLimits:
                     lambda _project, resources: dict.fromkeys(resources, 0)
                 )
                 self._expires = now + self.CACHE_SECONDS
+                self._answers = {}  # kept as long as the enforcer
             return self._enforcer
 
     def limits(self, project: str, classes: Collection[str]) -> dict[str, int | None]:
         if not classes:
             return {}
+        key = (project, frozenset(classes))
         names = {resource_name(c): c for c in classes}
         try:
-            found = self._current().get_project_limits(project, list(names))
+            enforcer = self._current()
+            known = self._answers.get(key)
+            if known is not None:
+                return dict(known)
+            found = enforcer.get_project_limits(project, list(names))
         except Exception as error:  # oslo.limit, keystoneauth and openstacksdk errors
             with self._lock:
                 self._enforcer = None
             raise QuotaUnavailable(
                 f"Keystone's limits cannot be read ([oslo_limit]): {error}"
             ) from error
-        return {names[name]: None if value < 0 else value for name, value in found}
+        answer = {names[name]: None if value < 0 else value for name, value in found}
+        with self._lock:
+            if self._enforcer is enforcer:  # not one read before a newer enforcer
+                self._answers[key] = answer
+        return dict(answer)
 
 
 def from_conf(conf: cfg.ConfigOpts) -> Limits:

@@ -62,6 +62,22 @@ def test_keystone_limits_apply(api: TestClient, keystone: KeystoneLimits) -> Non
     assert "/v3/limits" in keystone.calls and "/v3/registered_limits" in keystone.calls
 
 
+def test_keystone_is_asked_once_per_project_within_the_cache_time(
+    api: TestClient, keystone: KeystoneLimits
+) -> None:
+    """oslo.limit caches the limits that exist and asks Keystone again about the others:
+    p1 has no limit of its own (the registered default applies), FPGAs none at all."""
+    for _ in range(3):
+        assert create(api, "qat3", "p1").status_code == 403
+        assert create(api, "fpga", "p1").status_code == 403
+    asked = [c for c in keystone.calls if c in ("/v3/limits", "/v3/registered_limits")]
+    assert len(asked) <= 4, asked  # once per class at most, not once per request
+    limits = services(api.app).limits
+    limits._expires = 0.0  # type: ignore[attr-defined]  # the cache time is over
+    keystone.registered[f"class:{QAT}"] = 3  # a changed limit applies after it
+    assert create(api, "qat3", "p1").status_code == 201
+
+
 def test_keystone_away_is_a_503(api: TestClient, keystone: KeystoneLimits) -> None:
     keystone.server.shutdown()
     keystone.server.server_close()
