@@ -112,6 +112,26 @@ def test_failures_weigh_every_host_0_and_are_logged(
     assert "every host weighs 0" in caplog.text
 
 
+def test_an_unreachable_api_is_looked_up_again(live_api: str, hosts: tuple[str, str]) -> None:
+    """The endpoint found in the catalog moved (another accelerator service adopted, say):
+    the request that cannot reach it weighs 0 and forgets it; the next one looks again."""
+    urls = [closed_port_url(), live_api]
+    forgotten: list[bool] = []
+
+    def connect() -> adapter.Adapter:
+        return connector(urls[0])()
+
+    def forget() -> None:
+        forgotten.append(True)
+        urls.pop(0)
+
+    specs = {"accel:device_profile": profile(live_api, [{FPGA: "1", "accel:function_id": GZIP}])}
+    assert functions.weigh_hosts(connect, specs, list(hosts), forget) == [0.0, 0.0]
+    assert forgotten == [True]
+    assert functions.weigh_hosts(connect, specs, list(hosts), forget) == [1.0, 0.0]
+    assert forgotten == [True]
+
+
 def test_the_weigher_reads_its_own_config_section(live_api: str, hosts: tuple[str, str]) -> None:
     conf = cfg.ConfigOpts()
     functions.register_opts(conf)

@@ -21,7 +21,7 @@ from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from acceleron.client.http import AcceleronClient, NoEndpoint, as_client
+from acceleron.client.http import AcceleronClient, NoEndpoint, Unreachable, as_client
 from acceleron.microversion import V2_8
 from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
 from acceleron.scheduler.weigher import host_weight, wanted_functions
@@ -127,11 +127,14 @@ def weigh_hosts(
     connect: Callable[[], Api],
     extra_specs: Mapping[str, str],
     hostnames: Sequence[str],
+    forget: Callable[[], None] | None = None,
 ) -> list[float]:
     """Each host's weight for a flavor: the share of the functions it wants that one of
     the host's accelerators already holds. ``connect`` gives the API client (called only
     when the flavor wants functions). Never raises: whatever fails, every host weighs 0
-    and the reason is logged."""
+    and the reason is logged. When the API cannot be reached, ``forget`` is called: the
+    client found its endpoint in the catalog, which may have moved since (a new URL, or
+    Acceleron replacing another accelerator service), and the next request looks again."""
     try:
         groups = flavor_groups(connect, extra_specs)
         if not groups:
@@ -142,6 +145,8 @@ def weigh_hosts(
     except Exception as error:  # never fail scheduling
         LOG.warning("Acceleron weigher: every host weighs 0 for this request: %s: %s",
                     type(error).__name__, error)  # fmt: skip
+        if forget is not None and isinstance(error, Unreachable):
+            forget()
         return [0.0] * len(hostnames)
     return [host_weight({f for f in wanted_all if h in held[f]}, wanted_all) for h in hostnames]
 

@@ -75,7 +75,7 @@ class AcceleratorFunctionWeigher(weights.BaseHostWeigher):  # type: ignore[misc]
         flavor = getattr(weight_properties, "flavor", None)
         extra_specs: Mapping[str, str] = getattr(flavor, "extra_specs", None) or {}
         names = [_name(item.obj) for item in weighed_obj_list]
-        return functions.weigh_hosts(self._client, extra_specs, names)
+        return functions.weigh_hosts(self._client, extra_specs, names, forget=self._forget)
 
     def _weigh_object(self, host_state: Any, weight_properties: Any) -> float:
         weight: float = self.weigh_objects([_Weighed(host_state)], weight_properties)[0]
@@ -86,6 +86,11 @@ class AcceleratorFunctionWeigher(weights.BaseHostWeigher):  # type: ignore[misc]
             if self._api is None:
                 self._api = functions.load_adapter(self.conf)
             return self._api
+
+    def _forget(self) -> None:
+        """The API was unreachable: the next request reads the catalog again."""
+        with self._lock:
+            self._api = None
 
 
 class _Weighed:
