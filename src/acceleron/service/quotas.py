@@ -122,14 +122,16 @@ class UnifiedLimits:
     """Keystone's unified limits through oslo.limit (``[oslo_limit]``: the endpoint and
     the credentials to read limits with). oslo.limit reads the global configuration, so
     it is loaded from the same files as Acceleron's own. What Keystone answered is kept
-    for ``CACHE_SECONDS``: a changed limit applies within that time. The answers are kept
-    here, per project and classes, and not only in oslo.limit's cache, which keeps the
-    limits that exist and asks Keystone again, at every request, about a project with
-    no limit of its own (a registered default applies) or a class with no limit at all:
-    most projects, two Keystone calls (0.1 s) in each create and each bind."""
+    here for ``CACHE_SECONDS``, per project and classes: a changed limit applies within
+    that time. oslo.limit's own cache is off: it keeps the limits that exist for the
+    enforcer's lifetime and asks Keystone again, at every request, about a project with
+    no limit of its own or a class with no limit at all (two Keystone calls, 0.1 s, in
+    each create and bind), and a new enforcer to drop it costs Keystone's endpoint and
+    model look-ups (0.4 to 1 s). One enforcer serves until Keystone fails."""
 
     driver = "unified_limits"
     CACHE_SECONDS = 30.0
+    KEPT = 10_000  # answers kept at most; expired ones are dropped beyond it
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         from oslo_limit import limit
@@ -140,8 +142,7 @@ class UnifiedLimits:
         limit._SDK_CONNECTION = None  # oslo.limit's connection follows the files just read
         self._limit = limit
         self._enforcer: Any = None
-        self._expires = 0.0
-        self._answers: dict[tuple[str, frozenset[str]], dict[str, int | None]] = {}
+        self._answers: dict[tuple[str, frozenset[str]], tuple[float, dict[str, int | None]]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -150,27 +151,40 @@ class UnifiedLimits:
 
     def _current(self) -> Any:
         with self._lock:
-            now = time.monotonic()
-            if self._enforcer is None or now >= self._expires:
+            if self._enforcer is None:
                 # The usage callback is never called: limits are read, and counted here.
                 self._enforcer = self._limit.Enforcer(
-                    lambda _project, resources: dict.fromkeys(resources, 0)
+                    lambda _project, resources: dict.fromkeys(resources, 0), cache=False
                 )
-                self._expires = now + self.CACHE_SECONDS
-                self._answers = {}  # kept as long as the enforcer
             return self._enforcer
+
+    def _known(self, key: tuple[str, frozenset[str]]) -> dict[str, int | None] | None:
+        with self._lock:
+            expires, answer = self._answers.get(key, (0.0, None))
+        return dict(answer) if answer is not None and time.monotonic() < expires else None
+
+    def _keep(self, key: tuple[str, frozenset[str]], answer: dict[str, int | None]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._answers) >= self.KEPT:
+                self._answers = {k: v for k, v in self._answers.items() if v[0] > now}
+            self._answers[key] = (now + self.CACHE_SECONDS, answer)
+
+    def forget(self) -> None:
+        """Keystone is asked again at the next request (a limit changed, say)."""
+        with self._lock:
+            self._answers = {}
 
     def limits(self, project: str, classes: Collection[str]) -> dict[str, int | None]:
         if not classes:
             return {}
         key = (project, frozenset(classes))
+        known = self._known(key)
+        if known is not None:
+            return known
         names = {resource_name(c): c for c in classes}
         try:
-            enforcer = self._current()
-            known = self._answers.get(key)
-            if known is not None:
-                return dict(known)
-            found = enforcer.get_project_limits(project, list(names))
+            found = self._current().get_project_limits(project, list(names))
         except Exception as error:  # oslo.limit, keystoneauth and openstacksdk errors
             with self._lock:
                 self._enforcer = None
@@ -178,9 +192,7 @@ class UnifiedLimits:
                 f"Keystone's limits cannot be read ([oslo_limit]): {error}"
             ) from error
         answer = {names[name]: None if value < 0 else value for name, value in found}
-        with self._lock:
-            if self._enforcer is enforcer:  # not one read before a newer enforcer
-                self._answers[key] = answer
+        self._keep(key, answer)
         return dict(answer)
 
 
