@@ -74,14 +74,14 @@ def test_keystone_is_asked_once_per_project_within_the_cache_time(
     assert len(asked) <= 4, asked  # once per class at most, not once per request
     keystone.registered[f"class:{QAT}"] = 3  # a changed limit applies once forgotten
     assert create(api, "qat3", "p1").status_code == 403
-    services(api.app).limits.forget()  # type: ignore[attr-defined]  # the cache time is over
+    services(api.app).limits.forget()  # type: ignore[arg-type,attr-defined]  # the cache time is over
     assert create(api, "qat3", "p1").status_code == 201
 
 
 def test_keystone_away_is_a_503(api: TestClient, keystone: KeystoneLimits) -> None:
     keystone.server.shutdown()
     keystone.server.server_close()
-    services(api.app).limits.forget()  # type: ignore[attr-defined]  # nothing cached
+    services(api.app).limits.forget()  # type: ignore[arg-type,attr-defined]  # nothing cached
     answer = create(api, "qat3", "p3")
     assert answer.status_code == 503, answer.text
     assert answer.json()["errors"][0]["code"] == "acceleron.quota_unavailable"
