@@ -16,17 +16,21 @@ followed by its release:
 The periodic reconciler and the Placement sync's periodic verification of every host
 are off (``CONFIG``). A claim is the whole flow: allocation
 candidates from Placement, ranking, the allocation, the requests created and bound, the
-wait until they are Bound. Each is run two ways, side by side:
+wait until they are Bound. Each is run three ways, side by side:
 
 * ``placement``: Placement's own share, what no claim can go below: the candidates
   query a server-side claim sends first (same parameters, same ``limit``), the weigher's
   choice and ``PUT /allocations`` for a new consumer, over HTTP to the all-in-one's
   ``/placement``; released with ``DELETE /allocations``;
+* ``nova``: the same, with the candidates query a client with no view of its own sends
+  for the profile, as Nova builds it (the groups' resources and traits; Nova's default
+  limit of 1,000 candidates);
 * ``server``: one ``POST /v2/claims`` (2.12) followed until bound (``Claimer.claim``).
 
 Each run says the all-in-one process's CPU time (user and system, every thread) per
-claim and its release: for ``placement`` that is Placement's own share (it serves
-``/placement`` in that process), for ``server`` the whole claim, and the ratio of the two.
+claim and its release: for ``placement`` and ``nova`` that is Placement's own share (it
+serves ``/placement`` in that process), for ``server`` the whole claim; and a server-side
+claim's p50, rate and CPU per claim against each of the other two.
 With one client it also says the release's own (its p50, and the process's CPU time
 over the releases alone, per release): ``DELETE /allocations`` for ``placement``, the
 ``Claimer``'s release (``GET`` then ``DELETE /v2/claims``) for ``server``.
@@ -37,7 +41,7 @@ for every host, against the one a server-side claim sends first (the regions hol
 function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
-        [--profiles daas-qat,...] [--flows placement,server] [--baseline REV]
+        [--profiles daas-qat,...] [--flows placement,nova,server] [--baseline REV]
 
 With ``--baseline REV`` the server-side claims are first run, the same way, on the code
 of commit ``REV`` (its flow shown as the commit), and printed beside this tree's (or,
@@ -90,7 +94,8 @@ PROFILES = {
         {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION},
     ],
 }
-FLOWS = ("placement", "server")
+FLOWS = ("placement", "nova", "server")
+NOVA_LIMIT = 1000  # Nova's [scheduler] max_placement_results, by default
 BASELINE = "2723894"  # main before claims asked about hosts' trees first
 # No periodic reconciler pass (the API's first reads every provider's allocations: a
 # minute at 1,000 hosts, bench/reconcile.py), and no periodic verification of every
@@ -128,16 +133,22 @@ def survey(groups: list[dict[str, str]], roots: frozenset[str]) -> claim_survey.
 class PlacementOnly:
     """Placement's own share of a claim: the server's first candidates query (the same
     parameters and limit), the weigher's choice, the allocation; released by dropping
-    it."""
+    it. With ``as_nova``: the query a client with no view of its own sends for the same
+    profile, as Nova builds it (its groups' resources and traits, Nova's default
+    ``[scheduler] max_placement_results`` of 1,000 candidates)."""
 
-    def __init__(self, url: str, roots: frozenset[str]) -> None:
+    def __init__(self, url: str, roots: frozenset[str], as_nova: bool = False) -> None:
         self.placement = placement_client(url)
         self.roots = roots
+        self.as_nova = as_nova
 
     def claim(self, profile: str, consumer: str) -> None:
         groups = PROFILES[profile]
         wanted = weigher.wanted_functions(groups)
-        params = next(claim_survey.candidate_queries(groups, survey(groups, self.roots)))
+        if self.as_nova:
+            params = query.profile_query(groups, limit=NOVA_LIMIT).params()
+        else:
+            params = next(claim_survey.candidate_queries(groups, survey(groups, self.roots)))
         best = weigher.best(self.placement.get_allocation_candidates(params), wanted)
         if best is None:
             raise RuntimeError("no candidate")
@@ -158,7 +169,9 @@ def run(
     deadline = time.monotonic() + seconds
 
     def worker() -> None:
-        flow: Any = PlacementOnly(url, roots) if flow_name == "placement" else claimer(url)
+        flow: Any = claimer(url)
+        if flow_name in ("placement", "nova"):
+            flow = PlacementOnly(url, roots, as_nova=flow_name == "nova")
         while time.monotonic() < deadline:
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
@@ -268,9 +281,10 @@ def main() -> None:
     print(f"\n{args.seconds:.0f} s per run; a claim is candidates + ranking + allocation + "
           "requests created and bound, each followed by its release; the load average "
           f"now: {os.getloadavg()[0]:.1f}")  # fmt: skip
-    own = {(r["profile"], r["clients"]): r for r in results if r["flow"] == "placement"}
     for r in sorted(results, key=lambda r: (r["clients"], profiles.index(r["profile"]))):
-        print(line(r, own.get((r["profile"], r["clients"]))))
+        baselines = {b["flow"]: b for b in results if b["flow"] in ("placement", "nova")
+                     and (b["profile"], b["clients"]) == (r["profile"], r["clients"])}  # fmt: skip
+        print(line(r, baselines))
         if r["failures"]:
             print(f"    first failure: {r['failures'][0]}")
 
@@ -290,23 +304,27 @@ def fill(url: Url, hosts: int) -> frozenset[str]:
     return roots_of(url, hostnames)
 
 
-def line(r: dict[str, Any], own: dict[str, Any] | None) -> str:
-    """One run's figures; against Placement's own share (``own``) of the same claims."""
+def line(r: dict[str, Any], baselines: dict[str, dict[str, Any]]) -> str:
+    """One run's figures; against Placement's own share of the same claims in each of
+    ``baselines`` (flow name -> its run) that ran."""
     lat = r["latencies"]
     head = f"{r['profile']:<20} {r['flow']:<9} {r['clients']:2d} clients"
     if not lat:
         return f"{head}: no claim made ({len(r['failures'])} failed)"
-    p50, ratio = percentile(lat, 50), ""
-    if own is not None and own is not r and own["latencies"]:
-        ratio = f"   {p50 / percentile(own['latencies'], 50):4.2f}x Placement's p50"
+    p50, rate, cpu = percentile(lat, 50), len(lat) / r["seconds"], r["cpu"] * 1000 / len(lat)
+    ratios = ""
+    for name, own in baselines.items():
+        if own is r or not own["latencies"]:
+            continue
+        own_cpu = own["cpu"] * 1000 / len(own["latencies"])
+        ratios += (f"\n    against {name}: p50 {p50 / percentile(own['latencies'], 50):4.2f}x, "
+                   f"claims/s {rate / (len(own['latencies']) / own['seconds']):4.2f}x, "
+                   f"CPU per claim {cpu / own_cpu:4.2f}x")  # fmt: skip
     failed = len(r["failures"])
-    cpu = r["cpu"] * 1000 / len(lat)
-    if own is not None and own is not r and own["latencies"]:
-        ratio += f"   CPU {cpu / (own['cpu'] * 1000 / len(own['latencies'])):4.2f}x Placement's"
-    return (f"{head} {len(lat) / r['seconds']:6.1f} claims/s   p50 {p50:6.1f} ms   "
-            f"p99 {percentile(lat, 99):6.1f} ms   CPU {cpu:5.1f} ms/claim{ratio}   "
+    return (f"{head} {rate:6.1f} claims/s   p50 {p50:6.1f} ms   "
+            f"p99 {percentile(lat, 99):6.1f} ms   CPU {cpu:5.1f} ms/claim   "
             f"(release p50 {percentile(r['releases'], 50):.1f} ms{release_cpu(r)}; "
-            f"{failed} failed)")  # fmt: skip
+            f"{failed} failed){ratios}")  # fmt: skip
 
 
 def release_cpu(r: dict[str, Any]) -> str:

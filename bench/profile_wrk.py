@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -110,8 +111,13 @@ class Figure:
     errors: int
 
 
-def _ms(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text).groups()  # type: ignore[union-attr]
+def _ms(out: str, percentile: str) -> float:
+    """wrk's latency at ``percentile`` (``"50%"``) in ms; NaN where it printed none (no
+    request answered within its timeout) or a form not known here."""
+    found = re.search(rf"^\s*{percentile}\s+([\d.]+)(us|ms|s|m|h)\s*$", out, re.MULTILINE)
+    if found is None:
+        return math.nan
+    value, unit = found.groups()
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}[unit]
 
 
@@ -155,8 +161,8 @@ def wrk(url: Url, script: str, seconds: float, connections: int) -> Figure:
     settle(url)
     return Figure(
         rate=float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
-        p50_ms=_ms(re.search(r"50%\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
-        p99_ms=_ms(re.search(r"99%\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
+        p50_ms=_ms(out, "50%"),
+        p99_ms=_ms(out, "99%"),
         cpu_ms=cpu / max(requests, 1) * 1000,
         errors=int(bad.group(1)) if bad else 0,
     )

@@ -48,9 +48,10 @@ def nothing_left(db: Database, consumer: str) -> None:
 def test_a_release_takes_out_the_claim_s_allocation_alone_when_the_consumer_changes_meanwhile(
     db: Database, placement: adapter.Adapter, published: Any
 ) -> None:
-    """Nova adds the consumer's VCPUs on the compute node between the release's read of
-    the consumer and its write (the write is refused: another generation); the release
-    reads again, and the consumer keeps the VCPUs alone."""
+    """Nova adds the consumer's VCPUs on the compute node just before the release's
+    first write (refused: the consumer is no longer at the generation the claim left),
+    and again between its read of the consumer and its next write (refused: another
+    generation); the release reads again, and the consumer keeps the VCPUs alone."""
     made = claimed(db, placement)
     compute = published["compute"]
 
@@ -59,7 +60,7 @@ def test_a_release_takes_out_the_claim_s_allocation_alone_when_the_consumer_chan
         read = client.get_consumer(consumer)
         client.replace_allocations(consumer, read, {**read.allocations, compute: {"VCPU": 2}})
 
-    meddler = Meddler(placement, f"/allocations/{made.consumer}", nova_adds_vcpus)
+    meddler = Meddler(placement, f"/allocations/{made.consumer}", nova_adds_vcpus, times=2)
     claims.remove(db, PlacementClient(meddler), ADMIN, made.consumer)
     assert meddler.times == 0  # Nova did write in between
     assert held(placement, made.consumer) == {compute: {"VCPU": 2}}
@@ -109,12 +110,13 @@ def test_what_a_release_costs(
     db: Database, placement: adapter.Adapter, published: Any, transactions: list[str]
 ) -> None:
     """A bound claim of one request: three transactions (the claim read and taken; its
-    requests deleted; its row deleted), one read of the consumer and one write in
-    Placement."""
+    requests deleted; its row deleted) and one write in Placement, guarded by the
+    generation the claim's own write left: no read of the consumer while no one else
+    wrote it (the test above has the case where someone did)."""
     made = claimed(db, placement)
     counted = CountingAdapter(placement)
     transactions.clear()
     claims.remove(db, PlacementClient(counted), ADMIN, made.consumer)
     assert transactions == ["SELECT", "SELECT", "DELETE"], transactions
-    assert [c.route for c in counted.calls] == [
-        "GET /allocations/{uuid}", "PUT /allocations/{uuid}"]  # fmt: skip
+    assert [c.route for c in counted.calls] == ["PUT /allocations/{uuid}"]
+    assert held(placement, made.consumer) == {}

@@ -15,12 +15,16 @@ from acceleron.context import RequestContext
 from acceleron.db.models import Claim, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AllocationConflict, Conflict
-from acceleron.placement.client import PlacementClient
+from acceleron.placement.client import Consumer, PlacementClient
 from acceleron.service import arqs as arq_service
 from acceleron.service.claim_leases import ATTEMPTS, asked_for, idle, stopped, take
 
 LOG = logging.getLogger(__name__)
 CLAIMS = table(Claim)
+# The generation of a consumer that Placement made for a claim's allocation, while no one
+# else has written its allocations: Placement makes a consumer at 0 and counts every
+# write of its allocations, the claim's own included.
+CLAIMED_GENERATION = 1
 
 
 def give_up(
@@ -66,7 +70,7 @@ def undo(
         asked = claim.step not in ("begun",) or placed
         if placement is not None and placed is not False and asked:
             exact = claim.step == "placing" and not placed
-            _drop(placement, claim.consumer, claim.allocations, exact)
+            _drop(placement, claim.consumer, claim.allocations, exact, claim.project_id)
         with db.writer() as conn:
             conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id))
     finally:
@@ -79,12 +83,23 @@ def _drop(
     consumer_uuid: str,
     mine: Mapping[str, Mapping[str, int]] | None,
     exact: bool,
+    project_id: str | None = None,
 ) -> None:
     """Take what the claim allocated out of its consumer's allocations, guarded by the
     consumer's generation (read again when it changed meanwhile). ``exact``: only when
     the consumer holds exactly that (a claim that may not have allocated never touches
     what another put there). A claim that recorded nothing (made before it would):
-    every allocation of the consumer."""
+    every allocation of the consumer. ``project_id``: the claim's; with it, a claim
+    that did allocate first drops the consumer's allocations unread, guarded by the
+    generation the claim's own write left (``CLAIMED_GENERATION``): one call to
+    Placement where no one else wrote them since."""
+    if (
+        mine is not None
+        and project_id is not None
+        and not exact
+        and _drop_untouched(placement, consumer_uuid, mine, project_id)
+    ):
+        return
     for _ in range(ATTEMPTS):
         consumer = placement.get_consumer(consumer_uuid)
         held = {rp: dict(r) for rp, r in consumer.allocations.items()}
@@ -99,6 +114,23 @@ def _drop(
         except AllocationConflict:
             continue  # the consumer changed meanwhile: read it again
     raise Conflict(f"The allocations of {consumer_uuid} kept changing: try again.")
+
+
+def _drop_untouched(
+    placement: PlacementClient,
+    consumer_uuid: str,
+    mine: Mapping[str, Mapping[str, int]],
+    project_id: str,
+) -> bool:
+    """Drop every allocation of the consumer if it is still as the claim's own write left
+    it (then it holds ``mine`` and nothing else); False when Placement refuses (another
+    writer since, or nothing left), and nothing is done."""
+    untouched = Consumer(mine, CLAIMED_GENERATION, project_id, "acceleron", "INSTANCE")
+    try:
+        placement.replace_allocations(consumer_uuid, untouched, {})
+    except AllocationConflict:
+        return False
+    return True
 
 
 def _without(
