@@ -314,7 +314,7 @@ def line(r: dict[str, Any], baselines: dict[str, dict[str, Any]]) -> str:
     p50, rate, cpu = percentile(lat, 50), len(lat) / r["seconds"], r["cpu"] * 1000 / len(lat)
     ratios = ""
     for name, own in baselines.items():
-        if own is r or not own["latencies"]:
+        if r["flow"] in baselines or not own["latencies"]:
             continue
         own_cpu = own["cpu"] * 1000 / len(own["latencies"])
         ratios += (f"\n    against {name}: p50 {p50 / percentile(own['latencies'], 50):4.2f}x, "

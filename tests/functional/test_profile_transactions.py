@@ -1,7 +1,8 @@
 """What a device profile's show and create ask of the database, on every backend: a
 profile and its steering are read in one transaction (a reader opened inside another of
-the same database joins it), and a create finds a taken name or uuid by the unique
-indexes alone, telling the two apart as before."""
+the same database joins it); a group's steering is kept until this process writes, or
+for a while; and a create finds a taken name or uuid by the unique indexes alone,
+telling the two apart as before."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sqlalchemy import Engine, event
 from acceleron.bitstreams.local import LocalStore
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName
-from acceleron.service import device_profiles
+from acceleron.service import device_profiles, fitting
 
 FUNCTION = "8411555e-3cbf-47de-988c-b5e30bbfa035"
 GROUPS = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]
@@ -59,6 +60,77 @@ def test_a_profile_and_its_steering_are_read_in_one_transaction(
         )
     assert len(begun) == 1  # the profile, the store's bitstreams, the holders, the types
     assert shown.groups == made.groups  # nothing is published: nothing to steer by
+
+
+def test_a_group_s_steering_is_kept_until_this_process_writes_or_a_while_passes(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steered once, a group's steering serves the next shows of its project; a write of
+    this process (any) makes the next show steer again; another process's write (a
+    Database of its own) does not, until ``STEERING_SECONDS`` have passed."""
+    made = device_profiles.create(db, name="fn", groups=GROUPS)
+    store = LocalStore(db, tmp_path / "store")
+    steered: list[str] = []
+    real_steer = fitting.steer
+
+    def counted(*args: Any) -> Any:
+        steered.append(args[3])  # the project
+        return real_steer(*args)
+
+    monkeypatch.setattr(fitting, "steer", counted)
+    now = [1000.0]
+    monkeypatch.setattr(device_profiles, "_clock", lambda: now[0])
+
+    def show(project: str = "p1") -> None:
+        (shown,) = device_profiles.read_steered(
+            db, lambda d: [device_profiles.get(d, made.uuid)], store, project, True
+        )
+        assert shown.groups == made.groups
+
+    show(), show()
+    assert steered == ["p1"]
+    show("p2")  # another project's steering is its own
+    assert steered == ["p1", "p2"]
+    with db.writer():  # this process writes
+        pass
+    show()
+    assert steered == ["p1", "p2", "p1"]
+    other = Database(str(db.url))
+    try:
+        with other.writer():  # another process writes
+            pass
+    finally:
+        other.dispose()
+    now[0] += device_profiles.STEERING_SECONDS - 0.1
+    show()
+    assert steered == ["p1", "p2", "p1"]
+    now[0] += 0.1
+    show()
+    assert steered == ["p1", "p2", "p1", "p1"]
+
+
+def test_a_kept_show_reads_the_profile_alone(db: Database, tmp_path: Path) -> None:
+    made = device_profiles.create(db, name="fn", groups=GROUPS)
+    store = LocalStore(db, tmp_path / "store")
+
+    def show() -> list[str]:
+        statements: list[str] = []
+
+        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if conn.engine.url == db.url and statement.lstrip().upper().startswith("SELECT"):
+                statements.append(statement)
+
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            device_profiles.read_steered(
+                db, lambda d: [device_profiles.get(d, made.uuid)], store, "project", True
+            )
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+        return statements
+
+    assert len(show()) > 1  # the profile, the store's bitstreams, the holders, the types
+    assert len(show()) == 1
 
 
 def test_a_taken_name_or_uuid_is_told_apart(db: Database) -> None:

@@ -164,6 +164,15 @@ class Database:
         self._listeners: list[Listener] = []
         # Send each signal with pg_notify too (PostgreSQL only): other processes hear it.
         self.notify_channels = False
+        self._writes = 0
+        self._writes_lock = threading.Lock()
+
+    @property
+    def writes(self) -> int:
+        """How many write transactions of this process have ended (committed or not) on
+        this database: what this process reads was written before the count it read
+        before it, by this process at least (``device_profiles``' kept steering)."""
+        return self._writes
 
     @property
     def backend(self) -> str:
@@ -180,16 +189,22 @@ class Database:
     @contextlib.contextmanager
     def writer(self) -> Iterator[Connection]:
         """One read-write transaction; what it signalled is told once it commits."""
-        with self._write_lock, _outage_as_domain_error(), self.engine.connect() as connection:
-            try:
-                with connection.begin():
-                    yield connection
-                    signals = connection.info.pop(_SIGNALS, None)
-                    if signals and self.notify_channels:
-                        for channel, payload in sorted(signals):
-                            connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
-            finally:
-                connection.info.pop(_SIGNALS, None)  # a rollback's signals are dropped
+        try:
+            with self._write_lock, _outage_as_domain_error(), self.engine.connect() as connection:
+                try:
+                    with connection.begin():
+                        yield connection
+                        signals = connection.info.pop(_SIGNALS, None)
+                        if signals and self.notify_channels:
+                            for channel, payload in sorted(signals):
+                                connection.execute(
+                                    _NOTIFY, {"channel": channel, "payload": payload}
+                                )
+                finally:
+                    connection.info.pop(_SIGNALS, None)  # a rollback's signals are dropped
+        finally:
+            with self._writes_lock:
+                self._writes += 1
         if signals:
             self.tell(frozenset(signals))
 

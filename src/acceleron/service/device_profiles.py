@@ -15,7 +15,9 @@ import dataclasses
 import datetime as dt
 import logging
 import re
+import time
 import uuid as uuidlib
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -335,19 +337,67 @@ def _duplicate(db: Database, name: str, uuid: str) -> DuplicateName:
     return DuplicateName(f"A device profile with {field} {value!r} already exists.")
 
 
+GroupKey = tuple[tuple[str, str], ...]
+# How long a group's steering is kept for the next show or list (``read_steered``): until
+# this process writes to the database (anything: a report, a programming, an upload, a
+# publication), or for this many seconds what other processes write (API replicas,
+# `acceleron placement sync`), which reach Placement no sooner.
+STEERING_SECONDS = 2.0
+STEERING_KEPT = 1024  # groups kept at most (per project and nesting)
+
+
+@dataclasses.dataclass
+class _Kept:
+    """Groups steered (by group, project, nesting) since the database's write count was
+    ``writes``, until ``until`` (monotonic)."""
+
+    writes: int
+    until: float
+    groups: dict[tuple[GroupKey, str, bool], dict[str, str]] = dataclasses.field(
+        default_factory=dict
+    )
+
+
+_KEPT: weakref.WeakKeyDictionary[Database, _Kept] = weakref.WeakKeyDictionary()
+_clock = time.monotonic  # (a test moves it on)
+
+
+def _kept(db: Database) -> _Kept:
+    """The steering kept for ``db``, or a new empty one where this process wrote since, or
+    its time passed. Read before the read transaction that steers: what it keeps was read
+    after this process's writes it counts."""
+    now, writes = _clock(), db.writes
+    kept = _KEPT.get(db)
+    if kept is None or kept.writes != writes or now >= kept.until:
+        kept = _KEPT[db] = _Kept(writes, now + STEERING_SECONDS)
+    return kept
+
+
 def steer_profiles(
-    db: Database, store: BitstreamStore | None, profiles: list[Profile], project: str, nested: bool
+    db: Database,
+    store: BitstreamStore | None,
+    profiles: list[Profile],
+    project: str,
+    nested: bool,
+    kept: _Kept | None = None,
 ) -> list[Profile]:
     """The profiles with the traits that keep a group naming a function or bitstream off
     regions no bitstream of it fits (``fitting.steer``): what Nova reads to build its
     Placement query. Profiles share groups (a list of 200 names a few functions): each
-    distinct group is steered once, in one transaction."""
+    distinct group is steered once, in one transaction, and taken from ``kept`` where it
+    has it (then kept there)."""
     if not wants_steering(profiles):
         return profiles
     distinct = {_group_key(g): g for p in profiles for g in p.groups}
-    steered, _ = fitting.steer(db, store, list(distinct.values()), project, nested)
-    by_key = dict(zip(distinct, steered, strict=True))
-    return [p._replace(groups=[by_key[_group_key(g)] for g in p.groups]) for p in profiles]
+    known = {} if kept is None else kept.groups
+    by_key = {k: known[k, project, nested] for k in distinct if (k, project, nested) in known}
+    missing = [k for k in distinct if k not in by_key]
+    if missing:
+        steered, _ = fitting.steer(db, store, [distinct[k] for k in missing], project, nested)
+        by_key.update(zip(missing, steered, strict=True))
+        if kept is not None and len(known) + len(missing) <= STEERING_KEPT:
+            known.update({(k, project, nested): by_key[k] for k in missing})
+    return [p._replace(groups=[dict(by_key[_group_key(g)]) for g in p.groups]) for p in profiles]
 
 
 def wants_steering(profiles: list[Profile]) -> bool:
@@ -355,7 +405,7 @@ def wants_steering(profiles: list[Profile]) -> bool:
     return any(k in g for p in profiles for g in p.groups for k in fitting.SELECTORS)
 
 
-def _group_key(group: dict[str, str]) -> tuple[tuple[str, str], ...]:
+def _group_key(group: dict[str, str]) -> GroupKey:
     return tuple(group.items())  # in order: a profile's groups keep their keys' order
 
 
@@ -368,9 +418,13 @@ def read_steered(
 ) -> list[Profile]:
     """What ``read`` returns, steered (``steer_profiles``), in one read transaction: the
     profiles, the bitstreams of the local store and the regions holding a function are
-    read from one snapshot, with one BEGIN and one end (``Database.reader`` joins)."""
+    read from one snapshot, with one BEGIN and one end (``Database.reader`` joins). A
+    group's steering is kept a while (``STEERING_SECONDS``, ``_kept``): a show of a
+    profile whose groups were steered since this process last wrote reads the profile
+    alone."""
+    kept = _kept(db)
     with db.reader():
-        return steer_profiles(db, store, read(db), project, nested)
+        return steer_profiles(db, store, read(db), project, nested, kept)
 
 
 def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[Profile]:

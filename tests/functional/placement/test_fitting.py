@@ -150,12 +150,17 @@ def test_the_profile_nova_reads_keeps_its_query_off_unfit_regions(
 ) -> None:
     """Nova builds its query from the groups of ``GET /v2/device_profiles?name=``: they
     forbid the region type no bitstream fits, so every candidate Placement answers with
-    is a 9926 region (before: half of them were ce48 regions)."""
+    is a 9926 region (before: half of them were ce48 regions). Shown before the upload,
+    the profile forbids both types: the upload is seen at once (a write of the API's
+    process ends the steering it keeps)."""
     api = nested
     function = uuid.uuid4().hex
-    upload(api, function, REGION_B)
     group = {f"resources:{FPGA}": "1", "accel:function_id": function}
     name = make_profile(api, group)
+    before = api.get(f"/v2/device_profiles/{name}", headers=LATEST).json()["device_profile"]
+    assert before["groups"] == [{**group, f"trait:{region_trait(REGION_A)}": "forbidden",
+                                 f"trait:{region_trait(REGION_B)}": "forbidden"}]  # fmt: skip
+    upload(api, function, REGION_B)
     listed = api.get("/v2/device_profiles", params={"name": name}).json()["device_profiles"]
     (groups,) = [p["groups"] for p in listed]
     assert groups == [{**group, f"trait:{region_trait(REGION_A)}": "forbidden"}]
