@@ -6,6 +6,7 @@ telling the two apart as before."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,12 +16,22 @@ import pytest
 from sqlalchemy import Engine, event
 
 from acceleron.bitstreams.local import LocalStore
+from acceleron.bitstreams.model import NewBitstream
 from acceleron.db.session import Database
 from acceleron.exceptions import DuplicateName
 from acceleron.service import device_profiles, fitting
 
 FUNCTION = "8411555e-3cbf-47de-988c-b5e30bbfa035"
 GROUPS = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]
+
+
+def store_with_bitstream(db: Database, tmp_path: Path) -> LocalStore:
+    """A local store holding a public bitstream of FUNCTION (so the group fits somewhere)."""
+    store = LocalStore(db, tmp_path / "store")
+    meta = NewBitstream(name="fn.gbs", function_uuid=FUNCTION, visibility="public",
+                        region_type_uuid="9926ab6d-6c92-5a68-aabc-a7d84c545738")  # fmt: skip
+    store.upload(io.BytesIO(b"bits"), meta)
+    return store
 
 
 @contextmanager
@@ -69,7 +80,7 @@ def test_a_group_s_steering_is_kept_until_this_process_writes_or_a_while_passes(
     this process (any) makes the next show steer again; another process's write (a
     Database of its own) does not, until ``STEERING_SECONDS`` have passed."""
     made = device_profiles.create(db, name="fn", groups=GROUPS)
-    store = LocalStore(db, tmp_path / "store")
+    store = store_with_bitstream(db, tmp_path)
     steered: list[str] = []
     real_steer = fitting.steer
 
@@ -111,7 +122,7 @@ def test_a_group_s_steering_is_kept_until_this_process_writes_or_a_while_passes(
 
 def test_a_kept_show_reads_the_profile_alone(db: Database, tmp_path: Path) -> None:
     made = device_profiles.create(db, name="fn", groups=GROUPS)
-    store = LocalStore(db, tmp_path / "store")
+    store = store_with_bitstream(db, tmp_path)
 
     def show() -> list[str]:
         statements: list[str] = []
@@ -131,6 +142,28 @@ def test_a_kept_show_reads_the_profile_alone(db: Database, tmp_path: Path) -> No
 
     assert len(show()) > 1  # the profile, the store's bitstreams, the holders, the types
     assert len(show()) == 1
+
+
+def test_a_group_that_fits_nowhere_is_steered_at_every_show(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bitstream of the function, no region holding it: steered again at every show
+    (a bitstream uploaded through another API process is seen at once)."""
+    made = device_profiles.create(db, name="fn", groups=GROUPS)
+    store = LocalStore(db, tmp_path / "store")
+    steered: list[str] = []
+    real_steer = fitting.steer
+
+    def counted(*args: Any) -> Any:
+        steered.append(args[3])
+        return real_steer(*args)
+
+    monkeypatch.setattr(fitting, "steer", counted)
+    for _ in range(2):
+        device_profiles.read_steered(
+            db, lambda d: [device_profiles.get(d, made.uuid)], store, "p1", True
+        )
+    assert steered == ["p1", "p1"]
 
 
 def test_a_taken_name_or_uuid_is_told_apart(db: Database) -> None:

@@ -385,7 +385,7 @@ def steer_profiles(
     regions no bitstream of it fits (``fitting.steer``): what Nova reads to build its
     Placement query. Profiles share groups (a list of 200 names a few functions): each
     distinct group is steered once, in one transaction, and taken from ``kept`` where it
-    has it (then kept there)."""
+    has it (then kept there, unless nothing fits it anywhere)."""
     if not wants_steering(profiles):
         return profiles
     distinct = {_group_key(g): g for p in profiles for g in p.groups}
@@ -393,10 +393,14 @@ def steer_profiles(
     by_key = {k: known[k, project, nested] for k in distinct if (k, project, nested) in known}
     missing = [k for k in distinct if k not in by_key]
     if missing:
-        steered, _ = fitting.steer(db, store, [distinct[k] for k in missing], project, nested)
+        steered, fits = fitting.steer(db, store, [distinct[k] for k in missing], project, nested)
         by_key.update(zip(missing, steered, strict=True))
         if kept is not None and len(known) + len(missing) <= STEERING_KEPT:
-            known.update({(k, project, nested): by_key[k] for k in missing})
+            # Not where nothing fits: Placement would offer nothing at all, and a bitstream
+            # just uploaded through another API process must not wait to be seen.
+            known.update({(k, project, nested): by_key[k]
+                          for k, fit in zip(missing, fits, strict=True)
+                          if fit is None or not fit.nowhere})  # fmt: skip
     return [p._replace(groups=[dict(by_key[_group_key(g)]) for g in p.groups]) for p in profiles]
 
 
