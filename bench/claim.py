@@ -32,8 +32,9 @@ claim and its release: for ``placement`` and ``nova`` that is Placement's own sh
 serves ``/placement`` in that process), for ``server`` the whole claim; and a server-side
 claim's p50, rate and CPU per claim against each of the other two.
 With one client it also says the release's own (its p50, and the process's CPU time
-over the releases alone, per release): ``DELETE /allocations`` for ``placement``, the
-``Claimer``'s release (``GET`` then ``DELETE /v2/claims``) for ``server``.
+over the releases alone, per release): ``DELETE /allocations`` for ``placement`` and
+``nova``, the ``Claimer``'s release of the claim it made (``DELETE /v2/claims``: it
+counts the requests from the claim it has) for ``server``.
 On shared cores a rate moves by a third from run to run, CPU per claim by a few per cent.
 
 Placement's share of a claim naming a function is shown on its own: the candidates query
@@ -155,7 +156,7 @@ class PlacementOnly:
         self.placement.put_allocations(consumer, best.allocations, project_id="bench",
                                        user_id="bench")  # fmt: skip
 
-    def release(self, consumer: str) -> None:
+    def release(self, consumer: str, made: None = None) -> None:
         self.placement.delete_allocations(consumer)
 
 
@@ -176,13 +177,13 @@ def run(
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
             try:
-                flow.claim(profile, consumer)
+                made = flow.claim(profile, consumer)
             except Exception as error:  # counted and shown, the run goes on
                 failures.append(str(error))
                 continue
             latencies.append(time.perf_counter() - started)
             started, before = time.perf_counter(), cpu_seconds(url.pid)
-            flow.release(consumer)
+            flow.release(consumer, made)  # what a client that made the claim knows of it
             releases.append(time.perf_counter() - started)
             released_cpu.append(cpu_seconds(url.pid) - before)
 

@@ -409,9 +409,11 @@ def test_racing_claims_for_the_last_vfs_never_overbook(aio: AllInOne) -> None:
     name = profile(aio, {"resources:CUSTOM_ACCELERATOR_QAT": "1"})
     consumers = [str(uuid.uuid4()) for _ in range(6)]  # the QAT card has four VFs
 
+    claims: dict[str, Any] = {}
+
     def attempt(consumer: str) -> str:
         try:
-            made = claimer(aio).claim(name, consumer)
+            made = claims[consumer] = claimer(aio).claim(name, consumer)
         except ClaimFailed as error:
             return f"failed: {error}"
         return str(made.attach_handles[0]["info"])
@@ -424,8 +426,12 @@ def test_racing_claims_for_the_last_vfs_never_overbook(aio: AllInOne) -> None:
                 ["deployables"])  # fmt: skip
     usages = placement(aio, f"/resource_providers/{pool['rp_uuid']}/usages")["usages"]
     assert usages == {"CUSTOM_ACCELERATOR_QAT": 4}
-    for consumer in consumers:
-        claimer(aio).release(consumer)
+    # A winner's claim released with the claim in hand (not read first), the others by name.
+    first = next(iter(claims))
+    assert claimer(aio).release(first, claims[first]) == (1, True)
+    assert claimer(aio).release(first, claims[first]) == (0, False)
+    assert sorted(claimer(aio).release(consumer) for consumer in consumers if consumer != first) \
+        == [(0, False)] * 2 + [(1, True)] * 3  # fmt: skip
     usages = placement(aio, f"/resource_providers/{pool['rp_uuid']}/usages")["usages"]
     assert usages == {"CUSTOM_ACCELERATOR_QAT": 0}
 
