@@ -35,7 +35,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import Connection, bindparam, or_, select, true
+from sqlalchemy import Connection, bindparam, select, true
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Bitstream, Query, fold_uuid
@@ -72,10 +72,17 @@ _HOLDING = (
     .where(HOSTS.c.rp_uuid.is_not(None))
 )
 # Built once (a device profile's show steers its groups): building a statement and its
-# cache key costs more than running it.
-_HOLDERS = _HOLDING.where(
-    or_(DEPLOYABLES.c.function_key == bindparam("key"), DEPLOYABLES.c.several_functions == true())
+# cache key costs more than running it. The region types of the regions whose first
+# function is the one asked for (``function_key``, folded as traits spell it), each
+# once: the database, not Python, goes through the thousands of holders of a function a
+# large cloud has; and the regions holding several functions (few), checked one by one.
+_HOLDER_TYPES = (
+    select(DEVICES.c.type, DEVICES.c.vendor_name, DEPLOYABLES.c.region_type)
+    .distinct()
+    .select_from(_PUBLISHED)
+    .where(HOSTS.c.rp_uuid.is_not(None), DEPLOYABLES.c.function_key == bindparam("key"))
 )
+_SEVERAL = _HOLDING.where(DEPLOYABLES.c.several_functions == true())
 
 
 class NoFit(Conflict):
@@ -158,12 +165,13 @@ def _found(store: BitstreamStore, key: str, value: str, project: str) -> list[Bi
 def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     """The region types of the regions (on published hosts) holding ``function``."""
     key = weigher.fold_function(function)
-    rows = conn.execute(_HOLDERS, {"key": key})
-    return frozenset(
+    first = conn.execute(_HOLDER_TYPES, {"key": key})
+    several = conn.execute(_SEVERAL).all()
+    return frozenset(RegionType(r.type, r.vendor_name, r.region_type or "") for r in first) | {
         RegionType(r.type, r.vendor_name, r.region_type or "")
-        for r in rows
+        for r in several
         if any(weigher.fold_function(f) == key for f in tree.functions(r))
-    )
+    }
 
 
 def fit_of(
