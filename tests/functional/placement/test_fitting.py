@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
 
+from acceleron.bitstreams.local import LocalStore
 from acceleron.db.models import Deployable, table
 from acceleron.db.session import Database
 from acceleron.drivers import gbs
@@ -26,6 +28,7 @@ from acceleron.exceptions import AcceleronError
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query
+from acceleron.service import fitting
 from tests.fixtures.fake_host import HOST, reporting_api
 from tests.fixtures.flat import held_by, nova_bind
 from tests.fixtures.waiting import wait_for
@@ -35,6 +38,7 @@ LATEST = {"OpenStack-API-Version": "accelerator latest"}
 REGION_A = "ce48969398f05f33946d560708be108a"  # region0 of each card
 REGION_B = "9926ab6d6c925a68aabca7d84c545738"  # region1 of each card
 HELD = "d8424dc4a4a3c413f89e433683f9040b"  # held by each region0
+SECOND = "f7df405cbd7acf7222f144b0b93acd18"  # held by each region0 too, named second
 DEPLOYABLES = table(Deployable)
 
 
@@ -264,3 +268,18 @@ def test_a_private_bitstream_steers_its_own_project_only(nested: TestClient) -> 
                                            "consumer_uuid": consumer}, headers=p1)  # fmt: skip
     assert claimed.status_code == 201, claimed.text
     assert api.delete(f"/v2/claims/{consumer}", headers=p1).status_code == 204
+
+
+def test_the_holders_of_a_function_are_found_first_or_second(
+    nested: TestClient, db: Database, tmp_path: Path
+) -> None:
+    """Each region0 holds two functions: the one it names first is found by its key, the
+    second among the regions holding several; a function held nowhere has no holder."""
+    store = LocalStore(db, tmp_path / "store")
+    for function, holders in ((HELD, {REGION_A}), (SECOND, {REGION_A}),
+                              (uuid.uuid4().hex, set())):  # fmt: skip
+        group = {f"resources:{FPGA}": "1", "accel:function_id": function}
+        with db.reader() as conn:
+            fit = fitting.fit_of(conn, store, group, "project")
+        assert fit is not None
+        assert {h.region_type for h in fit.holders} == holders, function
