@@ -72,12 +72,15 @@ def sync_tree(
     known: Mapping[str, Known],
     *,
     dry_run: bool = False,
+    read: Sequence[Provider] | None = None,
 ) -> Result:
-    """Make the providers under ``compute_uuid`` match ``desired``.
+    """Make the providers under ``compute_uuid`` match ``desired``; ``read``: its tree
+    as the caller just read it from Placement (read here otherwise).
 
     PlacementProviderNotFound when the compute node provider is not in Placement (in a
     dry run it may be one the embedded mode has yet to create)."""
-    actual = {p.uuid: p for p in client.get_tree(compute_uuid)}
+    found = client.get_tree(compute_uuid) if read is None else read
+    actual = {p.uuid: p for p in found}
     if not actual and not dry_run:
         raise PlacementProviderNotFound(
             f"Compute node provider {compute_uuid} is not in Placement."

@@ -136,17 +136,23 @@ class Syncer:
         return self.hostnames() if hostnames is None else sorted(hostnames)
 
     def _verify_host(self, hostname: str) -> HostSync:
-        """One host of a verification: skipped when Placement holds it as recorded."""
+        """One host of a verification: skipped when Placement holds it as recorded;
+        otherwise checked in full from the tree just read."""
         with self.db.reader() as conn:
             host = conn.execute(HOST, {"host": hostname}).first()
-        if host is None or (host.rp_uuid and self._as_recorded(hostname, str(host.rp_uuid))):
+        if host is None:
             return HostSync(hostname, [], skipped=True)
-        return self.sync_host(hostname, force=True)
+        if not host.rp_uuid:
+            return self.sync_host(hostname, force=True)
+        read = self.client.get_tree(str(host.rp_uuid))  # empty when the compute node is gone
+        if self._as_recorded(hostname, str(host.rp_uuid), read):
+            return HostSync(hostname, [], skipped=True)
+        return self.sync_host(hostname, force=True, read=read)
 
-    def _as_recorded(self, hostname: str, compute: str) -> bool:
-        """Whether the tree of ``compute`` in Placement (one GET; empty when the compute
-        node is gone) holds every provider of the host as its last sync recorded it."""
-        actual = {p.uuid: p for p in self.client.get_tree(compute)}
+    def _as_recorded(self, hostname: str, compute: str, read: Sequence[Provider]) -> bool:
+        """Whether the tree of ``compute`` as ``read`` from Placement holds every
+        provider of the host as its last sync recorded it."""
+        actual = {p.uuid: p for p in read}
         with self.db.reader() as conn:
             recorded = conn.execute(_KNOWN, {"host": hostname}).all()
         return compute in actual and not any(_moved(r, actual.get(r.uuid)) for r in recorded)
@@ -175,9 +181,17 @@ class Syncer:
             LOG.error("Placement sync of %s failed: %s", hostname, error.message)
             return HostSync(hostname, [], errors=[error.message])
 
-    def sync_host(self, hostname: str, *, force: bool = False, dry_run: bool = False) -> HostSync:
+    def sync_host(
+        self,
+        hostname: str,
+        *,
+        force: bool = False,
+        dry_run: bool = False,
+        read: Sequence[Provider] | None = None,
+    ) -> HostSync:
         """Bring Placement up to date for one host. ``force`` checks even an unchanged
-        host's providers (periodic verification); ``dry_run`` only plans."""
+        host's providers (periodic verification); ``dry_run`` only plans; ``read``: the
+        tree of its compute node as just read from Placement (nested providers)."""
         with self.db.reader() as conn:
             host = conn.execute(HOST, {"host": hostname}).first()
             if host is None:
@@ -197,7 +211,7 @@ class Syncer:
         options = dataclasses.replace(self.options, tolerated=tolerated)
         try:
             result, errors = self._publish(hostname, compute, devices, deployables, known,
-                                           dry_run, options)  # fmt: skip
+                                           dry_run, options, read)  # fmt: skip
         except PlacementProviderNotFound as error:
             self._recheck_compute_node(hostname, compute, error, dry_run)
             raise
@@ -221,14 +235,16 @@ class Syncer:
         known: dict[str, Known],
         dry_run: bool,
         options: tree.Options,
+        read: Sequence[Provider] | None = None,
     ) -> tuple[SyncResult, list[str]]:
-        """The nested tree or the flat contribution, synced; and the devices left out."""
+        """The nested tree or the flat contribution, synced; and the devices left out
+        (``read``: the tree as just read, for the nested one)."""
         if not options.nested:
             good, errors = _publishable(hostname, devices, deployables, options)
             flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run, options)
             return flat, errors
         desired, errors = _desired(hostname, compute, devices, deployables, options)
-        return sync_tree(self.client, compute, desired, known, dry_run=dry_run), errors
+        return sync_tree(self.client, compute, desired, known, dry_run=dry_run, read=read), errors
 
     def _recheck_compute_node(
         self, hostname: str, compute: str, error: PlacementError, dry_run: bool
