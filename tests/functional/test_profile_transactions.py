@@ -90,7 +90,7 @@ def test_a_group_s_steering_is_kept_until_this_process_writes_or_a_while_passes(
 
     monkeypatch.setattr(fitting, "steer", counted)
     now = [1000.0]
-    monkeypatch.setattr(device_profiles, "_clock", lambda: now[0])
+    monkeypatch.setattr(device_profiles._STEERED, "clock", lambda: now[0])
 
     def show(project: str = "p1") -> None:
         (shown,) = device_profiles.read_steered(
@@ -98,7 +98,8 @@ def test_a_group_s_steering_is_kept_until_this_process_writes_or_a_while_passes(
         )
         assert shown.groups == made.groups
 
-    show(), show()
+    show()
+    show()
     assert steered == ["p1"]
     show("p2")  # another project's steering is its own
     assert steered == ["p1", "p2"]
@@ -173,3 +174,31 @@ def test_a_taken_name_or_uuid_is_told_apart(db: Database) -> None:
     with pytest.raises(DuplicateName, match=f"with uuid '{first.uuid}' already exists"):
         device_profiles.create(db, name="other", groups=GROUPS, uuid=first.uuid)
     assert [p.name for p in device_profiles.list_profiles(db)] == ["taken"]
+
+
+def test_the_steering_keeps_what_it_reads_of_every_region(db: Database, tmp_path: Path) -> None:
+    """The region types known and those holding the function (scans of every region)
+    are read once, then kept until this process writes: a claim's steering then reads
+    the project's bitstreams alone."""
+    store = store_with_bitstream(db, tmp_path)
+
+    def steer() -> int:
+        statements: list[str] = []
+
+        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if conn.engine.url == db.url and statement.lstrip().upper().startswith("SELECT"):
+                statements.append(statement)
+
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            fitting.steer(db, store, GROUPS, "project", True)
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+        return len(statements)
+
+    first = steer()
+    assert first >= 3  # the bitstreams, the holders (first and several), the types known
+    assert steer() == 1
+    with db.writer():
+        pass
+    assert steer() == first

@@ -36,8 +36,9 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import orjson
 from sqlalchemy import Connection, Engine, create_engine, event, text
@@ -52,6 +53,7 @@ LOG = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+K = TypeVar("K")
 
 Signal = tuple[str, str]  # channel, payload
 Listener = Callable[[frozenset[Signal]], None]
@@ -264,6 +266,30 @@ def _outage_as_domain_error() -> Iterator[None]:
         raise DatabaseUnavailable(
             "The database is unavailable (unreachable, or it dropped the connection); retry later."
         ) from error
+
+
+class Kept(Generic[K]):
+    """What a process read from a database and keeps for its next reads (one ``K``, made
+    empty by ``make``, per database): until this process writes to that database
+    (anything: a new one is made at the next ``get``), or for ``seconds`` (what other
+    processes write). ``get`` before the read transaction whose reads go into it: it then
+    holds nothing older than this process's writes it counted."""
+
+    def __init__(self, seconds: float, make: Callable[[], K]) -> None:
+        self.seconds = seconds
+        self._make = make
+        self._kept: weakref.WeakKeyDictionary[Database, tuple[int, float, K]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, db: Database) -> K:
+        now, writes = self.clock(), db.writes
+        found = self._kept.get(db)
+        if found is None or found[0] != writes or now >= found[1]:
+            found = self._kept[db] = (writes, now + self.seconds, self._make())
+        return found[2]
+
+    clock = staticmethod(time.monotonic)  # (a test moves it on)
 
 
 def from_conf(conf: Any) -> Database:

@@ -15,9 +15,7 @@ import dataclasses
 import datetime as dt
 import logging
 import re
-import time
 import uuid as uuidlib
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -27,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
-from acceleron.db.session import Database
+from acceleron.db.session import Database, Kept
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
 from acceleron.service import fitting
@@ -338,39 +336,14 @@ def _duplicate(db: Database, name: str, uuid: str) -> DuplicateName:
 
 
 GroupKey = tuple[tuple[str, str], ...]
-# How long a group's steering is kept for the next show or list (``read_steered``): until
-# this process writes to the database (anything: a report, a programming, an upload, a
+Steered = dict[tuple[GroupKey, str, bool], dict[str, str]]  # by group, project, nesting
+# A group's steering is kept for the next shows and lists (``read_steered``) until this
+# process writes to the database (anything: a report, a programming, an upload, a
 # publication), or for this many seconds what other processes write (API replicas,
 # `acceleron placement sync`), which reach Placement no sooner.
 STEERING_SECONDS = 2.0
 STEERING_KEPT = 1024  # groups kept at most (per project and nesting)
-
-
-@dataclasses.dataclass
-class _Kept:
-    """Groups steered (by group, project, nesting) since the database's write count was
-    ``writes``, until ``until`` (monotonic)."""
-
-    writes: int
-    until: float
-    groups: dict[tuple[GroupKey, str, bool], dict[str, str]] = dataclasses.field(
-        default_factory=dict
-    )
-
-
-_KEPT: weakref.WeakKeyDictionary[Database, _Kept] = weakref.WeakKeyDictionary()
-_clock = time.monotonic  # (a test moves it on)
-
-
-def _kept(db: Database) -> _Kept:
-    """The steering kept for ``db``, or a new empty one where this process wrote since, or
-    its time passed. Read before the read transaction that steers: what it keeps was read
-    after this process's writes it counts."""
-    now, writes = _clock(), db.writes
-    kept = _KEPT.get(db)
-    if kept is None or kept.writes != writes or now >= kept.until:
-        kept = _KEPT[db] = _Kept(writes, now + STEERING_SECONDS)
-    return kept
+_STEERED: Kept[Steered] = Kept(STEERING_SECONDS, dict)
 
 
 def steer_profiles(
@@ -379,7 +352,7 @@ def steer_profiles(
     profiles: list[Profile],
     project: str,
     nested: bool,
-    kept: _Kept | None = None,
+    kept: Steered | None = None,
 ) -> list[Profile]:
     """The profiles with the traits that keep a group naming a function or bitstream off
     regions no bitstream of it fits (``fitting.steer``): what Nova reads to build its
@@ -389,7 +362,7 @@ def steer_profiles(
     if not wants_steering(profiles):
         return profiles
     distinct = {_group_key(g): g for p in profiles for g in p.groups}
-    known = {} if kept is None else kept.groups
+    known: Steered = {} if kept is None else kept
     by_key = {k: known[k, project, nested] for k in distinct if (k, project, nested) in known}
     missing = [k for k in distinct if k not in by_key]
     if missing:
@@ -423,10 +396,9 @@ def read_steered(
     """What ``read`` returns, steered (``steer_profiles``), in one read transaction: the
     profiles, the bitstreams of the local store and the regions holding a function are
     read from one snapshot, with one BEGIN and one end (``Database.reader`` joins). A
-    group's steering is kept a while (``STEERING_SECONDS``, ``_kept``): a show of a
-    profile whose groups were steered since this process last wrote reads the profile
-    alone."""
-    kept = _kept(db)
+    group's steering is kept a while (``STEERING_SECONDS``): a show of a profile whose
+    groups were steered since this process last wrote reads the profile alone."""
+    kept = _STEERED.get(db)
     with db.reader():
         return steer_profiles(db, store, read(db), project, nested, kept)
 
