@@ -172,8 +172,8 @@ class Database:
     @property
     def writes(self) -> int:
         """How many write transactions of this process have ended (committed or not) on
-        this database: what this process reads was written before the count it read
-        before it, by this process at least (``device_profiles``' kept steering)."""
+        this database: a read after this count was read holds every write of this
+        process it counts (``Kept``)."""
         return self._writes
 
     @property

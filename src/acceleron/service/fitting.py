@@ -86,11 +86,12 @@ _SEVERAL = _HOLDING.where(DEPLOYABLES.c.several_functions == true())
 
 
 # What the steering reads of the whole cloud (the region types known; those holding a
-# function), read at every claim, flat bind and profile show naming a function, a scan
-# of every region of the cloud (5 and 11 ms at 1,000 hosts on SQLite): kept until this
-# process writes to the database, or for FACTS_SECONDS (what other processes wrote).
-# Claims keep only candidates that fit (``Fit.fits``, from the providers' own traits), so
-# a change not seen yet makes a choice worse, never a wrong one.
+# function), read at every claim and profile show naming a function, a scan of every
+# region of the cloud (5 and 11 ms at 1,000 hosts on SQLite): kept until this process
+# writes to the database, or for FACTS_SECONDS (what other processes wrote); a function
+# held nowhere is not kept. Claims keep only candidates that fit (``Fit.fits``, from the
+# providers' own traits), so a change not seen yet makes a choice worse, never a wrong
+# one.
 FACTS_SECONDS = 2.0
 FACTS_KEPT = 1024  # functions' holders kept at most
 
@@ -196,8 +197,8 @@ def _holders(conn: Connection, function: str, facts: Facts | None) -> frozenset[
         for r in several
         if any(weigher.fold_function(f) == key for f in tree.functions(r))
     }
-    if facts is not None and len(facts.holders) < FACTS_KEPT:
-        facts.holders[key] = found
+    if facts is not None and found and len(facts.holders) < FACTS_KEPT:
+        facts.holders[key] = found  # (none: read again, a holder may come at any time)
     return found
 
 
@@ -210,8 +211,8 @@ def fit_of(
 ) -> Fit | None:
     """What can serve ``group`` (bitstreams as ``project`` sees them); None when it
     names no function or bitstream (or names one in more than one way: its bind
-    refuses it), or no bitstream store is configured. ``facts``: what is kept of the
-    regions' (``FACTS``)."""
+    refuses it), or no bitstream store is configured. ``facts``: what is kept of every
+    region (``FACTS``), if anything."""
     given = [k for k in SELECTORS if k in group]
     if store is None or len(given) != 1:
         return None

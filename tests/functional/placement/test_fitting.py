@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from keystoneauth1 import adapter
 from oslo_config import cfg
-from sqlalchemy import select
+from sqlalchemy import Engine, event, select
 
 from acceleron.bitstreams.local import LocalStore
 from acceleron.db.models import Deployable, table
@@ -283,3 +283,41 @@ def test_the_holders_of_a_function_are_found_first_or_second(
             fit = fitting.fit_of(conn, store, group, "project")
         assert fit is not None
         assert {h.region_type for h in fit.holders} == holders, function
+
+
+def test_a_claim_s_steering_keeps_the_holders_it_read(
+    nested: TestClient, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steered again, a group naming a function every region0 holds reads the project's
+    bitstreams alone: the holders and the region types known are kept, until this
+    process writes. (A Database object of the test's own, as another process would
+    have: the API's threads beside, which write through theirs, end nothing of it.)"""
+    mine = Database(db.url.render_as_string(hide_password=False))
+    store = LocalStore(mine, tmp_path / "store")
+    groups = [{f"resources:{FPGA}": "1", "accel:function_id": HELD}]
+
+    def selects() -> int:
+        found: list[str] = []
+
+        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if conn.engine is mine.engine or conn.engine is getattr(mine, "_read_engine", None):
+                found.append(statement)
+
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            _, fits = fitting.steer(mine, store, groups, "project", True)
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+        assert fits[0] is not None and {h.region_type for h in fits[0].holders} == {REGION_A}
+        return sum(s.lstrip().upper().startswith("SELECT") for s in found)
+
+    monkeypatch.setattr(fitting.FACTS, "clock", lambda: 0.0)  # no time passes
+    try:
+        first = selects()
+        assert first >= 4  # the bitstreams, the holders (first and several), types known
+        assert selects() == 1
+        with mine.writer():
+            pass
+        assert selects() == first
+    finally:
+        mine.dispose()
