@@ -7,7 +7,7 @@ telling the two apart as before."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,22 @@ def store_with_bitstream(db: Database, tmp_path: Path) -> LocalStore:
                         region_type_uuid="9926ab6d-6c92-5a68-aabc-a7d84c545738")  # fmt: skip
     store.upload(io.BytesIO(b"bits"), meta)
     return store
+
+
+def selects(db: Database, run: Callable[[], object]) -> int:
+    """How many SELECTs ``run()`` sends to ``db``'s database."""
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if conn.engine.url == db.url and statement.lstrip().upper().startswith("SELECT"):
+            statements.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        run()
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    return len(statements)
 
 
 @contextmanager
@@ -125,24 +141,13 @@ def test_a_kept_show_reads_the_profile_alone(db: Database, tmp_path: Path) -> No
     made = device_profiles.create(db, name="fn", groups=GROUPS)
     store = store_with_bitstream(db, tmp_path)
 
-    def show() -> list[str]:
-        statements: list[str] = []
+    def show() -> None:
+        device_profiles.read_steered(
+            db, lambda d: [device_profiles.get(d, made.uuid)], store, "project", True
+        )
 
-        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if conn.engine.url == db.url and statement.lstrip().upper().startswith("SELECT"):
-                statements.append(statement)
-
-        event.listen(Engine, "before_cursor_execute", count)
-        try:
-            device_profiles.read_steered(
-                db, lambda d: [device_profiles.get(d, made.uuid)], store, "project", True
-            )
-        finally:
-            event.remove(Engine, "before_cursor_execute", count)
-        return statements
-
-    assert len(show()) > 1  # the profile, the store's bitstreams, the holders, the types
-    assert len(show()) == 1
+    assert selects(db, show) > 1  # the profile, the store's bitstreams, holders, types
+    assert selects(db, show) == 1
 
 
 def test_a_group_that_fits_nowhere_is_steered_at_every_show(
@@ -183,18 +188,7 @@ def test_the_steering_keeps_the_region_types_known(db: Database, tmp_path: Path)
     store = store_with_bitstream(db, tmp_path)
 
     def steer() -> int:
-        statements: list[str] = []
-
-        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if conn.engine.url == db.url and statement.lstrip().upper().startswith("SELECT"):
-                statements.append(statement)
-
-        event.listen(Engine, "before_cursor_execute", count)
-        try:
-            fitting.steer(db, store, GROUPS, "project", True)
-        finally:
-            event.remove(Engine, "before_cursor_execute", count)
-        return len(statements)
+        return selects(db, lambda: fitting.steer(db, store, GROUPS, "project", True))
 
     first = steer()
     assert first >= 4  # the bitstreams, the holders (first and several), the types known
