@@ -179,20 +179,3 @@ def test_a_taken_name_or_uuid_is_told_apart(db: Database) -> None:
     with pytest.raises(DuplicateName, match=f"with uuid '{first.uuid}' already exists"):
         device_profiles.create(db, name="other", groups=GROUPS, uuid=first.uuid)
     assert [p.name for p in device_profiles.list_profiles(db)] == ["taken"]
-
-
-def test_the_steering_keeps_the_region_types_known(db: Database, tmp_path: Path) -> None:
-    """The region types known (a scan of every region) are read once, then kept until
-    this process writes; that nothing holds the function is read again every time
-    (tests/functional/placement/test_fitting.py has holders kept)."""
-    store = store_with_bitstream(db, tmp_path)
-
-    def steer() -> int:
-        return selects(db, lambda: fitting.steer(db, store, GROUPS, "project", True))
-
-    first = steer()
-    assert first >= 4  # the bitstreams, the holders (first and several), the types known
-    assert steer() == first - 1
-    with db.writer():
-        pass
-    assert steer() == first

@@ -40,7 +40,7 @@ from sqlalchemy import Connection, bindparam, select, true
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.model import Bitstream, Query, fold_uuid
 from acceleron.db.models import Deployable, Device, Host, table
-from acceleron.db.session import Database, Kept
+from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, Conflict, InvalidPlacementName, NotFound
 from acceleron.placement import names, tree
 from acceleron.scheduler import weigher
@@ -83,29 +83,6 @@ _HOLDER_TYPES = (
     .where(HOSTS.c.rp_uuid.is_not(None), DEPLOYABLES.c.function_key == bindparam("key"))
 )
 _SEVERAL = _HOLDING.where(DEPLOYABLES.c.several_functions == true())
-
-
-# What the steering reads of the whole cloud (the region types known; those holding a
-# function), read at every claim and profile show naming a function, a scan of every
-# region of the cloud (5 and 11 ms at 1,000 hosts on SQLite): kept until this process
-# writes to the database, or for FACTS_SECONDS (what other processes wrote); a function
-# held nowhere is not kept. Claims keep only candidates that fit (``Fit.fits``, from the
-# providers' own traits), so a change not seen yet makes a choice worse, never a wrong
-# one.
-FACTS_SECONDS = 2.0
-FACTS_KEPT = 1024  # functions' holders kept at most
-
-
-@dataclasses.dataclass
-class Facts:
-    """The region types known (None: not read yet) and those holding each function (by
-    its folded id), as read since this process last wrote (``Kept``)."""
-
-    known: list[RegionType] | None = None
-    holders: dict[str, frozenset[RegionType]] = dataclasses.field(default_factory=dict)
-
-
-FACTS: Kept[Facts] = Kept(FACTS_SECONDS, Facts)
 
 
 class NoFit(Conflict):
@@ -185,34 +162,24 @@ def _found(store: BitstreamStore, key: str, value: str, project: str) -> list[Bi
         return []
 
 
-def _holders(conn: Connection, function: str, facts: Facts | None) -> frozenset[RegionType]:
+def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     """The region types of the regions (on published hosts) holding ``function``."""
     key = weigher.fold_function(function)
-    if facts is not None and key in facts.holders:
-        return facts.holders[key]
     first = conn.execute(_HOLDER_TYPES, {"key": key})
     several = conn.execute(_SEVERAL).all()
-    found = frozenset(RegionType(r.type, r.vendor_name, r.region_type or "") for r in first) | {
+    return frozenset(RegionType(r.type, r.vendor_name, r.region_type or "") for r in first) | {
         RegionType(r.type, r.vendor_name, r.region_type or "")
         for r in several
         if any(weigher.fold_function(f) == key for f in tree.functions(r))
     }
-    if facts is not None and found and len(facts.holders) < FACTS_KEPT:
-        facts.holders[key] = found  # (none: read again, a holder may come at any time)
-    return found
 
 
 def fit_of(
-    conn: Connection,
-    store: BitstreamStore | None,
-    group: Mapping[str, str],
-    project: str,
-    facts: Facts | None = None,
+    conn: Connection, store: BitstreamStore | None, group: Mapping[str, str], project: str
 ) -> Fit | None:
     """What can serve ``group`` (bitstreams as ``project`` sees them); None when it
     names no function or bitstream (or names one in more than one way: its bind
-    refuses it), or no bitstream store is configured. ``facts``: what is kept of every
-    region (``FACTS``), if anything."""
+    refuses it), or no bitstream store is configured."""
     given = [k for k in SELECTORS if k in group]
     if store is None or len(given) != 1:
         return None
@@ -229,17 +196,12 @@ def fit_of(
         types=frozenset(fold_uuid(b.region_type_uuid) for b in found if b.region_type_uuid),
         any_type=any(b.region_type_uuid is None for b in found),
         function=weigher.fold_function(function) if function else None,
-        holders=_holders(conn, function, facts) if function else frozenset(),
+        holders=_holders(conn, function) if function else frozenset(),
     )
 
 
-def known_types(conn: Connection, facts: Facts | None = None) -> list[RegionType]:
-    if facts is not None and facts.known is not None:
-        return facts.known
-    known = [RegionType(r.type, r.vendor_name, r.region_type) for r in conn.execute(_KNOWN)]
-    if facts is not None:
-        facts.known = known
-    return known
+def known_types(conn: Connection) -> list[RegionType]:
+    return [RegionType(r.type, r.vendor_name, r.region_type) for r in conn.execute(_KNOWN)]
 
 
 def steering(
@@ -276,10 +238,9 @@ def steer(
 ) -> tuple[list[dict[str, str]], list[Fit | None]]:
     """``groups`` with the steering keys added, and each group's fit (None: any
     provider Placement offers will do)."""
-    facts = FACTS.get(db)
     with db.reader() as conn:
-        fits = [fit_of(conn, store, group, project, facts) for group in groups]
-        known = known_types(conn, facts) if any(fits) else []
+        fits = [fit_of(conn, store, group, project) for group in groups]
+        known = known_types(conn) if any(fits) else []
     steered = [
         {**group, **(steering(fit, known, nested, group) if fit else {})}
         for group, fit in zip(groups, fits, strict=True)

@@ -18,10 +18,10 @@ import pytest
 from fastapi.testclient import TestClient
 from keystoneauth1 import adapter
 from oslo_config import cfg
-from sqlalchemy import Engine, event, select
+from sqlalchemy import select
 
 from acceleron.bitstreams.local import LocalStore
-from acceleron.db.models import Deployable, table
+from acceleron.db.models import Deployable, Host, table
 from acceleron.db.session import Database
 from acceleron.drivers import gbs
 from acceleron.exceptions import AcceleronError
@@ -39,7 +39,7 @@ REGION_A = "ce48969398f05f33946d560708be108a"  # region0 of each card
 REGION_B = "9926ab6d6c925a68aabca7d84c545738"  # region1 of each card
 HELD = "d8424dc4a4a3c413f89e433683f9040b"  # held by each region0
 SECOND = "f7df405cbd7acf7222f144b0b93acd18"  # held by each region0 too, named second
-DEPLOYABLES = table(Deployable)
+DEPLOYABLES, HOSTS = table(Deployable), table(Host)
 
 
 def region_trait(region_type: str) -> str:
@@ -59,7 +59,17 @@ def nested(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> It
         wait_for(published)
         # The region traits come with the providers; wait until both types carry them.
         wait_for(lambda: len(regions(db, api, client)) == 4)
+        # And until the sync recorded the publication (a moment after Placement has it):
+        # the steering knows only the regions of hosts recorded as published.
+        wait_for(lambda: recorded(db))
         yield api
+
+
+def recorded(db: Database) -> bool:
+    """Whether the sync recorded host-1's latest report as published."""
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
+    return host.rp_uuid is not None and host.synced_generation == host.generation
 
 
 def regions(db: Database, api: TestClient, client: PlacementClient) -> dict[str, str]:
@@ -283,41 +293,3 @@ def test_the_holders_of_a_function_are_found_first_or_second(
             fit = fitting.fit_of(conn, store, group, "project")
         assert fit is not None
         assert {h.region_type for h in fit.holders} == holders, function
-
-
-def test_a_claim_s_steering_keeps_the_holders_it_read(
-    nested: TestClient, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Steered again, a group naming a function every region0 holds reads the project's
-    bitstreams alone: the holders and the region types known are kept, until this
-    process writes. (A Database object of the test's own, as another process would
-    have: the API's threads beside, which write through theirs, end nothing of it.)"""
-    mine = Database(db.url.render_as_string(hide_password=False))
-    store = LocalStore(mine, tmp_path / "store")
-    groups = [{f"resources:{FPGA}": "1", "accel:function_id": HELD}]
-
-    def selects() -> int:
-        found: list[str] = []
-
-        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if conn.engine is mine.engine or conn.engine is getattr(mine, "_read_engine", None):
-                found.append(statement)
-
-        event.listen(Engine, "before_cursor_execute", count)
-        try:
-            _, fits = fitting.steer(mine, store, groups, "project", True)
-        finally:
-            event.remove(Engine, "before_cursor_execute", count)
-        assert fits[0] is not None and {h.region_type for h in fits[0].holders} == {REGION_A}
-        return sum(s.lstrip().upper().startswith("SELECT") for s in found)
-
-    monkeypatch.setattr(fitting.FACTS, "clock", lambda: 0.0)  # no time passes
-    try:
-        first = selects()
-        assert first >= 4  # the bitstreams, the holders (first and several), types known
-        assert selects() == 1
-        with mine.writer():
-            pass
-        assert selects() == first
-    finally:
-        mine.dispose()
