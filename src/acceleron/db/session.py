@@ -191,22 +191,18 @@ class Database:
     @contextlib.contextmanager
     def writer(self) -> Iterator[Connection]:
         """One read-write transaction; what it signalled is told once it commits."""
-        try:
-            with self._write_lock, _outage_as_domain_error(), self.engine.connect() as connection:
-                try:
-                    with connection.begin():
-                        yield connection
-                        signals = connection.info.pop(_SIGNALS, None)
-                        if signals and self.notify_channels:
-                            for channel, payload in sorted(signals):
-                                connection.execute(
-                                    _NOTIFY, {"channel": channel, "payload": payload}
-                                )
-                finally:
-                    connection.info.pop(_SIGNALS, None)  # a rollback's signals are dropped
-        finally:
-            with self._writes_lock:
-                self._writes += 1
+        with self._write_lock, _outage_as_domain_error(), self.engine.connect() as connection:
+            try:
+                with connection.begin():
+                    yield connection
+                    signals = connection.info.pop(_SIGNALS, None)
+                    if signals and self.notify_channels:
+                        for channel, payload in sorted(signals):
+                            connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
+            finally:
+                connection.info.pop(_SIGNALS, None)  # a rollback's signals are dropped
+                with self._writes_lock:  # committed or rolled back: ended
+                    self._writes += 1
         if signals:
             self.tell(frozenset(signals))
 

@@ -82,7 +82,9 @@ _HOLDER_TYPES = (
     .select_from(_PUBLISHED)
     .where(HOSTS.c.rp_uuid.is_not(None), DEPLOYABLES.c.function_key == bindparam("key"))
 )
-_SEVERAL = _HOLDING.where(DEPLOYABLES.c.several_functions == true())
+_SEVERAL = _HOLDING.where(
+    DEPLOYABLES.c.several_functions == true(), DEPLOYABLES.c.function_key != bindparam("key")
+)  # (those naming it first are among the first query's)
 
 
 class NoFit(Conflict):
@@ -166,7 +168,7 @@ def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     """The region types of the regions (on published hosts) holding ``function``."""
     key = weigher.fold_function(function)
     first = conn.execute(_HOLDER_TYPES, {"key": key})
-    several = conn.execute(_SEVERAL).all()
+    several = conn.execute(_SEVERAL, {"key": key}).all()
     return frozenset(RegionType(r.type, r.vendor_name, r.region_type or "") for r in first) | {
         RegionType(r.type, r.vendor_name, r.region_type or "")
         for r in several
