@@ -103,7 +103,7 @@ class HttpBalancer:
         self.backends = backends
         self.drained: set[int] = set()
         self.in_flight: collections.Counter[int] = collections.Counter()
-        self._turn = itertools.cycle(backends)
+        self._turn = itertools.cycle(range(len(backends)))
         # No read timeout: agents' long polls for work last as long as the API says.
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
 
@@ -134,8 +134,10 @@ class HttpBalancer:
             "?" + scope["query_string"].decode() if scope["query_string"] else ""
         )
         status = 503  # what the client gets when no replica answers: none is up
-        for _ in range(len(self.backends)):
-            port = next(self._turn)
+        # The request takes its turn once and tries every replica from there: requests in
+        # flight together take turns too, and a second next() could give it the same one.
+        start = next(self._turn)
+        for port in self.backends[start:] + self.backends[:start]:
             if port in self.drained:
                 continue
             self.in_flight[port] += 1

@@ -89,3 +89,22 @@ def test_no_replica_answering_is_502_and_none_up_503() -> None:
     assert asyncio.run(_scenario("PATCH", b"[]", "dd"))[::2] == (502, 2)
     assert asyncio.run(_scenario("GET", b"", "rr"))[::2] == (503, 0)
     assert asyncio.run(_scenario("GET", b"", "ru"))[::2] == (201, 0)
+
+
+def test_concurrent_requests_each_try_every_replica() -> None:
+    """Requests in flight together, one replica down: each tries the other replica, even
+    when the others' turns came between its two tries (a shared turn gave one request
+    the refusing replica twice, and the client a 503)."""
+
+    async def scenario() -> list[int]:
+        up = await asyncio.start_server(_answering, "127.0.0.1", 0)
+        balancer = HttpBalancer([_free_port(), up.sockets[0].getsockname()[1]])
+        try:
+            answers = await asyncio.gather(*(_call(balancer, "GET", b"") for _ in range(20)))
+        finally:
+            await balancer.client.aclose()
+            up.close()
+            await up.wait_closed()
+        return [status for status, _ in answers]
+
+    assert asyncio.run(scenario()) == [201] * 20
