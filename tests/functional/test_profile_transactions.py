@@ -150,11 +150,12 @@ def test_a_kept_show_reads_the_profile_alone(db: Database, tmp_path: Path) -> No
     assert selects(db, show) == 1
 
 
-def test_a_group_that_fits_nowhere_is_steered_at_every_show(
+def test_a_group_that_fits_nowhere_is_kept_until_a_bitstream_of_it_exists(
     db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No bitstream of the function, no region holding it: steered again at every show
-    (a bitstream uploaded through another API process is seen at once)."""
+    """No bitstream of the function, no region holding it: kept, each show checking the
+    bitstreams alone (one statement beside the profile's); a bitstream uploaded through
+    another API process (a Database of its own, the same store) is seen at the next show."""
     made = device_profiles.create(db, name="fn", groups=GROUPS)
     store = LocalStore(db, tmp_path / "store")
     steered: list[str] = []
@@ -165,11 +166,25 @@ def test_a_group_that_fits_nowhere_is_steered_at_every_show(
         return real_steer(*args)
 
     monkeypatch.setattr(fitting, "steer", counted)
-    for _ in range(2):
-        device_profiles.read_steered(
+
+    def show() -> dict[str, str]:
+        (shown,) = device_profiles.read_steered(
             db, lambda d: [device_profiles.get(d, made.uuid)], store, "p1", True
         )
+        return shown.groups[0]
+
+    assert selects(db, show) > 2
+    assert selects(db, show) == 2  # the profile, the function's bitstreams
+    assert steered == ["p1"]
+    assert show() == made.groups[0]  # nothing is published: nothing to steer by
+    other = Database(str(db.url))
+    try:
+        store_with_bitstream(other, tmp_path)  # uploaded through another process
+    finally:
+        other.dispose()
+    show()
     assert steered == ["p1", "p1"]
+    assert selects(db, show) == 1  # now it fits somewhere: kept as any other
 
 
 def test_a_taken_name_or_uuid_is_told_apart(db: Database) -> None:

@@ -336,7 +336,8 @@ def _duplicate(db: Database, name: str, uuid: str) -> DuplicateName:
 
 
 GroupKey = tuple[tuple[str, str], ...]
-Steered = dict[tuple[GroupKey, str, bool], dict[str, str]]  # by group, project, nesting
+# A group's steering, and whether nothing fitted it anywhere, by group, project, nesting.
+Steered = dict[tuple[GroupKey, str, bool], tuple[dict[str, str], bool]]
 # A group's steering is kept for the next shows and lists (``read_steered``) until this
 # process writes to the database (anything: a report, a programming, an upload, a
 # publication), or for this many seconds what other processes write (API replicas,
@@ -358,22 +359,28 @@ def steer_profiles(
     regions no bitstream of it fits (``fitting.steer``): what Nova reads to build its
     Placement query. Profiles share groups (a list of 200 names a few functions): each
     distinct group is steered once, in one transaction, and taken from ``kept`` where it
-    has it (then kept there, unless nothing fits it anywhere)."""
+    has it (then kept there).
+
+    A kept group that nothing fitted is taken only while no bitstream for it exists yet
+    (one statement): Placement would offer it nothing at all, and a bitstream just
+    uploaded through another API process must be seen at once."""
     if not wants_steering(profiles):
         return profiles
     distinct = {_group_key(g): g for p in profiles for g in p.groups}
     known: Steered = {} if kept is None else kept
-    by_key = {k: known[k, project, nested] for k in distinct if (k, project, nested) in known}
+    by_key = {
+        k: found[0]
+        for k in distinct
+        if (found := known.get((k, project, nested))) is not None
+        and not (found[1] and fitting.has_bitstreams(store, distinct[k], project))
+    }
     missing = [k for k in distinct if k not in by_key]
     if missing:
         steered, fits = fitting.steer(db, store, [distinct[k] for k in missing], project, nested)
         by_key.update(zip(missing, steered, strict=True))
         if kept is not None and len(known) + len(missing) <= STEERING_KEPT:
-            # Not where nothing fits: Placement would offer nothing at all, and a bitstream
-            # just uploaded through another API process must not wait to be seen.
-            known.update({(k, project, nested): by_key[k]
-                          for k, fit in zip(missing, fits, strict=True)
-                          if fit is None or not fit.nowhere})  # fmt: skip
+            known.update({(k, project, nested): (by_key[k], fit is not None and fit.nowhere)
+                          for k, fit in zip(missing, fits, strict=True)})  # fmt: skip
     return [p._replace(groups=[dict(by_key[_group_key(g)]) for g in p.groups]) for p in profiles]
 
 

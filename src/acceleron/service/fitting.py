@@ -176,6 +176,18 @@ def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     }
 
 
+def has_bitstreams(store: BitstreamStore | None, group: Mapping[str, str], project: str) -> bool:
+    """Whether a bitstream ``group`` names (as ``project`` sees them) exists: what can turn
+    a group that fitted nowhere into one that fits."""
+    given = [k for k in SELECTORS if k in group]
+    if store is None or len(given) != 1:
+        return False
+    try:
+        return bool(_found(store, given[0], group[given[0]], project))
+    except AcceleronError:
+        return False
+
+
 def fit_of(
     conn: Connection, store: BitstreamStore | None, group: Mapping[str, str], project: str
 ) -> Fit | None:
