@@ -86,6 +86,10 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         redoc_url=None,
+        # FastAPI's own OpenTelemetry layer asks OpenTelemetry for its three global
+        # providers at every request; Acceleron's metrics are its Prometheus ones
+        # (GET /metrics), and nothing here sets an OpenTelemetry provider up.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     parts = app.state.services = Services(
         conf=conf,

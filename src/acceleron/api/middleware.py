@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import re
 import time
-import uuid
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -159,7 +159,7 @@ class ApiMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = f"req-{uuid.uuid4()}"
+        request_id = new_request_id()
         token = logs.begin(request_id, _header(scope, b"x-openstack-request-id"))
         limit = self.body_limits.limit(scope)
         receive, send = _patient(receive, send, self.client_timeout, limit)
@@ -203,6 +203,19 @@ class ApiMiddleware:
             _count(scope, status, seconds)
             _log_access(scope, status, seconds)
             logs.end(token)
+
+
+_VERSION_4 = (0x4 << 76) | (0x2 << 62)  # RFC 9562's version (4) and variant bits
+_NOT_VERSION = ~((0xF << 76) | (0x3 << 62))
+
+
+def new_request_id() -> str:
+    """A request id as OpenStack services make them, ``req-<random uuid4>``. Drawn from
+    ``random``, not the system's randomness: an id names a request and guards nothing,
+    and ``uuid4`` costs a system call each, a twentieth of the CPU of a small answer
+    (Python seeds the generator afresh in a forked process)."""
+    h = f"{random.getrandbits(128) & _NOT_VERSION | _VERSION_4:032x}"
+    return f"req-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def routine(request: Request) -> None:

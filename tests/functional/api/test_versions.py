@@ -4,12 +4,19 @@ transport): what the contract (tests/contract/versions.yaml) cannot state."""
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import re
+import uuid
 
 import pytest
 from fastapi.testclient import TestClient
 
+from acceleron.api.middleware import new_request_id
 from acceleron.api.services import services
 from acceleron.logs import ContextFilter
+
+# What oslo.middleware takes as another service's request id (X-OpenStack-Request-ID).
+OSLO_REQUEST_ID = re.compile(r"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def test_public_endpoint_is_used_in_links(api: TestClient) -> None:
@@ -30,11 +37,30 @@ def test_every_response_has_a_request_id(api: TestClient) -> None:
         api.get("/v2/device_profiles", headers={"OpenStack-API-Version": "accelerator 9.9"}),
     ):
         request_id = response.headers["x-openstack-request-id"]
-        assert request_id.startswith("req-") and len(request_id) == 40
+        assert OSLO_REQUEST_ID.fullmatch(request_id), request_id
+        assert uuid.UUID(request_id[4:]).version == 4
         if response.status_code >= 400:
             assert response.json()["errors"][0]["request_id"] == request_id
         ids.add(request_id)
     assert len(ids) == 5
+
+
+def _ids(queue: multiprocessing.Queue[list[str]]) -> None:
+    queue.put([new_request_id() for _ in range(1000)])
+
+
+def test_request_ids_differ_in_forked_workers() -> None:
+    """Processes forked from one (a server's workers may be) draw their ids each from a
+    generator of its own: none repeats another's."""
+    fork = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue[list[str]] = fork.Queue()
+    children = [fork.Process(target=_ids, args=(queue,)) for _ in range(2)]
+    for child in children:
+        child.start()
+    drawn = [queue.get(timeout=60) for _ in children] + [[new_request_id() for _ in range(1000)]]
+    for child in children:
+        child.join(timeout=60)
+    assert len({i for ids in drawn for i in ids}) == 3000
 
 
 def test_log_lines_carry_the_request_id(api: TestClient, caplog: pytest.LogCaptureFixture) -> None:
