@@ -14,8 +14,11 @@ compute node). Against the real Placement running in this process (SQLite):
    once) for ``--window`` seconds: alone; while the API's sync thread (``SyncWorker``,
    in this process, as it runs beside the API's requests) verifies at its real pace,
    every host once per ``--verify-interval``; at the pace 1,000 hosts would set (the
-   interval scaled by hosts / 1,000: as many small GETs a second); and, for reference,
-   while the previous design's one listing of every provider runs back to back. The
+   interval scaled by hosts / 1,000: as many small GETs a second), as the API runs it
+   beside its reconciler (the default: a provider at another generation is the
+   reconciler's to read) and without one (``[reconciler] interval = 0``: the
+   verification reads those itself); and, for reference, while the previous design's
+   one listing of every provider runs back to back. The
    modes alternate for ``--rounds`` rounds; each says its median rate, the process's CPU
    time per allocation (Placement's and the verification's, every thread) and the
    sync's GETs in a window.
@@ -178,16 +181,19 @@ def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, host
     alternated, ``--rounds`` times. Also the previous design's one listing of every
     provider, back to back, for reference."""
     thousand = args.verify_interval * hosts / 1000
-    modes: list[tuple[str, Callable[[], Any] | None, float]] = [
-        ("alone", None, 0.0),
-        (f"verify_interval {args.verify_interval:g} s", None, args.verify_interval),
-        (f"1,000 hosts' pace ({thousand:g} s here)", None, thousand),
-        ("one listing back to back (previous design)", syncer.client.list_providers, 0.0),
-    ]
-    figures: dict[str, list[tuple[float, float, int]]] = {name: [] for name, _, _ in modes}
+    modes: list[tuple[str, Callable[[], Any] | None, float, bool]] = [
+        ("alone", None, 0.0, False),
+        (f"verify_interval {args.verify_interval:g} s", None, args.verify_interval, True),
+        (f"1,000 hosts' pace ({thousand:g} s here)", None, thousand, True),
+        ("1,000 hosts' pace, no reconciler", None, thousand, False),
+        ("one listing back to back (previous design)", syncer.client.list_providers, 0.0,
+         False),
+    ]  # fmt: skip
+    figures: dict[str, list[tuple[float, float, int]]] = {name: [] for name, *_ in modes}
     for _ in range(args.rounds):
-        for name, passes, interval in modes:
-            worker = SyncWorker(lambda: syncer, 3600, interval) if interval else None
+        for name, passes, interval, reconciled in modes:
+            worker = (SyncWorker(lambda: syncer, 3600, interval, reconciled=reconciled)
+                      if interval else None)  # fmt: skip
             counted.reset()
             if worker is not None:
                 worker.start()

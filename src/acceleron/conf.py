@@ -549,8 +549,9 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         "(0: never), which repairs what was changed there behind Acceleron's back. The "
         "verification is spread over the interval: every few seconds the sync checks a "
         "slice of the hosts, each with one small GET of its tree, and checks in full only "
-        "a host one of whose providers is gone, moved or at another generation than the "
-        "sync recorded.",
+        "a host one of whose providers is gone or under another parent; a provider at "
+        "another generation than the sync recorded is the reconciler's to read, or, with "
+        "[reconciler] interval = 0, the verification's.",
     ),
 ]
 

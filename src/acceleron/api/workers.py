@@ -80,7 +80,8 @@ def start_sync(
     if service is None or state.sync_worker is not None:
         return None
     worker = SyncWorker(service.syncer, conf.placement.sync_interval,
-                        conf.placement.verify_interval)  # fmt: skip
+                        conf.placement.verify_interval,
+                        reconciled=bool(conf.reconciler.interval))  # fmt: skip
     worker.start()
     state.sync_worker = worker
     return worker
@@ -125,11 +126,17 @@ class SyncWorker:
     MAX_BACKOFF = 300.0
 
     def __init__(
-        self, make_syncer: Callable[[], Syncer], interval: float, verify_interval: float
+        self,
+        make_syncer: Callable[[], Syncer],
+        interval: float,
+        verify_interval: float,
+        *,
+        reconciled: bool = False,
     ) -> None:
         self._make_syncer = make_syncer
         self._interval = interval
         self._verify_interval = verify_interval
+        self._reconciled = reconciled  # the reconciler reads the providers that moved
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,7 +168,7 @@ class SyncWorker:
                     syncer.sync_pending()
                     next_pass = time.monotonic() + self._interval
                 if self._verify_interval and ticks.due(time.monotonic()):
-                    syncer.verify_tick(ticks.tick, ticks.ticks)
+                    syncer.verify_tick(ticks.tick, ticks.ticks, reconciled=self._reconciled)
                     ticks.advance(time.monotonic())
                 due = min(next_pass, ticks.at) if self._verify_interval else next_pass
                 wait, backoff = max(due - time.monotonic(), 0.0), 1.0

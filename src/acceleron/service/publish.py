@@ -17,6 +17,7 @@ module reads and records Acceleron's side. The configuration and the host checks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import uuid as uuidlib
@@ -115,29 +116,39 @@ class Syncer:
             for host in self.hostnames()
         ]
 
-    def verify(self, hostnames: Iterable[str] | None = None) -> list[HostSync]:
+    def verify(
+        self, hostnames: Iterable[str] | None = None, *, reconciled: bool = False
+    ) -> list[HostSync]:
         """The verification of ``hostnames`` (default: every host), host by host: one
         small GET of the host's tree (``in_tree`` of its compute node) tells whether
         Placement holds it as its last sync recorded it (each provider there, under the
-        same parent, at the generation recorded: Placement bumps it at every change, and
-        the reconciler records the moves of allocations alone); the others are checked
-        and repaired as ``sync_all`` checks every host. The checked hosts' outcomes."""
-        done = [self._guarded(host, self._verify_host) for host in self._names(hostnames)]
+        same parent, at the generation recorded: Placement bumps it at every change,
+        allocations included); the others are checked and repaired as ``sync_all``
+        checks every host. The checked hosts' outcomes.
+
+        ``reconciled``: a reconciler runs, whose passes read every provider at another
+        generation than recorded, record the moves of allocations alone and mark the
+        hosts of the others for the sync to repair. A provider's generation is then
+        left to it: reading the providers that claims and boots keep moving, as it
+        does, would read them twice."""
+        check = functools.partial(self._verify_host, generations=not reconciled)
+        done = [self._guarded(host, check) for host in self._names(hostnames)]
         return [result for result in done if not result.skipped]
 
-    def verify_tick(self, tick: int, ticks: int) -> list[HostSync]:
+    def verify_tick(self, tick: int, ticks: int, *, reconciled: bool = False) -> list[HostSync]:
         """The verification's ``tick``-th slice of hosts, when it is spread over
         ``ticks`` ticks (``verify_slice``): the sync thread runs one a tick, so that every
         host is verified once per ``[placement] verify_interval`` and Placement never
         serves one long request for it."""
-        return self.verify(verify_slice(self.hostnames(), tick, ticks))
+        return self.verify(verify_slice(self.hostnames(), tick, ticks), reconciled=reconciled)
 
     def _names(self, hostnames: Iterable[str] | None) -> list[str]:
         return self.hostnames() if hostnames is None else sorted(hostnames)
 
-    def _verify_host(self, hostname: str) -> HostSync:
-        """One host of a verification: skipped when Placement holds it as recorded;
-        otherwise checked in full from the tree just read."""
+    def _verify_host(self, hostname: str, generations: bool = True) -> HostSync:
+        """One host of a verification: skipped when Placement holds it as recorded (at
+        the generations recorded, with ``generations``); otherwise checked in full from
+        the tree just read."""
         with self.db.reader() as conn:
             host = conn.execute(HOST, {"host": hostname}).first()
         if host is None:
@@ -145,17 +156,21 @@ class Syncer:
         if not host.rp_uuid:
             return self.sync_host(hostname, force=True)
         read = self.client.get_tree(str(host.rp_uuid))  # empty when the compute node is gone
-        if self._as_recorded(hostname, str(host.rp_uuid), read):
+        if self._as_recorded(hostname, str(host.rp_uuid), read, generations):
             return HostSync(hostname, [], skipped=True)
         return self.sync_host(hostname, force=True, read=read)
 
-    def _as_recorded(self, hostname: str, compute: str, read: Sequence[Provider]) -> bool:
+    def _as_recorded(
+        self, hostname: str, compute: str, read: Sequence[Provider], generations: bool
+    ) -> bool:
         """Whether the tree of ``compute`` as ``read`` from Placement holds every
         provider of the host as its last sync recorded it."""
         actual = {p.uuid: p for p in read}
         with self.db.reader() as conn:
             recorded = conn.execute(_KNOWN, {"host": hostname}).all()
-        return compute in actual and not any(_moved(r, actual.get(r.uuid)) for r in recorded)
+        return compute in actual and not any(
+            _moved(r, actual.get(r.uuid), generations) for r in recorded
+        )
 
     def migrate_to_nested(self, *, dry_run: bool = False) -> list[HostSync]:
         """Spec 001's upgrade from flat to nested providers, host by host: a host still
@@ -356,15 +371,15 @@ def verify_slice(hostnames: Iterable[str], tick: int, ticks: int) -> list[str]:
     return sorted(h for h in hostnames if zlib.crc32(h.encode()) % ticks == slot)
 
 
-def _moved(row: Row[Any], actual: Provider | None) -> bool:
+def _moved(row: Row[Any], actual: Provider | None, generations: bool = True) -> bool:
     """Whether Placement may hold a provider otherwise than the sync recorded it: gone,
-    moved, at another generation, never settled; a retired one still there (the
-    sync deletes it once nothing uses it)."""
+    moved, at another generation (with ``generations``), never settled; a retired one
+    still there (the sync deletes it once nothing uses it)."""
     if row.retired:
         return actual is not None
     return (
         actual is None
-        or actual.generation != row.generation
+        or (generations and actual.generation != row.generation)
         or actual.parent_uuid != row.parent_uuid
         or row.digest == UNSETTLED
     )

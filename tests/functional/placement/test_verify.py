@@ -45,6 +45,15 @@ def _region(db: Database, host: str = HOST) -> str:
     return str(found)
 
 
+def _regions(db: Database, host: str = HOST) -> list[str]:
+    with db.reader() as conn:
+        return list(conn.execute(select(DEPLOYABLES.c.rp_uuid)
+                                 .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+                                 .where(DEPLOYABLES.c.kind == "region",
+                                        DEVICES.c.hostname == host)
+                                 .order_by(DEPLOYABLES.c.id)).scalars())  # fmt: skip
+
+
 def _compute(db: Database, host: str = HOST) -> str:
     with db.reader() as conn:
         found = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == host)).scalar()
@@ -122,6 +131,26 @@ def test_allocations_alone_cost_a_read_and_no_write_once(
     assert sync.verify() == [] and len(counted.calls) == 1
 
 
+def test_with_a_reconciler_generations_are_left_to_it(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """With a reconciler (the API runs one by default), a provider at another generation
+    is its to read (test_reconciler: it tells allocations from changes, and has the sync
+    repair the changes): the verification reads each host's tree alone, and still
+    remakes a provider deleted by hand."""
+    sync = _synced(db, conf, counted)
+    client = PlacementClient(placement)
+    allocated, changed = _regions(db)[:2]
+    allocate(placement, allocated, str(uuid.uuid4()))
+    _, traits = client.get_traits(changed)
+    client.set_traits(changed, [])
+    assert sync.verify(reconciled=True) == [] and len(counted.calls) == 1
+    assert client.delete_provider(changed)
+    [result] = sync.verify(reconciled=True)
+    assert ("create", changed) in {(a.op, a.uuid) for a in result.actions}
+    assert client.get_traits(changed)[1] == traits
+
+
 def test_only_the_host_that_changed_is_read_again(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
@@ -155,6 +184,24 @@ def test_the_api_sync_thread_verifies_at_its_ticks(
     db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
 ) -> None:
     conf.set_override("verify_interval", 1, "placement")  # one tick a second: every host
+    client = PlacementClient(placement)
+    with reporting_api(conf, db, placement):
+        wait_for(lambda: _published(db, client))
+        region = _region(db)
+        _, traits = client.get_traits(region)
+        assert client.delete_provider(region)
+        # made again, then its inventories and traits written: the last is the signal
+        wait_for(lambda: client.get_provider(region) is not None
+                 and client.get_traits(region)[1] == traits)  # fmt: skip
+
+
+def test_without_a_reconciler_the_api_sync_thread_reads_what_moved(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
+) -> None:
+    """``[reconciler] interval = 0``: the verification reads the providers at another
+    generation itself, and repairs a trait removed by hand."""
+    conf.set_override("verify_interval", 1, "placement")
+    conf.set_override("interval", 0, "reconciler")
     client = PlacementClient(placement)
     with reporting_api(conf, db, placement):
         wait_for(lambda: _published(db, client))
