@@ -24,10 +24,19 @@ from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
-from acceleron.db.models import AcceleratorRequest, DeviceProfile, table, utcnow
+from acceleron.db.models import (
+    AcceleratorRequest,
+    Deployable,
+    Device,
+    DeviceProfile,
+    Host,
+    table,
+    utcnow,
+)
 from acceleron.db.session import Database, Kept
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
+from acceleron.placement import tree
 from acceleron.service import fitting
 from acceleron.text import has_control
 from acceleron.uuids import is_uuid_like, parse
@@ -283,6 +292,26 @@ class Profile(NamedTuple):
 
 
 _TABLE = table(DeviceProfile)
+_HOSTS, _DEVICES, _DEPLOYABLES = table(Host), table(Device), table(Deployable)
+# The hosts with a device or a region in maintenance.
+_MAINTAINED = (
+    select(_DEVICES.c.hostname).where(_DEVICES.c.status == tree.MAINTAINING)
+    .union(select(_DEVICES.c.hostname)
+           .join(_DEPLOYABLES, _DEPLOYABLES.c.device_id == _DEVICES.c.id)
+           .where(_DEPLOYABLES.c.status == tree.MAINTAINING))
+)  # fmt: skip
+
+
+def _maintained_follow(conn: Connection, groups: Iterable[object]) -> None:
+    """An enabled profile tolerating a maintenance reason came or went: what the hosts in
+    maintenance publish changes (the reason's traits, their inventory open or reserved),
+    so their generation is bumped for the sync's next pass, as a maintenance change
+    bumps it."""
+    if any(placement_names.tolerations(g) for g in groups):
+        conn.execute(update_(_HOSTS).where(_HOSTS.c.hostname.in_(_MAINTAINED))
+                     .values(generation=_HOSTS.c.generation + 1))  # fmt: skip
+
+
 _COLUMNS = [_TABLE.c[field] for field in Profile._fields]
 # The hot statements are built once: building a statement and its cache key on
 # every call costs more than running it (create: 480 us -> 200 us).
@@ -320,6 +349,8 @@ def create(
     try:  # the unique indexes say whether the name or uuid is taken: no SELECT first
         with db.writer() as conn:
             profile = _make(conn.execute(_INSERT, values).one())
+            if enabled:
+                _maintained_follow(conn, profile.groups)
     except IntegrityError as exc:
         raise _duplicate(db, name, ident) from exc
     LOG.info("Created device profile %s (%s)", profile.name, profile.uuid)
@@ -471,6 +502,7 @@ def delete_profiles(db: Database, idents: Sequence[str]) -> None:
             conn.execute(delete(_TABLE).where(_TABLE.c.id.in_(ids)))
         except IntegrityError as exc:  # a request was created meanwhile
             raise InUse("Device profile(s) became used by accelerator requests.") from exc
+        _maintained_follow(conn, [g for p in profiles if p.enabled for g in p.groups])
     LOG.info("Deleted device profile(s) %s", ", ".join(p.name for p in profiles))
 
 
@@ -489,9 +521,11 @@ def update(
             raise InvalidInput("enabled: must be true or false.")
         changes["enabled"] = enabled
     with db.writer() as conn:
-        profile = _get(conn, ident)
-        conn.execute(update_(_TABLE).where(_TABLE.c.id == profile.id).values(changes))
-        profile = _make(conn.execute(_BY_ID, {"id": profile.id}).one())
+        before = _get(conn, ident)
+        conn.execute(update_(_TABLE).where(_TABLE.c.id == before.id).values(changes))
+        profile = _make(conn.execute(_BY_ID, {"id": before.id}).one())
+        if profile.enabled != before.enabled:
+            _maintained_follow(conn, profile.groups)
     LOG.info("Updated device profile %s (%s)", profile.name,
              "enabled" if profile.enabled else "disabled")  # fmt: skip
     return profile

@@ -190,7 +190,7 @@ def test_maintenance_drain_and_tolerations(
 
     # A profile that tolerates the reason: the inventory is open to it, marked, and binds.
     device_profiles.create(db, name="burn", groups=[{**FPGA, "accel:tolerations": "Burn-In"}])
-    synced.sync_host(HOST, force=True)
+    synced.sync_pending()  # the profile marked the host in maintenance for the next pass
     assert [reserved(placement, r.rp_uuid) for r in regions] == [False, False]
     _, traits = PlacementClient(placement).get_traits(regions[1].rp_uuid)
     assert {names.MAINTENANCE, "CUSTOM_ACCELERON_MAINTENANCE_BURN_IN"} <= traits
@@ -208,6 +208,34 @@ def test_maintenance_drain_and_tolerations(
     synced.sync_pending()
     _, traits = PlacementClient(placement).get_traits(regions[1].rp_uuid)
     assert names.MAINTENANCE not in traits
+
+
+def test_a_tolerating_profile_coming_or_going_marks_the_hosts_in_maintenance(
+    api: TestClient, db: Database, placement: adapter.Adapter, synced: Syncer
+) -> None:
+    """A profile that tolerates a reason, enabled, disabled or deleted, changes what the
+    hosts in maintenance publish: each marks them for the sync's next pass. A profile
+    tolerating nothing marks nothing."""
+    device, regions = first_fpga(db)
+    url = f"/v2/devices/{device.uuid}/maintenance"
+    assert api.post(url, json={"maintenance": True, "reason": "burn-in"},
+                    headers=V2_13).status_code == 200  # fmt: skip
+    synced.sync_pending()
+
+    def open_after_a_pass() -> list[bool]:
+        synced.sync_pending()
+        return [not reserved(placement, r.rp_uuid) for r in regions]
+
+    device_profiles.create(db, name="plain", groups=[FPGA])
+    assert [h for h in synced.sync_pending() if not h.skipped] == []
+    device_profiles.create(db, name="burn", groups=[{**FPGA, "accel:tolerations": "burn-in"}])
+    assert open_after_a_pass() == [True, True]
+    device_profiles.update(db, "burn", enabled=False)
+    assert open_after_a_pass() == [False, False]
+    device_profiles.update(db, "burn", enabled=True)
+    assert open_after_a_pass() == [True, True]
+    device_profiles.delete_profiles(db, ["burn"])
+    assert open_after_a_pass() == [False, False]
 
 
 def test_one_region_in_maintenance(
