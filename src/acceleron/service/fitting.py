@@ -176,14 +176,21 @@ def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     }
 
 
+def _selector(store: BitstreamStore | None, group: Mapping[str, str]) -> str | None:
+    """The one key by which ``group`` names a function or bitstream; None when it names
+    none, or several (its bind refuses it), or no store is configured."""
+    given = [k for k in SELECTORS if k in group]
+    return given[0] if store is not None and len(given) == 1 else None
+
+
 def has_bitstreams(store: BitstreamStore | None, group: Mapping[str, str], project: str) -> bool:
     """Whether a bitstream ``group`` names (as ``project`` sees them) exists: what can turn
     a group that fitted nowhere into one that fits."""
-    given = [k for k in SELECTORS if k in group]
-    if store is None or len(given) != 1:
+    key = _selector(store, group)
+    if store is None or key is None:
         return False
     try:
-        return bool(_found(store, given[0], group[given[0]], project))
+        return bool(_found(store, key, group[key], project))
     except AcceleronError:
         return False
 
@@ -194,10 +201,10 @@ def fit_of(
     """What can serve ``group`` (bitstreams as ``project`` sees them); None when it
     names no function or bitstream (or names one in more than one way: its bind
     refuses it), or no bitstream store is configured."""
-    given = [k for k in SELECTORS if k in group]
-    if store is None or len(given) != 1:
+    key = _selector(store, group)
+    if store is None or key is None:
         return None
-    key, value = given[0], group[given[0]]
+    value = group[key]
     if key == "accel:function_id" and not is_uuid_like(value):
         return None
     try:

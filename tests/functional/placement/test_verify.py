@@ -36,13 +36,7 @@ def _synced(db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter,
 
 
 def _region(db: Database, host: str = HOST) -> str:
-    with db.reader() as conn:
-        found = conn.execute(select(DEPLOYABLES.c.rp_uuid)
-                             .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-                             .where(DEPLOYABLES.c.kind == "region", DEVICES.c.hostname == host)
-                             .order_by(DEPLOYABLES.c.id)).scalars().first()  # fmt: skip
-    assert found is not None
-    return str(found)
+    return _regions(db, host)[0]
 
 
 def _regions(db: Database, host: str = HOST) -> list[str]:
