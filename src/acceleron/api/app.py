@@ -61,6 +61,36 @@ header means 2.0.
 """
 
 
+# The routers, in the order their routes are matched: Nova's and the agents' hot paths
+# first.
+ROUTERS = (
+    versions.router,
+    arqs.router,
+    tasks.router,
+    claims.router,
+    device_profiles.router,
+    hosts.router,
+    devices.router,
+    deployables.router,
+    deployables.spec003_router,
+    attributes.router,
+    placement_api.router,
+    bitstreams.router,
+    quotas.router,
+    ui.router,
+)
+
+
+def _add_routes(app: FastAPI) -> None:
+    """Every router's routes, in the app's own router, in order. FastAPI 0.165's
+    ``include_router`` keeps each router whole and matches a request through it: every
+    router before the one that answers is scanned, and that one twice, about a tenth of
+    a small answer's CPU. A router's routes already carry its prefix, tags, responses
+    and dependencies (``APIRouter.add_api_route``), and none has a lifespan of its own."""
+    for router in ROUTERS:
+        app.router.routes.extend(router.routes)
+
+
 def create_app(
     conf: cfg.ConfigOpts, db: db_session.Database | None = None, check_schema: bool = True
 ) -> FastAPI:
@@ -111,21 +141,7 @@ def create_app(
     app.state.claims_recovered = None  # the claims recovered at the start, once done
     app.state.metrics_refreshes = 0
     errors.install(app)
-    app.include_router(versions.router)
-    # Routes are matched in order: Nova's and the agents' hot paths first.
-    app.include_router(arqs.router)
-    app.include_router(tasks.router)
-    app.include_router(claims.router)
-    app.include_router(device_profiles.router)
-    app.include_router(hosts.router)
-    app.include_router(devices.router)
-    app.include_router(deployables.router)
-    app.include_router(deployables.spec003_router)
-    app.include_router(attributes.router)
-    app.include_router(placement_api.router)
-    app.include_router(bitstreams.router)
-    app.include_router(quotas.router)
-    app.include_router(ui.router)
+    _add_routes(app)
     if conf.metrics.enabled:
         app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":
