@@ -24,7 +24,7 @@ import logging
 import re
 import sys
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oslo_context import context as oslo_context
 from oslo_log import log as oslo_log
@@ -46,8 +46,27 @@ class LogContext(oslo_context.RequestContext):
     It never goes into oslo.context's thread-local store: a thread of the event loop or
     of a pool would show it on lines of later requests."""
 
+    _values: dict[str, Any] | None = None
+
     def update_store(self) -> None:
         pass
+
+    def get_logging_values(self) -> dict[str, Any]:
+        """oslo.context's, kept: oslo.log's formatter asks for them twice a line, and
+        they change only when authentication names the caller (``identify``)."""
+        if self._values is None:
+            self._values = super().get_logging_values()
+        return dict(self._values)
+
+    def named(self, context: RequestContext) -> None:
+        """Authentication named the caller: ``context``."""
+        self.user_id = context.user_id
+        self.project_id = context.project_id
+        self.domain_id = context.domain_id
+        self.system_scope = context.system_scope
+        self.roles = sorted(context.roles)
+        self.is_admin = context.is_admin
+        self._values = None
 
 
 _CURRENT: ContextVar[LogContext | None] = ContextVar("acceleron_log_context", default=None)
@@ -73,12 +92,7 @@ def identify(context: RequestContext) -> RequestContext:
     and project (and, in JSON, its roles). Returns ``context``."""
     current = _CURRENT.get()
     if current is not None:
-        current.user_id = context.user_id
-        current.project_id = context.project_id
-        current.domain_id = context.domain_id
-        current.system_scope = context.system_scope
-        current.roles = sorted(context.roles)
-        current.is_admin = context.is_admin
+        current.named(context)
     return context
 
 
