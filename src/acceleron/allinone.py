@@ -51,7 +51,7 @@ def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
     Path(conf.state_path).mkdir(parents=True, exist_ok=True)
     db = db_session.from_conf(conf)
     migrate.all_phases(db)
-    app = create_app(conf, db)
+    app = create_app(conf, db, settle=True)
     agent = Agent(Settings.from_conf(conf), load_drivers(conf, Path(conf.agent.root)),
                   connect(conf))  # fmt: skip
     runner = tasks.TaskRunner(tasks.Settings.from_conf(conf), agent.drivers, agent.client,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -92,8 +93,15 @@ def _add_routes(app: FastAPI) -> None:
 
 
 def create_app(
-    conf: cfg.ConfigOpts, db: db_session.Database | None = None, check_schema: bool = True
+    conf: cfg.ConfigOpts,
+    db: db_session.Database | None = None,
+    check_schema: bool = True,
+    *,
+    settle: bool = False,
 ) -> FastAPI:
+    """The API's app. ``settle``: once started, what the start built is frozen out of the
+    garbage collector's passes (``settle_heap``), for a server process (not a test's
+    app: its objects would outlive it)."""
     database = db or db_session.from_conf(conf)
     placement = None if conf.placement.mode == "disabled" else PlacementService(conf, database)
 
@@ -106,6 +114,9 @@ def create_app(
             threading.Thread(target=service.embedded_app, name="placement-load",
                              daemon=True).start()  # fmt: skip
         async with workers.running(app, service, conf):
+            if settle:
+                threading.Thread(target=settle_heap, args=(service, app.state.settled),
+                                 name="settle-heap", daemon=True).start()  # fmt: skip
             yield
         if db is None:
             database.dispose()
@@ -140,6 +151,7 @@ def create_app(
     app.state.reconciler = None  # built on first use: placement_api.reconciler_of
     app.state.claims_recovered = None  # the claims recovered at the start, once done
     app.state.metrics_refreshes = 0
+    app.state.settled = threading.Event()  # set once settle_heap has run
     errors.install(app)
     _add_routes(app)
     if conf.metrics.enabled:
@@ -169,6 +181,21 @@ def body_limits(conf: cfg.ConfigOpts) -> BodyLimits:
 async def serve_metrics(request: Request) -> Response:
     """Prometheus' scrape: the values in memory (or the workers' files), no query."""
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+
+
+def settle_heap(placement: PlacementService | None, settled: threading.Event) -> None:
+    """What the start built stays for the process's life (modules, the configuration, the
+    routes, the embedded Placement): collected once, then moved out of the garbage
+    collector's passes (``gc.freeze``). A full collection then scans what requests made
+    alone: at the 240,000 objects of an all-in-one it held the event loop for about
+    110 ms, every few seconds under load. Sets ``settled``."""
+    if placement is not None and placement.mode == "embedded":
+        # Loaded beside the start: wait for it (a failed load is the requests' to report).
+        with contextlib.suppress(Exception):
+            placement.embedded_app()
+    gc.collect()
+    gc.freeze()
+    settled.set()
 
 
 class Server(uvicorn.Server):
@@ -266,4 +293,4 @@ def from_environment() -> FastAPI:
     files = json.loads(os.environ.get("ACCELERON_CONFIG_FILES", "null"))
     conf = confmod.load([], config_files=files)
     logs.setup(conf, "acceleron-api")
-    return create_app(conf)
+    return create_app(conf, settle=True)

@@ -91,7 +91,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
             timeout_graceful_shutdown=conf.api.shutdown_timeout,
         )
     else:
-        app = create_app(conf)
+        app = create_app(conf, settle=True)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
                                 timeout_graceful_shutdown=conf.api.shutdown_timeout)  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end
