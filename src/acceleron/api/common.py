@@ -284,7 +284,28 @@ def requires(version: microversion.Version, what: str, status_code: int = 404) -
 def base_url(request: Request) -> str:
     """Where clients reach the API: ``[api] public_endpoint`` or the request's own URL."""
     configured: str | None = services(request.app).conf.api.public_endpoint
-    return (configured or str(request.base_url)).rstrip("/")
+    return (configured or _own_base_url(request)).rstrip("/")
+
+
+_BASE_URLS: dict[tuple[object, ...], str] = {}
+
+
+def _own_base_url(request: Request) -> str:
+    """Starlette's ``request.base_url``, kept by what it is made of (the scheme, the Host
+    header, the server's address, the root path): it copies the scope and parses a URL
+    at each request, a fiftieth of a show. At most 256 kept (the Host header is the
+    client's)."""
+    scope = request.scope
+    host = next((v for k, v in scope["headers"] if k == b"host"), None)
+    server = scope.get("server")
+    key = (scope.get("scheme"), host, server and tuple(server), scope.get("root_path"),
+           scope.get("app_root_path"))  # fmt: skip
+    found = _BASE_URLS.get(key)
+    if found is None:
+        if len(_BASE_URLS) >= 256:
+            _BASE_URLS.clear()
+        found = _BASE_URLS[key] = str(request.base_url)
+    return found
 
 
 def timestamp(value: dt.datetime | None) -> str | None:

@@ -26,6 +26,7 @@ policy_file`` overrides any rule; ``acceleron policy defaults`` prints them all.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Sequence
@@ -371,6 +372,7 @@ def _route_rules() -> dict[tuple[str, str], str]:
 ROUTE_RULES = _route_rules()
 
 
+@functools.cache  # asked at every request, of the few route templates there are
 def rule_of(method: str, path: str) -> str | None:
     """The rule of the route ``method path`` (its template: ``/v2/devices/{uuid}``): the
     first rule that names it among its operations; None for a route open to all."""

@@ -27,6 +27,18 @@ def test_public_endpoint_is_used_in_links(api: TestClient) -> None:
         services(api.app).conf.clear_override("public_endpoint", "api")  # type: ignore[arg-type]
 
 
+def test_links_follow_each_requests_own_address(api: TestClient) -> None:
+    """Without ``[api] public_endpoint``, links name the host and scheme each request came
+    to (behind a proxy, what it forwarded), whatever came before."""
+    hosts = ["cloud-a.test", "cloud-b.test:8443", "cloud-a.test"]
+    hrefs = [api.get("/v2", headers={"Host": host}).json()["links"][0]["href"] for host in hosts]
+    assert hrefs == [f"http://{host}/v2/" for host in hosts]
+    forwarded = {"Host": "cloud-a.test", "X-Forwarded-Proto": "https"}
+    assert api.get("/v2", headers=forwarded).json()["links"][0]["href"] == (
+        "http://cloud-a.test/v2/"  # the test client is no trusted proxy: its header is ignored
+    )
+
+
 def test_every_response_has_a_request_id(api: TestClient) -> None:
     ids = set()
     for response in (
