@@ -19,9 +19,10 @@ compute node). Against the real Placement running in this process (SQLite):
    reconciler's to read) and without one (``[reconciler] interval = 0``: the
    verification reads those itself); and, for reference, while the previous design's
    one listing of every provider runs back to back. The
-   modes alternate for ``--rounds`` rounds; each says its median rate, the process's CPU
-   time per allocation (Placement's and the verification's, every thread) and the
-   sync's GETs in a window.
+   modes alternate for ``--rounds`` rounds; each says its median rate and share of the
+   rate alone (each round against its own window alone), the allocating thread's CPU
+   time per allocation (Placement serves in it), the other threads' CPU time (the
+   verification's) as a share of a core, and the sync's GETs in a window.
 
     .venv/bin/python bench/placement_sync.py [--hosts 1000] [--placement-db URL]
         [--verify-interval 600] [--window 30] [--rounds 2]
@@ -30,6 +31,8 @@ compute node). Against the real Placement running in this process (SQLite):
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
 import statistics
 import sys
 import tempfile
@@ -179,8 +182,18 @@ def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, host
     ``SyncWorker``) verifies at the pace of ``--verify-interval`` (every host once per
     interval), and at the pace 1,000 hosts would set (as many small GETs a second);
     alternated, ``--rounds`` times. Also the previous design's one listing of every
-    provider, back to back, for reference."""
+    provider, back to back, for reference.
+
+    A rate moves by a third between windows on a shared machine, and drifts over a run:
+    each mode's share of alone is the median of its rounds' shares, each against the
+    round's own window alone. Beside it, the CPU time of the allocating thread per
+    allocation (its own work and Placement's, which serves in that thread) and the CPU
+    time of every other thread (the verification's) per second of window."""
     thousand = args.verify_interval * hosts / 1000
+    # As the API process does once started (``app.settle_heap``): what the set-up built
+    # stays out of the garbage collector's passes.
+    gc.collect()
+    gc.freeze()
     modes: list[tuple[str, Callable[[], Any] | None, float, bool]] = [
         ("alone", None, 0.0, False),
         (f"verify_interval {args.verify_interval:g} s", None, args.verify_interval, True),
@@ -189,7 +202,7 @@ def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, host
         ("one listing back to back (previous design)", syncer.client.list_providers, 0.0,
          False),
     ]  # fmt: skip
-    figures: dict[str, list[tuple[float, float, int]]] = {name: [] for name, *_ in modes}
+    figures: dict[str, list[Window]] = {name: [] for name, *_ in modes}
     for _ in range(args.rounds):
         for name, passes, interval, reconciled in modes:
             worker = (SyncWorker(lambda: syncer, 3600, interval, reconciled=reconciled)
@@ -197,19 +210,32 @@ def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, host
             counted.reset()
             if worker is not None:
                 worker.start()
-            rate, cpu = allocations(app, args.window, regions, passes)
+            window = allocations(app, args.window, regions, passes)
             if worker is not None:
                 worker.stop()
-            gets = counted.count("GET", "/resource_providers")
-            figures[name].append((rate, cpu, gets))
-    alone = statistics.median(rate for rate, _, _ in figures["alone"])
+            window.gets = counted.count("GET", "/resource_providers")
+            figures[name].append(window)
+    alone = figures["alone"]
+    print(f"  allocations for {args.window:g} s a window, {args.rounds} rounds (medians):")
     for name, runs in figures.items():
-        rate = statistics.median(r for r, _, _ in runs)
-        cpu = statistics.median(c for _, c, _ in runs)
-        reads = sum(g for _, _, g in runs) / len(runs)
-        print(f"  allocations, {name}: {rate:.1f}/s ({rate / alone:.2f} of alone; runs "
-              f"{', '.join(f'{r:.1f}' for r, _, _ in runs)}), {cpu * 1000:.2f} ms CPU per "
-              f"allocation, {reads:.0f} GETs of the sync per {args.window:g} s")  # fmt: skip
+        share = statistics.median(w.rate / a.rate for w, a in zip(runs, alone, strict=True))
+        print(f"    {name}: {statistics.median(w.rate for w in runs):.1f}/s, {share:.2f} of "
+              f"alone (rates {', '.join(f'{w.rate:.1f}' for w in runs)}); allocating thread "
+              f"{statistics.median(w.cpu for w in runs) * 1000:.2f} ms CPU an allocation; "
+              f"other threads {statistics.median(w.others for w in runs) * 100:.1f} % of a "
+              f"core; {statistics.median(w.gets for w in runs):.0f} GETs of the sync")  # fmt: skip
+
+
+@dataclasses.dataclass
+class Window:
+    """One window of allocations: their rate, the allocating thread's CPU seconds per
+    allocation, every other thread's CPU seconds per second of window, and the sync's
+    GETs."""
+
+    rate: float
+    cpu: float
+    others: float
+    gets: int = 0
 
 
 def allocations(
@@ -217,12 +243,11 @@ def allocations(
     seconds: float,
     regions: list[str],
     passes: Callable[[], Any] | None = None,
-) -> tuple[float, float]:
-    """Allocations per second for ``seconds``, and the process's CPU seconds per
-    allocation (every thread: Placement serves in this process), each of one FPGA unit on one of
-    ``regions`` (in turn) and released at once, ``passes`` looping meanwhile. (At
-    thousands of providers Placement's candidates query takes seconds here: the
-    allocation is what a claim writes, and what a verification's reads compete with.)"""
+) -> Window:
+    """Allocations for ``seconds``, each of one FPGA unit on one of ``regions`` (in
+    turn) and released at once, ``passes`` looping meanwhile. (At thousands of
+    providers Placement's candidates query takes seconds here: the allocation is what a
+    claim writes, and what a verification's reads compete with.)"""
     placement = inprocess.direct_adapter(app)
     stop = threading.Event()
 
@@ -233,7 +258,7 @@ def allocations(
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     done, deadline = 0, time.perf_counter() + seconds
-    started, cpu = time.perf_counter(), time.process_time()
+    started, process, own = time.perf_counter(), time.process_time(), time.thread_time()
     while time.perf_counter() < deadline:
         consumer = str(uuid.uuid4())
         region = regions[done % len(regions)]
@@ -243,10 +268,11 @@ def allocations(
         placement.put(f"/allocations/{consumer}", json=body, microversion="1.39")
         placement.delete(f"/allocations/{consumer}", microversion="1.39")
         done += 1
-    rate, cpu = done / (time.perf_counter() - started), time.process_time() - cpu
+    elapsed, own = time.perf_counter() - started, time.thread_time() - own
+    others = time.process_time() - process - own
     stop.set()
     thread.join()
-    return rate, cpu / max(done, 1)
+    return Window(done / elapsed, own / max(done, 1), others / elapsed)
 
 
 def main() -> None:
