@@ -23,13 +23,14 @@ from acceleron.service import device_profiles, fitting
 
 FUNCTION = "8411555e-3cbf-47de-988c-b5e30bbfa035"
 GROUPS = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]
+REGION_TYPE = "9926ab6d-6c92-5a68-aabc-a7d84c545738"
 
 
 def store_with_bitstream(db: Database, tmp_path: Path) -> LocalStore:
     """A local store holding a public bitstream of FUNCTION (so the group fits somewhere)."""
     store = LocalStore(db, tmp_path / "store")
     meta = NewBitstream(name="fn.gbs", function_uuid=FUNCTION, visibility="public",
-                        region_type_uuid="9926ab6d-6c92-5a68-aabc-a7d84c545738")  # fmt: skip
+                        region_type_uuid=REGION_TYPE)  # fmt: skip
     store.upload(io.BytesIO(b"bits"), meta)
     return store
 
@@ -178,7 +179,12 @@ def test_a_group_that_fits_nowhere_is_kept_until_a_bitstream_of_it_exists(
     assert steered == ["p1"]
     assert show() == made.groups[0]  # nothing is published: nothing to steer by
     other = Database(str(db.url))
-    try:
+    try:  # another project's private bitstream of it: p1 sees none, still kept
+        meta = NewBitstream(name="theirs.gbs", function_uuid=FUNCTION, visibility="private",
+                            owner="p2", region_type_uuid=REGION_TYPE)  # fmt: skip
+        LocalStore(other, tmp_path / "store").upload(io.BytesIO(b"theirs"), meta)
+        assert selects(db, show) == 2
+        assert steered == ["p1"]
         store_with_bitstream(other, tmp_path)  # uploaded through another process
     finally:
         other.dispose()
