@@ -176,17 +176,17 @@ def _holders(conn: Connection, function: str) -> frozenset[RegionType]:
     }
 
 
-def _selector(store: BitstreamStore | None, group: Mapping[str, str]) -> str | None:
+def _selector(group: Mapping[str, str]) -> str | None:
     """The one key by which ``group`` names a function or bitstream; None when it names
-    none, or several (its bind refuses it), or no store is configured."""
+    none, or several (its bind refuses it)."""
     given = [k for k in SELECTORS if k in group]
-    return given[0] if store is not None and len(given) == 1 else None
+    return given[0] if len(given) == 1 else None
 
 
 def has_bitstreams(store: BitstreamStore | None, group: Mapping[str, str], project: str) -> bool:
     """Whether a bitstream ``group`` names (as ``project`` sees them) exists: what can turn
     a group that fitted nowhere into one that fits."""
-    key = _selector(store, group)
+    key = _selector(group)
     if store is None or key is None:
         return False
     try:
@@ -201,7 +201,7 @@ def fit_of(
     """What can serve ``group`` (bitstreams as ``project`` sees them); None when it
     names no function or bitstream (or names one in more than one way: its bind
     refuses it), or no bitstream store is configured."""
-    key = _selector(store, group)
+    key = _selector(group)
     if store is None or key is None:
         return None
     value = group[key]
