@@ -27,6 +27,7 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 from oslo_context import context as oslo_context
+from oslo_log import formatters as oslo_formatters
 from oslo_log import log as oslo_log
 
 import acceleron
@@ -47,6 +48,7 @@ class LogContext(oslo_context.RequestContext):
     of a pool would show it on lines of later requests."""
 
     _values: dict[str, Any] | None = None
+    _identity: tuple[str, str] | None = None
 
     def update_store(self) -> None:
         pass
@@ -54,9 +56,22 @@ class LogContext(oslo_context.RequestContext):
     def get_logging_values(self) -> dict[str, Any]:
         """oslo.context's, kept: oslo.log's formatter asks for them twice a line, and
         they change only when authentication names the caller (``identify``)."""
+        return dict(self.kept_values())
+
+    def kept_values(self) -> dict[str, Any]:
+        """``get_logging_values``'s, not copied: whoever reads them leaves them as they
+        are."""
         if self._values is None:
             self._values = super().get_logging_values()
-        return dict(self._values)
+        return self._values
+
+    def identity(self, form: str) -> str:
+        """``form`` (``logging_user_identity_format``) filled from this context, '-' for
+        what is empty or unknown, as oslo.log fills it; kept until the caller changes."""
+        if self._identity is None or self._identity[0] != form:
+            filled = _Dashed({key: value or "-" for key, value in self.kept_values().items()})
+            self._identity = (form, form % filled)
+        return self._identity[1]
 
     def named(self, context: RequestContext) -> None:
         """Authentication named the caller: ``context``."""
@@ -66,7 +81,12 @@ class LogContext(oslo_context.RequestContext):
         self.system_scope = context.system_scope
         self.roles = sorted(context.roles)
         self.is_admin = context.is_admin
-        self._values = None
+        self._values = self._identity = None
+
+
+class _Dashed(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "-"
 
 
 _CURRENT: ContextVar[LogContext | None] = ContextVar("acceleron_log_context", default=None)
@@ -115,6 +135,76 @@ class ContextFilter(logging.Filter):
 
 
 CONTEXT_FILTER = ContextFilter()
+
+
+_ABSENT = object()
+# Set on every text line; '' unless something else set them (oslo.log's rule).
+_BLANK_UNLESS_SET = ("color", "user_identity", "resource", "user_name", "project_name",
+                     "global_request_id")  # fmt: skip
+
+
+class Formatter(oslo_formatters.ContextFormatter):
+    """oslo.log's text formatter, writing the same lines, at half its cost for the lines
+    of INFO that requests write: an access line cost a tenth of a small request's CPU.
+
+    oslo.log's builds a line from the configuration's format strings, read afresh, a
+    format object made afresh, the ISO time (``%(isotime)s``) computed whether the format
+    names it or not, the caller's identity filled afresh, and every context value copied
+    twice. This one reads the format strings once (oslo.log does not change them at a
+    reload), keeps a format object for each, fills the identity once a request
+    (``LogContext.identity``) and the ISO time only when a format names it. A line it
+    has no quick way for (an exception, DEBUG's suffix, WARNING's error summary, an
+    instance, another kind of context) goes to oslo.log's own way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._context_format: str = self.conf.logging_context_format_string
+        self._default_format: str = self.conf.logging_default_format_string
+        self._identity_format: str = self.conf.logging_user_identity_format
+        self._styles: dict[str, logging.PercentStyle] = {}
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = record.__dict__
+        context = fields.get("context", _ABSENT)
+        if context is not None and type(context) is not LogContext:
+            return super().format(record)  # none handed, or another kind
+        if (
+            not logging.DEBUG < record.levelno < logging.WARNING
+            or record.exc_info
+            or fields.get("instance")
+            or fields.get("instance_uuid")
+            or (context is not None and context.resource_uuid)
+        ):
+            return super().format(record)
+        fields["project"], fields["version"] = self.project, self.version
+        if context is not None:
+            fields.update(context.kept_values())
+        fields["instance"] = ""
+        for key in _BLANK_UNLESS_SET:
+            fields.setdefault(key, "")
+        if context is not None:
+            fields["user_identity"] = context.identity(self._identity_format)
+        form = self._context_format if fields.get("request_id") else self._default_format
+        fields["error_summary"] = "-" if "%(error_summary)s" in form else ""
+        if "%(isotime)" in form:
+            self._compute_iso_time(record)
+        style = self._styles.get(form)
+        if style is None:
+            style = self._styles[form] = logging.PercentStyle(form)
+        self._style, self._fmt = style, style._fmt
+        try:
+            return logging.Formatter.format(self, record)
+        except TypeError:  # oslo.log's own says what went wrong in the line
+            return super().format(record)
+
+    @classmethod
+    def replacing(cls, formatter: logging.Formatter | None) -> logging.Formatter | None:
+        """This formatter in place of ``formatter`` when that is oslo.log's text one, as
+        configured; any other as it is."""
+        if type(formatter) is not oslo_formatters.ContextFormatter:
+            return formatter
+        return cls(project=formatter.project, version=formatter.version,
+                   datefmt=formatter.datefmt, config=formatter.conf)  # fmt: skip
 
 
 class _CurrentStderr:
@@ -168,3 +258,4 @@ def setup(conf: cfg.ConfigOpts, program: str) -> None:
             handler.setStream(STDERR)
         if CONTEXT_FILTER not in handler.filters:
             handler.addFilter(CONTEXT_FILTER)
+        handler.setFormatter(Formatter.replacing(handler.formatter))
