@@ -283,7 +283,7 @@ def requires(version: microversion.Version, what: str, status_code: int = 404) -
 
 def base_url(request: Request) -> str:
     """Where clients reach the API: ``[api] public_endpoint`` or the request's own URL."""
-    configured: str | None = services(request.app).conf.api.public_endpoint
+    configured = services(request.app).public_endpoint
     return (configured or _own_base_url(request)).rstrip("/")
 
 

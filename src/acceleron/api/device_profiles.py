@@ -106,15 +106,6 @@ def view(profile: service.Profile, version: microversion.Version, base: str) -> 
     return data
 
 
-def _limits(call: Call) -> service.Limits:
-    conf = call.services.conf.device_profiles
-    return service.Limits(
-        max_groups=conf.max_groups,
-        max_accelerators=conf.max_accelerators,
-        max_accelerators_per_group=conf.max_accelerators_per_group,
-    )
-
-
 async def _read(
     call: Call, read: Callable[[Database], list[service.Profile]]
 ) -> list[service.Profile]:
@@ -188,7 +179,7 @@ async def create_device_profile(
             description=item.description,
             uuid=str(item.uuid) if item.uuid else None,
             enabled=True if item.enabled is None else item.enabled,
-            limits=_limits(call),
+            limits=call.services.profile_limits,
         )
     )
     base = call.base_url

@@ -25,6 +25,7 @@ import random
 import re
 import time
 
+from prometheus_client import Counter, Histogram
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import compile_path
@@ -237,10 +238,23 @@ def route_of(scope: Scope) -> str:
     return "unmatched"
 
 
+# The metrics' children by (route, method, status), as ``labels`` gives them: finding
+# one afresh checked and joined the labels under a lock, twice a request. Few: routes
+# are templates, and an unknown path is one.
+_COUNTED: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+
 def _count(scope: Scope, status: int, seconds: float) -> None:
-    route, method = route_of(scope), scope["method"]
-    metrics.REQUESTS.labels(route, method, str(status)).inc()
-    metrics.REQUEST_SECONDS.labels(route, method).observe(seconds)
+    key = (route_of(scope), scope["method"], status)
+    children = _COUNTED.get(key)
+    if children is None:
+        route, method = key[0], key[1]
+        children = _COUNTED[key] = (
+            metrics.REQUESTS.labels(route, method, str(status)),
+            metrics.REQUEST_SECONDS.labels(route, method),
+        )
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 def _log_access(scope: Scope, status: int, seconds: float) -> None:

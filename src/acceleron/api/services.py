@@ -19,6 +19,7 @@ from acceleron.api.capacity import Threads, UploadSlots
 from acceleron.api.policy import Policy
 from acceleron.api.wakeup import TaskWakeup
 from acceleron.db.session import Database
+from acceleron.service.device_profiles import Limits as ProfileLimits
 from acceleron.service.nova import NovaNotifier
 from acceleron.service.quotas import Limits
 
@@ -39,9 +40,24 @@ class Services:
     # limits come from Keystone (oslo.limit), not from the config file. Decided once,
     # here, where the quota driver is known; ``Call.run_counted`` runs by it.
     counting_waits: bool = dataclasses.field(init=False)
+    # Options every request of their kind reads, read once (none changes at a reload):
+    # ``[device_profiles]``'s limits, ``[api] public_endpoint``.
+    profile_limits: ProfileLimits = dataclasses.field(init=False)
+    public_endpoint: str | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "counting_waits", self.limits.driver != "config")
+        profiles = self.conf.device_profiles
+        decided = {
+            "counting_waits": self.limits.driver != "config",
+            "profile_limits": ProfileLimits(
+                max_groups=profiles.max_groups,
+                max_accelerators=profiles.max_accelerators,
+                max_accelerators_per_group=profiles.max_accelerators_per_group,
+            ),
+            "public_endpoint": self.conf.api.public_endpoint,
+        }
+        for name, value in decided.items():
+            object.__setattr__(self, name, value)
 
 
 def services(app: FastAPI) -> Services:

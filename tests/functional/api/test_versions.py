@@ -10,21 +10,25 @@ import uuid
 
 import pytest
 from fastapi.testclient import TestClient
+from oslo_config import cfg
 
+from acceleron.api.app import create_app
 from acceleron.api.middleware import new_request_id
-from acceleron.api.services import services
+from acceleron.db.session import Database
 from acceleron.logs import ContextFilter
 
 # What oslo.middleware takes as another service's request id (X-OpenStack-Request-ID).
 OSLO_REQUEST_ID = re.compile(r"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def test_public_endpoint_is_used_in_links(api: TestClient) -> None:
-    services(api.app).conf.set_override("public_endpoint", "https://cloud.test/accelerator", "api")  # type: ignore[arg-type]
+def test_public_endpoint_is_used_in_links(conf: cfg.ConfigOpts, db: Database) -> None:
+    conf.set_override("public_endpoint", "https://cloud.test/accelerator", "api")
     try:
-        assert api.get("/v2").json()["links"][0]["href"] == "https://cloud.test/accelerator/v2/"
+        with TestClient(create_app(conf, db)) as api:
+            links = api.get("/v2").json()["links"]
     finally:
-        services(api.app).conf.clear_override("public_endpoint", "api")  # type: ignore[arg-type]
+        conf.clear_override("public_endpoint", "api")
+    assert links[0]["href"] == "https://cloud.test/accelerator/v2/"
 
 
 def test_links_follow_each_requests_own_address(api: TestClient) -> None:
