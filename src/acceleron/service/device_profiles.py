@@ -324,7 +324,7 @@ _BY_ID = _SELECT.where(_TABLE.c.id == bindparam("id"))
 _CLASH = select(_TABLE.c.name).where(
     or_(_TABLE.c.name == bindparam("name"), _TABLE.c.uuid == bindparam("uuid"))
 )
-_INSERT = insert(_TABLE).returning(*_COLUMNS)
+_INSERT = insert(_TABLE)
 _make = Profile._make
 
 
@@ -339,16 +339,18 @@ def create(
     limits: Limits = Limits(),
 ) -> Profile:
     ident = _check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4())
-    values = {
-        "uuid": ident,
-        "name": check_name(name),
-        "description": check_description(description),
-        "groups": normalize_groups(groups, limits),
-        "enabled": enabled,
-    }
+    # Stored as given on every backend (microseconds included): not read back.
+    made = Profile(id=0, uuid=ident, name=check_name(name),
+                   description=check_description(description),
+                   groups=normalize_groups(groups, limits), enabled=enabled,
+                   created_at=utcnow(), updated_at=None)  # fmt: skip
+    values = made._asdict()
+    del values["id"], values["updated_at"]
     try:  # the unique indexes say whether the name or uuid is taken: no SELECT first
         with db.writer() as conn:
-            profile = _make(conn.execute(_INSERT, values).one())
+            key = conn.execute(_INSERT, values).inserted_primary_key
+            assert key is not None  # a single row's INSERT always has it
+            profile = made._replace(id=key[0])
             if enabled:
                 _maintained_follow(conn, profile.groups)
     except IntegrityError as exc:
