@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from oslo_config import cfg
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -30,6 +31,7 @@ from acceleron.api import (
     deployables,
     device_profiles,
     devices,
+    dispatch,
     errors,
     hosts,
     quotas,
@@ -90,6 +92,9 @@ def _add_routes(app: FastAPI) -> None:
     and dependencies (``APIRouter.add_api_route``), and none has a lifespan of its own."""
     for router in ROUTERS:
         app.router.routes.extend(router.routes)
+        for route in router.routes:
+            if isinstance(route, APIRoute):
+                dispatch.served_directly(route)
 
 
 def create_app(

@@ -211,10 +211,14 @@ def _body_validator(field: Any) -> SchemaValidator:
     return known[1]
 
 
+_BODY = "acceleron.body"  # the scope's key for the body as _check_body validated it
+
+
 async def _check_body(request: Request) -> None:
     """The body's characters, then its schema, stopping at the first error of each list
-    or mapping. FastAPI read and parsed the body before any dependency ran."""
-    if not _is_json(request):
+    or mapping; the body as validated is kept for ``checked_body``. FastAPI read and
+    parsed the body before any dependency ran."""
+    if _BODY in request.scope or not _is_json(request):
         return
     body = await request.body()
     if not body:
@@ -224,12 +228,23 @@ async def _check_body(request: Request) -> None:
     if field is None:
         return
     try:
-        _body_validator(field).validate_python(await request.json())
+        request.scope[_BODY] = _body_validator(field).validate_python(await request.json())
     except ValidationError as error:
         errors = error.errors(include_url=False)
         raise RequestValidationError(
             [{**item, "loc": ("body", *item["loc"])} for item in errors]
         ) from None
+
+
+async def checked_body(request: Request) -> Any:
+    """The JSON body of ``request`` as its route's schema takes it, validated once
+    (``_check_body``, which ``CallDep`` runs before the handler)."""
+    await _check_body(request)
+    if _BODY not in request.scope:
+        raise RequestValidationError(
+            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+        )
+    return request.scope[_BODY]
 
 
 async def _call(request: Request) -> Call:
