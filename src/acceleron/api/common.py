@@ -203,10 +203,13 @@ _BODY_VALIDATORS: dict[int, tuple[object, SchemaValidator]] = {}
 
 
 def _body_validator(field: Any) -> SchemaValidator:
-    """The route's body schema (a FastAPI ModelField's annotation), failing fast."""
+    """The route's body schema (a FastAPI ModelField's annotation, with the constraints
+    its ``Body(...)`` adds, such as ``min_length``), failing fast."""
     known = _BODY_VALIDATORS.get(id(field))
     if known is None or known[0] is not field:
-        schema = TypeAdapter(field.field_info.annotation).core_schema
+        info = field.field_info
+        constrained: Any = Annotated[info.annotation, info]
+        schema = TypeAdapter(constrained).core_schema
         known = _BODY_VALIDATORS[id(field)] = (field, SchemaValidator(_failing_fast(schema)))
     return known[1]
 

@@ -38,6 +38,8 @@ CASES: list[tuple[str, str, str, bytes, dict[str, str]]] = [
     ("a route older microversions lack", "PATCH", f"{PATH}/NAME",
      b'[{"op": "replace", "path": "/description", "value": "d"}]',
      {"OpenStack-API-Version": "accelerator 2.0"}),
+    ("a constraint of the body's own (one operation)", "PATCH",
+     "/v2/deployables/2f0f1d4e-8d56-4ad4-9d6c-6c1b0b3e0f11/program", b"[]", LATEST),
     ("a patch of a profile not there", "PATCH", f"{PATH}/2f0f1d4e-8d56-4ad4-9d6c-6c1b0b3e0f11",
      b'[{"op": "replace", "path": "/description", "value": "d"}]', LATEST),
 ]  # fmt: skip
