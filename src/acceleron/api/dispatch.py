@@ -23,6 +23,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
@@ -51,39 +52,50 @@ def shape_of(route: APIRoute) -> Shape | None:
     """The route's shape, or None where FastAPI's machinery is needed."""
     found = route.dependant
     if (
-        found.query_params
-        or found.header_params
-        or found.cookie_params
+        _takes_more_than_its_parameters(found)
+        or found.request_param_name
+        or found.query_params
         or len(found.body_params) > 1
         or (getattr(route, "_embed_body_fields", True) and found.body_params)
-        or found.request_param_name
-        or found.websocket_param_name
-        or found.http_connection_param_name
-        or found.response_param_name
-        or found.background_tasks_param_name
-        or found.security_scopes_param_name
         or getattr(route, "max_body_size", None) is not None
         or route.dependency_overrides_provider is not None
         or not inspect.iscoroutinefunction(found.call)
         or not _answers_a_response(found.call)
+        or any(field.field_info.annotation is not str for field in found.path_params)
     ):
-        return None
-    if any(field.field_info.annotation is not str for field in found.path_params):
         return None
     dependencies: list[tuple[str | None, Dependency]] = []
     for sub in found.dependencies:
-        takes_only_the_request = sub.request_param_name is not None and not (
-            sub.dependencies or sub.path_params or sub.query_params or sub.header_params
-            or sub.cookie_params or sub.body_params or sub.security_scopes_param_name
-        )  # fmt: skip
-        if not takes_only_the_request or not _is_async(sub.call):
-            return None
+        if (
+            sub.request_param_name is None
+            or _takes_more_than_its_parameters(sub)
+            or sub.dependencies
+            or sub.path_params
+            or sub.query_params
+            or sub.body_params
+            or not _is_async(sub.call)
+        ):
+            return None  # it takes more than the request
         dependencies.append((sub.name, typing.cast(Dependency, sub.call)))
     return Shape(
         endpoint=found.call,
         dependencies=tuple(dependencies),
         path_params=tuple(field.name for field in found.path_params),
         body=found.body_params[0].name if found.body_params else None,
+    )
+
+
+def _takes_more_than_its_parameters(found: Dependant) -> bool:
+    """Whether it takes headers, cookies or what FastAPI hands in besides the request
+    (the response, background tasks, a websocket, security scopes)."""
+    return bool(
+        found.header_params
+        or found.cookie_params
+        or found.websocket_param_name
+        or found.http_connection_param_name
+        or found.response_param_name
+        or found.background_tasks_param_name
+        or found.security_scopes_param_name
     )
 
 

@@ -5,14 +5,18 @@ same answer, for every kind of bad body, a refused caller, a guard and a good bo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from fastapi import Depends, Header
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from starlette.requests import Request
+from starlette.responses import Response
 
 from acceleron.api import dispatch
 from acceleron.api.app import ROUTERS
+from acceleron.api.common import CallDep
 
 PATH = "/v2/device_profiles"
 GROUPS = '[{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]'
@@ -110,3 +114,53 @@ def test_only_a_json_body_with_a_length_is_served_directly() -> None:
     assert not dispatch.is_json_with_body(
         scope((b"content-type", b"text/plain"), (b"content-length", b"12"))
     )
+
+
+async def _takes_the_response(request: Request, response: Response) -> None:
+    return None
+
+
+async def _guard(request: Request) -> None:
+    return None
+
+
+def _route(endpoint: Any) -> APIRoute:
+    return APIRoute("/things/{ident}", endpoint, methods=["POST"])
+
+
+async def _plain(ident: str, call: CallDep) -> Response:
+    return Response()
+
+
+async def _guarded(ident: str, _: Annotated[None, Depends(_guard)]) -> Response:
+    return Response()
+
+
+async def _with_query(ident: str, call: CallDep, q: str | None = None) -> Response:
+    return Response()
+
+
+async def _with_an_int(ident: int, call: CallDep) -> Response:
+    return Response()
+
+
+async def _with_a_dict_answer(ident: str, call: CallDep) -> dict[str, str]:
+    return {}
+
+
+async def _with_a_response_dependency(
+    ident: str, _: Annotated[None, Depends(_takes_the_response)]
+) -> Response:
+    return Response()
+
+
+async def _with_a_header(ident: str, x_thing: Annotated[str, Header()]) -> Response:
+    return Response()
+
+
+def test_a_handler_of_another_shape_is_left_to_fastapi() -> None:
+    assert dispatch.shape_of(_route(_plain)) is not None
+    assert dispatch.shape_of(_route(_guarded)) is not None
+    for endpoint in [_with_query, _with_an_int, _with_a_dict_answer,
+                     _with_a_response_dependency, _with_a_header]:  # fmt: skip
+        assert dispatch.shape_of(_route(endpoint)) is None, endpoint.__name__
