@@ -113,6 +113,9 @@ def _answers_a_response(endpoint: Callable[..., Any]) -> bool:
 
 
 def is_json_with_body(scope: Scope) -> bool:
+    """Whether the request says it carries a JSON body (``application/json``, exactly)
+    of a length: what this module serves. A chunked body, or JSON of another spelling,
+    is FastAPI's."""
     media = length = None
     for name, value in scope["headers"]:
         if name == b"content-type":
