@@ -69,12 +69,13 @@ def transactions(db: Database) -> Iterator[list[object]]:
 
 def test_a_reader_inside_a_reader_joins_it(db: Database) -> None:
     with db.reader() as outer:
+        begun = outer.get_transaction()
         with db.reader() as inner:
-            assert inner is outer
+            assert inner is outer and inner.get_transaction() is begun
         with db.writer() as writer:  # a write is never part of a read transaction
             assert writer is not outer
-    with db.reader() as later:
-        assert later is not outer
+    with db.reader() as later:  # a transaction of its own (on SQLite, the kept connection)
+        assert later.get_transaction() is not begun
 
 
 def test_a_profile_and_its_steering_are_read_in_one_transaction(
