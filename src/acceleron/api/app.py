@@ -94,7 +94,7 @@ def _add_routes(app: FastAPI) -> None:
         app.router.routes.extend(router.routes)
         for route in router.routes:
             if isinstance(route, APIRoute):
-                dispatch.served_directly(route)
+                dispatch.serve_directly(route)
 
 
 def create_app(

@@ -145,14 +145,16 @@ async def _parse(request: Request) -> None:
 _SERVED = "_acceleron_served_directly"  # set on a route served here (routers outlive apps)
 
 
-def served_directly(route: APIRoute) -> bool:
-    """Serve ``route`` here where its shape allows (see the module); whether it is. A
-    route already served here stays as it is."""
-    if getattr(route, _SERVED, False):
-        return True
-    shape = shape_of(route)
+def is_served_directly(route: APIRoute) -> bool:
+    return bool(getattr(route, _SERVED, False))
+
+
+def serve_directly(route: APIRoute) -> None:
+    """Serve ``route`` here where its shape allows (see the module); a route already
+    served here stays as it is."""
+    shape = None if is_served_directly(route) else shape_of(route)
     if shape is None:
-        return False
+        return
     fastapi_app = route.app
     direct = request_response(_handler(shape))
 
@@ -164,7 +166,6 @@ def served_directly(route: APIRoute) -> bool:
 
     route.app = app
     setattr(route, _SERVED, True)
-    return True
 
 
 def _handler(shape: Shape) -> Callable[[Request], Awaitable[Response]]:
