@@ -27,7 +27,7 @@ CHECK_MARKERS ?= not slow and not placement
 # (8 s of CPU each for `make check`'s collection).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test check install-check lint typecheck hooks lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg e2e-upgrade
+.PHONY: run test check install-check release release-check lint typecheck hooks lock docs clean cloud cloud-stop cloud-lock e2e e2e-flat e2e-ha e2e-cyborg e2e-upgrade
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,17 @@ check: $(STAMP) lint
 ## starts the all-in-one and serves a device profile (.ci/install-check).
 install-check: | $(BIN)/uv
 	bash .ci/install-check
+
+## A release's sdist and wheel in dist/, built from the release commit (HEAD, clean) once
+## its version, CHANGELOG section and docs/install.md agree (CONTRIBUTING.md, "Releases").
+release: $(RUN_STAMP)
+	$(BIN)/python .ci/release.py --out dist
+
+## The same on any commit, in RELEASE_OUT (a new temporary directory by default), as CI
+## runs it: a release commit is checked as by `make release`; any other (a .dev version)
+## needs its Unreleased section. Both build HEAD as committed.
+release-check: $(RUN_STAMP)
+	$(BIN)/python .ci/release.py --check --out $(or $(RELEASE_OUT),$(shell mktemp -d))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -130,11 +130,11 @@ def profiles(
     """The profile API's figures, on this tree's code or ``source`` (another's src)."""
     results: list[Result] = []
     with all_in_one(source=source) as url:
-        results.append(run(f"{label}create (0 -> 200 profiles)", url, creates(0, 200),
-                           clients, 60))  # fmt: skip
+        results.append(run(f"{label}create (0 -> 200 profiles)", url, creates(0, 200), clients, 60))
         results.append(run(f"{label}list, 200 profiles", url, gets([PATH]), clients, seconds))
-        results.append(run(f"{label}create (200 -> 1000 profiles)", url, creates(200, 1000),
-                           clients, 120))  # fmt: skip
+        results.append(
+            run(f"{label}create (200 -> 1000 profiles)", url, creates(200, 1000), clients, 120)
+        )
         uuids = all_uuids(url)
         assert len(uuids) == 1000, len(uuids)
         results.append(

@@ -82,11 +82,16 @@ def api_server(url: str, options: dict[str, str]) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as state:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
         env.update(OS_DATABASE__CONNECTION=url, OS_DEFAULT__STATE_PATH=state, **options)
-        subprocess.run([str(acceleron), "db", "upgrade"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [str(acceleron), "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL
+        )
         log = open(Path(state) / "api.log", "w")  # noqa: SIM115
-        process = subprocess.Popen([str(acceleron), "api", "--port", str(port)],
-                                   stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        process = subprocess.Popen(
+            [str(acceleron), "api", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             wait_ready(base, process)
@@ -113,12 +118,20 @@ class Timings:
         def ms(p: float) -> str:
             return f"{ordered[min(len(ordered) - 1, int(len(ordered) * p))] * 1000:7.0f} ms"
 
-        return (f"  {name:<22} {len(ordered):5d} requests  p50 {ms(0.5)}  p99 {ms(0.99)}  "
-                f"max {ordered[-1] * 1000:7.0f} ms  {dict(self.statuses)}")  # fmt: skip
+        return (
+            f"  {name:<22} {len(ordered):5d} requests  p50 {ms(0.5)}  p99 {ms(0.99)}  "
+            f"max {ordered[-1] * 1000:7.0f} ms  {dict(self.statuses)}"
+        )
 
 
-async def measured(base: str, request: tuple[str, str, bytes], headers: dict[str, str],
-                   until: float, timeout: float, timings: Timings) -> None:  # fmt: skip
+async def measured(
+    base: str,
+    request: tuple[str, str, bytes],
+    headers: dict[str, str],
+    until: float,
+    timeout: float,
+    timings: Timings,
+) -> None:
     """One client repeating ``request`` until ``until``, each answer timed."""
     host, port = base.removeprefix("http://").split(":")
     method, path, data = request
@@ -148,10 +161,12 @@ async def stalled_upload(base: str, bitstream: str, project: str, outcome: Timin
     """Announce 1 MiB, send 1 KiB, hold; record what the server answered, if anything."""
     host, port = base.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    head = (f"PUT /v2/bitstreams/{bitstream}/data HTTP/1.1\r\nHost: {host}\r\n"
-            f"OpenStack-API-Version: accelerator latest\r\nX-Roles: member\r\n"
-            f"X-Project-Id: {project}\r\nContent-Type: application/octet-stream\r\n"
-            f"Content-Length: {1 << 20}\r\n\r\n")  # fmt: skip
+    head = (
+        f"PUT /v2/bitstreams/{bitstream}/data HTTP/1.1\r\nHost: {host}\r\n"
+        f"OpenStack-API-Version: accelerator latest\r\nX-Roles: member\r\n"
+        f"X-Project-Id: {project}\r\nContent-Type: application/octet-stream\r\n"
+        f"Content-Length: {1 << 20}\r\n\r\n"
+    )
     writer.write(head.encode() + b"\0" * 1024)
     await writer.drain()
     await _await_answer(reader, writer, outcome)
@@ -162,9 +177,12 @@ async def slow_json(base: str, outcome: Timings) -> None:
     host, port = base.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     data = body([{"name": f"slow-{uuid.uuid4().hex[:8]}", "groups": [{"resources:FPGA": "1"}]}])
-    writer.write((f"POST /v2/device_profiles HTTP/1.1\r\nHost: {host}\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
-                  ).encode())  # fmt: skip
+    writer.write(
+        (
+            f"POST /v2/device_profiles HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        ).encode()
+    )
     await writer.drain()
 
     async def trickle() -> None:
@@ -184,8 +202,12 @@ async def slow_download(base: str, bitstream: str, outcome: Timings) -> None:
     """A download read one byte a second (the server's buffers fill, then it must wait)."""
     host, port = base.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port), limit=1024)
-    writer.write((f"GET /v2/bitstreams/{bitstream}/data HTTP/1.1\r\nHost: {host}\r\n"
-                  f"OpenStack-API-Version: accelerator latest\r\n\r\n").encode())  # fmt: skip
+    writer.write(
+        (
+            f"GET /v2/bitstreams/{bitstream}/data HTTP/1.1\r\nHost: {host}\r\n"
+            f"OpenStack-API-Version: accelerator latest\r\n\r\n"
+        ).encode()
+    )
     await writer.drain()
     try:
         first = await reader.readline()
@@ -226,8 +248,11 @@ def call_as(base: str, method: str, path: str, data: Any, headers: dict[str, str
     import urllib.request
 
     request = urllib.request.Request(base + path, data=body(data), method=method)
-    for name, value in {"OpenStack-API-Version": "accelerator latest",
-                        "Content-Type": "application/json", **headers}.items():  # fmt: skip
+    for name, value in {
+        "OpenStack-API-Version": "accelerator latest",
+        "Content-Type": "application/json",
+        **headers,
+    }.items():
         request.add_header(name, value)
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read() or b"null")
@@ -242,8 +267,7 @@ def host_report() -> bytes:
     return to_bytes(HostReport(HOST, "bench", tuple(FakeDriver(conf, Path("/")).discover())))
 
 
-async def phase(base: str, name: str, seconds: float, timeout: float,
-                attackers: list[Any]) -> None:  # fmt: skip
+async def phase(base: str, name: str, seconds: float, timeout: float, attackers: list[Any]) -> None:
     """Run the attackers, then measure the well-behaved clients for ``seconds``."""
     outcome = Timings()
     tasks = [asyncio.create_task(a(outcome)) for a in attackers]
@@ -262,8 +286,10 @@ async def phase(base: str, name: str, seconds: float, timeout: float,
     if attackers:
         await asyncio.sleep(0.1)
         done = sum(outcome.statuses.values())
-        print(f"  attackers: {len(attackers)}, answered {dict(outcome.statuses)}, "
-              f"{len(attackers) - done} still open")  # fmt: skip
+        print(
+            f"  attackers: {len(attackers)}, answered {dict(outcome.statuses)}, "
+            f"{len(attackers) - done} still open"
+        )
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -290,8 +316,12 @@ def main() -> None:
     with database(args.database) as url, api_server(url, options) as base:
         print(f"acceleron api on {args.database} at {base} {options or ''}")
         for n in range(20):
-            call(base, "POST", "/v2/device_profiles",
-                 [{"name": f"dp-{n}", "groups": [{"resources:FPGA": "1"}]}])  # fmt: skip
+            call(
+                base,
+                "POST",
+                "/v2/device_profiles",
+                [{"name": f"dp-{n}", "groups": [{"resources:FPGA": "1"}]}],
+            )
         one_project = queued_bitstreams(base, ["attacker"] * args.stalled)
         many = queued_bitstreams(base, [f"p{n}" for n in range(args.stalled)])
         download = call(
@@ -301,19 +331,27 @@ def main() -> None:
 
         async def run() -> None:
             await phase(base, "baseline", args.seconds, args.timeout, [])
-            await phase(base, f"{args.stalled} stalled uploads of one project", args.seconds,
-                        args.timeout,
-                        [lambda o, b=b: stalled_upload(base, b, "attacker", o)
-                         for b in one_project])  # fmt: skip
+            await phase(
+                base,
+                f"{args.stalled} stalled uploads of one project",
+                args.seconds,
+                args.timeout,
+                [lambda o, b=b: stalled_upload(base, b, "attacker", o) for b in one_project],
+            )
             slow: list[Any] = [
                 *(lambda o, b=b, n=n: stalled_upload(base, b, f"p{n}", o)
                   for n, b in enumerate(many)),
                 *(lambda o: slow_json(base, o) for _ in range(args.stalled)),
                 *(lambda o: slow_download(base, download, o) for _ in range(args.stalled)),
             ]  # fmt: skip
-            await phase(base, f"slow clients ({len(slow)}: stalled uploads of "
-                        f"{args.stalled} projects, slow JSON bodies, slow downloads)",
-                        args.seconds, args.timeout, slow)  # fmt: skip
+            await phase(
+                base,
+                f"slow clients ({len(slow)}: stalled uploads of "
+                f"{args.stalled} projects, slow JSON bodies, slow downloads)",
+                args.seconds,
+                args.timeout,
+                slow,
+            )
 
         asyncio.run(run())
 

@@ -75,8 +75,9 @@ def create_and_bind(url: str, clients: int, seconds: float) -> tuple[Result, lis
 
     async def main() -> None:
         deadline = time.perf_counter() + seconds
-        await asyncio.gather(*(binder(url, name, pools, i, 16, deadline, result, instances)
-                               for i in range(clients)))  # fmt: skip
+        await asyncio.gather(
+            *(binder(url, name, pools, i, 16, deadline, result, instances) for i in range(clients))
+        )
 
     started, cpu = time.perf_counter(), cpu_seconds(url.pid)  # type: ignore[attr-defined]
     with profiling(url):
@@ -109,8 +110,12 @@ def bound_states(url: str) -> collections.Counter[str]:
 
 
 def upload(url: str, function: str, size_mb: int) -> str:
-    made = call(url, "POST", "/v2/bitstreams", {"name": "bench.gbs", "function_uuid": function,
-                                                 "region_type_uuid": REGION_TYPE})  # fmt: skip
+    made = call(
+        url,
+        "POST",
+        "/v2/bitstreams",
+        {"name": "bench.gbs", "function_uuid": function, "region_type_uuid": REGION_TYPE},
+    )
     data = gbs.build(REGION_TYPE, (function,), payload=b"\x5a" * (size_mb << 20))
     call(url, "PUT", f"/v2/bitstreams/{made['uuid']}/data", raw=data)
     bitstream: str = made["uuid"]
@@ -149,15 +154,22 @@ def programming(url: str, size_mb: int) -> list[tuple[str, list[tuple[str, float
     name = f"fn-{function[:6]}"
     group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": function}
     call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": [group]}])
-    regions = [d for d in call(url, "GET", "/v2/deployables?kind=region")["deployables"]
-               if d["region_type"] == REGION_TYPE and d["hostname"] != HOST]  # fmt: skip
+    regions = [
+        d
+        for d in call(url, "GET", "/v2/deployables?kind=region")["deployables"]
+        if d["region_type"] == REGION_TYPE and d["hostname"] != HOST
+    ]
     first, second = regions[0], regions[1]
     return [
-        (f"first bind, {size_mb} MiB bitstream fetched", timed_bind(url, name, first["rp_uuid"],
-                                                                    first["hostname"])),
-        ("second bind, same bitstream from the host's cache",
-         timed_bind(url, name, second["rp_uuid"], second["hostname"])),
-    ]  # fmt: skip
+        (
+            f"first bind, {size_mb} MiB bitstream fetched",
+            timed_bind(url, name, first["rp_uuid"], first["hostname"]),
+        ),
+        (
+            "second bind, same bitstream from the host's cache",
+            timed_bind(url, name, second["rp_uuid"], second["hostname"]),
+        ),
+    ]
 
 
 def top(profile: Path, entries: int = 30) -> str:
@@ -194,8 +206,9 @@ def main() -> None:
         timings = programming(url, args.size_mb)
     print(f"\n{args.clients} concurrent clients, {args.seconds:.0f} s")
     if baseline is not None:
-        baseline.name = baseline.name.replace("create + bind (no programming)",
-                                              f"baseline ({args.baseline})")  # fmt: skip
+        baseline.name = baseline.name.replace(
+            "create + bind (no programming)", f"baseline ({args.baseline})"
+        )
         print(baseline.line().replace("req/s", "binds/s"))
     print(bound.line().replace("req/s", "binds/s"))
     print(f"    requests after the run: {dict(states)}")

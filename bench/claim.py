@@ -3,7 +3,7 @@
 Starts Acceleron the way ``make run`` does (all-in-one: SQLite, noauth, the real
 Placement embedded), reports 100 more hosts through the agents' API, each with 8
 fake devices (4 Intel FPGA cards of two regions, 4 QAT cards of 4 VFs), waits until
-Placement has them all, then runs the claim flow (``acceleron.scheduler.claim``,
+Placement has them all, then runs the claim flow (``acceleron.client.claims``,
 what ``acceleron claim`` runs) from N client threads for a fixed time, each claim
 followed by its release:
 
@@ -43,6 +43,19 @@ function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
         [--profiles daas-qat,...] [--flows placement,nova,server] [--baseline REV]
+        [--rounds N]
+
+Each run also says the retries per claim: for ``placement`` and ``nova`` the
+allocations Placement refused (409) and chosen again (they ask for candidates again,
+as a scheduler does, up to 5 times); for ``server`` the claims' own, as the server
+counts them (``acceleron_claim_allocation_conflicts_total``; ``-`` for code that did
+not count them), with Placement's 409s to the server's allocation writes per claim
+and the share of those writes sent batched (``acceleron.placement.batch``).
+
+Under contention: ``--hosts 2`` is every client claiming from two hosts' pools (16 QAT
+VFs each, with pools on: one provider per host and class); with 32 clients the 32 VFs
+are all in use at times, and claims are refused and retried. ``--rounds N`` runs each
+flow N times in turn and adds the median and range of each.
 
 With ``--baseline REV`` the server-side claims are first run, the same way, on the code
 of commit ``REV`` (its flow shown as the commit), and printed beside this tree's (or,
@@ -57,17 +70,21 @@ import os
 import statistics
 import threading
 import time
+import urllib.request
 import uuid
 from typing import Any
 
 from keystoneauth1 import adapter, session, token_endpoint
 from keystoneauth1.noauth import NoAuth
+from prometheus_client.parser import text_string_to_metric_families
 
+from acceleron.client.claims import Claimer
+from acceleron.exceptions import AllocationConflict
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query, weigher
-from acceleron.scheduler.claim import Claimer
 from acceleron.service import claim_survey
+from acceleron.service.claim_leases import ATTEMPTS
 from load import Url, all_in_one, call, checkout, cpu_seconds, report_fake_hosts, wait_synced
 
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
@@ -142,6 +159,7 @@ class PlacementOnly:
         self.placement = placement_client(url)
         self.roots = roots
         self.as_nova = as_nova
+        self.retries = 0  # allocations Placement refused (409) and chosen again
 
     def claim(self, profile: str, consumer: str) -> None:
         groups = PROFILES[profile]
@@ -150,11 +168,17 @@ class PlacementOnly:
             params = query.profile_query(groups, limit=NOVA_LIMIT).params()
         else:
             params = next(claim_survey.candidate_queries(groups, survey(groups, self.roots)))
-        best = weigher.best(self.placement.get_allocation_candidates(params), wanted)
-        if best is None:
-            raise RuntimeError("no candidate")
-        self.placement.put_allocations(consumer, best.allocations, project_id="bench",
-                                       user_id="bench")  # fmt: skip
+        for _ in range(ATTEMPTS):  # as a scheduler does: asked again when another won
+            best = weigher.best(self.placement.get_allocation_candidates(params), wanted)
+            if best is None:
+                raise RuntimeError("no candidate")
+            try:
+                self.placement.put_allocations(consumer, best.allocations, project_id="bench",
+                                               user_id="bench")  # fmt: skip
+                return
+            except AllocationConflict:
+                self.retries += 1
+        raise RuntimeError(f"other consumers took the capacity {ATTEMPTS} times")
 
     def release(self, consumer: str, made: None = None) -> None:
         self.placement.delete_allocations(consumer)
@@ -167,12 +191,21 @@ def run(
     releases: list[float] = []
     released_cpu: list[float] = []  # the process's CPU time over each release
     failures: list[str] = []
+    retries: list[int] = []  # the placement and nova flows' own, by client
     deadline = time.monotonic() + seconds
 
     def worker() -> None:
         flow: Any = claimer(url)
         if flow_name in ("placement", "nova"):
             flow = PlacementOnly(url, roots, as_nova=flow_name == "nova")
+            try:
+                work(flow)
+            finally:
+                retries.append(flow.retries)
+            return
+        work(flow)
+
+    def work(flow: Any) -> None:
         while time.monotonic() < deadline:
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
@@ -188,16 +221,42 @@ def run(
             released_cpu.append(cpu_seconds(url.pid) - before)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
+    counted = counters(url)
     started, cpu = time.monotonic(), cpu_seconds(url.pid)
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed, cpu = time.monotonic() - started, cpu_seconds(url.pid) - cpu
+    moved = {name: n - counted.get(name, 0.0) for name, n in counters(url).items()}
+    if flow_name in ("placement", "nova"):
+        moved["retries"] = float(sum(retries))
     return {"profile": profile, "flow": flow_name, "clients": clients,
             "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
             "releases": releases, "released_cpu": released_cpu, "failures": failures,
-            "cpu": cpu}  # fmt: skip
+            "cpu": cpu, "counted": moved}  # fmt: skip
+
+
+def counters(url: str) -> dict[str, float]:
+    """What the server counted so far (``GET /metrics``): ``conflicts``, Placement's 409s
+    to allocation writes (a claim's, a release's, a batch's; the Placement flows' own
+    writes go to ``/placement`` and are not counted there); ``retries``, claims'
+    allocations refused and chosen again (absent from code that did not count them);
+    ``writes:HOW``, consumers' allocation writes by how they were sent (idem)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "acceleron_placement_errors_total" and sample.labels == {
+                "kind": "allocations", "error": "conflict"}:  # fmt: skip
+                found["conflicts"] = found.get("conflicts", 0.0) + sample.value
+            elif sample.name == "acceleron_claim_allocation_conflicts_total":
+                found["retries"] = found.get("retries", 0.0) + sample.value
+            elif sample.name == "acceleron_placement_allocation_writes_total":
+                key = f"writes:{sample.labels['how']}"
+                found[key] = found.get(key, 0.0) + sample.value
+    return found
 
 
 def roots_of(url: str, hostnames: list[str]) -> frozenset[str]:
@@ -257,6 +316,9 @@ def main() -> None:
     parser.add_argument("--rev", default="none",
                         help="run this commit's code rather than the working tree's (other "
                              "work in progress left out); none: the working tree")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run each flow this many times, in turn (on shared cores: a "
+                             "median, and how far the rounds spread)")  # fmt: skip
     args = parser.parse_args()
     profiles, flows = args.profiles.split(","), args.flows.split(",")
     counts = [int(n) for n in args.clients.split(",")]
@@ -265,7 +327,7 @@ def main() -> None:
         with checkout(args.baseline) as source, all_in_one(config=CONFIG, source=source) as url:
             roots = fill(url, args.hosts)
             for r in (run(url, name, n, args.seconds, "server", roots) for n in counts
-                      for name in profiles):  # fmt: skip
+                      for name in profiles for _ in range(args.rounds)):  # fmt: skip
                 results.append({**r, "flow": f"{args.baseline[:7]}"})
     with contextlib.ExitStack() as stack:
         code = None if args.rev == "none" else stack.enter_context(checkout(args.rev))
@@ -273,7 +335,8 @@ def main() -> None:
         roots = fill(url, args.hosts)
         candidates = candidates_queries(url, roots)
         results += [run(url, name, n, args.seconds, flow, roots) for n in counts
-                    for name in profiles for flow in flows]  # fmt: skip
+                    for name in profiles for _ in range(args.rounds)
+                    for flow in flows]  # fmt: skip
     print(f"\nallocation candidates for one FPGA region of function {FUNCTION[:8]}…, "
           f"{args.hosts} hosts, median of 10 (a server-side claim sends 1 to 4 in turn, "
           f"until one has candidates):")  # fmt: skip
@@ -288,6 +351,27 @@ def main() -> None:
         print(line(r, baselines))
         if r["failures"]:
             print(f"    first failure: {r['failures'][0]}")
+    if args.rounds > 1:
+        print(f"\nmedians of {args.rounds} rounds (lowest to highest claims/s):")
+        for key in dict.fromkeys((r["clients"], r["profile"], r["flow"]) for r in results):
+            print(medians([r for r in results
+                           if (r["clients"], r["profile"], r["flow"]) == key]))  # fmt: skip
+
+
+def medians(rounds: list[dict[str, Any]]) -> str:
+    """One flow's rounds: the median claims/s (the range), CPU per claim and p50, and the
+    retries per claim over them all."""
+    first = rounds[0]
+    rates = sorted(len(r["latencies"]) / r["seconds"] for r in rounds)
+    cpus = [r["cpu"] * 1000 / len(r["latencies"]) for r in rounds if r["latencies"]]
+    p50s = [percentile(r["latencies"], 50) for r in rounds if r["latencies"]]
+    claims = sum(len(r["latencies"]) + len(r["failures"]) for r in rounds)
+    counted = [r["counted"].get("retries") for r in rounds]
+    retries = "-" if None in counted else f"{sum(c or 0 for c in counted) / claims:.2f}"
+    return (f"{first['profile']:<20} {first['flow']:<9} {first['clients']:2d} clients "
+            f"{statistics.median(rates):6.1f} claims/s ({rates[0]:.1f} to {rates[-1]:.1f})   "
+            f"CPU {statistics.median(cpus or [0]):5.1f} ms/claim   "
+            f"p50 {statistics.median(p50s or [0]):6.1f} ms   retries {retries}/claim")  # fmt: skip
 
 
 def fill(url: Url, hosts: int) -> frozenset[str]:
@@ -324,8 +408,26 @@ def line(r: dict[str, Any], baselines: dict[str, dict[str, Any]]) -> str:
     failed = len(r["failures"])
     return (f"{head} {rate:6.1f} claims/s   p50 {p50:6.1f} ms   "
             f"p99 {percentile(lat, 99):6.1f} ms   CPU {cpu:5.1f} ms/claim   "
+            f"{retried(r)}"
             f"(release p50 {percentile(r['releases'], 50):.1f} ms{release_cpu(r)}; "
             f"{failed} failed){ratios}")  # fmt: skip
+
+
+def retried(r: dict[str, Any]) -> str:
+    """Retries per claim (allocations refused and chosen again; ``-``: the code did not
+    count them), Placement's 409s to the server's allocation writes per claim, and the
+    share of the server's allocation writes sent batched."""
+    counted, claims = r["counted"], len(r["latencies"]) + len(r["failures"])
+    retries = counted.get("retries")
+    shown = "  -" if retries is None else f"{retries / claims:4.2f}"
+    writes = {k.split(":", 1)[1]: n for k, n in counted.items() if k.startswith("writes:")}
+    batched = ""
+    if sum(writes.values()):
+        batched = f", {writes.get('batched', 0) / sum(writes.values()):4.0%} writes batched"
+    conflicts = ""
+    if r["flow"] not in ("placement", "nova"):
+        conflicts = f", 409s {counted.get('conflicts', 0) / claims:4.2f}/claim"
+    return f"retries {shown}/claim{conflicts}{batched}   "
 
 
 def release_cpu(r: dict[str, Any]) -> str:

@@ -57,18 +57,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--busy", type=int, default=0, help="Busy loops to run meanwhile.")
-    parser.add_argument("--program", default=str(Path(sys.executable).parent / "acceleron"),
-                        help="The acceleron program to time (another version's).")  # fmt: skip
+    parser.add_argument(
+        "--program",
+        default=str(Path(sys.executable).parent / "acceleron"),
+        help="The acceleron program to time (another version's).",
+    )
     parser.add_argument("--baseline", help="Another acceleron program, timed in turn with it.")
     args = parser.parse_args()
     programs = [args.program, *([args.baseline] if args.baseline else [])]
     cached = "bytecode precompiled" if precompiled() else "no bytecode: compiled on every run"
-    print(f"{os.cpu_count()} cores, {args.busy} busy loop(s), {cached}, load average "
-          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"{os.cpu_count()} cores, {args.busy} busy loop(s), {cached}, load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     with all_in_one() as url:
         env = {**os.environ, "ACCELERON_URL": url}
-        loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])
-                 for _ in range(args.busy)]  # fmt: skip
+        loops = [
+            subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.busy)
+        ]
         try:
             for command in COMMANDS:
                 for program in programs:  # the first run may write the bytecode cache

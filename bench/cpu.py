@@ -143,8 +143,18 @@ def started(source: Path | None, state: Path) -> Iterator[Servers]:
         upgrade = [acceleron, "--config-file", str(conf), "db", "upgrade"]
         subprocess.run(upgrade, env=env, check=True, capture_output=True, timeout=300)
         port = free_port()
-        argv = [acceleron, "--config-file", str(conf), "api", "--host", "127.0.0.1",
-                "--port", str(port), "--workers", "1"]  # fmt: skip
+        argv = [
+            acceleron,
+            "--config-file",
+            str(conf),
+            "api",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ]
         with process(argv, f"http://127.0.0.1:{port}", log, env) as api:
             servers = Servers(Url(api), Url(placement))
             servers.api.pid = _listener(port)
@@ -183,8 +193,9 @@ def compute_nodes(placement: str, names: list[str]) -> None:
     """The hosts' compute node providers, made in Placement as Nova makes them."""
     for name in names:
         data = json.dumps({"name": name, "uuid": str(uuid.uuid4())}).encode()
-        request = urllib.request.Request(placement + "/resource_providers", data=data,
-                                         method="POST", headers=PLACEMENT_HEADERS)  # fmt: skip
+        request = urllib.request.Request(
+            placement + "/resource_providers", data=data, method="POST", headers=PLACEMENT_HEADERS
+        )
         urllib.request.urlopen(request, timeout=60).close()
 
 
@@ -192,8 +203,9 @@ def fill(servers: Servers, bodies: dict[str, bytes]) -> None:
     names = list(bodies)
     compute_nodes(servers.placement, names)
     for name, report in bodies.items():
-        request = urllib.request.Request(f"{servers.api}/v2/hosts/{name}/report", data=report,
-                                         method="PUT")  # fmt: skip
+        request = urllib.request.Request(
+            f"{servers.api}/v2/hosts/{name}/report", data=report, method="PUT"
+        )
         request.add_header("OpenStack-API-Version", "accelerator latest")
         request.add_header("Content-Type", "application/json")
         urllib.request.urlopen(request, timeout=120).close()
@@ -232,13 +244,17 @@ async def _claimer(url: str, deadline: float, result: Result) -> None:
     try:
         while time.perf_counter() < deadline:
             consumer = str(uuid.uuid4())
-            made = ("POST", "/v2/claims",
-                    body({"device_profile_name": QAT, "consumer_uuid": consumer}))  # fmt: skip
+            made = (
+                "POST",
+                "/v2/claims",
+                body({"device_profile_name": QAT, "consumer_uuid": consumer}),
+            )
             status, _ = await exchange(reader, writer, host, made)
             result.statuses[status] += 1
             if status == 201:
-                status, _ = await exchange(reader, writer, host,
-                                           ("DELETE", f"/v2/claims/{consumer}", b""))  # fmt: skip
+                status, _ = await exchange(
+                    reader, writer, host, ("DELETE", f"/v2/claims/{consumer}", b"")
+                )
                 result.statuses[status] += 1
                 result.requests += 1
     finally:
@@ -257,8 +273,12 @@ def cycles(url: str, what: str, clients: int, seconds: float) -> Result:
         if what == "claim":
             await asyncio.gather(*(_claimer(url, deadline, result) for _ in range(clients)))
         else:
-            await asyncio.gather(*(binder(url, QAT, pools, i, 7, deadline, result, instances)
-                                   for i in range(clients)))  # fmt: skip
+            await asyncio.gather(
+                *(
+                    binder(url, QAT, pools, i, 7, deadline, result, instances)
+                    for i in range(clients)
+                )
+            )
 
     started_at = time.perf_counter()
     asyncio.run(main())
@@ -268,8 +288,9 @@ def cycles(url: str, what: str, clients: int, seconds: float) -> Result:
     return result
 
 
-def measure(servers: Servers, bodies: dict[str, bytes], clients: int,
-            seconds: float) -> list[Figure]:  # fmt: skip
+def measure(
+    servers: Servers, bodies: dict[str, bytes], clients: int, seconds: float
+) -> list[Figure]:
     url = servers.api
     run(PATH, url, creates(0, 200), clients, 120)
     figures = []
@@ -305,20 +326,26 @@ def main() -> None:
     with checkout(args.baseline) as source:
         for label, src in ((args.baseline, source), ("now", None)):
             print(f"{label}: starting", flush=True)
-            with tempfile.TemporaryDirectory(prefix="acceleron-cpu-") as tmp, \
-                    started(src, Path(tmp)) as servers:  # fmt: skip
+            with (
+                tempfile.TemporaryDirectory(prefix="acceleron-cpu-") as tmp,
+                started(src, Path(tmp)) as servers,
+            ):
                 fill(servers, bodies)
                 trees[label] = measure(servers, bodies, args.clients, args.seconds)
     load = Path("/proc/loadavg").read_text().split()[0]
-    print(f"\n{os.cpu_count()} cores, load average {load}; {args.hosts} hosts, {args.clients} "
-          f"clients, {args.seconds:g} s each; CPU ms per operation, API + Placement")  # fmt: skip
+    print(
+        f"\n{os.cpu_count()} cores, load average {load}; {args.hosts} hosts, {args.clients} "
+        f"clients, {args.seconds:g} s each; CPU ms per operation, API + Placement"
+    )
     before, after = trees[args.baseline], trees["now"]
     heads = (f"{args.baseline} (API + Placement)", "now (API + Placement)", "rate before -> now")
     print(f"{'operation':<26}{heads[0]:>30}{heads[1]:>26}{heads[2]:>22}")
     for old, new in zip(before, after, strict=True):
-        print(f"{old.operation:<26}{old.api_ms:>14.2f} + {old.placement_ms:<13.2f}"
-              f"{new.api_ms:>10.2f} + {new.placement_ms:<13.2f}"
-              f"{old.rate:>10.0f}/s -> {new.rate:.0f}/s")  # fmt: skip
+        print(
+            f"{old.operation:<26}{old.api_ms:>14.2f} + {old.placement_ms:<13.2f}"
+            f"{new.api_ms:>10.2f} + {new.placement_ms:<13.2f}"
+            f"{old.rate:>10.0f}/s -> {new.rate:.0f}/s"
+        )
         for label, figure in ((args.baseline, old), ("now", new)):
             if figure.failed:
                 print(f"    {label}: {figure.failed} answers 4xx/5xx")

@@ -52,40 +52,86 @@ def sysfs_spec(per_kind: int = 16) -> dict[str, Any]:
     devices: list[dict[str, Any]] = []
     for n in range(per_kind):
         bus = 0x10 + n
-        devices.append({
-            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x8086", "device": "0x09c4",
-            "class": "0x120000", "numa_node": n % 2, "driver": "dfl-pci", "iommu_group": bus,
-            "sriov": {"totalvfs": 2, "vf_device": "09c5", "vf_driver": "vfio-pci",
-                      "vfs": [f"0000:{bus:02x}:00.1", f"0000:{bus:02x}:00.2"]},
-            "fpga": {"layout": "dfl", "fme": {"bitstream_id": "0x23000410010309", "ports_num": 2},
-                     "pr_regions": [{"compat_id": "ce48969398f05f33946d560708be108a"}],
-                     "vf_ports": ["d8424dc4a4a3c413f89e433683f9040b"] * 2},
-        })  # fmt: skip
+        devices.append(
+            {
+                "bdf": f"0000:{bus:02x}:00.0",
+                "vendor": "0x8086",
+                "device": "0x09c4",
+                "class": "0x120000",
+                "numa_node": n % 2,
+                "driver": "dfl-pci",
+                "iommu_group": bus,
+                "sriov": {
+                    "totalvfs": 2,
+                    "vf_device": "09c5",
+                    "vf_driver": "vfio-pci",
+                    "vfs": [f"0000:{bus:02x}:00.1", f"0000:{bus:02x}:00.2"],
+                },
+                "fpga": {
+                    "layout": "dfl",
+                    "fme": {"bitstream_id": "0x23000410010309", "ports_num": 2},
+                    "pr_regions": [{"compat_id": "ce48969398f05f33946d560708be108a"}],
+                    "vf_ports": ["d8424dc4a4a3c413f89e433683f9040b"] * 2,
+                },
+            }
+        )
         bus = 0x40 + n
-        devices.append({
-            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x10de", "device": "0x1eb8",
-            "class": "0x030200", "numa_node": n % 2, "driver": "nvidia", "iommu_group": bus,
-            "mdev_types": {
-                "nvidia-222": {"name": "GRID T4-1B", "available_instances": 16},
-                "nvidia-223": {"name": "GRID T4-2B", "available_instances": 8},
-            },
-        })  # fmt: skip
+        devices.append(
+            {
+                "bdf": f"0000:{bus:02x}:00.0",
+                "vendor": "0x10de",
+                "device": "0x1eb8",
+                "class": "0x030200",
+                "numa_node": n % 2,
+                "driver": "nvidia",
+                "iommu_group": bus,
+                "mdev_types": {
+                    "nvidia-222": {"name": "GRID T4-1B", "available_instances": 16},
+                    "nvidia-223": {"name": "GRID T4-2B", "available_instances": 8},
+                },
+            }
+        )
         bus = 0x70 + n
-        devices.append({
-            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x8086", "device": "0x37c8",
-            "class": "0x0b4000", "numa_node": -1, "driver": "c6xx", "iommu_group": bus,
-            "sriov": {"totalvfs": 16, "vf_device": "37c9", "vf_driver": "c6xxvf",
-                      "vfs": [f"0000:{bus:02x}:01.{i}" for i in range(4)]},
-        })  # fmt: skip
+        devices.append(
+            {
+                "bdf": f"0000:{bus:02x}:00.0",
+                "vendor": "0x8086",
+                "device": "0x37c8",
+                "class": "0x0b4000",
+                "numa_node": -1,
+                "driver": "c6xx",
+                "iommu_group": bus,
+                "sriov": {
+                    "totalvfs": 16,
+                    "vf_device": "37c9",
+                    "vf_driver": "c6xxvf",
+                    "vfs": [f"0000:{bus:02x}:01.{i}" for i in range(4)],
+                },
+            }
+        )
         bus = 0xA0 + n
-        devices.append({
-            "bdf": f"0000:{bus:02x}:00.0", "vendor": "0x10ee", "device": "0x5000",
-            "class": "0x120000", "numa_node": 0, "driver": "xclmgmt", "iommu_group": bus,
-        })  # fmt: skip
-        devices.append({
-            "bdf": f"0000:{bus:02x}:00.1", "vendor": "0x10ee", "device": "0x5001",
-            "class": "0x120000", "numa_node": 0, "driver": "xocl", "iommu_group": bus + 0x100,
-        })  # fmt: skip
+        devices.append(
+            {
+                "bdf": f"0000:{bus:02x}:00.0",
+                "vendor": "0x10ee",
+                "device": "0x5000",
+                "class": "0x120000",
+                "numa_node": 0,
+                "driver": "xclmgmt",
+                "iommu_group": bus,
+            }
+        )
+        devices.append(
+            {
+                "bdf": f"0000:{bus:02x}:00.1",
+                "vendor": "0x10ee",
+                "device": "0x5001",
+                "class": "0x120000",
+                "numa_node": 0,
+                "driver": "xocl",
+                "iommu_group": bus + 0x100,
+            }
+        )
     return {"hostname": "bench", "devices": devices}
 
 
@@ -105,11 +151,15 @@ def ms(times: list[float]) -> str:
 def discovery_times(work: Path, repeat: int) -> tuple[int, int, list[float]]:
     """Scan a fresh fake tree ``repeat`` times: accelerators, handles, seconds each."""
     root = build_sysfs(work / "sysfs", sysfs_spec())
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"host": "bench", "state_path": str(work)},
-        "agent": {"enabled_drivers": ["intel_fpga", "nvidia_gpu", "intel_qat", "xilinx_fpga"]},
-        "nvidia_gpu": {"use_nvml": False},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"host": "bench", "state_path": str(work)},
+            "agent": {"enabled_drivers": ["intel_fpga", "nvidia_gpu", "intel_qat", "xilinx_fpga"]},
+            "nvidia_gpu": {"use_nvml": False},
+        },
+    )
     drivers = load_drivers(conf, root)
 
     def discover() -> list[Any]:
@@ -127,16 +177,22 @@ def _timed_in_process(source: Path | None, repeat: int) -> tuple[int, int, list[
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, __file__, "--discovery-only", str(repeat)], env=env,
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, __file__, "--discovery-only", str(repeat)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     count, handles, times = json.loads(out.splitlines()[-1])
     return count, handles, times
 
 
 def bench_discovery(baseline: str, rounds: int = 3, repeat: int = 7) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", baseline, "src"],
-                                 check=True, capture_output=True).stdout  # fmt: skip
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", baseline, "src"], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         before: list[float] = []
         after: list[float] = []
@@ -144,8 +200,10 @@ def bench_discovery(baseline: str, rounds: int = 3, repeat: int = 7) -> None:
             before += _timed_in_process(Path(tmp) / "src", repeat)[2]
             count, handles, times = _timed_in_process(None, repeat)
             after += times
-    print(f"discovery, {count} accelerators ({handles} attach handles), 4 sysfs drivers, "
-          f"{rounds} alternating rounds of {repeat}:")  # fmt: skip
+    print(
+        f"discovery, {count} accelerators ({handles} attach handles), 4 sysfs drivers, "
+        f"{rounds} alternating rounds of {repeat}:"
+    )
     print(f"    baseline ({baseline})  {ms(before)}")
     print(f"    this tree          {ms(after)}")
 
@@ -162,10 +220,14 @@ def fake_report(work: Path, count: int) -> HostReport:
         f"  - {{type: QAT, count: {count // 4}, product_id: '37c8', model: C62X, vfs: 8}}\n"
         f"  - {{type: GPU, count: {count // 4}, product_id: '2330', model: H100}}\n"
     )
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"host": "bench", "state_path": str(work)},
-        "fake": {"inventory_file": str(inventory_file)},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"host": "bench", "state_path": str(work)},
+            "fake": {"inventory_file": str(inventory_file)},
+        },
+    )
     from acceleron.drivers.fake import FakeDriver
 
     return HostReport("bench", "bench", tuple(FakeDriver(conf, work).discover()))
@@ -192,8 +254,10 @@ def bench_reconcile(work: Path, url: str | None) -> list[str]:
     migrate.upgrade(db)
     rows = sum(1 + len(walk(d.deployables)) for d in report.devices)
     handles = sum(len(dep.attach_handles) for d in report.devices for dep in walk(d.deployables))
-    print(f"\nreconcile, {len(report.devices)}-device report ({rows} device/deployable rows, "
-          f"{handles} handles), {db.backend}:")  # fmt: skip
+    print(
+        f"\nreconcile, {len(report.devices)}-device report ({rows} device/deployable rows, "
+        f"{handles} handles), {db.backend}:"
+    )
     first, writes = counted(db, lambda: inventory.reconcile(db, report))
     print(f"    first report      {first * 1000:8.1f} ms   statements {writes}")
     _, times = timed(lambda: inventory.reconcile(db, report), 50)
@@ -201,12 +265,14 @@ def bench_reconcile(work: Path, url: str | None) -> list[str]:
     print(f"    unchanged report  {ms(times)}   statements {writes}")
     problems = wrote("the unchanged report", writes)
     no_digest, writes = counted(db, lambda: _apply_without_digest(db, report))
-    print(f"    unchanged, full diff (digest ignored) {no_digest * 1000:.1f} ms   "
-          f"statements {writes}")  # fmt: skip
+    print(
+        f"    unchanged, full diff (digest ignored) {no_digest * 1000:.1f} ms   statements {writes}"
+    )
     problems += wrote("the unchanged report's full diff", writes)
     one = report.devices[0]
-    changed = dataclasses.replace(report, devices=(dataclasses.replace(one, numa_node=1),
-                                                   *report.devices[1:]))  # fmt: skip
+    changed = dataclasses.replace(
+        report, devices=(dataclasses.replace(one, numa_node=1), *report.devices[1:])
+    )
     seconds, writes = counted(db, lambda: inventory.reconcile(db, changed))
     print(f"    one device changed {seconds * 1000:7.1f} ms   statements {writes}")
     db.dispose()
@@ -215,8 +281,9 @@ def bench_reconcile(work: Path, url: str | None) -> list[str]:
 
 def _apply_without_digest(db: Database, report: HostReport) -> None:
     with db.writer() as conn:
-        inventory.apply(conn, inventory.load_existing(conn, report.hostname),
-                        inventory.desired_state(report))  # fmt: skip
+        inventory.apply(
+            conn, inventory.load_existing(conn, report.hostname), inventory.desired_state(report)
+        )
 
 
 def main() -> None:

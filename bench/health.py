@@ -59,8 +59,12 @@ PLACEMENT = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
 
 def fake_nvml() -> FakeNvml:
     """16 GPUs where the tree has them (0000:40:00.0 ...), T4 ids as in sysfs."""
-    return FakeNvml([h100(bus=0x40 + n, pci_device_id=0x1EB810DE, name="Tesla T4",
-                          memory_mb=15360) for n in range(16)])  # fmt: skip
+    return FakeNvml(
+        [
+            h100(bus=0x40 + n, pci_device_id=0x1EB810DE, name="Tesla T4", memory_mb=15360)
+            for n in range(16)
+        ]
+    )
 
 
 def drivers_for(conf: Any, root: Path, lib: FakeNvml) -> list[Driver]:
@@ -69,14 +73,22 @@ def drivers_for(conf: Any, root: Path, lib: FakeNvml) -> list[Driver]:
 
 
 def make_conf(state: Path, root: Path, interval: int) -> Any:
-    return confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(state), "host": HOST},
-        "database": {"connection": f"sqlite:///{state / 'acceleron.sqlite'}"},
-        "agent": {"enabled_drivers": DRIVERS, "root": str(root), "report_interval": interval,
-                  "udev": False},
-        "nvidia_gpu": {"use_nvml": True},
-        "placement": {"mode": "embedded"},
-    })  # fmt: skip
+    return confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"state_path": str(state), "host": HOST},
+            "database": {"connection": f"sqlite:///{state / 'acceleron.sqlite'}"},
+            "agent": {
+                "enabled_drivers": DRIVERS,
+                "root": str(root),
+                "report_interval": interval,
+                "udev": False,
+            },
+            "nvidia_gpu": {"use_nvml": True},
+            "placement": {"mode": "embedded"},
+        },
+    )
 
 
 def scan_cost(conf: Any, root: Path, repeat: int) -> None:
@@ -95,15 +107,19 @@ def scan_cost(conf: Any, root: Path, repeat: int) -> None:
         discovery.scan(drivers)
         scan_times.append(time.perf_counter() - started)
     health = statistics.median(health_times)
-    print(f"health checks of {count} devices: {health * 1000:.1f} ms "
-          f"({health / count * 1e6:.0f} us per device; median of {repeat})")  # fmt: skip
-    print(f"whole scan with health ({count} devices): "
-          f"{statistics.median(scan_times) * 1000:.1f} ms")  # fmt: skip
+    print(
+        f"health checks of {count} devices: {health * 1000:.1f} ms "
+        f"({health / count * 1e6:.0f} us per device; median of {repeat})"
+    )
+    print(
+        f"whole scan with health ({count} devices): {statistics.median(scan_times) * 1000:.1f} ms"
+    )
 
 
 def provider_reserved(url: str, rp: str) -> bool:
-    response = requests.get(f"{url}/placement/resource_providers/{rp}/inventories",
-                            headers=PLACEMENT, timeout=10)  # fmt: skip
+    response = requests.get(
+        f"{url}/placement/resource_providers/{rp}/inventories", headers=PLACEMENT, timeout=10
+    )
     if response.status_code != 200:
         return False
     invs = response.json()["inventories"].values()
@@ -140,13 +156,28 @@ def latency(trials: int, interval: int) -> None:
             thread = threading.Thread(target=agent.run, name="agent", daemon=True)
             thread.start()
             first = names.provider_uuid(HOST, "0000:10:00.0", "region0")
-            ready = wait(lambda: requests.get(
-                f"{url}/placement/resource_providers/{first}", headers=PLACEMENT, timeout=10
-            ).status_code == 200, 120)  # fmt: skip
+            ready = wait(
+                lambda: (
+                    requests.get(
+                        f"{url}/placement/resource_providers/{first}", headers=PLACEMENT, timeout=10
+                    ).status_code
+                    == 200
+                ),
+                120,
+            )
             print(f"first report published in {ready:.1f} s" if ready else "never published")
-            synced = wait(lambda: requests.get(
-                f"{url}/v2/hosts/{HOST}", headers={"OpenStack-API-Version": "accelerator 2.8"},
-                timeout=10).json()["host"]["placement_synced"] is True, 300, 0.2)  # fmt: skip
+            synced = wait(
+                lambda: (
+                    requests.get(
+                        f"{url}/v2/hosts/{HOST}",
+                        headers={"OpenStack-API-Version": "accelerator 2.8"},
+                        timeout=10,
+                    ).json()["host"]["placement_synced"]
+                    is True
+                ),
+                300,
+                0.2,
+            )
             print(f"whole host in Placement {synced:.1f} s later" if synced else "never synced")
             results: dict[str, list[float]] = {"udev": [], "nvml": [], "polling": []}
             for n in range(trials):
@@ -176,9 +207,11 @@ def latency(trials: int, interval: int) -> None:
                     driver.stop_watch()
         db.dispose()
     for path, times in results.items():
-        print(f"fault -> Placement reserved, {path}: median {statistics.median(times):.2f} s, "
-              f"max {max(times):.2f} s over {len(times)} trials"
-              + (f" (report_interval {interval} s)" if path == "polling" else ""))  # fmt: skip
+        print(
+            f"fault -> Placement reserved, {path}: median {statistics.median(times):.2f} s, "
+            f"max {max(times):.2f} s over {len(times)} trials"
+            + (f" (report_interval {interval} s)" if path == "polling" else "")
+        )
 
 
 def main() -> None:

@@ -193,10 +193,21 @@ def all_in_one(
         conf_file = Path(data_dir) / "acceleron.conf"
         conf_file.write_text(config)
         process = subprocess.Popen(
-            [*acceleron, "--config-file", str(conf_file), "all-in-one", "--data-dir",
-             data_dir, "--port", str(port), *extra_args],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            [
+                *acceleron,
+                "--config-file",
+                str(conf_file),
+                "all-in-one",
+                "--data-dir",
+                data_dir,
+                "--port",
+                str(port),
+                *extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         url = Url(f"http://127.0.0.1:{port}")
         url.pid = process.pid
         url.profile = profile
@@ -215,8 +226,9 @@ def all_in_one(
 def checkout(rev: str) -> Iterator[Path]:
     """The ``src`` directory of commit ``rev`` of this repository, in a temporary place."""
     root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "src"], check=True,
-                             capture_output=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "src"], check=True, capture_output=True
+    ).stdout
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         yield Path(tmp) / "src"
@@ -242,9 +254,16 @@ async def connect(url: str) -> tuple[str, asyncio.StreamReader, asyncio.StreamWr
     return host, reader, writer
 
 
-async def binder(url: str, profile: str, pools: list[tuple[str, str]], worker: int,
-                 step: int, deadline: float, result: Result,
-                 instances: list[str]) -> None:  # fmt: skip
+async def binder(
+    url: str,
+    profile: str,
+    pools: list[tuple[str, str]],
+    worker: int,
+    step: int,
+    deadline: float,
+    result: Result,
+    instances: list[str],
+) -> None:
     """Nova's two calls in a loop until ``deadline``: create a request of ``profile``,
     bind it to a (host, provider) of ``pools`` (the ``worker``-th, then every ``step``-th
     after it) for a new instance, recorded in ``instances``; binds answered 202 count."""
@@ -302,10 +321,14 @@ def fake_reports(names: list[str], inventory: str) -> dict[str, bytes]:
         path = Path(tmp) / "inventory.yaml"
         path.write_text(inventory)
         for name in names:
-            conf = confmod.load([], config_files=[], overrides={
-                "DEFAULT": {"host": name, "state_path": tmp},
-                "fake": {"inventory_file": str(path)},
-            })  # fmt: skip
+            conf = confmod.load(
+                [],
+                config_files=[],
+                overrides={
+                    "DEFAULT": {"host": name, "state_path": tmp},
+                    "fake": {"inventory_file": str(path)},
+                },
+            )
             devices = tuple(FakeDriver(conf, Path("/")).discover())
             found[name] = to_bytes(HostReport(name, "bench", devices))
     return found

@@ -65,18 +65,13 @@ import openstack
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cloud.launcher import (  # noqa: E402
-    LOGS,
-    REGION,
-    RUN,
-    Cloud,
+from cloud.base import LOGS, REGION, RUN, Cloud, venv  # noqa: E402
+from cloud.configs import connect, render  # noqa: E402
+from cloud.cyborg_cloud import (  # noqa: E402
     acceleron_beside_cyborg,
     adopt_cyborg,
-    connect,
     cyborg_programmed,
-    render,
     switch_to_acceleron,
-    venv,
 )
 
 from acceleron.drivers import gbs  # noqa: E402
@@ -100,10 +95,15 @@ def bitstream(admin: Any) -> str:
         path = Path(tmp) / "bench.gbs"
         path.write_bytes(gbs.build(REGION_B, (FUNCTION,), payload=b"\x5a" * 65536))
         image = admin.image.create_image(
-            name="bench.gbs", filename=str(path), disk_format="raw", container_format="bare",
-            visibility="public", wait=True, allow_duplicates=True,
+            name="bench.gbs",
+            filename=str(path),
+            disk_format="raw",
+            container_format="bare",
+            visibility="public",
+            wait=True,
+            allow_duplicates=True,
             **{"accel:function_uuid": FUNCTION, "accel:region_type_uuid": REGION_B},
-        )  # fmt: skip
+        )
     image_id: str = image.id
     return image_id
 
@@ -111,9 +111,12 @@ def bitstream(admin: Any) -> str:
 def boot(member: Any, flavor: Any, image: str, prefix: str) -> tuple[Any, Any, float]:
     """A server created, its state once ACTIVE or ERROR, and the seconds that took."""
     started = time.monotonic()
-    server = member.compute.create_server(name=f"{prefix}-{uuid.uuid4().hex[:6]}",
-                                          flavor_id=flavor.id, image_id=image,
-                                          networks="none")  # fmt: skip
+    server = member.compute.create_server(
+        name=f"{prefix}-{uuid.uuid4().hex[:6]}",
+        flavor_id=flavor.id,
+        image_id=image,
+        networks="none",
+    )
     while (found := member.compute.get_server(server.id)).status not in ("ACTIVE", "ERROR"):
         time.sleep(0.1)
     return server, found, time.monotonic() - started
@@ -123,8 +126,9 @@ def boot_once(member: Any, admin: Any, flavor: Any, image: str) -> tuple[float, 
     server, found, boot_seconds = boot(member, flavor, image, "bench")
     if found.status == "ERROR":
         raise SystemExit(f"{server.id} went to ERROR: {found.fault}")
-    arqs = admin.accelerator.get("/accelerator_requests", params={"instance": server.id},
-                                 headers=LATEST).json()["arqs"]  # fmt: skip
+    arqs = admin.accelerator.get(
+        "/accelerator_requests", params={"instance": server.id}, headers=LATEST
+    ).json()["arqs"]
     share = None
     if arqs:
         first = min(dt.datetime.fromisoformat(a["created_at"]) for a in arqs)
@@ -137,13 +141,18 @@ def boot_once(member: Any, admin: Any, flavor: Any, image: str) -> tuple[float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=None,
-                        help="boots per flavor (5; 20 per side with --compare)")  # fmt: skip
-    parser.add_argument("--compare", action="store_true",
-                        help="upstream Cyborg against Acceleron, one cloud")  # fmt: skip
-    parser.add_argument("--tempest", default="new-defaults,legacy",
-                        help="with --compare: the tempest policy modes run on each side "
-                        "(comma-separated; empty: none)")  # fmt: skip
+    parser.add_argument(
+        "--runs", type=int, default=None, help="boots per flavor (5; 20 per side with --compare)"
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="upstream Cyborg against Acceleron, one cloud"
+    )
+    parser.add_argument(
+        "--tempest",
+        default="new-defaults,legacy",
+        help="with --compare: the tempest policy modes run on each side "
+        "(comma-separated; empty: none)",
+    )
     args = parser.parse_args()
     if args.compare:
         modes = [m for m in args.tempest.split(",") if m]
@@ -157,9 +166,14 @@ def main() -> None:
     admin = openstack.connect(cloud="acceleron-admin")
     member = openstack.connect(cloud="acceleron-member")
     tag = uuid.uuid4().hex[:6]
-    image = admin.image.create_image(name=f"bench-{tag}", data=b"\0" * 1024,
-                                     disk_format="raw", container_format="bare",
-                                     visibility="public", wait=True)  # fmt: skip
+    image = admin.image.create_image(
+        name=f"bench-{tag}",
+        data=b"\0" * 1024,
+        disk_format="raw",
+        container_format="bare",
+        visibility="public",
+        wait=True,
+    )
     program = {"resources:CUSTOM_ACCELERATOR_FPGA": "1",
                f"trait:CUSTOM_FPGA_INTEL_REGION_{REGION_B.upper()}": "required",
                "accel:bitstream_id": bitstream(admin)}  # fmt: skip
@@ -175,8 +189,10 @@ def main() -> None:
         boots = [b for b, _ in results]
         shares = [s for _, s in results if s is not None]
         share = f"{statistics.median(shares):.2f} s" if shares else "-"
-        print(f"{label:<8} {statistics.median(boots):>10.2f} s {min(boots):>5.2f} s "
-              f"{max(boots):>5.2f} s {share:>17}")  # fmt: skip
+        print(
+            f"{label:<8} {statistics.median(boots):>10.2f} s {min(boots):>5.2f} s "
+            f"{max(boots):>5.2f} s {share:>17}"
+        )
     for label, flavor in flavors.items():
         admin.compute.delete_flavor(flavor)
         if label != "plain":
@@ -224,10 +240,16 @@ class NovaLogs:
         (a bind over before the server has a host is answered 207 and the event dropped:
         Nova's compute then finds the requests bound already; it arrived all the same).
         Boots run one at a time: every event after the mark is the boot's."""
-        start = [_at(line) for line in self.since("conductor")
-                 if request_id in line and "Binding ARQs." in line]  # fmt: skip
-        events = [_at(line) - dt.timedelta(seconds=float(found.group(1)))
-                  for line in self.since("api") if (found := EVENTS.search(line))]  # fmt: skip
+        start = [
+            _at(line)
+            for line in self.since("conductor")
+            if request_id in line and "Binding ARQs." in line
+        ]
+        events = [
+            _at(line) - dt.timedelta(seconds=float(found.group(1)))
+            for line in self.since("api")
+            if (found := EVENTS.search(line))
+        ]
         if not start or not events:
             return None
         return (max(events) - min(start)).total_seconds()
@@ -288,8 +310,10 @@ def measure(
                 print(f"{side} {label}: boot {run + 1} went to ERROR: {done}", flush=True)
                 break
             series.boots.append(done)
-        print(f"{side} {label}: {len(series.boots)} boots, p50 "
-              f"{_s(series.p('seconds', 0.5))}", flush=True)  # fmt: skip
+        print(
+            f"{side} {label}: {len(series.boots)} boots, p50 {_s(series.p('seconds', 0.5))}",
+            flush=True,
+        )
     return results
 
 
@@ -303,8 +327,9 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 
 def report(cyborg: dict[str, Series], acceleron: dict[str, Series], runs: int) -> None:
     print(f"\n{runs} boots per flavor and side; times are p50 / p95.")
-    print(f"{'flavor':<9} {'side':<10} {'boot to ACTIVE':>17} {'bind to event':>17} "
-          f"{'overhead':>9}")  # fmt: skip
+    print(
+        f"{'flavor':<9} {'side':<10} {'boot to ACTIVE':>17} {'bind to event':>17} {'overhead':>9}"
+    )
     overheads: dict[str, dict[str, float | None]] = {}
     for label in LABELS:
         for side, results in (("Cyborg", cyborg), ("Acceleron", acceleron)):
@@ -317,18 +342,22 @@ def report(cyborg: dict[str, Series], acceleron: dict[str, Series], runs: int) -
             if boot50 is not None and plain50 is not None and label != "plain":
                 over = boot50 - plain50
             overheads.setdefault(label, {})[side] = over
-            print(f"{label:<9} {side:<10} {_s(boot50):>8} {_s(series.p('seconds', 0.95)):>8} "
-                  f"{_s(series.p('bind', 0.5)):>8} {_s(series.p('bind', 0.95)):>8} "
-                  f"{_s(over):>9}")  # fmt: skip
+            print(
+                f"{label:<9} {side:<10} {_s(boot50):>8} {_s(series.p('seconds', 0.95)):>8} "
+                f"{_s(series.p('bind', 0.5)):>8} {_s(series.p('bind', 0.95)):>8} "
+                f"{_s(over):>9}"
+            )
     print("\nAcceleron / Cyborg:")
     for label in LABELS:
         c, a = cyborg[label], acceleron[label]
         sides = overheads.get(label, {})
-        print(f"{label:<9} boot p50 {_ratio(a.p('seconds', 0.5), c.p('seconds', 0.5))}, "
-              f"p95 {_ratio(a.p('seconds', 0.95), c.p('seconds', 0.95))}; bind p50 "
-              f"{_ratio(a.p('bind', 0.5), c.p('bind', 0.5))}, p95 "
-              f"{_ratio(a.p('bind', 0.95), c.p('bind', 0.95))}; overhead "
-              f"{_ratio(sides.get('Acceleron'), sides.get('Cyborg'))} (goal: <= 0.50)")  # fmt: skip
+        print(
+            f"{label:<9} boot p50 {_ratio(a.p('seconds', 0.5), c.p('seconds', 0.5))}, "
+            f"p95 {_ratio(a.p('seconds', 0.95), c.p('seconds', 0.95))}; bind p50 "
+            f"{_ratio(a.p('bind', 0.5), c.p('bind', 0.5))}, p95 "
+            f"{_ratio(a.p('bind', 0.95), c.p('bind', 0.95))}; overhead "
+            f"{_ratio(sides.get('Acceleron'), sides.get('Cyborg'))} (goal: <= 0.50)"
+        )
 
 
 def race_bitstream(admin: Any, function: str) -> str:
@@ -337,10 +366,15 @@ def race_bitstream(admin: Any, function: str) -> str:
         path = Path(tmp) / f"race-{function[:8]}.gbs"
         path.write_bytes(gbs.build(CARD_REGION, (function,), payload=b"\x5a" * 65536))
         image = admin.image.create_image(
-            name=path.name, filename=str(path), disk_format="raw", container_format="bare",
-            visibility="public", wait=True, allow_duplicates=True,
+            name=path.name,
+            filename=str(path),
+            disk_format="raw",
+            container_format="bare",
+            visibility="public",
+            wait=True,
+            allow_duplicates=True,
             **{"accel:function_uuid": function, "accel:region_type_uuid": CARD_REGION},
-        )  # fmt: skip
+        )
     image_id: str = image.id
     return image_id
 
@@ -351,24 +385,46 @@ def tempest(cloud: Cloud, mode: str, side: str) -> dict[str, Any]:
     from tests.e2e.test_tempest import SUITE, short, tally
 
     bin_dir, workspace = venv("tempest") / "bin", RUN / f"race-tempest-{side}-{mode}"
-    subprocess.run([str(bin_dir / "tempest"), "init", "--workspace-path",
-                    str(RUN / "tempest.yaml"), "--name", f"race-{side}-{mode}", str(workspace)],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            str(bin_dir / "tempest"),
+            "init",
+            "--workspace-path",
+            str(RUN / "tempest.yaml"),
+            "--name",
+            f"race-{side}-{mode}",
+            str(workspace),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     values = {"workspace": str(workspace), "password": cloud.password,
               "auth_url": cloud.auth_url, "region": REGION,
               "new_defaults": str(mode == "new-defaults").lower()}  # fmt: skip
     render("tempest.conf", workspace / "etc" / "tempest.conf", values)
     started = time.monotonic()
-    done = subprocess.run([str(bin_dir / "tempest"), "run", "--regex", SUITE,
-                           "--concurrency", "2"], cwd=workspace, capture_output=True,
-                          text=True, timeout=1200, check=False)  # fmt: skip
-    failing = subprocess.run([str(bin_dir / "stestr"), "failing", "--list"], cwd=workspace,
-                             capture_output=True, text=True, timeout=60,
-                             check=False).stdout  # fmt: skip
+    done = subprocess.run(
+        [str(bin_dir / "tempest"), "run", "--regex", SUITE, "--concurrency", "2"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    failing = subprocess.run(
+        [str(bin_dir / "stestr"), "failing", "--list"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
     counts = tally(done.stdout)
     failed = sorted({short(x) for x in failing.split() if x.startswith("cyborg_")})
-    print(f"tempest {mode} against {side}: {counts} in {time.monotonic() - started:.0f} s",
-          flush=True)  # fmt: skip
+    print(
+        f"tempest {mode} against {side}: {counts} in {time.monotonic() - started:.0f} s", flush=True
+    )
     return {**counts, "failed_tests": failed}
 
 
@@ -379,8 +435,10 @@ def tempest_report(tallies: dict[str, dict[str, dict[str, Any]]]) -> None:
     print(f"{'mode':<13} {'side':<10} {'passed':>7} {'failed':>7} {'skipped':>8}")
     for mode, sides in tallies.items():
         for side, counts in sides.items():
-            print(f"{mode:<13} {side:<10} {counts.get('passed', 0):>7} "
-                  f"{counts.get('failed', 0):>7} {counts.get('skipped', 0):>8}")  # fmt: skip
+            print(
+                f"{mode:<13} {side:<10} {counts.get('passed', 0):>7} "
+                f"{counts.get('failed', 0):>7} {counts.get('skipped', 0):>8}"
+            )
         only = {s: set(c["failed_tests"]) for s, c in sides.items()}
         for side, failed in only.items():
             others = set().union(*(f for s, f in only.items() if s != side))
@@ -395,16 +453,26 @@ def compare(runs: int, modes: list[str]) -> None:
     os.environ["OS_CLIENT_CONFIG_FILE"] = str(RUN / "clouds.yaml")
     admin = connect(cloud)
     (service,) = admin.identity.services(type="accelerator")
-    if service.name != "cyborg" or "cyborg-api" not in cloud.processes or \
-            not cloud.processes["cyborg-api"].alive:  # fmt: skip
-        raise SystemExit("The catalog's accelerator is not Cyborg (adopted already?): "
-                         "`python -m cloud down && python -m cloud up --cyborg`.")  # fmt: skip
+    if (
+        service.name != "cyborg"
+        or "cyborg-api" not in cloud.processes
+        or not cloud.processes["cyborg-api"].alive
+    ):
+        raise SystemExit(
+            "The catalog's accelerator is not Cyborg (adopted already?): "
+            "`python -m cloud down && python -m cloud up --cyborg`."
+        )
     tag = uuid.uuid4().hex[:6]
     admin = openstack.connect(cloud="acceleron-admin")
     member = openstack.connect(cloud="acceleron-member")
-    image = admin.image.create_image(name=f"race-{tag}", data=b"\0" * 1024,
-                                     disk_format="raw", container_format="bare",
-                                     visibility="public", wait=True)  # fmt: skip
+    image = admin.image.create_image(
+        name=f"race-{tag}",
+        data=b"\0" * 1024,
+        disk_format="raw",
+        container_format="bare",
+        visibility="public",
+        wait=True,
+    )
     bitstreams = [race_bitstream(admin, f) for f in AT_BIND]
     function_trait = cyborg_programmed(cloud, PREPROGRAMMED)
     shared = {
@@ -413,8 +481,9 @@ def compare(runs: int, modes: list[str]) -> None:
         "function": [profile_flavor(admin, f"race-function-{tag}",
                                     {**FAKE, f"trait:{function_trait}": "required"})],
     }  # fmt: skip
-    cyborg_program = profile_flavor(admin, f"race-program-c-{tag}",
-                                    {**FAKE, "accel:bitstream_id": bitstreams[0]})  # fmt: skip
+    cyborg_program = profile_flavor(
+        admin, f"race-program-c-{tag}", {**FAKE, "accel:bitstream_id": bitstreams[0]}
+    )
     flavors = {**shared, "program": [cyborg_program]}
     cyborg = measure(member, admin, flavors, image.id, runs, "Cyborg")
     tallies: dict[str, dict[str, dict[str, Any]]] = {}
@@ -436,19 +505,27 @@ def compare(runs: int, modes: list[str]) -> None:
     admin = openstack.connect(cloud="acceleron-admin")  # a new token: the new catalog
     member = openstack.connect(cloud="acceleron-member")
     region_trait = f"CUSTOM_FPGA_INTEL_REGION_{CARD_REGION.upper()}"
-    programs = [profile_flavor(admin, f"race-program-a{i}-{tag}",
-                               {"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                                f"trait:{region_trait}": "required",
-                                "accel:bitstream_id": bitstream})
-                for i, bitstream in enumerate(bitstreams)]  # fmt: skip
-    acceleron = measure(member, admin, {**shared, "program": programs}, image.id, runs,
-                        "Acceleron")  # fmt: skip
+    programs = [
+        profile_flavor(
+            admin,
+            f"race-program-a{i}-{tag}",
+            {
+                "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                f"trait:{region_trait}": "required",
+                "accel:bitstream_id": bitstream,
+            },
+        )
+        for i, bitstream in enumerate(bitstreams)
+    ]
+    acceleron = measure(member, admin, {**shared, "program": programs}, image.id, runs, "Acceleron")
     for mode in modes:
         tallies.setdefault(mode, {})["Acceleron"] = tempest(cloud, mode, "Acceleron")
     report(cyborg, acceleron, runs)
     tempest_report(tallies)
-    record = {side: {label: [dataclasses.asdict(b) for b in s.boots] for label, s in r.items()}
-              for side, r in (("cyborg", cyborg), ("acceleron", acceleron))}  # fmt: skip
+    record = {
+        side: {label: [dataclasses.asdict(b) for b in s.boots] for label, s in r.items()}
+        for side, r in (("cyborg", cyborg), ("acceleron", acceleron))
+    }
     (RUN / "race.json").write_text(json.dumps({**record, "tempest": tallies}, indent=1) + "\n")
     print(f"\nEvery boot's figures: {RUN / 'race.json'}")
     for flavor in [*[f for fs in shared.values() for f in fs], *programs]:

@@ -76,10 +76,14 @@ devices:
 
 def reports(work: Path, hosts: int, prefix: str = "compute") -> list[HostReport]:
     (work / "inventory.yaml").write_text(INVENTORY)
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(work)},
-        "fake": {"inventory_file": str(work / "inventory.yaml")},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"state_path": str(work)},
+            "fake": {"inventory_file": str(work / "inventory.yaml")},
+        },
+    )
     out = []
     for n in range(hosts):
         host = f"{prefix}-{n:04d}"
@@ -119,50 +123,65 @@ def one_host(work: Path, app: inprocess.WSGIApp) -> None:
     db.dispose()
 
 
-def many_hosts(work: Path, app: inprocess.WSGIApp, hosts: int,
-               args: argparse.Namespace) -> None:  # fmt: skip
+def many_hosts(work: Path, app: inprocess.WSGIApp, hosts: int, args: argparse.Namespace) -> None:
     db = Database(f"sqlite:///{work / 'many.sqlite'}")
     migrate.upgrade(db)
     started = time.perf_counter()
     for report in reports(work, hosts):
         inventory.reconcile(db, report)
-    print(f"\n{hosts} hosts ({hosts * 25} providers): reports reconciled in "
-          f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+    print(
+        f"\n{hosts} hosts ({hosts * 25} providers): reports reconciled in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
     counted = CountingAdapter(inprocess.direct_adapter(app))
     syncer = Syncer(db, lambda: PlacementClient(counted), Options(), create_compute_nodes=True)
     started = time.perf_counter()
     results = syncer.sync_pending()
     seconds = time.perf_counter() - started
     actions = Counter(a.op for r in results for a in r.actions)
-    print(f"  first sync: {seconds:.1f} s, {seconds / hosts * 1000:.0f} ms per host, "
-          f"{len(counted.calls)} calls ({len(counted.calls) / (hosts * 8):.2f} per device), "
-          f"actions {dict(actions)}")  # fmt: skip
+    print(
+        f"  first sync: {seconds:.1f} s, {seconds / hosts * 1000:.0f} ms per host, "
+        f"{len(counted.calls)} calls ({len(counted.calls) / (hosts * 8):.2f} per device), "
+        f"actions {dict(actions)}"
+    )
     counted.reset()
     started = time.perf_counter()
     syncer.sync_pending()
-    print(f"  nothing changed: {time.perf_counter() - started:.2f} s, {len(counted.calls)} "
-          f"Placement calls")  # fmt: skip
+    print(
+        f"  nothing changed: {time.perf_counter() - started:.2f} s, {len(counted.calls)} "
+        f"Placement calls"
+    )
     verification(syncer, counted, app, hosts, args)
     db.dispose()
 
 
-def verification(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp,
-                 hosts: int, args: argparse.Namespace) -> None:  # fmt: skip
+def verification(
+    syncer: Syncer,
+    counted: CountingAdapter,
+    app: inprocess.WSGIApp,
+    hosts: int,
+    args: argparse.Namespace,
+) -> None:
     """The periodic verification: every host checked (``sync_all``), and a whole
     interval's ticks back to back (``verify``, one small GET a host); then allocations
     written with the API's sync thread verifying at its real pace, against none."""
-    for name, verify in (("every host (sync_all)", syncer.sync_all),
-                         ("every host's small GET (verify)", syncer.verify)):  # fmt: skip
+    for name, verify in (
+        ("every host (sync_all)", syncer.sync_all),
+        ("every host's small GET (verify)", syncer.verify),
+    ):
         counted.reset()
         started, cpu = time.perf_counter(), time.process_time()
         verify()
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-        print(f"  verification, {name}: {seconds:.2f} s, {len(counted.calls)} Placement "
-              f"calls, {seconds / hosts * 1000:.1f} ms and {cpu / hosts * 1000:.1f} ms CPU "
-              f"per host")  # fmt: skip
+        print(
+            f"  verification, {name}: {seconds:.2f} s, {len(counted.calls)} Placement "
+            f"calls, {seconds / hosts * 1000:.1f} ms and {cpu / hosts * 1000:.1f} ms CPU "
+            f"per host"
+        )
     client = PlacementClient(inprocess.direct_adapter(app))
-    regions = [p for p in client.list_providers()
-               if p.name.startswith("compute-") and "_region" in p.name]  # fmt: skip
+    regions = [
+        p for p in client.list_providers() if p.name.startswith("compute-") and "_region" in p.name
+    ]
     one_per_host = {p.root_uuid: p for p in regions}
     changed = list(one_per_host.values())[: max(hosts // 100, 1)]
     for provider in changed:
@@ -170,14 +189,22 @@ def verification(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIAp
     counted.reset()
     started = time.perf_counter()
     repaired = syncer.verify()
-    print(f"  every host's small GET, {len(changed)} hosts changed behind its back: "
-          f"{time.perf_counter() - started:.2f} s, {len(counted.calls)} Placement calls, "
-          f"{len(repaired)} hosts checked")  # fmt: skip
+    print(
+        f"  every host's small GET, {len(changed)} hosts changed behind its back: "
+        f"{time.perf_counter() - started:.2f} s, {len(counted.calls)} Placement calls, "
+        f"{len(repaired)} hosts checked"
+    )
     paced(syncer, counted, app, hosts, args, [p.uuid for p in regions])
 
 
-def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, hosts: int,
-          args: argparse.Namespace, regions: list[str]) -> None:  # fmt: skip
+def paced(
+    syncer: Syncer,
+    counted: CountingAdapter,
+    app: inprocess.WSGIApp,
+    hosts: int,
+    args: argparse.Namespace,
+    regions: list[str],
+) -> None:
     """Allocations alone, against allocations while the API's sync thread (its
     ``SyncWorker``) verifies at the pace of ``--verify-interval`` (every host once per
     interval), and at the pace 1,000 hosts would set (as many small GETs a second);
@@ -205,8 +232,11 @@ def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, host
     figures: dict[str, list[Window]] = {name: [] for name, *_ in modes}
     for _ in range(args.rounds):
         for name, passes, interval, reconciled in modes:
-            worker = (SyncWorker(lambda: syncer, 3600, interval, reconciled=reconciled)
-                      if interval else None)  # fmt: skip
+            worker = (
+                SyncWorker(lambda: syncer, 3600, interval, reconciled=reconciled)
+                if interval
+                else None
+            )
             counted.reset()
             if worker is not None:
                 worker.start()
@@ -219,11 +249,13 @@ def paced(syncer: Syncer, counted: CountingAdapter, app: inprocess.WSGIApp, host
     print(f"  allocations for {args.window:g} s a window, {args.rounds} rounds (medians):")
     for name, runs in figures.items():
         share = statistics.median(w.rate / a.rate for w, a in zip(runs, alone, strict=True))
-        print(f"    {name}: {statistics.median(w.rate for w in runs):.1f}/s, {share:.2f} of "
-              f"alone (rates {', '.join(f'{w.rate:.1f}' for w in runs)}); allocating thread "
-              f"{statistics.median(w.cpu for w in runs) * 1000:.2f} ms CPU an allocation; "
-              f"other threads {statistics.median(w.others for w in runs) * 100:.1f} % of a "
-              f"core; {statistics.median(w.gets for w in runs):.0f} GETs of the sync")  # fmt: skip
+        print(
+            f"    {name}: {statistics.median(w.rate for w in runs):.1f}/s, {share:.2f} of "
+            f"alone (rates {', '.join(f'{w.rate:.1f}' for w in runs)}); allocating thread "
+            f"{statistics.median(w.cpu for w in runs) * 1000:.2f} ms CPU an allocation; "
+            f"other threads {statistics.median(w.others for w in runs) * 100:.1f} % of a "
+            f"core; {statistics.median(w.gets for w in runs):.0f} GETs of the sync"
+        )
 
 
 @dataclasses.dataclass

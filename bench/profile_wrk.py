@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -41,8 +42,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from load import GROUPS, Url, all_in_one, call, cpu_seconds, free_port, wait_ready, wait_synced
@@ -162,10 +163,24 @@ def wrk(url: Url, script: str, seconds: float, connections: int) -> Figure:
         cpu = server_cpu(url)
         database = _database_cpu(url)
         done = subprocess.run(
-            ["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds:g}s", "--latency",
-             "-s", lua.name, url],
-            check=True, capture_output=True, text=True, timeout=seconds + 120,
-        )  # fmt: skip
+            [
+                "wrk",
+                "-t",
+                "2",
+                "-c",
+                str(connections),
+                "-d",
+                f"{seconds:g}s",
+                "--latency",
+                "-s",
+                lua.name,
+                url,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+        )
         if done.stderr:
             print(f"    wrk: {done.stderr.strip()[:500]}")
         out = done.stdout
@@ -240,8 +255,11 @@ def rabbitmq_vhost() -> Iterator[str]:
     vhost = f"bench-cyborg-{uuid.uuid4().hex[:8]}"
     subprocess.run(["rabbitmqctl", "-q", "add_vhost", vhost], check=True, timeout=60)
     try:
-        subprocess.run(["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*",
-                        ".*", ".*"], check=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            ["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+            check=True,
+            timeout=60,
+        )
         yield f"rabbit://guest:guest@127.0.0.1:5672/{vhost}"
     finally:
         subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], check=True, timeout=60)
@@ -253,10 +271,14 @@ def cyborg() -> Iterator[Url]:
     wants a Placement when it starts: a standalone one, idle) on a fresh database,
     served as the reference cloud does; ``url.pid``: the API's process,
     ``url.others``: the conductor's."""
-    with tempfile.TemporaryDirectory(prefix="bench-cyborg-") as tmp, mariadb_database() as db, \
-            rabbitmq_vhost() as transport, \
-            placement_server(f"sqlite:///{tmp}/placement.sqlite", 1, Path(tmp) / "placement.log") \
-            as placement:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cyborg-") as tmp,
+        mariadb_database() as db,
+        rabbitmq_vhost() as transport,
+        placement_server(
+            f"sqlite:///{tmp}/placement.sqlite", 1, Path(tmp) / "placement.log"
+        ) as placement,
+    ):
         state = Path(tmp)
         (state / "api-paste.ini").write_text(PASTE)
         conf = state / "cyborg.conf"
@@ -270,11 +292,21 @@ def cyborg() -> Iterator[Url]:
             "[oslo_messaging_notifications]\ndriver = noop\n"
             f"[placement]\nauth_type = admin_token\nendpoint = {placement}\ntoken = admin\n"
         )
-        subprocess.run([str(CYBORG / "bin" / "cyborg-dbsync"), "--config-file", str(conf),
-                        "upgrade"], check=True, capture_output=True, timeout=240)  # fmt: skip
+        subprocess.run(
+            [str(CYBORG / "bin" / "cyborg-dbsync"), "--config-file", str(conf), "upgrade"],
+            check=True,
+            capture_output=True,
+            timeout=240,
+        )
         port = free_port()
-        argv = [str(CYBORG / "bin" / "python"), str(ROOT / "cloud" / "wsgi_runner.py"),
-                "cyborg.wsgi.api:application", str(port), "--config-file", str(conf)]  # fmt: skip
+        argv = [
+            str(CYBORG / "bin" / "python"),
+            str(ROOT / "cloud" / "wsgi_runner.py"),
+            "cyborg.wsgi.api:application",
+            str(port),
+            "--config-file",
+            str(conf),
+        ]
         conductor = [str(CYBORG / "bin" / "cyborg-conductor"), "--config-file", str(conf)]
         with open(state / "api.log", "w") as log:
             server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -292,9 +324,10 @@ def cyborg() -> Iterator[Url]:
 
 
 @contextmanager
-def acceleron() -> Iterator[Url]:
-    """``acceleron all-in-one`` in a fresh data directory, its own host in Placement."""
-    with all_in_one() as url:
+def acceleron(source: Path | None = None) -> Iterator[Url]:
+    """``acceleron all-in-one`` in a fresh data directory, its own host in Placement;
+    ``source``: another checkout's ``src`` to run instead (a baseline)."""
+    with all_in_one(source=source) as url:
         wait_synced(url, [h["hostname"] for h in call(url, "GET", "/v2/hosts")["hosts"]])
         yield url
 
@@ -304,39 +337,73 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--acceleron-only", action="store_true",
-                        help="measure Acceleron alone (while working on it)")  # fmt: skip
+    parser.add_argument(
+        "--acceleron-only",
+        action="store_true",
+        help="measure Acceleron alone (while working on it)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="SRC",
+        help="another checkout's src, measured in each run beside",
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
     print(f"{os.cpu_count()} cores; wrk -t 2 -c {args.connections} -d {args.seconds:g}s")
+    sides: list[tuple[str, Callable[[], AbstractContextManager[Url]]]] = [
+        ("cyborg 17", cyborg),
+        ("acceleron", acceleron),
+    ]
+    if args.baseline is not None:
+        sides.insert(1, ("baseline", functools.partial(acceleron, args.baseline)))
+    if args.acceleron_only:
+        sides = sides[1:]
     for run in range(1, args.runs + 1):
         figures = {}
-        for side, start in (("cyborg 17", cyborg), ("acceleron", acceleron)):
-            if side != "acceleron" and args.acceleron_only:
-                continue
+        for side, start in sides:
             with start() as url:
                 figures[side] = measure(url, args.seconds, args.connections)
         if args.acceleron_only:
-            for what, ours in figures["acceleron"].items():
-                cell = f"{ours.rate:7.0f}/s {ours.p50_ms:6.1f} ms {ours.cpu_ms:6.2f} ms CPU"
-                print(f"{what:<12}{cell}")
-            continue
-        load = Path("/proc/loadavg").read_text().split()[0]
-        print(f"\nrun {run} (load average {load})")
-        print(f"{'':<12}{'cyborg 17':>30}{'acceleron':>30}{'ratio':>8}{'CPU ratio':>11}")
-        for what, theirs in figures["cyborg 17"].items():
-            ours = figures["acceleron"][what]
-            cells = [f"{f.rate:7.0f}/s {f.p50_ms:6.1f} ms {f.cpu_ms:6.2f} ms CPU"
-                     for f in (theirs, ours)]  # fmt: skip
-            print(f"{what:<12}{cells[0]:>30}{cells[1]:>30}{ours.rate / theirs.rate:7.1f}x"
-                  f"{theirs.cpu_ms / ours.cpu_ms:10.1f}x")  # fmt: skip
-            if theirs.database_cpu_ms:
-                print(f"    cyborg 17's MariaDB besides: {theirs.database_cpu_ms:.2f} ms CPU "
-                      f"a request (its SQLite is in Acceleron's figure)")  # fmt: skip
-            for side, figure in (("cyborg 17", theirs), ("acceleron", ours)):
-                if figure.errors:
-                    print(f"    {side}: {figure.errors} answers not 2xx")
+            for side, found in figures.items():
+                for what, ours in found.items():
+                    cell = f"{ours.rate:7.0f}/s {ours.p50_ms:6.1f} ms {ours.cpu_ms:6.2f} ms CPU"
+                    print(f"{side:<10}{what:<12}{cell}")
+        else:
+            compare(run, figures)
+
+
+def compare(run: int, figures: dict[str, dict[str, Figure]]) -> None:
+    """One run's table: each path's rate and CPU a request, Cyborg's beside Acceleron's
+    (and the baseline's, if measured)."""
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"\nrun {run} (load average {load})")
+    print(f"{'':<12}{'cyborg 17':>30}{'acceleron':>30}{'ratio':>8}{'CPU ratio':>11}")
+    for what, theirs in figures["cyborg 17"].items():
+        ours = figures["acceleron"][what]
+        cells = [
+            f"{f.rate:7.0f}/s {f.p50_ms:6.1f} ms {f.cpu_ms:6.2f} ms CPU" for f in (theirs, ours)
+        ]
+        print(
+            f"{what:<12}{cells[0]:>30}{cells[1]:>30}{ours.rate / theirs.rate:7.1f}x"
+            f"{theirs.cpu_ms / ours.cpu_ms:10.1f}x"
+        )
+        if theirs.database_cpu_ms:
+            print(
+                f"    cyborg 17's MariaDB besides: {theirs.database_cpu_ms:.2f} ms CPU "
+                f"a request (its SQLite is in Acceleron's figure)"
+            )
+        if "baseline" in figures:
+            base = figures["baseline"][what]
+            print(
+                f"    baseline: {base.rate:7.0f}/s {base.p50_ms:6.1f} ms "
+                f"{base.cpu_ms:6.2f} ms CPU, {base.rate / theirs.rate:.1f}x, "
+                f"CPU {theirs.cpu_ms / base.cpu_ms:.1f}x"
+            )
+        for side, figure in (("cyborg 17", theirs), ("acceleron", ours)):
+            if figure.errors:
+                print(f"    {side}: {figure.errors} answers not 2xx")
 
 
 if __name__ == "__main__":

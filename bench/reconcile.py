@@ -47,10 +47,12 @@ def during_pass(url: str, title: str) -> str:
         flow.release(consumer)
     thread.join()
     elapsed = time.perf_counter() - started
-    return (f"{title:<28} pass {done['seconds'] * 1000:9.0f} ms   claims meanwhile: "
-            f"{len(latencies) / elapsed:5.1f}/s, p50 {percentile(latencies, 50):7.1f} ms, "
-            f"max {max(latencies) * 1000:7.1f} ms   "
-            f"({len(done['leaks']['leaks'])} leaks)")  # fmt: skip
+    return (
+        f"{title:<28} pass {done['seconds'] * 1000:9.0f} ms   claims meanwhile: "
+        f"{len(latencies) / elapsed:5.1f}/s, p50 {percentile(latencies, 50):7.1f} ms, "
+        f"max {max(latencies) * 1000:7.1f} ms   "
+        f"({len(done['leaks']['leaks'])} leaks)"
+    )
 
 
 def passes(url: str, hosts: int) -> list[str]:

@@ -65,10 +65,12 @@ SYNCERS = 8  # hosts published to Placement at once
 
 def placement_wsgi() -> Any:
     """The standalone Placement's WSGI application (uvicorn's factory, in each worker):
-    Placement on the database named by ``ACCELERON_BENCH_PLACEMENT_DB``."""
+    Placement on the database named by ``ACCELERON_BENCH_PLACEMENT_DB``, with Placement's
+    own defaults (a cloud's Placement; oslo.config's ``OS_<GROUP>__<OPTION>`` variables
+    may set its options)."""
     from acceleron.placement import inprocess
 
-    return inprocess.placement_app(os.environ[PLACEMENT_DB_ENV])
+    return inprocess.placement_app(os.environ[PLACEMENT_DB_ENV], inprocess.PLACEMENT_DEFAULTS)
 
 
 # --- PostgreSQL -------------------------------------------------------------------------
@@ -82,8 +84,9 @@ def databases(server: str, *names: str) -> Iterator[list[str]]:
     from sqlalchemy.engine import make_url
 
     admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    urls = [make_url(server).set(database=name).render_as_string(hide_password=False)
-            for name in names]  # fmt: skip
+    urls = [
+        make_url(server).set(database=name).render_as_string(hide_password=False) for name in names
+    ]
     try:
         with admin.connect() as conn:
             for name in names:
@@ -205,8 +208,11 @@ async def _claimer(url: str, deadline: float, result: Result) -> None:
         while time.perf_counter() < deadline:
             consumer = str(uuid.uuid4())
             started = time.perf_counter()
-            made = ("POST", "/v2/claims",
-                    body({"device_profile_name": QAT, "consumer_uuid": consumer}))  # fmt: skip
+            made = (
+                "POST",
+                "/v2/claims",
+                body({"device_profile_name": QAT, "consumer_uuid": consumer}),
+            )
             status, _ = await exchange(reader, writer, host, made)
             result.latencies.append(time.perf_counter() - started)
             result.statuses[status] += 1
@@ -239,8 +245,12 @@ def drive(
         if name == "claims":
             await asyncio.gather(*(_claimer(url, deadline, result) for _ in range(clients)))
         else:
-            await asyncio.gather(*(binder(url, QAT, pools, i, 7, deadline, result, instances)
-                                   for i in range(clients)))  # fmt: skip
+            await asyncio.gather(
+                *(
+                    binder(url, QAT, pools, i, 7, deadline, result, instances)
+                    for i in range(clients)
+                )
+            )
 
     started = time.perf_counter()
     asyncio.run(main())
@@ -267,8 +277,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="100,1000", help="host counts, e.g. 100,1000")
     parser.add_argument("--api-workers", default="1,2", help="API worker counts, e.g. 1,2")
-    parser.add_argument("--placement-workers", default="1,2",
-                        help="Placement worker counts, e.g. 1,2")  # fmt: skip
+    parser.add_argument(
+        "--placement-workers", default="1,2", help="Placement worker counts, e.g. 1,2"
+    )
     parser.add_argument("--clients", type=int, default=8, help="connections per run")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per run")
     parser.add_argument(
@@ -282,24 +293,31 @@ def main() -> None:
     rows = []
     for hosts in counts:
         rows += run_size(args, hosts, api_workers, placement_workers)
-    print(f"\n{args.clients} clients, {args.seconds:g} s per run; claims: POST /v2/claims "
-          f"(one QAT VF) + its release; binds: POST + PATCH (Nova's two calls)")  # fmt: skip
-    print(f"{'hosts':>6} {'placement':>9} {'api':>4} {'claims/s':>9} {'claim p50':>10} "
-          f"{'binds/s':>8} {'bind p50':>9} {'load':>5}")  # fmt: skip
+    print(
+        f"\n{args.clients} clients, {args.seconds:g} s per run; claims: POST /v2/claims "
+        f"(one QAT VF) + its release; binds: POST + PATCH (Nova's two calls)"
+    )
+    print(
+        f"{'hosts':>6} {'placement':>9} {'api':>4} {'claims/s':>9} {'claim p50':>10} "
+        f"{'binds/s':>8} {'bind p50':>9} {'load':>5}"
+    )
     for row in rows:
         print(row)
 
 
-def run_size(args: argparse.Namespace, hosts: int, api_workers: list[int],
-             placement_workers: list[int]) -> list[str]:  # fmt: skip
+def run_size(
+    args: argparse.Namespace, hosts: int, api_workers: list[int], placement_workers: list[int]
+) -> list[str]:
     from acceleron.db import migrate
     from acceleron.db.session import Database
 
     prefix = f"bench_scale_{uuid.uuid4().hex[:8]}"
     rows = []
     names = (f"{prefix}_placement", f"{prefix}_acceleron")
-    with tempfile.TemporaryDirectory(prefix="acceleron-scale-") as tmp, \
-            databases(args.postgresql, *names) as urls:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="acceleron-scale-") as tmp,
+        databases(args.postgresql, *names) as urls,
+    ):
         state, log = Path(tmp), Path(args.log or Path(tmp) / "servers.log")
         acceleron_db = urls[1]
         placement_db = urls[0].replace("+psycopg:", "+psycopg2:")  # what Placement runs on
@@ -308,15 +326,22 @@ def run_size(args: argparse.Namespace, hosts: int, api_workers: list[int],
         db.dispose()
         # Placement's schema, once, before its workers start (each would make it).
         env = {**os.environ, PLACEMENT_DB_ENV: placement_db}
-        subprocess.run([sys.executable, "-c", "import scale; scale.placement_wsgi()"],
-                       cwd=Path(__file__).parent, env=env, check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", "import scale; scale.placement_wsgi()"],
+            cwd=Path(__file__).parent,
+            env=env,
+            check=True,
+        )
         hostnames = [f"scale-{n:04d}" for n in range(hosts)]
         with placement_server(placement_db, max(placement_workers), log) as placement:
             conf_file = state / "acceleron.conf"
             conf_file.write_text(config(state, acceleron_db, placement))
             reported, published = fill(conf_file, hostnames)
-        print(f"{hosts} hosts reported in {reported:.1f} s, published to Placement in "
-              f"{published:.1f} s (load {load_average()})", flush=True)  # fmt: skip
+        print(
+            f"{hosts} hosts reported in {reported:.1f} s, published to Placement in "
+            f"{published:.1f} s (load {load_average()})",
+            flush=True,
+        )
         for p_workers in placement_workers:
             with placement_server(placement_db, p_workers, log) as placement:
                 conf_file.write_text(config(state, acceleron_db, placement))
@@ -325,12 +350,13 @@ def run_size(args: argparse.Namespace, hosts: int, api_workers: list[int],
                         pools = vf_pools(api)
                         claims = drive("claims", api, args.clients, args.seconds, pools)
                         binds = drive("binds", api, args.clients, args.seconds, pools)
-                    bad = {s: n for r in (claims, binds) for s, n in r.statuses.items()
-                           if s >= 400}  # fmt: skip
-                    row = (f"{hosts:>6} {p_workers:>9} {a_workers:>4} {claims.rate:>9.1f} "
-                           f"{claims.percentile(50):>8.1f}ms {binds.rate:>8.1f} "
-                           f"{binds.percentile(50):>7.1f}ms {load_average():>5}"
-                           + (f"   failures by status: {bad}" if bad else ""))  # fmt: skip
+                    bad = {s: n for r in (claims, binds) for s, n in r.statuses.items() if s >= 400}
+                    row = (
+                        f"{hosts:>6} {p_workers:>9} {a_workers:>4} {claims.rate:>9.1f} "
+                        f"{claims.percentile(50):>8.1f}ms {binds.rate:>8.1f} "
+                        f"{binds.percentile(50):>7.1f}ms {load_average():>5}"
+                        + (f"   failures by status: {bad}" if bad else "")
+                    )
                     print(row, flush=True)
                     rows.append(row)
     return rows

@@ -79,8 +79,10 @@ def main() -> None:
         for algo in ("sha256", "sha512"):
             seconds = median_seconds(args.trials, lambda: file_hash(path, algo))  # noqa: B023
             print(f"  hash check ({algo}), made before every program:   {seconds:7.3f} s")
-        for label, signer, method in (("RSA-PSS 3072, SHA-256", rsa_signer, "SHA-256"),
-                                      ("ECC P-384, SHA-384", ecc_signer, "SHA-384")):  # fmt: skip
+        for label, signer, method in (
+            ("RSA-PSS 3072, SHA-256", rsa_signer, "SHA-256"),
+            ("ECC P-384, SHA-384", ecc_signer, "SHA-384"),
+        ):
             properties = signer.sign(data, method)
             trial = iter(range(args.trials))
 
@@ -97,16 +99,22 @@ def main() -> None:
                 lambda: signatures.check(path, "sha256-x", properties, policy, marks),  # noqa: B023
             )
             print(f"  signature check ({label}), remembered: {seconds * 1000:7.3f} ms")
-        print(f"  programming (fake driver, [fake] program_seconds = {args.program_seconds:g}):",
-              end=" ")  # fmt: skip
+        print(
+            f"  programming (fake driver, [fake] program_seconds = {args.program_seconds:g}):",
+            end=" ",
+        )
         print(f"{program_seconds(work, path, args.program_seconds, args.trials):7.3f} s")
 
 
 def program_seconds(work: Path, path: Path, seconds: float, trials: int) -> float:
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(work), "host": "bench-host"},
-        "fake": {"program_seconds": seconds},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"state_path": str(work), "host": "bench-host"},
+            "fake": {"program_seconds": seconds},
+        },
+    )
     driver = FakeDriver(conf, Path("/"))
     device = next(d for d in driver.discover() if any(x.programmable for x in d.deployables))
     return median_seconds(trials, lambda: driver.program(device, "region0", path))

@@ -97,8 +97,11 @@ def fill(url: str, hosts: int) -> float:
             devices = tuple(FakeDriver(conf, Path("/")).discover())
             inventory.reconcile(db, HostReport(host, "1", devices))
             with db.writer() as conn:
-                conn.execute(update(claim_survey.HOSTS).where(claim_survey.HOSTS.c.hostname == host)
-                             .values(rp_uuid=str(uuid.uuid4())))  # fmt: skip
+                conn.execute(
+                    update(claim_survey.HOSTS)
+                    .where(claim_survey.HOSTS.c.hostname == host)
+                    .values(rp_uuid=str(uuid.uuid4()))
+                )
     db.dispose()
     return time.perf_counter() - started
 
@@ -127,10 +130,21 @@ def run_in(source: Path | None, where: str, hosts: int, calls: int) -> dict[str,
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(source), str(HERE)])
     out = subprocess.run(
-        [sys.executable, __file__, "--measure", where, "--hosts", str(hosts),
-         "--calls", str(calls)],
-        env=env, check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            __file__,
+            "--measure",
+            where,
+            "--hosts",
+            str(hosts),
+            "--calls",
+            str(calls),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
@@ -153,9 +167,11 @@ def main() -> None:
             runs = {"now": run_in(None, args.database, hosts, args.calls)}
             if source is not None:
                 runs[args.baseline[:7]] = run_in(source, args.database, hosts, args.calls)
-            print(f"\n{hosts} hosts x 8 devices on {args.database.split(':')[0]} (reported "
-                  f"in {runs['now']['filled']:.0f} s); survey, {args.calls} calls, load "
-                  f"average {os.getloadavg()[0]:.1f}:")  # fmt: skip
+            print(
+                f"\n{hosts} hosts x 8 devices on {args.database.split(':')[0]} (reported "
+                f"in {runs['now']['filled']:.0f} s); survey, {args.calls} calls, load "
+                f"average {os.getloadavg()[0]:.1f}:"
+            )
             for title in PROFILES:
                 figures = "   ".join(
                     f"{name}: p50 {statistics.median(t[title]):6.2f} ms"

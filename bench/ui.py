@@ -53,8 +53,10 @@ def main() -> None:
                 loads.append(time.perf_counter() - started)
     finally:
         browser.quit()
-    print(f"hosts {args.hosts}: first draw median {statistics.median(loads):.2f} s, "
-          f"min {min(loads):.2f} s, max {max(loads):.2f} s over {len(loads)} loads")  # fmt: skip
+    print(
+        f"hosts {args.hosts}: first draw median {statistics.median(loads):.2f} s, "
+        f"min {min(loads):.2f} s, max {max(loads):.2f} s over {len(loads)} loads"
+    )
 
 
 if __name__ == "__main__":

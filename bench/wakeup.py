@@ -48,8 +48,11 @@ def all_in_one_queued(mode: str, binds: int) -> list[float]:
             group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": function}
             call(url, "POST", "/v2/device_profiles", [{"name": name, "groups": [group]}])
             names.append(name)
-        region = next(d for d in call(url, "GET", "/v2/deployables?kind=region")["deployables"]
-                      if d["region_type"] == REGION_TYPE)  # fmt: skip
+        region = next(
+            d
+            for d in call(url, "GET", "/v2/deployables?kind=region")["deployables"]
+            if d["region_type"] == REGION_TYPE
+        )
         queued = []
         for n in range(binds):
             phases = dict(timed_bind(url, names[n % 2], region["rp_uuid"], region["hostname"]))
@@ -74,13 +77,18 @@ def across_processes(database: str, mode: str, rounds: int) -> list[float]:
     acceleron = Path(sys.executable).parent / "acceleron"
     with tempfile.TemporaryDirectory() as tmp:
         conf = Path(tmp) / "acceleron.conf"
-        conf.write_text(f"[DEFAULT]\nstate_path = {tmp}\n[database]\nconnection = {database}\n"
-                        f"[placement]\nmode = disabled\n[api]\ntask_wakeup = {mode}\n")  # fmt: skip
+        conf.write_text(
+            f"[DEFAULT]\nstate_path = {tmp}\n[database]\nconnection = {database}\n"
+            f"[placement]\nmode = disabled\n[api]\ntask_wakeup = {mode}\n"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
         log = open(Path(tmp) / "api.log", "w")  # noqa: SIM115
-        process = subprocess.Popen([str(acceleron), "--config-file", str(conf), "api",
-                                    "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                                   env=env)  # fmt: skip
+        process = subprocess.Popen(
+            [str(acceleron), "--config-file", str(conf), "api", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_ready(url, process)
@@ -98,8 +106,9 @@ def _one_round(url: str, db: object, tasks: object) -> float:
     answered: list[float] = []
 
     def poll() -> None:
-        request = urllib.request.Request(f"{url}/v2/hosts/{host}/tasks/claim?wait=20",
-                                         data=b"", method="POST")  # fmt: skip
+        request = urllib.request.Request(
+            f"{url}/v2/hosts/{host}/tasks/claim?wait=20", data=b"", method="POST"
+        )
         request.add_header("OpenStack-API-Version", "accelerator latest")
         with urllib.request.urlopen(request, timeout=60) as response:
             assert json.loads(response.read())["tasks"]
@@ -119,8 +128,10 @@ def show(title: str, figures: dict[str, list[float]]) -> None:
     print(f"\n{title}")
     for mode, seconds in figures.items():
         ms = sorted(s * 1000 for s in seconds)
-        print(f"    task_wakeup = {mode:<7} median {statistics.median(ms):7.1f} ms   "
-              f"min {ms[0]:7.1f} ms   max {ms[-1]:7.1f} ms   ({len(ms)} tasks)")  # fmt: skip
+        print(
+            f"    task_wakeup = {mode:<7} median {statistics.median(ms):7.1f} ms   "
+            f"min {ms[0]:7.1f} ms   max {ms[-1]:7.1f} ms   ({len(ms)} tasks)"
+        )
 
 
 def main() -> None:
@@ -128,11 +139,15 @@ def main() -> None:
     parser.add_argument("--binds", type=int, default=8, help="programming binds per mode")
     parser.add_argument("--database", help="a PostgreSQL URL for the across-processes figure")
     args = parser.parse_args()
-    show("all-in-one: programming bind, queued before the agent starts (baseline: poll)",
-         {mode: all_in_one_queued(mode, args.binds) for mode in MODES})  # fmt: skip
+    show(
+        "all-in-one: programming bind, queued before the agent starts (baseline: poll)",
+        {mode: all_in_one_queued(mode, args.binds) for mode in MODES},
+    )
     if args.database:
-        show("across processes (PostgreSQL): task committed -> another process's poll answers",
-             {m: across_processes(args.database, m, args.binds) for m in MODES})  # fmt: skip
+        show(
+            "across processes (PostgreSQL): task committed -> another process's poll answers",
+            {m: across_processes(args.database, m, args.binds) for m in MODES},
+        )
 
 
 if __name__ == "__main__":

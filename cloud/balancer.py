@@ -73,8 +73,10 @@ class Balancer:
             except (OSError, TimeoutError):
                 continue
             if self.failover and index != self._writer:
-                sys.stderr.write(f"balancer: writer {self.backends[self._writer]} is down, "
-                                 f"now {self.backends[index]}\n")  # fmt: skip
+                sys.stderr.write(
+                    f"balancer: writer {self.backends[self._writer]} is down, "
+                    f"now {self.backends[index]}\n"
+                )
                 sys.stderr.flush()
                 self._writer = index
             return connected
@@ -89,8 +91,16 @@ class Balancer:
 
 
 # Headers of one hop, not passed on (RFC 9110, 7.6.1).
-HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade",
-       b"proxy-connection", b"host"}  # fmt: skip
+HOP = {
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"te",
+    b"trailer",
+    b"upgrade",
+    b"proxy-connection",
+    b"host",
+}
 DRAIN_WAIT = 300.0  # seconds a drain may wait for the replica's last request
 
 
@@ -143,27 +153,35 @@ class HttpBalancer:
             self.in_flight[port] += 1
             try:
                 request = self.client.build_request(
-                    scope["method"], f"http://{HOST}:{port}{target}", headers=sent,
+                    scope["method"],
+                    f"http://{HOST}:{port}{target}",
+                    headers=sent,
                     content=body,
-                )  # fmt: skip
+                )
                 try:
                     response = await self.client.send(request, stream=True)
                 except httpx.ConnectError:
                     continue  # refused: nothing was sent, the next replica takes it
                 except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
                     status = 502  # it died with the request in flight: the next one takes it
-                    sys.stderr.write(f"balancer: {port} closed without answering "
-                                     f"{scope['method']} {scope['path']} ({error!r}); "
-                                     "sent to the next\n")  # fmt: skip
+                    sys.stderr.write(
+                        f"balancer: {port} closed without answering "
+                        f"{scope['method']} {scope['path']} ({error!r}); "
+                        "sent to the next\n"
+                    )
                     sys.stderr.flush()
                     continue
                 try:
                     kept = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP]
-                    await send({"type": "http.response.start", "status": response.status_code,
-                                "headers": kept})  # fmt: skip
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": response.status_code,
+                            "headers": kept,
+                        }
+                    )
                     async for chunk in response.aiter_raw():
-                        await send({"type": "http.response.body", "body": chunk,
-                                    "more_body": True})  # fmt: skip
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b""})
                 finally:
                     await response.aclose()
@@ -200,9 +218,16 @@ def serve_http(port: int, backends: list[int]) -> None:
 
     sys.stderr.write(f"balancer (http) on {HOST}:{port} -> {backends}\n")
     sys.stderr.flush()
-    uvicorn.run(HttpBalancer(backends), host=HOST, port=port, log_level="warning",
-                access_log=False, timeout_keep_alive=75, server_header=False,
-                date_header=False)  # fmt: skip
+    uvicorn.run(
+        HttpBalancer(backends),
+        host=HOST,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=75,
+        server_header=False,
+        date_header=False,
+    )
 
 
 async def serve(port: int, backends: list[int], *, failover: bool = False) -> None:

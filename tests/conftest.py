@@ -16,85 +16,27 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from oslo_config import cfg
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from acceleron import conf as confmod
 from acceleron.db import migrate
 from acceleron.db.models import Base
 from acceleron.db.session import Database
 from tests.fixtures import signing
+from tests.fixtures.databases import (
+    SERVERS,
+    create_server_database,
+    demanded_backends,
+    drop_server_database,
+    selected_backends,
+)
 
 # The end-to-end suite needs the reference cloud: only `make e2e` (ACCELERON_E2E=1) runs it.
 collect_ignore = [] if os.environ.get("ACCELERON_E2E") else ["e2e"]
-
-BACKENDS = ("sqlite", "postgresql", "mysql")
-SERVERS = {
-    "postgresql": os.environ.get(
-        "ACCELERON_TEST_POSTGRESQL_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-    ),
-    "mysql": os.environ.get("ACCELERON_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/"),
-}
-
-
-def demanded_backends() -> set[str]:
-    value = os.environ.get("ACCELERON_TEST_DATABASES", "")
-    wanted = {b.strip() for b in value.split(",") if b.strip()}
-    unknown = wanted - set(BACKENDS)
-    if unknown:
-        raise pytest.UsageError(f"ACCELERON_TEST_DATABASES names unknown backends: {unknown}")
-    return wanted
-
-
-def selected_backends() -> tuple[str, ...]:
-    """The backends the ``db`` tests run on: those demanded, or all three."""
-    demanded = demanded_backends()
-    return tuple(b for b in BACKENDS if b in demanded) if demanded else BACKENDS
-
-
-def worker_id() -> str:
-    """This pytest-xdist worker's name (``gw0``...), or ``main`` without xdist."""
-    return os.environ.get("PYTEST_XDIST_WORKER", "main")
-
-
-def _create_server_database(backend: str) -> str:
-    """Create a fresh database on the server; return its URL. Raises if unreachable."""
-    server = make_url(SERVERS[backend])
-    name = f"acceleron_test_{worker_id()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            if backend == "mysql":
-                conn.execute(
-                    text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-                )
-            else:
-                conn.execute(text(f"CREATE DATABASE {name}"))
-    finally:
-        engine.dispose()
-    url = server.set(database=name)
-    if backend == "mysql":
-        url = url.update_query_dict({"charset": "utf8mb4"})
-    return url.render_as_string(hide_password=False)
-
-
-def _drop_server_database(backend: str, url: str) -> None:
-    name = make_url(url).database
-    engine = create_engine(make_url(SERVERS[backend]), isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            if backend == "postgresql":
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            else:
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture(scope="session", params=selected_backends())
@@ -107,7 +49,7 @@ def database_url(
         yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'acceleron.sqlite'}"
         return
     try:
-        url = _create_server_database(backend)
+        url = create_server_database(backend)
     except Exception as error:  # the server is not there
         message = f"{backend} server at {SERVERS[backend]} is not reachable: {error}"
         if backend in demanded_backends():
@@ -116,7 +58,7 @@ def database_url(
     try:
         yield url
     finally:
-        _drop_server_database(backend, url)
+        drop_server_database(backend, url)
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from acceleron.agent.loop import Agent, Settings
 from acceleron.api.app import Server, create_app
 from acceleron.db import migrate
 from acceleron.db import session as db_session
-from acceleron.drivers import load_drivers
+from acceleron.drivers import fake, load_drivers
 from acceleron.drivers.base import Watching
 
 LOG = logging.getLogger(__name__)
@@ -40,6 +40,9 @@ def configure(conf: cfg.ConfigOpts, host: str, port: int) -> None:
     """The embedded defaults: Placement in this process, the agent talking to this API."""
     conf.set_override("mode", "embedded", "placement")
     conf.set_override("api_endpoint", f"http://{host}:{port}", "agent")
+    if "fake" in conf.agent.enabled_drivers and not conf.fake.inventory_file:
+        # Its operator is whoever runs it: the built-in regions' functions are theirs.
+        conf.set_default("trusted_functions", fake.built_in_functions(), "bitstreams")
 
 
 def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
@@ -52,15 +55,24 @@ def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
     db = db_session.from_conf(conf)
     migrate.all_phases(db)
     app = create_app(conf, db, settle=True)
-    agent = Agent(Settings.from_conf(conf), load_drivers(conf, Path(conf.agent.root)),
-                  connect(conf))  # fmt: skip
-    runner = tasks.TaskRunner(tasks.Settings.from_conf(conf), agent.drivers, agent.client,
-                              agent.schedule.event)  # fmt: skip
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=GRACE)  # fmt: skip
+    agent = Agent(
+        Settings.from_conf(conf), load_drivers(conf, Path(conf.agent.root)), connect(conf)
+    )
+    runner = tasks.TaskRunner(
+        tasks.Settings.from_conf(conf), agent.drivers, agent.client, agent.schedule.event
+    )
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=GRACE,
+    )
     server = Server(config, app, on_stop=[agent.stop, runner.stop])
-    thread = threading.Thread(target=_agent_when_ready, args=(server, agent, runner, started),
-                              name="agent", daemon=True)  # fmt: skip
+    thread = threading.Thread(
+        target=_agent_when_ready, args=(server, agent, runner, started), name="agent", daemon=True
+    )
     thread.start()
     try:
         server.run(sockets=[sock])

@@ -10,6 +10,7 @@ session and auth options and are registered by the modules that use them.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import socket
 from collections.abc import Iterable, Sequence
@@ -66,8 +67,11 @@ QUIET_LOGGERS = {
 
 def _log_defaults() -> None:
     """oslo.log's default ``default_log_levels`` with Acceleron's quieter loggers."""
-    levels = [pair for pair in oslo_log.get_default_log_levels()
-              if pair.partition("=")[0] not in QUIET_LOGGERS]  # fmt: skip
+    levels = [
+        pair
+        for pair in oslo_log.get_default_log_levels()
+        if pair.partition("=")[0] not in QUIET_LOGGERS
+    ]
     levels += [f"{name}={level}" for name, level in QUIET_LOGGERS.items()]
     oslo_log.set_defaults(default_log_levels=levels)
 
@@ -139,16 +143,17 @@ API_OPTS: list[cfg.Opt] = [
             ("poll", "no wake-up: a waiting poll looks at the database every 0.25 s"),
         ],
         help="How an agent waiting for work (POST /v2/hosts/{host}/tasks/claim?wait=) "
-        "learns that a task was queued for it. Polling stays the fallback (every 0.25 s "
-        "where no signal reaches the process, every 5 s as a safety net where one does).",
+        "learns that a task was queued for it. Where no signal reaches the process, a "
+        "waiting poll looks every 0.25 s; where one does, it looks when it comes and when "
+        "woken (a lost signal: the agent's next poll finds the task).",
     ),
     cfg.IntOpt(
         "max_host_report_size",
         default=4 * 1024 * 1024,
         min=1,
         help="Largest host report, in bytes, an agent may send (PUT "
-        "/v2/hosts/{host}/report): a host with many GPUs and vGPU types reports more "
-        "than [oslo_middleware] max_request_body_size. Larger is answered 413.",
+        "/v2/hosts/{host}/report, application/json): a host with many GPUs and vGPU types "
+        "reports more than [oslo_middleware] max_request_body_size. Larger is answered 413.",
     ),
 ]
 
@@ -159,10 +164,11 @@ OSLO_MIDDLEWARE_OPTS: list[cfg.Opt] = [
         "max_request_body_size",
         default=114_688,
         min=1,
-        help="Largest request body, in bytes, the API reads: a larger one is answered "
-        "413 acceleron.too_large before it is read (by its Content-Length, or once that "
-        "many bytes of a chunked body came). Host reports ([api] max_host_report_size) "
-        "and bitstream uploads ([bitstreams] max_size_mb) have their own limits.",
+        help="Largest request body, in bytes, the API reads, whatever its route and "
+        "Content-Type: a larger one is answered 413 acceleron.too_large before it is read "
+        "(by its Content-Length, or once that many bytes of a chunked body came). A host "
+        "report's JSON ([api] max_host_report_size) and a bitstream upload's "
+        "application/octet-stream ([bitstreams] max_size_mb) have their own limits.",
     ),
 ]
 
@@ -250,7 +256,9 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         default=1024,
         min=1,
         help="Largest bitstream, in MiB, the API takes in an upload (PUT "
-        "/v2/bitstreams/{uuid}/data); a larger one is refused with 413.",
+        "/v2/bitstreams/{uuid}/data, application/octet-stream; a body of another type "
+        "there has [oslo_middleware] max_request_body_size); a larger one is refused "
+        "with 413.",
     ),
     cfg.IntOpt(
         "max_uploads_per_project",
@@ -266,14 +274,28 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         help="Agent: program only bitstreams whose signature (the img_signature* "
         "properties, as Glance and Nova use them) verifies on this host, over the bytes "
         "programmed; an unsigned or badly signed bitstream fails its bind. Off: signatures "
-        "are checked only for the projects in require_signatures_projects.",
+        "are checked only for the projects in require_signatures_projects (a signed "
+        "bitstream's signature is checked all the same, and the result recorded). API: "
+        "a region's image is reused as it is only if its signature verified. Set it "
+        "alike on the API and the agents.",
     ),
     cfg.ListOpt(
         "require_signatures_projects",
         default=[],
         help="Agent: project ids whose requests get only verified, signed bitstreams "
         "programmed, even with verify_signatures off. Programs an admin asks for outside "
-        "any request follow verify_signatures alone.",
+        "any request follow verify_signatures alone. API: these projects' requests reuse "
+        "an image a region holds only if its signature verified when it was loaded. Set "
+        "it alike on the API and the agents.",
+    ),
+    cfg.ListOpt(
+        "trusted_functions",
+        default=[],
+        help="API: function ids (AFU ids, any spelling) of the images an operator loads "
+        "outside Acceleron (pre-programmed functions) that requests of every project may "
+        "use as found. A region holding a function Acceleron did not load, and not listed "
+        "here, is programmed again (or the request refused) before a request uses it. The "
+        "all-in-one trusts the functions its fake driver's built-in inventory holds.",
     ),
     cfg.ListOpt(
         "trusted_certificate_ids",
@@ -300,6 +322,15 @@ BITSTREAM_OPTS: list[cfg.Opt] = [
         "certificate_dir",
         default="$state_path/bitstream-certificates",
         help="Agent: directory of certificates for certificate_backend = directory.",
+    ),
+    cfg.IntOpt(
+        "min_signing_key_bits",
+        default=2048,
+        min=1024,
+        max=16384,
+        help="Agent: the shortest RSA or DSA key, in bits, a signing certificate may hold; "
+        "a signature by a shorter one is refused (weak_key). ECC keys are as long as "
+        "their curve (P-384, P-521).",
     ),
 ]
 
@@ -378,6 +409,21 @@ AGENT_OPTS: list[cfg.Opt] = [
         help="Where the agent records the tasks it finished (programming a region, making "
         "a vGPU), so that after a restart it reports them again instead of redoing them.",
     ),
+    cfg.StrOpt(
+        "cleaning_command",
+        help="The command the agent runs for a cleaning of method 'command' ([cleaning] "
+        "methods, accel:cleaning), without a shell; exit status 0 means clean. "
+        "Placeholders: {address} (the device's PCI address), {deployable} (its key, e.g. "
+        "region0), {handles} (the attach handles' addresses, comma-separated), {type} "
+        "(the accelerator type). Unset: such a cleaning fails, and the device goes into "
+        "maintenance.",
+    ),
+    cfg.IntOpt(
+        "cleaning_timeout",
+        default=600,
+        min=1,
+        help="Seconds cleaning_command (or a driver's reset or scrub) may run.",
+    ),
     cfg.FloatOpt(
         "task_wait",
         default=20.0,
@@ -450,11 +496,13 @@ CLAIM_OPTS: list[cfg.Opt] = [
         "timeout",
         default=300,
         min=10,
-        help="Seconds a claim may take to be made (or released). Past it, a claim still "
-        "being made is given up: its own maker can no longer move it on, and a DELETE, the "
-        "reconciler or a restarted API undoes it (requests deleted, handles freed, its "
-        "Placement allocation dropped). Keep it longer than any claim takes; a maker "
-        "found gone sooner (an API process of this machine that died) is not waited for.",
+        help="Seconds a claim may take to be made, in the database's time. Past it, a claim "
+        "still being made is given up: its own maker can no longer move it on, and a DELETE, "
+        "the reconciler or a restarted API ends it (requests deleted, handles freed, its "
+        "Placement allocation dropped). Whoever makes or ends a claim holds a lease on it, "
+        "renewed at each step, of 20 s (or this, if less): a claim whose maker or ender "
+        "stopped (a killed API) is ended once that lease has passed. Keep it longer than "
+        "any claim takes.",
     ),
 ]
 
@@ -511,12 +559,57 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         secret=True,
         help="Database of the embedded Placement (mode = embedded).",
     ),
+    cfg.IntOpt(
+        "embedded_max_candidates",
+        default=100,
+        min=-1,
+        help="The embedded Placement's [placement] max_allocation_candidates: it stops "
+        "building allocation candidates at this many (-1: no cap). Without a cap, a request "
+        "for N FPGA regions of an 8-card host as N groups of one makes Placement build 8^N "
+        "combinations (8 groups: no answer in 300 s). A candidates query's limit still "
+        "applies; Nova then weighs at most this many hosts (docs/placement.md).",
+    ),
+    cfg.StrOpt(
+        "embedded_candidate_strategy",
+        default="breadth-first",
+        choices=[
+            ("breadth-first", "Candidates from every matching host in turn."),
+            ("depth-first", "Every candidate of one host before the next (Placement's default)."),
+        ],
+        help="The embedded Placement's [placement] allocation_candidates_generation_strategy: "
+        "with a cap, breadth-first keeps candidates from many hosts rather than the first "
+        "few hosts' orderings of the same devices.",
+    ),
+    cfg.BoolOpt(
+        "embedded_wide_trees",
+        default=True,
+        help="The embedded Placement's [workarounds] optimize_for_wide_provider_trees: "
+        "combinations over a provider's capacity are dropped while they are built.",
+    ),
     cfg.BoolOpt(
         "nested",
         default=True,
         help="One provider per device and per region under the compute node (spec 001). "
         "False puts every inventory and trait on the compute node provider itself; "
         "'acceleron placement migrate-to-nested' moves a cloud from that to nested.",
+    ),
+    cfg.StrOpt(
+        "pools",
+        default="auto",
+        choices=[
+            (
+                "auto",
+                "Pools once this release's contract phase is applied ('acceleron db upgrade "
+                "--contract', which the previous release refuses to run beside): no API of "
+                "the previous release publishes per-device providers in turn.",
+            ),
+            ("true", "Pools now (a new cloud, or one whose APIs all run this release)."),
+            ("false", "One provider per device and per deployable, as before."),
+        ],
+        help="Nested mode: publish a host's identical accelerators (whole GPUs of one model, "
+        "MIG profiles or vGPU types of identical GPUs, VF pools of identical cards) as one "
+        "provider with inventory N, from which the bind picks the devices by topology "
+        "(docs/placement.md). FPGA regions keep a provider each. Ignored in flat mode.",
     ),
     cfg.BoolOpt(
         "standard_resource_classes",
@@ -608,6 +701,49 @@ METRICS_OPTS: list[cfg.Opt] = [
     ),
 ]
 
+CLEANING_METHODS = ("none", "reset", "scrub", "command")
+CLEANING_OPTS: list[cfg.Opt] = [
+    cfg.DictOpt(
+        "methods",
+        default={"GPU": "reset", "VGPU": "none", "MIG": "scrub", "FPGA": "scrub"},
+        help="API: how a device is cleaned once a tenant gives it back, by accelerator "
+        "type (GPU, VGPU, MIG, FPGA, QAT, NIC, ... as deployables show it), before the next "
+        "tenant gets it: none; reset (a whole GPU's or a VF's function-level reset); scrub "
+        "(a GPU's or MIG slice's memory cleared; an FPGA region loaded with the blank "
+        "image for its region type); command (the agent's [agent] cleaning_command). A "
+        "device profile group may choose another with accel:cleaning. Types not listed "
+        "take default_method. docs/cleaning.md.",
+    ),
+    cfg.StrOpt(
+        "default_method",
+        default="reset",
+        choices=CLEANING_METHODS,
+        help="API: the cleaning of accelerator types that methods does not list.",
+    ),
+    cfg.IntOpt(
+        "timeout",
+        default=600,
+        min=1,
+        help="API: seconds a cleaning may take before it counts as failed (its agent gone, "
+        "say): the device or region then goes into maintenance, reserved.",
+    ),
+    cfg.StrOpt(
+        "blank_bitstream_name",
+        default="blank",
+        help="API: the name of the public bitstreams that hold each region type's blank "
+        "image: an FPGA region scrubbed between tenants is loaded with the newest public "
+        "bitstream of this name built for its region type (none: the driver must clear "
+        "the region itself, or the cleaning fails).",
+    ),
+    cfg.IntOpt(
+        "history_days",
+        default=90,
+        min=1,
+        help="API: days a device's tenancies are kept in its history (GET "
+        "/v2/devices/{uuid}/history) after they ended.",
+    ),
+]
+
 FAKE_DRIVER_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "inventory_file",
@@ -626,6 +762,18 @@ FAKE_DRIVER_OPTS: list[cfg.Opt] = [
         min=0.0,
         help="Seconds programming a region takes, to simulate a card's (loading a "
         "partial bitstream into an Intel PAC takes a few seconds).",
+    ),
+    cfg.FloatOpt(
+        "cleaning_seconds",
+        default=0.0,
+        min=0.0,
+        help="Seconds a cleaning (reset, scrub) takes, to simulate a card's.",
+    ),
+    cfg.ListOpt(
+        "failing_cleanings",
+        default=[],
+        help="PCI addresses of simulated devices whose cleaning fails (to try the way a "
+        "device goes into maintenance); '*' for all.",
     ),
 ]
 
@@ -706,6 +854,7 @@ _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [
     ("claims", CLAIM_OPTS),
     ("reconciler", RECONCILER_OPTS),
     ("quota", QUOTA_OPTS),
+    ("cleaning", CLEANING_OPTS),
     ("metrics", METRICS_OPTS),
 ]
 
@@ -786,6 +935,76 @@ def load(
         for name, value in values.items():
             conf.set_override(name, value, group=None if group == "DEFAULT" else group)
     return conf
+
+
+# The libraries whose sections an acceleron.conf may hold besides Acceleron's own: the
+# sample's (oslo.log's [DEFAULT] options, [keystone_authtoken], [oslo_policy]), and those
+# read when a feature asks for them ([oslo_limit] for unified limits, castellan's
+# [key_manager] and [barbican] for certificates from a key manager).
+LIBRARY_NAMESPACES = (
+    "oslo.log",
+    "keystonemiddleware.auth_token",
+    "oslo.policy",
+    "oslo.limit",
+    "castellan.config",
+)
+
+
+def known_options() -> dict[str, set[str]]:
+    """Every option a section of acceleron.conf may hold, by section (``DEFAULT`` for
+    none): Acceleron's and its libraries' (LIBRARY_NAMESPACES); not the options of an
+    auth plugin, which depend on the section's ``auth_type``."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, set[str]] = {}
+    listed: list[tuple[Any, list[cfg.Opt]]] = list(list_opts())
+    namespaces = {ep.name: ep for ep in entry_points(group="oslo.config.opts")}
+    for namespace in LIBRARY_NAMESPACES:
+        if namespace in namespaces:
+            listed += namespaces[namespace].load()()
+    for group, opts in listed:
+        name = getattr(group, "name", group) or "DEFAULT"
+        names = found.setdefault(name, set())
+        for opt in opts:
+            names.add(opt.dest)
+            names.update(
+                old.name for old in opt.deprecated_opts if old.name and (old.group or name) == name
+            )
+    return found
+
+
+def unknown_options(paths: Iterable[str]) -> list[str]:
+    """What the configuration files ``paths`` set that nothing reads, each as ``[section]
+    option`` (or ``[section]`` for a whole section): a misspelt name, or a section of
+    another service's file. oslo.config passes over them in silence. The options of a
+    section's auth plugin (``auth_type``) count as known. Raises oslo.config's
+    ConfigFileParseError for a file that does not parse."""
+    from oslo_config import iniparser
+
+    known = known_options()
+    unknown = []
+    for path in paths:
+        sections: dict[str, dict[str, list[str]]] = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except iniparser.ParseError as error:
+            raise cfg.ConfigFileParseError(path, str(error)) from error
+        for section, values in sections.items():
+            names = known.get(section)
+            if names is None:
+                unknown.append(f"[{section}]")
+                continue
+            auth_type = values.get("auth_type", [None])[-1]
+            if auth_type:
+                dests: set[str] = {opt.dest for opt in ks_loading.get_auth_common_conf_options()}
+                # An unknown plugin: loading the section says so.
+                with contextlib.suppress(Exception):
+                    dests |= {opt.dest for opt in ks_loading.get_plugin_options(auth_type)}
+                names = names | dests
+            unknown += [
+                f"[{section}] {key}" for key in values if key.replace("-", "_") not in names
+            ]
+    return unknown
 
 
 def sample() -> str:

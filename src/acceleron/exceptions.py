@@ -36,6 +36,16 @@ class NotProvided(NoCapacity):
     """No host provides a resource class a claim's profile asks for at all."""
 
 
+class NoMigPlacement(NoCapacity):
+    """No GPU can take the MIG profile asked for. ``reason`` is one of
+    ``acceleron.mig.geometry.REASONS`` (the mildest any GPU had: "enough slices but no
+    valid position" before "too few free slices"); the message names the GPUs."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class DuplicateName(Conflict):
     """An object with that name or uuid already exists."""
 
@@ -88,6 +98,10 @@ class SchemaOutOfDate(AcceleronError):
     """The database schema is older than this code; ``acceleron db upgrade`` is needed."""
 
 
+class UpgradeInProgress(AcceleronError):
+    """Another schema upgrade holds the database's upgrade lock."""
+
+
 class BitstreamNotFound(NotFound):
     """No bitstream matches the id, name or function asked for."""
 
@@ -105,7 +119,8 @@ class BitstreamUnavailable(Conflict):
 
 
 class BitstreamCorrupt(AcceleronError):
-    """The bytes read do not match the bitstream's recorded size or hash."""
+    """The bytes read do not match the bitstream's recorded size or hash; the message
+    gives the recorded and the actual hash."""
 
 
 class BitstreamSignatureRefused(AcceleronError):
@@ -115,6 +130,19 @@ class BitstreamSignatureRefused(AcceleronError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class StateUnwritable(AcceleronError):
+    """A directory this server keeps its own files in cannot be written (a read-only file
+    system, its permissions): the server's configuration, not the caller's doing. The
+    message names the directory and the option that sets it."""
+
+    def __init__(self, directory: object, option: str, error: OSError) -> None:
+        super().__init__(
+            f"This server cannot write to {directory} ({error.strerror or error}): make "
+            f"{option} a directory it may write (under systemd, the unit's StateDirectory= "
+            f"or ReadWritePaths=), or point {option} at one."
+        )
 
 
 class BitstreamStoreError(AcceleronError):

@@ -36,17 +36,23 @@ NAMES = (REPORT, TASK)
 Version = tuple[int, int]
 
 # What this release writes and reads: for each format, the newest minor of each major.
-REPORT_VERSION: Version = (1, 0)
+# Report 1.1: each device's topology, ``pcie_switch`` and ``nvlink_domain``; the API
+# leaves what it recorded of them as it is when a report of 1.0 comes (its agent cannot
+# tell).
+REPORT_VERSION: Version = (1, 1)
 # Task 1.1: a program task names its request's project (``project_id``) and its
 # bitstream's signature properties (``bitstream.signature``), for hosts that require
 # signatures; an agent of 1.0 ignores them, one of 1.1 handed a 1.0 task sees no signature.
-TASK_VERSION: Version = (1, 1)
+# Task 1.2: ``clean`` tasks (a device, region or handle cleaned between tenants); an
+# agent of 1.1 is handed none, and its host's devices are not cleaned.
+TASK_VERSION: Version = (1, 2)
 # The first version of the task format that has each task kind: an API hands a task only
 # to an agent whose task format has its kind.
 TASK_KINDS: Mapping[str, Version] = {
     "program": (1, 0),
     "create_mdev": (1, 0),
     "remove_mdev": (1, 0),
+    "clean": (1, 2),
 }
 # The fields of an agent's word on a task (``PUT /v2/tasks/{uuid}``), with the first task
 # format that has each: an agent leaves out those its API's format does not have.
@@ -129,8 +135,9 @@ class Formats:
 
     def describe(self, name: str) -> str:
         """E.g. ``1.x (up to 1.3)``: the majors this side knows, each with its newest minor."""
-        return " and ".join(f"{major}.x (up to {major}.{minor})" for major, minor in
-                            self.versions(name))  # fmt: skip
+        return " and ".join(
+            f"{major}.x (up to {major}.{minor})" for major, minor in self.versions(name)
+        )
 
 
 OURS = Formats.of([REPORT_VERSION], [TASK_VERSION])

@@ -98,8 +98,7 @@ def begin(request_id: str, global_request_id: str | None = None) -> Token[LogCon
     ``end``."""
     if global_request_id is not None and not _GLOBAL_ID.fullmatch(global_request_id):
         global_request_id = None
-    found = LogContext(request_id=request_id, global_request_id=global_request_id,
-                       overwrite=False)  # fmt: skip
+    found = LogContext(request_id=request_id, global_request_id=global_request_id, overwrite=False)
     return _CURRENT.set(found)
 
 
@@ -144,8 +143,8 @@ _BLANK_UNLESS_SET = ("color", "user_identity", "resource", "user_name", "project
 
 
 class Formatter(oslo_formatters.ContextFormatter):
-    """oslo.log's text formatter, writing the same lines, at half its cost for the lines
-    of INFO that requests write: an access line cost a tenth of a small request's CPU.
+    """oslo.log's text formatter, writing the same lines, cheaper for the lines of INFO
+    that requests write (docs/benchmarks.md, "What the shortcuts save").
 
     oslo.log's builds a line from the configuration's format strings, read afresh, a
     format object made afresh, the ISO time (``%(isotime)s``) computed whether the format
@@ -203,8 +202,12 @@ class Formatter(oslo_formatters.ContextFormatter):
         configured; any other as it is."""
         if type(formatter) is not oslo_formatters.ContextFormatter:
             return formatter
-        return cls(project=formatter.project, version=formatter.version,
-                   datefmt=formatter.datefmt, config=formatter.conf)  # fmt: skip
+        return cls(
+            project=formatter.project,
+            version=formatter.version,
+            datefmt=formatter.datefmt,
+            config=formatter.conf,
+        )
 
 
 class _CurrentStderr:
@@ -222,11 +225,44 @@ class _CurrentStderr:
 STDERR = _CurrentStderr()
 
 
+def _warn_unknown(conf: cfg.ConfigOpts) -> None:
+    """A warning for each option or section of the configuration files that nothing
+    reads (a misspelt name is otherwise ignored in silence), once logging is set up."""
+    from acceleron import conf as confmod
+
+    try:
+        unknown = confmod.unknown_options(conf.config_file)
+    except Exception:  # the files were read already: whatever this is, it is no reason to stop
+        logging.getLogger("acceleron.conf").debug("Not checked for unknown options", exc_info=True)
+        return
+    for name in unknown:
+        logging.getLogger("acceleron.conf").warning(
+            "%s in %s: no such option or section; ignored (misspelt?)",
+            name,
+            ", ".join(conf.config_file),
+        )
+
+
+class ServerLines(logging.Filter):
+    """uvicorn's lines about the server itself (started, listening, stopping: logger
+    ``uvicorn.error``, whatever their level) under Acceleron's name, ``acceleron.server``:
+    a start-up line is not an error."""
+
+    NAME = "acceleron.server"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = self.NAME
+        return True
+
+
+SERVER_LINES = ServerLines()
+
+
 class LoggingUnavailable(Exception):
     """Logging cannot be set up as the configuration says (the message says why)."""
 
 
-def setup(conf: cfg.ConfigOpts, program: str) -> None:
+def setup(conf: cfg.ConfigOpts, program: str, warn_unknown: bool = True) -> None:
     """Set up logging as the configuration says; for the processes that serve (the API,
     the agent, the all-in-one). Raises LoggingUnavailable, saying why, when it cannot.
 
@@ -239,8 +275,9 @@ def setup(conf: cfg.ConfigOpts, program: str) -> None:
     try:
         oslo_log.setup(conf, "acceleron", acceleron.__version__)
     except OSError as error:  # the log file or its directory
-        raise LoggingUnavailable(f"Cannot log to {error.filename or conf.log_file}: "
-                                 f"{error.strerror or error}.") from error  # fmt: skip
+        raise LoggingUnavailable(
+            f"Cannot log to {error.filename or conf.log_file}: {error.strerror or error}."
+        ) from error
     except RuntimeError as error:
         if conf.use_journal and "ystemd" in str(error):
             raise LoggingUnavailable(
@@ -250,6 +287,9 @@ def setup(conf: cfg.ConfigOpts, program: str) -> None:
                 "the journal."
             ) from error
         raise LoggingUnavailable(f"Cannot set logging up: {error}") from error
+    server = logging.getLogger("uvicorn.error")
+    if SERVER_LINES not in server.filters:
+        server.addFilter(SERVER_LINES)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream in (
             sys.stdout,
@@ -259,3 +299,23 @@ def setup(conf: cfg.ConfigOpts, program: str) -> None:
         if CONTEXT_FILTER not in handler.filters:
             handler.addFilter(CONTEXT_FILTER)
         handler.setFormatter(Formatter.replacing(handler.formatter))
+    if warn_unknown:  # once the handlers are as above (outside any request: "[-]")
+        _warn_unknown(conf)
+
+
+def elsewhere(
+    level: int, message: str, name: str = "acceleron", skip: tuple[object, ...] = ()
+) -> None:
+    """``message`` written by every handler of the log that does not write to standard
+    error (or to a stream in ``skip``): what a command printed there (a refused start)
+    also in the log file, the journal or syslog, and not twice on the terminal."""
+    logger = logging.getLogger(name)
+    if not logger.isEnabledFor(level):
+        return
+    record = logger.makeRecord(name, level, "(command)", 0, message, (), None)
+    streams = (STDERR, sys.stderr, sys.__stderr__, *skip)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream in streams:
+            continue
+        if record.levelno >= handler.level:
+            handler.handle(record)

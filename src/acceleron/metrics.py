@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -72,6 +72,24 @@ PLACEMENT_ERRORS = Counter(
     "conflict, not_found, refused).",
     ["kind", "error"],
 )
+ALLOCATION_WRITES = Counter(
+    "acceleron_placement_allocation_writes",
+    "Consumers' allocation writes of claims and their releases, by how they reached "
+    "Placement: batched (with others in one POST /allocations), alone (a PUT: nothing "
+    "else to send), refused (a PUT after the batch it was in was refused).",
+    ["how"],
+)
+CLAIM_CONFLICTS = Counter(
+    "acceleron_claim_allocation_conflicts",
+    "Claims' allocations Placement refused (409: the capacity taken meanwhile) and chosen "
+    "again, by where the refused choice came from: view (Acceleron's own view of the "
+    "hosts) or candidates (Placement's candidate query).",
+    ["chosen"],
+)
+for _how in ("batched", "alone", "refused"):  # shown at 0 before the first
+    ALLOCATION_WRITES.labels(_how)
+for _chosen in ("view", "candidates"):
+    CLAIM_CONFLICTS.labels(_chosen)
 DB_RETRIES = Counter(
     "acceleron_db_retries",
     "Write transactions run again after the database rolled them back, by reason: deadlock, "
@@ -142,6 +160,14 @@ PROGRAM_PHASE_SECONDS = Histogram(
     ["phase"],
     buckets=LONG_BUCKETS,
 )
+CLEANING_SECONDS = Histogram(
+    "acceleron_cleaning_duration_seconds",
+    "Time a device, region or handle took to be cleaned between tenants, from the clean "
+    "task's creation to its end, by method (reset, scrub, command) and outcome (done, "
+    "failed).",
+    ["method", "outcome"],
+    buckets=LONG_BUCKETS,
+)
 
 # --- the agent ---------------------------------------------------------------------------
 
@@ -156,7 +182,7 @@ BITSTREAM_SIGNATURES = Counter(
     "Signature checks of bitstreams an agent was to program: valid (verified over the "
     "bytes), valid_remembered (the same bytes verified before), or the reason it was "
     "refused (unsigned, bad_signature, unknown_certificate, untrusted_certificate, "
-    "expired_certificate, unsupported_algorithm).",
+    "expired_certificate, unsupported_algorithm, unsuitable_certificate, weak_key).",
     ["result"],
 )
 AGENT_PHASE_SECONDS = Histogram(
@@ -206,5 +232,8 @@ def set_counts(gauge: Gauge, counts: Mapping[tuple[str, ...], float]) -> None:
 
 
 def _label_sets(gauge: Gauge) -> set[tuple[str, ...]]:
-    known: Iterable[tuple[str, ...]] = list(getattr(gauge, "_metrics", {}))
-    return set(known)
+    """The label values of each child the gauge has (its samples, as a scrape sees them:
+    a gauge's sample holds its labels in the gauge's order)."""
+    return {
+        tuple(sample.labels.values()) for family in gauge.collect() for sample in family.samples
+    }

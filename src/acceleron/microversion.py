@@ -78,6 +78,10 @@ VERSIONS: list[str] = [
     #          that host (os_acc on a compute node without a scheduler).
     "2.16",  # A claim shows its allocations (provider uuid -> resources), as Placement
     #          holds them: its client needs not ask Placement again.
+    "2.17",  # A device between tenants: deployables show the provenance of what they hold;
+    #          devices and deployables what is being cleaned; GET /v2/devices/{uuid}/history.
+    "2.18",  # Devices show where they sit: pcie_switch (the PCI address of their nearest
+    #          PCIe switch) and nvlink_domain (a name their NVLink peers share).
 ]
 
 V2_0 = Version(2, 0)
@@ -97,6 +101,8 @@ V2_13 = Version(2, 13)
 V2_14 = Version(2, 14)
 V2_15 = Version(2, 15)
 V2_16 = Version(2, 16)
+V2_17 = Version(2, 17)
+V2_18 = Version(2, 18)
 _NUMBER = re.compile(r"(\d{1,9})\.(\d{1,9})", re.ASCII)  # longer is no version of ours
 
 

@@ -25,6 +25,7 @@ import pydantic
 
 from acceleron import formats
 from acceleron.exceptions import InvalidInput
+from acceleron.failfast import FailFast
 from acceleron.text import has_control
 from acceleron.vocabulary import DEVICE_TYPES, HANDLE_TYPES, KINDS, WIDTHS, Device, walk
 
@@ -35,7 +36,7 @@ REPORT_VERSION, REPORT_MINOR = formats.REPORT_VERSION
 class HostReport:
     hostname: str
     agent_version: str
-    devices: tuple[Device, ...]
+    devices: Annotated[tuple[Device, ...], FailFast]
     report_version: int = REPORT_VERSION
     report_minor: int = REPORT_MINOR
 
@@ -57,6 +58,8 @@ def check_version(data: Any) -> Any:
         minor = data.get("report_minor", 0)
         if type(major) is int and type(minor) is int:
             formats.check_report((major, minor))
+        if "report_minor" not in data:  # an agent older than the minor field: a .0
+            data = {**data, "report_minor": 0}
     return data
 
 
@@ -71,8 +74,10 @@ def to_json(report: HostReport, version: formats.Version | None = None) -> dict[
     if version is None or version >= report.version:
         return dataclasses.asdict(report)
     if version[0] != report.report_version:
-        raise ValueError(f"a report of format {formats.show(report.version)} cannot be "
-                         f"written as {formats.show(version)}")  # fmt: skip
+        raise ValueError(
+            f"a report of format {formats.show(report.version)} cannot be "
+            f"written as {formats.show(version)}"
+        )
     data: dict[str, Any] = formats.trim(report, version)
     data["report_minor"] = version[1]
     return data

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
+
+from acceleron.failfast import FailFast
 
 # How long each reported string may be: the width of the column it is stored in.
 # db/models.py declares its columns with these, and the report is checked against them
@@ -27,6 +29,8 @@ WIDTHS = {
     "hostname": NAME_LEN,  # hosts.hostname
     "agent_version": 64,  # hosts.agent_version
     "pci_address": 32,  # devices.pci_address
+    "pcie_switch": 32,  # devices.pcie_switch (a PCI address)
+    "nvlink_domain": 64,  # devices.nvlink_domain
     "type": 32,  # devices.type
     "vendor_id": 16,  # devices.vendor
     "vendor_name": 64,  # devices.vendor_name
@@ -64,7 +68,7 @@ class Health:
 
     state: str = HEALTHY
     reason: str | None = None
-    deployables: Mapping[str, Health] = dataclasses.field(default_factory=dict)
+    deployables: Annotated[Mapping[str, Health], FailFast] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +79,7 @@ class AttachHandle:
     address: str  # BDF, mdev uuid or MIG uuid; unique within its deployable
     # Upstream's attach_handle_info: PCI {domain, bus, device, function}; MDEV adds
     # asked_type and vgpu_mark; MIG {gpu_uuid, mig_uuid, ...}. Values are strings.
-    info: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    info: Annotated[Mapping[str, str], FailFast] = dataclasses.field(default_factory=dict)
     in_use: bool = False  # already in use on the host (e.g. an mdev that exists)
 
 
@@ -92,18 +96,19 @@ class Deployable:
     programmable: bool = False  # a region that can be (re)programmed
     region_type: str | None = None  # region type / interface uuid, 32 lower hex (FPGA)
     bitstream_id: str | None = None  # what is loaded: an id the vendor reports
-    function_uuids: tuple[str, ...] = ()  # functions it implements (AFU ids), 32 lower hex
+    # The functions it implements (AFU ids), 32 lower hex each.
+    function_uuids: Annotated[tuple[str, ...], FailFast] = ()
     memory_mb: int | None = None  # device-local memory, when the driver knows it
     # Its kind, naming the memory class (spec 001): DDR, HBM, GDDR... (drivers.memory);
     # None when the driver cannot tell (the class is then named after the accelerator type).
     memory_type: str | None = None
     # Extra traits the driver asks for beyond those derived from the fields above
     # (e.g. a vGPU type's CUSTOM_NVIDIA_1EB8_T4_2B); Placement-valid names.
-    traits: tuple[str, ...] = ()
+    traits: Annotated[tuple[str, ...], FailFast] = ()
     # Free-form facts shown to operators (spec 003 attributes); values may nest.
-    attributes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    attach_handles: tuple[AttachHandle, ...] = ()
-    children: tuple[Deployable, ...] = ()
+    attributes: Annotated[Mapping[str, Any], FailFast] = dataclasses.field(default_factory=dict)
+    attach_handles: Annotated[tuple[AttachHandle, ...], FailFast] = ()
+    children: Annotated[tuple[Deployable, ...], FailFast] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,9 +123,17 @@ class Device:
     model: str  # product or family for traits, upper case, e.g. "PAC_ARRIA10", "H100"
     driver: str  # the Acceleron driver that found it, e.g. "intel_fpga"
     numa_node: int | None = None  # None when the kernel reports -1 (unknown)
-    std_board_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    vendor_board_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    deployables: tuple[Deployable, ...] = ()
+    # Where it sits (report format 1.1; a reader of 1.0 ignores them): the PCI address of
+    # the upstream port of its nearest PCIe switch (drivers.sysfs.pcie_switch), and the
+    # name its NVLink peers on the host share (drivers.nvml.nvlink_domains). None: it has
+    # none (it hangs off a root port; it has no NVLink peer), or the driver cannot tell.
+    pcie_switch: str | None = dataclasses.field(default=None, metadata={"since": (1, 1)})
+    nvlink_domain: str | None = dataclasses.field(default=None, metadata={"since": (1, 1)})
+    std_board_info: Annotated[Mapping[str, Any], FailFast] = dataclasses.field(default_factory=dict)
+    vendor_board_info: Annotated[Mapping[str, Any], FailFast] = dataclasses.field(
+        default_factory=dict
+    )
+    deployables: Annotated[tuple[Deployable, ...], FailFast] = ()
     # Filled in by the agent from the driver's health() at each scan.
     health: Health = dataclasses.field(default_factory=Health)
 

@@ -141,11 +141,16 @@ class Connector:
         failed = [a for a in bound if a["state"] != "Bound"]
         if failed:
             self._delete(f"instance={instance}")
-            reasons = "; ".join(f"{a['uuid']}: {a.get('failure_reason') or a['state']}"
-                                for a in failed)  # fmt: skip
+            reasons = "; ".join(
+                f"{a['uuid']}: {a.get('failure_reason') or a['state']}" for a in failed
+            )
             raise PlugFailed(f"Accelerators of instance {instance} could not be bound: {reasons}")
-        LOG.info("Plugged %d accelerator(s) into %s (%s)", len(bound), instance,
-                 instance_info.get("name") or "unnamed")  # fmt: skip
+        LOG.info(
+            "Plugged %d accelerator(s) into %s (%s)",
+            len(bound),
+            instance,
+            instance_info.get("name") or "unnamed",
+        )
         return [attachment(a) for a in sorted(bound, key=lambda a: a["device_profile_group_id"])]
 
     def unplug(self, instance_info: Mapping[str, Any]) -> int:
@@ -208,8 +213,9 @@ class Connector:
         and healthy, and an FPGA region not being programmed; ``NotReady`` naming every
         one that is not."""
         accelerators = self.record(instance_info)
-        problems = [f"{a['arq_uuid']}: {'; '.join(a['problems'])}"
-                    for a in accelerators if a["problems"]]  # fmt: skip
+        problems = [
+            f"{a['arq_uuid']}: {'; '.join(a['problems'])}" for a in accelerators if a["problems"]
+        ]
         if problems:
             raise NotReady(
                 f"Accelerators of instance {_instance_uuid(instance_info)} are not ready: "
@@ -309,17 +315,23 @@ class Connector:
             body["project_id"] = instance_info["project_id"]
         response = self._call("POST", "/v2/claims", json=body, microversion=CLAIMS)
         if response.status_code != 201:
-            raise PlugFailed(f"Cannot claim profile {profile!r} on {self.hostname}: "
-                             f"{detail(response)}")  # fmt: skip
+            raise PlugFailed(
+                f"Cannot claim profile {profile!r} on {self.hostname}: {detail(response)}"
+            )
         path = f"/v2/claims/{quote(instance, safe='')}"
-        claim = wait_claim(lambda: self._json("GET", path, microversion=CLAIMS),
-                           response.json(), self.timeout, self.poll)  # fmt: skip
+        claim = wait_claim(
+            lambda: self._json("GET", path, microversion=CLAIMS),
+            response.json(),
+            self.timeout,
+            self.poll,
+        )
         if claim["state"] != "bound":
             self._release_claim(instance)
             late = f"not bound within {self.timeout:.0f} s"
             reason = claim.get("failure_reason") or (late if claim["state"] != "failed" else "")
-            raise PlugFailed(f"Accelerators of instance {instance} could not be bound: "
-                             f"{reason or 'failed'}")  # fmt: skip
+            raise PlugFailed(
+                f"Accelerators of instance {instance} could not be bound: {reason or 'failed'}"
+            )
         arqs = sorted(claim["accelerator_requests"], key=lambda a: a["device_profile_group_id"])
         LOG.info("Claimed and plugged %d accelerator(s) into %s", len(arqs), instance)
         return [attachment(a) for a in arqs]
@@ -467,21 +479,41 @@ def accelerator_state(
         problems.append(f"attach handle {handle['address']} is {handle.get('state')}")
     entry["deployable"] = {
         k: deployable.get(k)
-        for k in ("uuid", "name", "kind", "key", "accelerator_type", "region_type",
-                  "bitstream_id", "function_uuids", "program_phase", "program_error")
-    }  # fmt: skip
+        for k in (
+            "uuid",
+            "name",
+            "kind",
+            "key",
+            "accelerator_type",
+            "region_type",
+            "bitstream_id",
+            "function_uuids",
+            "program_phase",
+            "program_error",
+        )
+    }
+    # A region's failed programming is the problem of the request that asked for it
+    # (its failure_reason), not of another that binds to the region as it is.
     phase = deployable.get("program_phase")
-    if phase == "failed":
-        problems.append(f"the last programming of {deployable['name']} failed: "
-                        f"{deployable.get('program_error')}")  # fmt: skip
-    elif phase:
+    if arq.get("failure_reason"):
+        problems.append(f"{deployable['name']}: {arq['failure_reason']}")
+    elif phase and phase != "failed":
         problems.append(f"{deployable['name']} is being programmed ({phase})")
     if device is not None:
         entry["device"] = {
             k: device.get(k)
-            for k in ("uuid", "type", "vendor", "model", "pci_address", "status", "state",
-                      "health", "driver_name")
-        }  # fmt: skip
+            for k in (
+                "uuid",
+                "type",
+                "vendor",
+                "model",
+                "pci_address",
+                "status",
+                "state",
+                "health",
+                "driver_name",
+            )
+        }
         for field, good in (("status", "enabled"), ("state", "present"), ("health", "ok")):
             if device.get(field) not in (good, None):
                 problems.append(f"device {device.get('pci_address')} is {device[field]}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.conftest import Flavors, active, boot, check_gone, delete_and_wait, osc
+from tests.fixtures.e2e import Flavors, active, boot, check_gone, delete_and_wait, osc
 
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
 
@@ -22,8 +22,17 @@ def test_osc_arq_bind(admin: Any, member: Any, flavors: Flavors, image: str) -> 
     rp = admin.placement.get("/resource_providers", params={"name": server.compute_host})
     compute_rp = rp.json()["resource_providers"][0]["uuid"]
     for user in ("member", "admin"):
-        refused = osc("accelerator", "arq", "bind", arq, server.compute_host, server.id,
-                      compute_rp, user=user, check=False)  # fmt: skip
+        refused = osc(
+            "accelerator",
+            "arq",
+            "bind",
+            arq,
+            server.compute_host,
+            server.id,
+            compute_rp,
+            user=user,
+            check=False,
+        )
         assert "service token" in refused, refused
         assert "403" in refused or "Forbidden" in refused, refused
         shown = osc("accelerator", "arq", "show", arq, "-f", "json")

@@ -14,6 +14,7 @@ These tests run only against such a cloud; every other e2e test is skipped there
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from pathlib import Path
@@ -21,14 +22,14 @@ from typing import Any
 
 import openstack
 import pytest
-from cloud.launcher import (
-    Cloud,
+from cloud.base import Cloud
+from cloud.cyborg_cloud import (
     acceleron_beside_cyborg,
     adopt_cyborg,
     cyborg_programmed,
     switch_to_acceleron,
 )
-from tests.e2e.conftest import (
+from tests.fixtures.e2e import (
     LATEST,
     Flavors,
     active,
@@ -39,7 +40,7 @@ from tests.e2e.conftest import (
     provider,
     wait_status,
 )
-from tests.e2e.conftest import check_gone as check_all_gone
+from tests.fixtures.e2e import check_gone as check_all_gone
 
 pytestmark = pytest.mark.cyborg
 
@@ -142,13 +143,19 @@ def pci(info: Any) -> tuple[int, ...]:
     return tuple(int(fields[k], 16) for k in ("domain", "bus", "device", "function"))
 
 
+def when(stamp: str) -> dt.datetime:
+    """A request's created_at (Cyborg's has no zone, Acceleron's says UTC)."""
+    return dt.datetime.fromisoformat(stamp).replace(tzinfo=None)
+
+
 def total(held: dict[str, dict[str, int]]) -> int:
     return sum(amount for resources in held.values() for amount in resources.values())
 
 
 def traits(admin: Any, rp: str) -> set[str]:
-    response = admin.placement.get(f"/resource_providers/{rp}/traits",
-                                   headers={"OpenStack-API-Version": "placement 1.6"})  # fmt: skip
+    response = admin.placement.get(
+        f"/resource_providers/{rp}/traits", headers={"OpenStack-API-Version": "placement 1.6"}
+    )
     return set(response.json()["traits"])
 
 
@@ -172,8 +179,9 @@ def test_adoption_keeps_the_servers_accelerators(
 ) -> None:
     """Servers booted under Cyborg, one of them on the card's function; Acceleron
     started beside it and `acceleron adopt cyborg` run: each server keeps its attach
-    handle and the amount it holds in Placement, and the function's profile asks for the
-    function as Acceleron publishes it, on the region that holds it. Then the catalog
+    handle (its uuid too), its request's creation time and the amount it holds in
+    Placement, and the function's profile asks for the function as Acceleron publishes
+    it, on the region that holds it. Then the catalog
     points at Acceleron, Cyborg stops and the computes restart: reboot, stop/start and
     shelve/unshelve work
     (shelve-offload deletes the adopted request, unshelve binds a new one on the
@@ -187,10 +195,12 @@ def test_adoption_keeps_the_servers_accelerators(
     function = flavors.make([{**FAKE, f"trait:{theirs}": "required"}])
     servers = [active(admin, boot(name, image)["id"]) for name in (flavor, flavor, function)]
     before: dict[str, tuple[str, str, tuple[int, ...], int]] = {}
+    kept: dict[str, tuple[str, dt.datetime]] = {}  # the handle's uuid, the creation time
     for server in servers:
         (arq,) = check_bound(admin, server, count=1)
         held = total(allocations(admin, server.id))
         before[server.id] = (arq["uuid"], arq["hostname"], pci(arq["attach_handle_info"]), held)
+        kept[server.id] = (arq["attach_handle_uuid"], when(arq["created_at"]))
     assert theirs in traits(admin, arq["device_rp_uuid"])  # the function's server's provider
 
     acceleron_beside_cyborg(cloud)
@@ -198,6 +208,7 @@ def test_adoption_keeps_the_servers_accelerators(
     mapping.write_text(MAPPING.format(theirs=theirs, ours=OUR_FUNCTION))
     done = adopt_cyborg(cloud, mapping)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "The plan is in " in done.stderr, done.stderr  # written before any change
     switch_to_acceleron(cloud)
 
     admin = openstack.connect(cloud="acceleron-admin")  # a new token: the new catalog
@@ -207,14 +218,19 @@ def test_adoption_keeps_the_servers_accelerators(
         (arq,) = arqs(admin, server.id)
         assert (arq["uuid"], arq["state"], arq["hostname"]) == (uuid, "Bound", host), arq
         assert pci(arq["attach_handle_info"]) == address, (arq, address)
+        assert (arq["attach_handle_uuid"], when(arq["created_at"])) == kept[server.id], arq
         assert total(allocations(admin, server.id)) == amount
     _, second, programmed = servers
     check_function(admin, programmed.id)
     listed = admin.accelerator.get("/device_profiles", headers=LATEST).json()
     (groups,) = [p["groups"] for p in listed["device_profiles"] if p["name"] == function]
-    assert groups == [{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                       "trait:CUSTOM_FPGA_INTEL": "required",
-                       f"trait:{OUR_FUNCTION}": "required"}], groups  # fmt: skip
+    assert groups == [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            "trait:CUSTOM_FPGA_INTEL": "required",
+            f"trait:{OUR_FUNCTION}": "required",
+        }
+    ], groups
     # The switch restarted the computes (docs/adopt-from-cyborg.md, step 6), and Nova's
     # fake virt driver forgets its guests when nova-compute restarts (a libvirt host keeps
     # them): a hard reboot brings each back, as it would a libvirt guest that had gone.

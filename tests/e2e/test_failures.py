@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cloud.launcher import Cloud, restart
-from tests.e2e.conftest import (
+from cloud.base import Cloud, restart
+from tests.fixtures.e2e import (
     REGION_A,
     REGION_B,
     Flavors,
@@ -59,9 +59,15 @@ def test_a_failed_bind_is_a_nova_fault_and_leaves_no_request(
     (it checks no state), and the server is built without its accelerator. A large
     bitstream (fetched and checked before programming) puts the failure in the wait."""
     bitstream = glance_bitstream(tmp_path, BAD_FUNCTION, REGION_B, REGION_A, size=256 << 20)
-    flavor = flavors.make([{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                            f"trait:{trait('REGION', REGION_B)}": "required",
-                            "accel:bitstream_id": bitstream}])  # fmt: skip
+    flavor = flavors.make(
+        [
+            {
+                "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                f"trait:{trait('REGION', REGION_B)}": "required",
+                "accel:bitstream_id": bitstream,
+            }
+        ]
+    )
     server = wait_status(admin, boot(flavor, image)["id"], "ACTIVE")
     assert server.status == "ERROR"
     assert "accelerator" in server.fault["message"].lower(), server.fault

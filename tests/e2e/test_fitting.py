@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import (
+from tests.fixtures.e2e import (
     LATEST,
     REGION_A,
     REGION_B,
@@ -75,9 +75,12 @@ def test_a_function_nothing_can_serve_fails_at_scheduling(
     assert server.status == "ERROR"
     assert "No valid host" in (server.fault or {}).get("message", ""), server.fault
     consumer = str(uuid.uuid4())
-    claimed = member.accelerator.post("/claims", headers=LATEST, raise_exc=False,
-                                      json={"device_profile_name": flavor,
-                                            "consumer_uuid": consumer})  # fmt: skip
+    claimed = member.accelerator.post(
+        "/claims",
+        headers=LATEST,
+        raise_exc=False,
+        json={"device_profile_name": flavor, "consumer_uuid": consumer},
+    )
     assert claimed.status_code == 409, claimed.text
     assert "no bitstream for it fits any region" in claimed.text
     delete_and_wait(member, server.id)

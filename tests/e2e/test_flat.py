@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 import pytest
-from cloud.launcher import Cloud, to_nested
-from tests.e2e.conftest import (
+from cloud.base import Cloud
+from cloud.launcher import to_nested
+from tests.fixtures.e2e import (
     COMPUTES,
     GZIP,
     HOLDER,
@@ -35,16 +36,19 @@ pytestmark = pytest.mark.flat
 
 PLACEMENT = {"OpenStack-API-Version": "placement 1.14"}
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
-FPGA_GZIP = {"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-             f"trait:{trait('FUNCTION', GZIP)}": "required"}  # fmt: skip
+FPGA_GZIP = {
+    "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+    f"trait:{trait('FUNCTION', GZIP)}": "required",
+}
 
 
 def compute_nodes(admin: Any) -> dict[str, str]:
     """Compute host -> its compute node provider's uuid."""
     found = {}
     for host in COMPUTES:
-        response = admin.placement.get("/resource_providers", params={"name": host},
-                                       headers=PLACEMENT)  # fmt: skip
+        response = admin.placement.get(
+            "/resource_providers", params={"name": host}, headers=PLACEMENT
+        )
         (rp,) = response.json()["resource_providers"]
         found[host] = rp["uuid"]
     return found
@@ -62,8 +66,7 @@ def traits(admin: Any, rp: str) -> set[str]:
 
 def tree(admin: Any, rp: str) -> list[dict[str, Any]]:
     """The providers under the compute node ``rp`` (not itself)."""
-    response = admin.placement.get("/resource_providers", params={"in_tree": rp},
-                                   headers=PLACEMENT)  # fmt: skip
+    response = admin.placement.get("/resource_providers", params={"in_tree": rp}, headers=PLACEMENT)
     return [p for p in response.json()["resource_providers"] if p["uuid"] != rp]
 
 
@@ -82,8 +85,10 @@ def test_boot_bind_delete_then_migrate_to_nested(
 ) -> None:
     nodes = compute_nodes(admin)
     deadline = time.monotonic() + 60  # the agents' first reports, then a sync
-    while not all({"CUSTOM_ACCELERATOR_FPGA", "CUSTOM_ACCELERATOR_QAT"}
-                  <= accelerator_classes(admin, rp) for rp in nodes.values()):  # fmt: skip
+    while not all(
+        {"CUSTOM_ACCELERATOR_FPGA", "CUSTOM_ACCELERATOR_QAT"} <= accelerator_classes(admin, rp)
+        for rp in nodes.values()
+    ):
         assert time.monotonic() < deadline, {h: inventory(admin, rp) for h, rp in nodes.items()}
         time.sleep(1)
     for host, rp in nodes.items():
@@ -91,8 +96,10 @@ def test_boot_bind_delete_then_migrate_to_nested(
         assert (trait("FUNCTION", GZIP) in traits(admin, rp)) == (host == HOLDER[GZIP])
 
     # Two servers: gzip (only compute-1's region0 holds it) and a QAT VF.
-    wanted = {"CUSTOM_ACCELERATOR_FPGA": flavors.make([FPGA_GZIP]),
-              "CUSTOM_ACCELERATOR_QAT": flavors.make([QAT])}  # fmt: skip
+    wanted = {
+        "CUSTOM_ACCELERATOR_FPGA": flavors.make([FPGA_GZIP]),
+        "CUSTOM_ACCELERATOR_QAT": flavors.make([QAT]),
+    }
     booted = {rc: boot(flavor, image)["id"] for rc, flavor in wanted.items()}
     servers = {rc: active(admin, server_id) for rc, server_id in booted.items()}
     for rc, server in servers.items():

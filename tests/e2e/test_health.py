@@ -10,8 +10,8 @@ import json
 import os
 from typing import Any
 
-from cloud.launcher import RUN
-from tests.e2e.conftest import (
+from cloud.base import RUN
+from tests.fixtures.e2e import (
     LATEST,
     Flavors,
     active,
@@ -57,8 +57,9 @@ def test_a_failing_card_is_reserved_shown_and_avoided(
 
 
 def _qat_card(admin: Any, host: str) -> dict[str, Any]:
-    response = admin.accelerator.get("/devices", headers=LATEST,
-                                     params={"hostname": host, "type": "QAT"})  # fmt: skip
+    response = admin.accelerator.get(
+        "/devices", headers=LATEST, params={"hostname": host, "type": "QAT"}
+    )
     assert response.status_code == 200, response.text
     (card,) = response.json()["devices"]
     found: dict[str, Any] = card
@@ -74,8 +75,10 @@ def _device(admin: Any, uuid: str) -> dict[str, Any]:
 
 def _reserved(admin: Any, rp: str) -> tuple[int, int]:
     """The QAT inventory of provider ``rp`` in Placement: (reserved, total)."""
-    response = admin.placement.get(f"/resource_providers/{rp}/inventories/{QAT}",
-                                   headers={"OpenStack-API-Version": "placement 1.14"})  # fmt: skip
+    response = admin.placement.get(
+        f"/resource_providers/{rp}/inventories/{QAT}",
+        headers={"OpenStack-API-Version": "placement 1.14"},
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     return body["reserved"], body["total"]

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cloud.launcher import Cloud, restart
-from tests.e2e.conftest import (
+from cloud.base import Cloud, restart
+from tests.fixtures.e2e import (
     Flavors,
     active,
     allocations,
@@ -74,13 +74,18 @@ def test_operations_that_keep_the_accelerators(admin: Any, server: Any) -> None:
     keeps the same bound requests and allocations."""
     before = state(admin, server.id)
     for action, status in (
-        (("stop",), "SHUTOFF"), (("start",), "ACTIVE"),
-        (("reboot", "--soft"), "ACTIVE"), (("reboot", "--hard"), "ACTIVE"),
-        (("pause",), "PAUSED"), (("unpause",), "ACTIVE"),
-        (("lock",), "ACTIVE"), (("unlock",), "ACTIVE"),
-        (("rescue",), "RESCUE"), (("unrescue",), "ACTIVE"),
+        (("stop",), "SHUTOFF"),
+        (("start",), "ACTIVE"),
+        (("reboot", "--soft"), "ACTIVE"),
+        (("reboot", "--hard"), "ACTIVE"),
+        (("pause",), "PAUSED"),
+        (("unpause",), "ACTIVE"),
+        (("lock",), "ACTIVE"),
+        (("unlock",), "ACTIVE"),
+        (("rescue",), "RESCUE"),
+        (("unrescue",), "ACTIVE"),
         (("rebuild", "--wait"), "ACTIVE"),
-    ):  # fmt: skip
+    ):
         act(server.id, *action)
         settle(admin, server.id, status)
         assert state(admin, server.id)[1:] == before[1:], action
@@ -189,12 +194,18 @@ def test_evacuate_with_the_host_forced_down(admin: Any, server: Any) -> None:
     source = server.compute_host
     target = next(h for h in ("compute-1", "compute-2") if h != source)
     old = {a["uuid"] for a in arqs(admin, server.id)}
-    service = ("compute", "service", "set", source, "nova-compute", "--os-compute-api-version",
-               "2.11")  # fmt: skip
+    service = (
+        "compute",
+        "service",
+        "set",
+        source,
+        "nova-compute",
+        "--os-compute-api-version",
+        "2.11",
+    )
     osc(*service, "--down", user="admin")
     try:
-        osc("server", "evacuate", server.id, "--os-compute-api-version", "2.95",
-            user="admin")  # fmt: skip
+        osc("server", "evacuate", server.id, "--os-compute-api-version", "2.95", user="admin")
         # Nova stops the server where it lands (from 2.95) before it moves the server's
         # host there; the evacuation's migration is done only once the host has moved.
         assert wait_migration(admin, server.id, "evacuation") in ("done", "completed")

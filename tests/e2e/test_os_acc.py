@@ -9,7 +9,7 @@ from typing import Any
 
 import openstack
 from keystoneauth1 import adapter
-from tests.e2e.conftest import LATEST, allocations, arqs, provider
+from tests.fixtures.e2e import LATEST, allocations, arqs, provider
 
 from acceleron.client.http import AcceleronClient
 from os_acc import Connector
@@ -22,12 +22,19 @@ def test_plug_claims_this_hosts_accelerators_for_the_instance(
     admin: Any, member: Any, cloud: Any
 ) -> None:
     name = f"e2e-osacc-{uuid.uuid4().hex[:6]}"
-    made = admin.accelerator.post("/device_profiles", headers=LATEST, json=[
-        {"name": name, "groups": [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}]}])  # fmt: skip
+    made = admin.accelerator.post(
+        "/device_profiles",
+        headers=LATEST,
+        json=[{"name": name, "groups": [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}]}],
+    )
     assert made.status_code == 201, made.text
     service = openstack.connect(cloud="acceleron-service")
-    api = adapter.Adapter(service.session, service_type="accelerator", interface="public",
-                          region_name=service.config.region_name)  # fmt: skip
+    api = adapter.Adapter(
+        service.session,
+        service_type="accelerator",
+        interface="public",
+        region_name=service.config.region_name,
+    )
     connector = Connector(AcceleronClient(api), HOST, timeout=120, poll=0.2)
     vm = {"uuid": str(uuid.uuid4()), "name": "e2e-os-acc", "project_id": member.current_project_id}
     try:

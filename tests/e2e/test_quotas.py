@@ -18,8 +18,8 @@ from typing import Any
 
 import openstack
 import pytest
-from cloud.launcher import REGION, Cloud
-from tests.e2e.conftest import (
+from cloud.base import REGION, Cloud
+from tests.fixtures.e2e import (
     Flavors,
     allocations,
     arqs,
@@ -49,15 +49,21 @@ def tenant(cloud: Cloud, admin: Any) -> Iterator[Tenant]:
     name = f"e2e-quota-{uuid.uuid4().hex[:6]}"
     project = admin.identity.create_project(name=name, domain_id="default")
     password = secrets.token_urlsafe(12)
-    user = admin.identity.create_user(name=name, password=password, domain_id="default",
-                                      default_project_id=project.id)  # fmt: skip
+    user = admin.identity.create_user(
+        name=name, password=password, domain_id="default", default_project_id=project.id
+    )
     member = admin.identity.find_role("member", ignore_missing=False)
     admin.identity.assign_project_role_to_user(project, user, member)
     conn = openstack.connect(
-        auth_url=cloud.auth_url, username=name, password=password, project_id=project.id,
-        user_domain_name="Default", region_name=REGION, load_yaml_config=False,
+        auth_url=cloud.auth_url,
+        username=name,
+        password=password,
+        project_id=project.id,
+        user_domain_name="Default",
+        region_name=REGION,
+        load_yaml_config=False,
         load_envvars=False,
-    )  # fmt: skip
+    )
     yield Tenant(project.id, name, password, conn)
     for limit in admin.identity.limits(project_id=project.id):
         admin.identity.delete_limit(limit)
@@ -68,8 +74,13 @@ def tenant(cloud: Cloud, admin: Any) -> Iterator[Tenant]:
 def set_limit(admin: Any, project: str, resource: str, count: int) -> None:
     """A project limit in Keystone, against the accelerator service."""
     (service,) = admin.identity.services(type="accelerator")
-    admin.identity.create_limit(service_id=service.id, project_id=project, region_id=REGION,
-                                resource_name=resource, resource_limit=count)  # fmt: skip
+    admin.identity.create_limit(
+        service_id=service.id,
+        project_id=project,
+        region_id=REGION,
+        resource_name=resource,
+        resource_limit=count,
+    )
 
 
 def quota(conn: Any, project: str) -> dict[str, Any]:
@@ -91,8 +102,14 @@ def quota_cli(cloud: Cloud, tenant: Tenant) -> list[dict[str, Any]]:
         "OS_USER_DOMAIN_NAME": "Default",
         "OS_REGION_NAME": REGION,
     }
-    done = subprocess.run([ACCELERON, "quota", "show", "-f", "json"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [ACCELERON, "quota", "show", "-f", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     rows: list[dict[str, Any]] = json.loads(done.stdout)
     return rows
@@ -101,8 +118,9 @@ def quota_cli(cloud: Cloud, tenant: Tenant) -> list[dict[str, Any]]:
 def boot(conn: Any, flavor: str, image: str) -> str:
     """A server of the connection's project (no network), not waited for; its id."""
     found = conn.compute.find_flavor(flavor, ignore_missing=False)
-    server = conn.compute.create_server(name=f"e2e-{uuid.uuid4().hex[:6]}", flavor_id=found.id,
-                                        image_id=image, networks="none")  # fmt: skip
+    server = conn.compute.create_server(
+        name=f"e2e-{uuid.uuid4().hex[:6]}", flavor_id=found.id, image_id=image, networks="none"
+    )
     server_id: str = server.id
     return server_id
 
@@ -143,9 +161,10 @@ def test_a_keystone_project_limit_is_enforced(
 
         # A second claim: refused, no request, no allocation, no claim left.
         again = tenant.conn.accelerator.post(
-            "/claims", json={"device_profile_name": flavor, "consumer_uuid": second},
+            "/claims",
+            json={"device_profile_name": flavor, "consumer_uuid": second},
             headers=CLAIMS,
-        )  # fmt: skip
+        )
         refused(again, usage=1)
         assert arqs(admin, second) == []
         assert allocations(admin, second) == {}
@@ -153,8 +172,9 @@ def test_a_keystone_project_limit_is_enforced(
 
         # A plain request: refused at creation.
         before = tenant.conn.accelerator.get("/accelerator_requests").json()["arqs"]
-        created = tenant.conn.accelerator.post("/accelerator_requests",
-                                               json={"device_profile_name": flavor})  # fmt: skip
+        created = tenant.conn.accelerator.post(
+            "/accelerator_requests", json={"device_profile_name": flavor}
+        )
         refused(created, usage=1)
         after = tenant.conn.accelerator.get("/accelerator_requests").json()["arqs"]
         assert [a["uuid"] for a in after] == [a["uuid"] for a in before]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.e2e.conftest import LATEST, allocations
+from tests.fixtures.e2e import LATEST, allocations
 
 HOST = "compute-1"
 PLACEMENT = {"OpenStack-API-Version": "placement 1.28"}
@@ -16,15 +16,17 @@ PLACEMENT = {"OpenStack-API-Version": "placement 1.28"}
 
 def reconcile(admin: Any) -> dict[str, dict[str, Any]]:
     """A dry-run pass: the leaks found, by consumer."""
-    response = admin.accelerator.post("/placement/reconcile", json={"dry_run": True},
-                                      headers=LATEST)  # fmt: skip
+    response = admin.accelerator.post(
+        "/placement/reconcile", json={"dry_run": True}, headers=LATEST
+    )
     assert response.status_code == 200, response.text
     return {leak["consumer"]: leak for leak in response.json()["leaks"]}
 
 
 def test_a_leak_is_found_then_forgotten_once_dropped(admin: Any) -> None:
-    listed = admin.accelerator.get("/deployables", headers=LATEST,
-                                   params={"hostname": HOST, "kind": "vf_pool"})  # fmt: skip
+    listed = admin.accelerator.get(
+        "/deployables", headers=LATEST, params={"hostname": HOST, "kind": "vf_pool"}
+    )
     pool = listed.json()["deployables"][0]["rp_uuid"]
     leaked = str(uuid.uuid4())
     body = {"allocations": {pool: {"resources": {"CUSTOM_ACCELERATOR_QAT": 1}}},
@@ -36,7 +38,9 @@ def test_a_leak_is_found_then_forgotten_once_dropped(admin: Any) -> None:
     try:
         leak = reconcile(admin)[leaked]
         assert (leak["kind"], leak["allocations"]) == (
-            "allocation", {pool: {"CUSTOM_ACCELERATOR_QAT": 1}})  # fmt: skip
+            "allocation",
+            {pool: {"CUSTOM_ACCELERATOR_QAT": 1}},
+        )
         assert leak["action"] in ("waiting", "would free")
     finally:
         dropped = admin.placement.delete(f"/allocations/{leaked}", headers=PLACEMENT)

@@ -6,18 +6,11 @@ bytes; the agent checks it again on the bytes it programs."""
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from cloud.launcher import RUN, Cloud
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from tests.e2e.conftest import (
+from tests.fixtures import signing
+from tests.fixtures.e2e import (
     COMPUTES,
     REGION_B,
     Flavors,
@@ -34,7 +27,6 @@ from tests.e2e.conftest import (
     trait,
     wait_status,
 )
-from tests.fixtures import signing
 
 from acceleron.drivers import gbs
 
@@ -46,38 +38,12 @@ QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
 def programmable(bitstream: str) -> dict[str, str]:
     """A device profile group: region type B (empty, programmable), programmed with
     ``bitstream`` at bind."""
-    return {"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-            f"trait:{trait('REGION', REGION_B)}": "required",
-            "trait:CUSTOM_PROGRAMMABLE": "required",
-            "accel:bitstream_id": bitstream}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def signer(cloud: Cloud, admin: Any) -> Iterator[signing.Signer]:
-    """A signing certificate issued by the cloud's CA, stored in Barbican (the admin's
-    secret: Glance reads it with the uploader's token) and readable by the agents' user
-    (Barbican's ACL). Its id is the secret's."""
-    if not cloud.signing_ca:
-        pytest.skip("the cloud has no signing CA (started before Barbican was in it)")
-    key = serialization.load_pem_private_key((RUN / "barbican" / "signing-ca.key").read_bytes(),
-                                             None)  # fmt: skip
-    assert isinstance(key, rsa.RSAPrivateKey)
-    ca_pem = (RUN / "barbican" / "signing-ca.pem").read_bytes()
-    ca = signing.Signer(cloud.signing_ca, key, x509.load_pem_x509_certificate(ca_pem))
-    made = signing.leaf(ca)
-    pem = made.pem()  # castellan reads a certificate secret as PEM
-    secret = admin.key_manager.create_secret(
-        name="e2e-bitstream-signer", secret_type="certificate", algorithm="RSA",
-        payload=base64.b64encode(pem).decode(), payload_content_type="application/octet-stream",
-        payload_content_encoding="base64",
-    )  # fmt: skip
-    secret_id = str(secret.secret_ref).rsplit("/", 1)[-1]
-    agents = admin.identity.find_user("acceleron").id
-    read = {"read": {"users": [agents], "project-access": True}}
-    acl = admin.key_manager.put(f"/secrets/{secret_id}/acl", json=read)
-    assert acl.status_code == 200, acl.text
-    yield dataclasses.replace(made, id=secret_id)
-    admin.key_manager.delete_secret(secret_id)
+    return {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        f"trait:{trait('REGION', REGION_B)}": "required",
+        "trait:CUSTOM_PROGRAMMABLE": "required",
+        "accel:bitstream_id": bitstream,
+    }
 
 
 def upload(tmp_path: Path, name: str, data: bytes, properties: dict[str, str]) -> str:
@@ -86,10 +52,26 @@ def upload(tmp_path: Path, name: str, data: bytes, properties: dict[str, str]) -
     path = tmp_path / name
     path.write_bytes(data)
     extra = [arg for key, value in properties.items() for arg in ("--property", f"{key}={value}")]
-    image = osc("image", "create", "--public", "--disk-format", "raw", "--container-format",
-                "bare", "--file", str(path), "--property", f"accel:region_type_uuid={REGION_B}",
-                "--property", "accel:vendor=8086", *extra, "-f", "json", name,
-                user="admin")  # fmt: skip
+    image = osc(
+        "image",
+        "create",
+        "--public",
+        "--disk-format",
+        "raw",
+        "--container-format",
+        "bare",
+        "--file",
+        str(path),
+        "--property",
+        f"accel:region_type_uuid={REGION_B}",
+        "--property",
+        "accel:vendor=8086",
+        *extra,
+        "-f",
+        "json",
+        name,
+        user="admin",
+    )
     image_id: str = image["id"]
     return image_id
 
@@ -102,14 +84,24 @@ def test_a_signed_bitstream_is_programmed_and_a_tampered_one_is_not_taken(
     holding the bitstream's function."""
     data = gbs.build(REGION_B, (SIGNED_FUNCTION,), payload=b"\x5a" * 4096)
     properties = {**signer.sign(data), "accel:function_uuid": SIGNED_FUNCTION}
-    created = admin.image.post("/images", json={
-        "name": "tampered.gbs", "disk_format": "raw", "container_format": "bare",
-        "accel:region_type_uuid": REGION_B, **properties})  # fmt: skip
+    created = admin.image.post(
+        "/images",
+        json={
+            "name": "tampered.gbs",
+            "disk_format": "raw",
+            "container_format": "bare",
+            "accel:region_type_uuid": REGION_B,
+            **properties,
+        },
+    )
     assert created.status_code == 201, created.text
     tampered = created.json()["id"]
     try:
-        refused = admin.image.put(f"/images/{tampered}/file", data=data[:-1] + b"\x00",
-                                  headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+        refused = admin.image.put(
+            f"/images/{tampered}/file",
+            data=data[:-1] + b"\x00",
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert refused.status_code == 400, refused.text
         assert "Signature verification failed" in refused.text
     finally:
@@ -139,8 +131,7 @@ def test_an_unsigned_bitstream_is_refused_and_the_flavor_freed(
     A large bitstream puts the refusal (after its fetch) in Nova's wait for the binds
     (tests/e2e/test_failures.py says why)."""
     data = gbs.build(REGION_B, (UNSIGNED_FUNCTION,), payload=b"\x5a" * (256 << 20))
-    bitstream = upload(tmp_path, "unsigned.gbs", data,
-                       {"accel:function_uuid": UNSIGNED_FUNCTION})  # fmt: skip
+    bitstream = upload(tmp_path, "unsigned.gbs", data, {"accel:function_uuid": UNSIGNED_FUNCTION})
     try:
         before = {host: region(admin, host, "region1") for host in COMPUTES}
         flavor = flavors.make([QAT, programmable(bitstream)])

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cloud.launcher import REGION, REPO, RUN, Cloud, render, venv
+from cloud.base import REGION, REPO, RUN, Cloud, venv
+from cloud.configs import render
 
 COMPATIBILITY = REPO / "docs" / "api" / "compatibility.md"
 SUITE = r"^cyborg_tempest_plugin\.tests\.api\."
@@ -42,10 +43,19 @@ def test_upstream_api_tests(cloud: Cloud, mode: str) -> None:
     tempest = venv("tempest") / "bin"
     workspace = RUN / f"tempest-{mode}"
     subprocess.run(
-        [str(tempest / "tempest"), "init", "--workspace-path", str(RUN / "tempest.yaml"),
-         "--name", mode, str(workspace)],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(tempest / "tempest"),
+            "init",
+            "--workspace-path",
+            str(RUN / "tempest.yaml"),
+            "--name",
+            mode,
+            str(workspace),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     values = {
         "workspace": str(workspace),
         "password": cloud.password,
@@ -56,12 +66,20 @@ def test_upstream_api_tests(cloud: Cloud, mode: str) -> None:
     render("tempest.conf", workspace / "etc" / "tempest.conf", values)
     done = subprocess.run(
         [str(tempest / "tempest"), "run", "--regex", SUITE, "--concurrency", "2"],
-        cwd=workspace, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     failing = subprocess.run(
         [str(tempest / "stestr"), "failing", "--list"],
-        cwd=workspace, capture_output=True, text=True, timeout=60, check=False,
-    ).stdout  # fmt: skip
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
     failed = {short(line) for line in failing.split() if line.startswith("cyborg_")}
     counts = tally(done.stdout)
     record = {"mode": mode, **counts, "failed_tests": sorted(failed)}

@@ -30,8 +30,9 @@ from typing import Any
 import openstack
 import pytest
 import requests
-from cloud.launcher import COMPUTES, Cloud, manage, upgrade
-from tests.e2e.conftest import (
+from cloud.base import COMPUTES, Cloud
+from cloud.releases import manage, upgrade
+from tests.fixtures.e2e import (
     LATEST,
     REGION_B,
     WAIT,
@@ -103,8 +104,11 @@ def boots(load: Load, name: str, flavors: list[str], image: str) -> None:
             found = wait_status(admin, server.id, "ACTIVE")
             held = arqs(admin, server.id)
             if found.status != "ACTIVE" or {a["state"] for a in held} != {"Bound"}:
-                load.note(load.failed, f"{name} {server.id}: {found.status} {found.fault} "
-                                       f"{[a['state'] for a in held]}")  # fmt: skip
+                load.note(
+                    load.failed,
+                    f"{name} {server.id}: {found.status} {found.fault} "
+                    f"{[a['state'] for a in held]}",
+                )
             member.compute.delete_server(server.id)
             member.compute.wait_for_delete(server, wait=WAIT)
         except (AssertionError, openstack.exceptions.ResourceTimeout) as error:
@@ -123,8 +127,9 @@ def claims(load: Load, profile: str) -> None:
 
     def send(method: str, path: str, **kwargs: Any) -> Any:
         try:
-            answer = member.accelerator.request(path, method, headers=CLAIMS, raise_exc=False,
-                                                **kwargs)  # fmt: skip
+            answer = member.accelerator.request(
+                path, method, headers=CLAIMS, raise_exc=False, **kwargs
+            )
         except openstack.exceptions.SDKException as error:  # no answer: the connection lost
             load.note(load.refused, f"{method} {path}: {error}")
             return None
@@ -199,8 +204,12 @@ def kinds(admin: Any) -> Iterator[Callable[[dict[str, str]], str]]:
 
     def make(group: dict[str, str]) -> str:
         name = f"upgrade-{uuid.uuid4().hex[:8]}"
-        answer = admin.accelerator.post("/device_profiles", headers=LATEST, raise_exc=False,
-                                        json=[{"name": name, "groups": [group]}])  # fmt: skip
+        answer = admin.accelerator.post(
+            "/device_profiles",
+            headers=LATEST,
+            raise_exc=False,
+            json=[{"name": name, "groups": [group]}],
+        )
         assert answer.status_code == 201, answer.text
         flavor = admin.compute.create_flavor(name=name, ram=64, vcpus=1, disk=1)
         admin.compute.create_flavor_extra_specs(flavor, {"accel:device_profile": name})
@@ -216,8 +225,10 @@ def kinds(admin: Any) -> Iterator[Callable[[dict[str, str]], str]]:
 @pytest.fixture
 def release(cloud: Cloud) -> Iterator[str]:
     if not cloud.release:
-        pytest.skip("the cloud runs the checkout's Acceleron: `make e2e-upgrade` starts "
-                    "one on the previous release")  # fmt: skip
+        pytest.skip(
+            "the cloud runs the checkout's Acceleron: `make e2e-upgrade` starts "
+            "one on the previous release"
+        )
     names = [*REPLICAS, *(f"agent-{h}" for h in COMPUTES)]
     if not any(cloud.release in cloud.processes[n].argv[0] for n in names):
         pytest.skip("the cloud's Acceleron has been upgraded already")
@@ -233,12 +244,16 @@ def test_rolling_upgrade_under_load(
     tmp_path: Path,
 ) -> None:
     fpga = [
-        kinds({"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-               f"trait:{trait('REGION', REGION_B)}": "required",
-               "trait:CUSTOM_PROGRAMMABLE": "required",
-               "accel:bitstream_id": glance_bitstream(tmp_path, f, REGION_B, REGION_B)})
+        kinds(
+            {
+                "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                f"trait:{trait('REGION', REGION_B)}": "required",
+                "trait:CUSTOM_PROGRAMMABLE": "required",
+                "accel:bitstream_id": glance_bitstream(tmp_path, f, REGION_B, REGION_B),
+            }
+        )
         for f in FUNCTIONS
-    ]  # fmt: skip
+    ]
     qat, vgpu, mig = kinds(QAT), kinds(VGPU), kinds(MIG)
     loops: dict[str, Callable[[Load], None]] = {
         "qat": lambda load: boots(load, "qat", [qat], image),
@@ -275,8 +290,10 @@ def test_rolling_upgrade_under_load(
                 if not all(thread.is_alive() for thread in threads):
                     break  # a loop ended on what it was answered: the asserts say what
                 time.sleep(1)
-            say(f"  {step}: done at {moment - began:.0f} s; APIs {versions}; "
-                  f"rounds {dict(load.rounds)} by {time.monotonic() - began:.0f} s")  # fmt: skip
+            say(
+                f"  {step}: done at {moment - began:.0f} s; APIs {versions}; "
+                f"rounds {dict(load.rounds)} by {time.monotonic() - began:.0f} s"
+            )
             assert load.after(moment), (
                 f"the load made no round after {step}: {load.failed, load.refused, load.stuck}"
             )
@@ -288,9 +305,11 @@ def test_rolling_upgrade_under_load(
         errors[name] += server_errors(cloud, name)
     check("the end")
     left = [t.name for t in threads if t.is_alive()]
-    say(f"  tallies: rounds {dict(load.rounds)}; failed {len(load.failed)}; 5xx answered "
-          f"{sum(errors.values())}; refused or lost here {len(load.refused)}; stuck "
-          f"{len(load.stuck) + len(left)}; {time.monotonic() - began:.0f} s")  # fmt: skip
+    say(
+        f"  tallies: rounds {dict(load.rounds)}; failed {len(load.failed)}; 5xx answered "
+        f"{sum(errors.values())}; refused or lost here {len(load.refused)}; stuck "
+        f"{len(load.stuck) + len(left)}; {time.monotonic() - began:.0f} s"
+    )
     assert {n: api_version(cloud, n) for n in REPLICAS} == dict.fromkeys(REPLICAS, current())
     assert (load.failed, load.refused, load.stuck, left) == ([], [], [], [])
     assert errors == dict.fromkeys(REPLICAS, 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import (
+from tests.fixtures.e2e import (
     GZIP,
     HOLDER,
     REGION_B,
@@ -26,8 +26,10 @@ from tests.e2e.conftest import (
 QAT = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
 VGPU = {"resources:CUSTOM_ACCELERATOR_VGPU": "1", "trait:CUSTOM_GPU_NVIDIA_T4": "required"}
 # A MIG slice with memory beside it: the memory travels with the slice, it is no request.
-MIG_AND_MEMORY = {"resources:CUSTOM_ACCELERATOR_MIG": "1",
-                  "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "4096"}  # fmt: skip
+MIG_AND_MEMORY = {
+    "resources:CUSTOM_ACCELERATOR_MIG": "1",
+    "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "4096",
+}
 FUNCTION_X = "3c9e1d7ab2f54e0c8d6a1b2c3d4e5f60"
 
 
@@ -43,8 +45,9 @@ def test_device_as_a_service(admin: Any, member: Any, flavors: Flavors, image: s
 
 def test_afaas_pre_programmed(admin: Any, member: Any, flavors: Flavors, image: str) -> None:
     """The flavor asks for a function already loaded: only compute-1's region0 has gzip."""
-    flavor = flavors.make([{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                            f"trait:{trait('FUNCTION', GZIP)}": "required"}])  # fmt: skip
+    flavor = flavors.make(
+        [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", f"trait:{trait('FUNCTION', GZIP)}": "required"}]
+    )
     server = active(admin, boot(flavor, image)["id"])
     assert server.compute_host == HOLDER[GZIP]
     (arq,) = check_bound(admin, server, groups=1)
@@ -61,18 +64,26 @@ def test_afaas_orchestration_programmed_from_glance(
     """The flavor names a bitstream in Glance: Acceleron programs an empty region of the
     right type with it before Nova builds the server."""
     bitstream = glance_bitstream(tmp_path, FUNCTION_X, REGION_B, REGION_B)
-    flavor = flavors.make([{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                            f"trait:{trait('REGION', REGION_B)}": "required",
-                            "trait:CUSTOM_PROGRAMMABLE": "required",
-                            "accel:bitstream_id": bitstream}])  # fmt: skip
+    flavor = flavors.make(
+        [
+            {
+                "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                f"trait:{trait('REGION', REGION_B)}": "required",
+                "trait:CUSTOM_PROGRAMMABLE": "required",
+                "accel:bitstream_id": bitstream,
+            }
+        ]
+    )
     server = active(admin, boot(flavor, image)["id"])
     (arq,) = check_bound(admin, server, groups=1)
     programmed = region(admin, server.compute_host, "region1")
     assert arq["device_rp_uuid"] == programmed["rp_uuid"]
     assert programmed["function_uuids"] == [FUNCTION_X]
     assert programmed["bitstream_id"] == bitstream
-    traits = admin.placement.get(f"/resource_providers/{arq['device_rp_uuid']}/traits",
-                                 headers={"OpenStack-API-Version": "placement 1.6"})  # fmt: skip
+    traits = admin.placement.get(
+        f"/resource_providers/{arq['device_rp_uuid']}/traits",
+        headers={"OpenStack-API-Version": "placement 1.6"},
+    )
     assert trait("FUNCTION", FUNCTION_X) in traits.json()["traits"]
     delete_and_wait(member, server.id)
     check_gone(admin, server.id)
@@ -86,8 +97,10 @@ def test_a_mig_slice_with_its_memory(admin: Any, member: Any, flavors: Flavors, 
     (arq,) = check_bound(admin, server, groups=1)
     assert arq["attach_handle_type"] == "MIG"
     held = allocations(admin, server.id)
-    assert held[arq["device_rp_uuid"]] == {"CUSTOM_ACCELERATOR_MIG": 1,
-                                           "CUSTOM_ACCELERATOR_MEMORY_HBM": 4096}  # fmt: skip
+    assert held[arq["device_rp_uuid"]] == {
+        "CUSTOM_ACCELERATOR_MIG": 1,
+        "CUSTOM_ACCELERATOR_MEMORY_HBM": 4096,
+    }
     delete_and_wait(member, server.id)
     check_gone(admin, server.id)
 
@@ -126,8 +139,9 @@ def test_attach_targets_host_and_none(
     """Groups for the host and for nobody: Nova boots the server with them held and
     Bound, and is shown no handle for them (it sends no microversion), so it attaches
     only the VM's."""
-    flavor = flavors.make([QAT, {**QAT, "accel:attach_target": "host"},
-                           {**VGPU, "accel:attach_target": "none"}])  # fmt: skip
+    flavor = flavors.make(
+        [QAT, {**QAT, "accel:attach_target": "host"}, {**VGPU, "accel:attach_target": "none"}]
+    )
     server = active(admin, boot(flavor, image)["id"])
     found = check_bound(admin, server, groups=3)
     assert [a["attach_target"] for a in found] == ["VM", "host", "none"]

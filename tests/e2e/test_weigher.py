@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cloud.launcher import LOGS, Cloud
-from tests.e2e.conftest import (
+from cloud.base import LOGS, Cloud
+from tests.fixtures.e2e import (
     GZIP,
     HOLDER,
     NLB,
@@ -37,8 +37,9 @@ def test_a_function_flavor_lands_where_the_function_is(
 ) -> None:
     # Nova's own weighers (RAM, CPU, disk) prefer compute-1 once compute-2 runs a big
     # server; only Acceleron's weigher knows compute-2's region0 holds NLB.
-    filler = boot(flavors.plain(ram=40_000), image, "--availability-zone",
-                  f"nova:{HOLDER[NLB]}", user="admin")  # fmt: skip
+    filler = boot(
+        flavors.plain(ram=40_000), image, "--availability-zone", f"nova:{HOLDER[NLB]}", user="admin"
+    )
     active(admin, filler["id"])
     glance_bitstream(tmp_path, NLB, REGION_A, REGION_A, "--property", "accel:function_name=nlb")
     before = gave_up()

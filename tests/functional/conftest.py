@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
-from tests import conftest
+from tests.fixtures import databases
 from tests.fixtures.arqs import inventory_of_host, published
 from tests.fixtures.devices import seeded
 from tests.fixtures.keystone import tokens
@@ -54,22 +54,22 @@ def fresh_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
     else:
-        url = conftest._create_server_database(backend)
+        url = databases.create_server_database(backend)
     database = Database(url)
     try:
         yield database
     finally:
         database.dispose()
         if backend != "sqlite":
-            conftest._drop_server_database(backend, url)
+            databases.drop_server_database(backend, url)
 
 
 @pytest.fixture(scope="module")
 def live_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A live API server on SQLite for clients that speak real HTTP; yields its URL."""
-    from tests.fixtures.server import serve_on_sqlite
+    from tests.fixtures.server import serve_on_sqlite, trust_built_in
 
-    with serve_on_sqlite(tmp_path_factory.mktemp("live")) as url:
+    with serve_on_sqlite(tmp_path_factory.mktemp("live"), trust_built_in) as url:
         yield url
 
 
@@ -85,9 +85,14 @@ def remote_live_api(tmp_path_factory: pytest.TempPathFactory, placement_app: Any
     from tests.fixtures.server import serve
 
     state = tmp_path_factory.mktemp("remote")
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(state)}, "placement": {"mode": "remote"},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"state_path": str(state)},
+            "placement": {"mode": "remote"},
+        },
+    )
     database = Database(f"sqlite:///{state / 'acceleron.sqlite'}")
     migrate.upgrade(database)
     app = create_app(conf, database)

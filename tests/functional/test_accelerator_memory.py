@@ -43,14 +43,16 @@ def api(db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter) -> Itera
     and 100 MB of HBM."""
     conf.set_override("host", HOST)
     inventory.reconcile(db, HostReport(HOST, "1", tuple(FakeDriver(conf, Path("/")).discover())))
-    Syncer(db, lambda: PlacementClient(placement), options_from_conf(conf),
-           create_compute_nodes=True).sync_host(HOST)  # fmt: skip
+    Syncer(
+        db, lambda: PlacementClient(placement), options_from_conf(conf), create_compute_nodes=True
+    ).sync_host(HOST)
     conf.set_override("limits", [f"class:{MIG}=1"], group="quota")
     app = create_app(conf, db)
     app.state.placement = PlacementService(conf, db, lambda: PlacementClient(placement))
     with TestClient(app, raise_server_exceptions=False) as client:
-        made = client.post("/v2/device_profiles",
-                           json=[{"name": "mig-hbm", "groups": [MIG_AND_MEMORY]}])  # fmt: skip
+        made = client.post(
+            "/v2/device_profiles", json=[{"name": "mig-hbm", "groups": [MIG_AND_MEMORY]}]
+        )
         assert made.status_code == 201, made.text
         yield client
 

@@ -118,7 +118,7 @@ def api_on(port: int, state: Path) -> Iterator[str]:
     thread = threading.Thread(target=server.run, name="late-api", daemon=True)
     thread.start()
     try:
-        wait_for(lambda: server.started or not thread.is_alive(), 10)
+        wait_for(lambda: server.started or not thread.is_alive())
         assert server.started, "the API did not start"
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -16,9 +16,13 @@ from cloud.balancer import HttpBalancer
 async def _answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     head = await reader.readuntil(b"\r\n\r\n")
     length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-         if line.lower().startswith(b"content-length:")), 0,
-    )  # fmt: skip
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
     body = await reader.readexactly(length)
     answer = b'{"got": "' + body + b'"}'
     head = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"

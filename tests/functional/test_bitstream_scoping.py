@@ -69,13 +69,15 @@ class Catalogue:
 
     def selector(self, key: str, chosen: Bitstream | None = None) -> str:
         """The value of ``accel:<key>`` naming this catalogue's bitstreams (by id: ``chosen``)."""
-        values = {"bitstream_name": self.name, "function_id": self.function,
-                  "function_name": self.function_name}  # fmt: skip
+        values = {
+            "bitstream_name": self.name,
+            "function_id": self.function,
+            "function_name": self.function_name,
+        }
         return chosen.id if key == "bitstream_id" and chosen else values[key]
 
 
-def bind_p1(db: Database, deps: dict[str, Any], store: BitstreamStore, key: str,
-            value: str) -> str:  # fmt: skip
+def bind_p1(db: Database, deps: dict[str, Any], store: BitstreamStore, key: str, value: str) -> str:
     """p1 binds a request of a profile naming a bitstream by ``key``; the request."""
     name = f"dp-{uuid.uuid4().hex[:8]}"
     group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", f"accel:{key}": value}
@@ -193,7 +195,8 @@ def test_the_bind_error_names_no_other_projects_bitstream(
     p1 = {"X-Roles": "member", "X-Project-Id": "p1", "X-Service-Roles": "service"}
     arq = api.post(PATH, json={"device_profile_name": name}, headers=p1).json()["arqs"][0]
     region = inventory_of_host["regions"][0]
-    response = api.patch(PATH, json=bind_body(arq["uuid"], region.rp_uuid, str(uuid.uuid4())),
-                         headers=p1)  # fmt: skip
+    response = api.patch(
+        PATH, json=bind_body(arq["uuid"], region.rp_uuid, str(uuid.uuid4())), headers=p1
+    )
     assert response.status_code == 404, response.text
     names_none(response.text, hidden, catalogue.function_name)

@@ -3,14 +3,13 @@ the real Placement (in-process): a second DELETE, the reconciler after the claim
 timeout, and the API's start undo a claim whose maker is gone, from what its row
 records (docs/claims.md), leaving no request, no held handle and no allocation.
 
-A maker "killed" at a step is one whose steps stop there and whose process is gone:
-its row names a process id of this machine that no longer runs.
+A maker "killed" at a step is one whose steps stop there and whose lease has passed
+(in the database's time: nothing else says whether a maker is gone).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +26,7 @@ from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, table, 
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError
 from acceleron.placement.client import PlacementClient
-from acceleron.service import arqs, claim_allocation, claim_leases, claim_undo, claims
+from acceleron.service import arqs, claim_allocation, claim_end, claim_leases, claims
 from acceleron.service.placement import PlacementService
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.arqs import ADMIN, held
@@ -48,17 +47,23 @@ class DiesAfterAllocating(PlacementClient):
         raise Killed
 
 
+class DiesReading(PlacementClient):
+    def get_consumer(self, consumer: str) -> Any:
+        raise Killed
+
+
 class DiesBeforeAllocating(PlacementClient):
     def put_allocations(self, consumer: str, allocations: Any, **kwargs: Any) -> None:
         raise Killed
 
 
-def dead_owner() -> str:
-    """An owner naming a process of this machine that has ended."""
-    child = subprocess.Popen(["true"])
-    child.wait()
-    machine, boot, _, _ = claim_leases.worker().rsplit("/", 3)
-    return f"{machine}/{boot}/{child.pid}/dead"
+def lease_passed(db: Database, consumer: str | None = None) -> None:
+    """The lease of whoever is at work on the claim (of ``consumer``; all) has passed."""
+    where = [] if consumer is None else [CLAIMS.c.consumer == consumer]
+    with db.writer() as conn:
+        conn.execute(
+            update(CLAIMS).where(*where).values(lease_until=utcnow() - dt.timedelta(hours=1))
+        )
 
 
 def interrupted(db: Database, placement: adapter.Adapter, consumer: str, upto: str) -> None:
@@ -71,16 +76,20 @@ def interrupted(db: Database, placement: adapter.Adapter, consumer: str, upto: s
         if upto != "begun":
             request, hostname = claim_allocation.allocate(db, client, claim, groups, "u1")
             if upto == "created":  # what bind does first: its requests, recorded
-                arqs.create(db, ADMIN, "fpga", None,
-                            lambda conn, uuids: claim_leases.record_step(
-                                conn, claim, "created", requests=uuids))  # fmt: skip
+                arqs.create(
+                    db,
+                    ADMIN,
+                    "fpga",
+                    None,
+                    lambda conn, uuids: claim_leases.record_step(
+                        conn, claim, "created", requests=uuids
+                    ),
+                )
             elif upto == "bound":  # the maker dies after the bind's transaction
                 claims.bind(db, ADMIN, claim, request, hostname, None)
     except Killed:
         pass
-    claim_leases.stopped(claim.id)
-    with db.writer() as conn:
-        conn.execute(update(CLAIMS).where(CLAIMS.c.id == claim.id).values(owner=dead_owner()))
+    lease_passed(db, consumer)
 
 
 def nothing_left(db: Database, placement: adapter.Adapter, consumer: str) -> None:
@@ -105,7 +114,7 @@ def client(
     with TestClient(app) as test_client:
         # The API's start recovers the claims left behind: once done, it can no longer
         # race a test to the claim the test leaves behind.
-        wait_for(lambda: app.state.claims_recovered is not None, 30)
+        wait_for(lambda: app.state.claims_recovered is not None)
         yield test_client
 
 
@@ -120,8 +129,11 @@ def test_a_second_delete_undoes_a_claim_whose_maker_died(
     answer = client.delete(f"/v2/claims/{consumer}", headers=LATEST)
     assert answer.status_code == 204, answer.text
     nothing_left(db, placement, consumer)
-    made = client.post("/v2/claims", json={"device_profile_name": "fpga",
-                                           "consumer_uuid": consumer}, headers=LATEST)  # fmt: skip
+    made = client.post(
+        "/v2/claims",
+        json={"device_profile_name": "fpga", "consumer_uuid": consumer},
+        headers=LATEST,
+    )
     assert made.status_code == 201, made.text
     assert client.delete(f"/v2/claims/{consumer}", headers=LATEST).status_code == 204
     nothing_left(db, placement, consumer)
@@ -134,7 +146,7 @@ def test_a_claim_being_made_is_not_released_and_a_post_takes_an_abandoned_ones_p
     claim, _ = claims.begin(db, ADMIN, "fpga", consumer, None)  # its maker at work
     busy = client.delete(f"/v2/claims/{consumer}", headers=LATEST)
     assert busy.status_code == 409 and "is being made" in busy.text
-    claim_leases.stopped(claim.id)  # the maker stopped, its undo failed (the database away)
+    claim_leases.let_go(db, [claim])  # the maker stopped, its ending failed (Placement away)
     body = {"device_profile_name": "fpga", "consumer_uuid": consumer}
     made = client.post("/v2/claims", json=body, headers=LATEST)
     assert made.status_code == 201, made.text
@@ -143,10 +155,13 @@ def test_a_claim_being_made_is_not_released_and_a_post_takes_an_abandoned_ones_p
 
 
 def elsewhere(db: Database, consumer: str) -> None:
-    """The claim's maker is on another machine: only its lease says when it is gone."""
+    """The claim's maker is another process, at work: its lease runs."""
     with db.writer() as conn:
-        conn.execute(update(CLAIMS).where(CLAIMS.c.consumer == consumer)
-                     .values(owner="another-machine/boot/1/x"))  # fmt: skip
+        conn.execute(
+            update(CLAIMS)
+            .where(CLAIMS.c.consumer == consumer)
+            .values(owner="another-process", lease_until=utcnow() + dt.timedelta(hours=1))
+        )
 
 
 def test_the_reconciler_undoes_a_claim_past_its_timeout(
@@ -157,14 +172,14 @@ def test_the_reconciler_undoes_a_claim_past_its_timeout(
     elsewhere(db, consumer)
     passes = Reconciler(db, lambda: PlacementClient(placement), 0, claim_timeout=60)
     assert [leak.kind for leak in passes.run()] == ["allocation"]  # within its lease: waits
-    later = utcnow() + dt.timedelta(seconds=301)  # past the lease begin gave it
-    (dry,) = claims.recover(db, PlacementClient(placement), 60, dry_run=True, now=later)
+    assert claims.recover(db, PlacementClient(placement), 60, dry_run=True) == []
+    lease_passed(db)
+    (dry,) = claims.recover(db, PlacementClient(placement), 60, dry_run=True)
     assert dry.action == "would undo"
-    with db.writer() as conn:  # its lease ran out
-        conn.execute(update(CLAIMS).values(lease_until=utcnow() - dt.timedelta(seconds=1)))
     found = passes.run()
     assert [(leak.kind, leak.consumer, leak.action) for leak in found] == [
-        ("claim", consumer, "undone")]  # fmt: skip
+        ("claim", consumer, "undone")
+    ]
     assert len(found[0].requests) == 1 and found[0].allocations
     nothing_left(db, placement, consumer)
     assert passes.run() == []
@@ -177,19 +192,17 @@ def test_a_release_killed_halfway_is_finished_by_a_delete_or_the_reconciler(
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
     for consumer in (first, second):
         interrupted(db, placement, consumer, "bound")
-        taken = claims.release(db, ADMIN, consumer)  # the DELETE's first steps, then death
-        arqs.delete_for_instance(db, ADMIN, consumer)
-        claim_leases.stopped(taken.id)
-        with db.writer() as conn:
-            conn.execute(update(CLAIMS).where(CLAIMS.c.id == taken.id)
-                         .values(owner=dead_owner()))  # fmt: skip
+        with pytest.raises(Killed):  # the DELETE's first steps, then death
+            claims.end(db, DiesReading(placement), ADMIN, consumer)
+        lease_passed(db, consumer)
     shown = client.get(f"/v2/claims/{first}", headers=LATEST).json()
     assert shown["state"] == "releasing" and shown["accelerator_requests"] == []
     assert client.delete(f"/v2/claims/{first}", headers=LATEST).status_code == 204
     assert held(placement, first) == {}
     found = Reconciler(db, lambda: PlacementClient(placement), 0).run()
     assert [(leak.kind, leak.consumer, leak.action) for leak in found] == [
-        ("claim", second, "released")]  # fmt: skip
+        ("claim", second, "released")
+    ]
     nothing_left(db, placement, second)
 
 
@@ -202,7 +215,7 @@ def test_the_api_undoes_at_its_start_the_claims_of_a_process_that_died(
         interrupted(db, placement, consumer, upto)
     app = api(conf, db, placement)
     with TestClient(app):
-        wait_for(lambda: app.state.claims_recovered is not None, 30)
+        wait_for(lambda: app.state.claims_recovered is not None)
     recovered = {leak.consumer: leak.action for leak in app.state.claims_recovered}
     assert recovered == dict.fromkeys(consumers.values(), "undone")
     for consumer in consumers.values():
@@ -213,14 +226,15 @@ def test_a_maker_whose_claim_was_given_up_stops_and_leaves_nothing(
     db: Database, placement: adapter.Adapter, published: Any
 ) -> None:
     """Its lease ran out while it asked Placement; another process undid the claim. The
-    maker's next step is refused, and it drops the allocation only it knows it made."""
+    maker's next step is refused; the claim no longer its own, it touches nothing, and
+    the allocation it made after the claim was undone is the reconciler's to free."""
     consumer = str(uuid.uuid4())
     claim, groups = claims.begin(db, ADMIN, "fpga", consumer, None, timeout=60)
-    later = utcnow() + dt.timedelta(seconds=61)
     undone: list[claims.Recovered] = []
 
     def taker() -> list[claims.Recovered]:
-        return claims.recover(db, PlacementClient(placement), 60, now=later)
+        lease_passed(db, consumer)
+        return claims.recover(db, PlacementClient(placement), 60)
 
     class TakenOverMeanwhile(PlacementClient):
         def put_allocations(self, consumer: str, allocations: Any, **kwargs: Any) -> None:
@@ -232,7 +246,13 @@ def test_a_maker_whose_claim_was_given_up_stops_and_leaves_nothing(
     assert [r.action for r in undone] == ["undone"]
     with pytest.raises(claim_leases.GivenUp):
         claims.bind(db, ADMIN, claim, request, hostname, None)
-    claim_undo.give_up(db, client, claim, True, claims.TIMEOUT)
+    assert claim_end.end(db, client, claim, "failed", claims.TIMEOUT, placed=True) == (
+        "gone meanwhile"
+    )
+    assert held(placement, consumer) != {}
+    passes = Reconciler(db, lambda: PlacementClient(placement), 0)
+    passes.run()
+    assert [(leak.kind, leak.action) for leak in passes.run()] == [("allocation", "freed")]
     nothing_left(db, placement, consumer)
     assert isinstance(claim_leases.GivenUp("x"), AcceleronError)
 

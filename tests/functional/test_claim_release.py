@@ -1,4 +1,4 @@
-"""A claim's release (``claims.remove``, what ``DELETE /v2/claims/{consumer}`` runs), on
+"""A claim's release (``claims.end``, what ``DELETE /v2/claims/{consumer}`` runs), on
 every backend, against the real Placement (in-process): it takes out of the consumer's
 allocations what the claim allocated and nothing else, even when the consumer's
 allocations change between the release's read and its write; its requests and handles
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from keystoneauth1 import adapter
-from sqlalchemy import Connection, Engine, event, select
+from sqlalchemy import Connection, Engine, event, select, update
 
 from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, table
@@ -61,7 +61,7 @@ def test_a_release_takes_out_the_claim_s_allocation_alone_when_the_consumer_chan
         client.replace_allocations(consumer, read, {**read.allocations, compute: {"VCPU": 2}})
 
     meddler = Meddler(placement, f"/allocations/{made.consumer}", nova_adds_vcpus, times=2)
-    claims.remove(db, PlacementClient(meddler), ADMIN, made.consumer)
+    claims.end(db, PlacementClient(meddler), ADMIN, made.consumer)
     assert meddler.times == 0  # Nova did write in between
     assert held(placement, made.consumer) == {compute: {"VCPU": 2}}
     nothing_left(db, made.consumer)
@@ -73,14 +73,14 @@ def test_a_release_is_its_project_s_and_a_second_one_finds_nothing(
     made = claimed(db, placement)
     before = held(placement, made.consumer)
     with pytest.raises(NotFound) as hidden:
-        claims.remove(db, PlacementClient(placement), OTHER, made.consumer)
+        claims.end(db, PlacementClient(placement), OTHER, made.consumer)
     assert "admin" not in hidden.value.message
     assert held(placement, made.consumer) == before
-    claims.remove(db, PlacementClient(placement), ADMIN, made.consumer)
+    claims.end(db, PlacementClient(placement), ADMIN, made.consumer)
     assert held(placement, made.consumer) == {}
     nothing_left(db, made.consumer)
     with pytest.raises(NotFound):
-        claims.remove(db, PlacementClient(placement), ADMIN, made.consumer)
+        claims.end(db, PlacementClient(placement), ADMIN, made.consumer)
 
 
 @pytest.fixture
@@ -109,14 +109,32 @@ def transactions(db: Database) -> Iterator[list[str]]:
 def test_what_a_release_costs(
     db: Database, placement: adapter.Adapter, published: Any, transactions: list[str]
 ) -> None:
-    """A bound claim of one request: three transactions (the claim read and taken; its
-    requests deleted; its row deleted) and one write in Placement, guarded by the
-    generation the claim's own write left: no read of the consumer while no one else
-    wrote it (the test above has the case where someone did)."""
+    """A bound claim of one request: five transactions (the claim read; taken; its
+    requests deleted, its lease renewed; its lease renewed before its write in
+    Placement; its row deleted) and, in Placement, the consumer read and written at the
+    generation read (never one assumed: a consumer that was made again since is at that
+    generation too)."""
     made = claimed(db, placement)
     counted = CountingAdapter(placement)
     transactions.clear()
-    claims.remove(db, PlacementClient(counted), ADMIN, made.consumer)
-    assert transactions == ["SELECT", "SELECT", "DELETE"], transactions
-    assert [c.route for c in counted.calls] == ["PUT /allocations/{uuid}"]
+    claims.end(db, PlacementClient(counted), ADMIN, made.consumer)
+    assert transactions == ["SELECT", "UPDATE", "UPDATE", "UPDATE", "DELETE"], transactions
+    assert [c.route for c in counted.calls] == [
+        "GET /allocations/{uuid}",
+        "PUT /allocations/{uuid}",
+    ]
     assert held(placement, made.consumer) == {}
+
+
+def test_a_claim_made_before_claims_recorded_their_requests_ends_whole(
+    db: Database, placement: adapter.Adapter, published: Any
+) -> None:
+    """A claim established before 0015 (its step ``done``, as the migration marks it, and
+    no requests recorded): its ending deletes the consumer's requests in its project, as
+    nothing says which are its own, and drops its allocation."""
+    made = claimed(db, placement)
+    with db.writer() as conn:
+        conn.execute(update(CLAIMS).values(requests=None))
+    claims.end(db, PlacementClient(placement), ADMIN, made.consumer)
+    assert held(placement, made.consumer) == {}
+    nothing_left(db, made.consumer)

@@ -33,9 +33,11 @@ FPGA = "resources:CUSTOM_ACCELERATOR_FPGA"
 
 
 def fpga(*functions: str) -> str:
-    return ("devices:\n  - type: FPGA\n    product_id: '09c4'\n    model: PAC_ARRIA10\n"
-            "    regions:\n      - {region_type: ce48969398f05f33946d560708be108a, "
-            f"accelerators: 1, functions: [{', '.join(functions)}]}}\n")  # fmt: skip
+    return (
+        "devices:\n  - type: FPGA\n    product_id: '09c4'\n    model: PAC_ARRIA10\n"
+        "    regions:\n      - {region_type: ce48969398f05f33946d560708be108a, "
+        f"accelerators: 1, functions: [{', '.join(functions)}]}}\n"
+    )
 
 
 QAT = "devices:\n  - {type: QAT, product_id: '37c8', model: C62X, vfs: 4}\n"
@@ -142,7 +144,10 @@ def test_the_walks_read_through_the_indexes(db: Database) -> None:
             sql = str(walk.compile(db.engine, compile_kwargs={"literal_binds": True}))
             plan = " | ".join(row[-1] for row in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
             assert f"USING INDEX {index}" in plan and "TEMP B-TREE" not in plan, plan
-        regions = str(_REGIONS.where(HOSTS.c.rp_uuid.in_(["a", "b"]))
-                      .compile(db.engine, compile_kwargs={"literal_binds": True}))  # fmt: skip
+        regions = str(
+            _REGIONS.where(HOSTS.c.rp_uuid.in_(["a", "b"])).compile(
+                db.engine, compile_kwargs={"literal_binds": True}
+            )
+        )
         plan = " | ".join(row[-1] for row in conn.execute(text(f"EXPLAIN QUERY PLAN {regions}")))
         assert "USING INDEX ix_hosts_rp_uuid" in plan and "SCAN" not in plan, plan

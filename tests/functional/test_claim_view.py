@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from keystoneauth1 import adapter
 from oslo_config import cfg
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
-from acceleron.db.models import AttachHandle, Claim, Deployable, table
+from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, Deployable, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, AllocationConflict, NoCapacity, NotProvided
+from acceleron.placement.batch import Writes
 from acceleron.placement.client import PlacementClient
 from acceleron.service import claim_view, claims, device_profiles
 from acceleron.service.placement import options_from_conf
@@ -28,6 +29,7 @@ from tests.fixtures.arqs import ADMIN, held
 from tests.fixtures.placement import CountingAdapter
 
 DEPLOYABLES, HANDLES, CLAIMS = table(Deployable), table(AttachHandle), table(Claim)
+ARQS = table(AcceleratorRequest)
 QAT = "CUSTOM_ACCELERATOR_QAT"
 CANDIDATES = "/allocation_candidates"
 
@@ -47,9 +49,16 @@ def pool(db: Database, published: Any) -> str:
 
 
 def claim(
-    db: Database, conf: cfg.ConfigOpts, counted: adapter.Adapter, consumer: str | None = None
+    db: Database,
+    conf: cfg.ConfigOpts,
+    counted: adapter.Adapter,
+    consumer: str | None = None,
+    writes: Writes | None = None,
 ) -> claims.ClaimRecord:
-    return claims.make(db, PlacementClient(counted), ADMIN, "qat", consumer or str(uuid.uuid4()),
+    client = PlacementClient(counted)
+    if writes is not None:
+        client.batching(writes)
+    return claims.make(db, client, ADMIN, "qat", consumer or str(uuid.uuid4()),
                        options=options_from_conf(conf))  # fmt: skip
 
 
@@ -116,9 +125,33 @@ def test_a_choice_placement_refuses_falls_back_to_the_candidate_query_and_a_stal
     assert used(placement, pool) == 3
 
 
-def test_32_concurrent_claims_for_4_handles_while_nova_allocates_give_nothing_twice(
+def test_a_claim_being_released_holds_its_unit_in_the_view_until_placement_lets_it_go(
     db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
 ) -> None:
+    """A release ends the claim's requests first, then drops its allocation: between the
+    two, its unit is still Placement's, and the view counts it so. A claim meanwhile is
+    refused without a write Placement would refuse (which marked the view stale)."""
+    made = [claim(db, conf, placement) for _ in range(4)]
+    with db.writer() as conn:  # the first one's release, its requests gone
+        conn.execute(update(CLAIMS).where(CLAIMS.c.consumer == made[0].consumer)
+                     .values(state="releasing", step="placed"))  # fmt: skip
+        gone = select(ARQS.c.id).where(ARQS.c.uuid.in_([a.uuid for a in made[0].arqs]))
+        conn.execute(update(HANDLES).where(HANDLES.c.arq_id.in_(gone))
+                     .values(arq_id=None, in_use=False))  # fmt: skip
+    counted = CountingAdapter(placement)
+    with pytest.raises(NoCapacity):
+        claim(db, conf, counted)
+    assert counted.count("PUT", "/allocations/") == 0
+    assert not claim_view.read(db, [], options_from_conf(conf)).stale
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
+def test_32_concurrent_claims_for_4_handles_while_nova_allocates_give_nothing_twice(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str, batched: bool
+) -> None:
+    """Also with the claims' writes batched (``placement.batch``): a batch Placement
+    refuses is written again one claim at a time."""
+    writes = Writes() if batched else None
     start = threading.Barrier(36)
     made: list[str] = []
     novas: list[str] = []
@@ -127,7 +160,7 @@ def test_32_concurrent_claims_for_4_handles_while_nova_allocates_give_nothing_tw
     def claimer() -> None:
         start.wait()
         try:
-            made.append(claim(db, conf, placement).consumer)
+            made.append(claim(db, conf, placement, writes=writes).consumer)
         except AcceleronError as error:
             refused.append(error)
 

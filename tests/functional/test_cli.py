@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
 
 from acceleron import conf as confmod
 from acceleron import report
@@ -40,11 +42,18 @@ def cli_json(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Any:
 def test_profile_lifecycle(live_api: str, capsys: pytest.CaptureFixture[str]) -> None:
     name = f"cli-{uuid.uuid4().hex[:6]}"
     created = cli_json(
-        capsys, live_api, "profile", "create", name,
-        "--group", "resources:custom-accelerator-fpga=1,accel:function_name=gzip",
-        "--group", "resources:CUSTOM_ACCELERATOR_GPU=2",
-        "--description", "two groups",
-    )  # fmt: skip
+        capsys,
+        live_api,
+        "profile",
+        "create",
+        name,
+        "--group",
+        "resources:custom-accelerator-fpga=1,accel:function_name=gzip",
+        "--group",
+        "resources:CUSTOM_ACCELERATOR_GPU=2",
+        "--description",
+        "two groups",
+    )
     assert created["groups"] == [
         {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_name": "gzip"},
         {"resources:CUSTOM_ACCELERATOR_GPU": "2"},
@@ -97,13 +106,40 @@ def test_a_server_down_is_one_short_line_everywhere(
     )
 
 
+def test_the_config_files_api_is_the_one_called(
+    live_api: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``acceleron --config-file acceleron.conf device list`` calls the API the file
+    describes (it went to the default URL and suggested `make run`)."""
+    port = int(live_api.rsplit(":", 1)[1].split("/")[0])
+    conf = tmp_path / "acceleron.conf"
+    conf.write_text(f"[api]\nhost_ip = 0.0.0.0\nport = {port}\n")
+    code, out, err = run(capsys, "--config-file", str(conf), "profile", "list", "-f", "json")
+    assert (code, err) == (0, ""), err
+    assert isinstance(json.loads(out), list)
+    down = free_port()
+    conf.write_text(f"[api]\npublic_endpoint = http://127.0.0.1:{down}\nport = {port}\n")
+    code, out, err = run(capsys, "--config-file", str(conf), "profile", "list")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"Cannot reach Acceleron at http://127.0.0.1:{down} (connection refused): is the API "
+        "that configuration describes running? That URL comes from --config-file ([api] "
+        "public_endpoint, else host_ip and port): --os-url overrides it.\n"
+    )
+
+
 def test_keystone_down_is_named_keystone_not_acceleron(
     live_api: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keystone = f"http://127.0.0.1:{free_port()}/v3"
-    for name, value in (("OS_AUTH_URL", keystone), ("OS_USERNAME", "u"), ("OS_PASSWORD", "p"),
-                        ("OS_PROJECT_NAME", "p"), ("OS_USER_DOMAIN_NAME", "Default"),
-                        ("OS_PROJECT_DOMAIN_NAME", "Default")):  # fmt: skip
+    for name, value in (
+        ("OS_AUTH_URL", keystone),
+        ("OS_USERNAME", "u"),
+        ("OS_PASSWORD", "p"),
+        ("OS_PROJECT_NAME", "p"),
+        ("OS_USER_DOMAIN_NAME", "Default"),
+        ("OS_PROJECT_DOMAIN_NAME", "Default"),
+    ):
         monkeypatch.setenv(name, value)
     code, out, err = run(capsys, "--os-url", live_api, "profile", "list")
     assert (code, out) == (1, "")
@@ -116,8 +152,12 @@ def test_keystone_down_is_named_keystone_not_acceleron(
 def test_debug_shows_the_whole_connection_error() -> None:
     down = f"http://127.0.0.1:{free_port()}"
     acceleron = str(Path(sys.executable).parent / "acceleron")
-    done = subprocess.run([acceleron, "--debug", "--os-url", down, "profile", "list"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [acceleron, "--debug", "--os-url", down, "profile", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert f"Cannot reach Acceleron at {down} (connection refused)." in done.stderr
     assert "Traceback" in done.stderr and "ConnectionRefusedError" in done.stderr
@@ -170,18 +210,22 @@ def test_bare_acceleron_prints_the_help(capsys: pytest.CaptureFixture[str]) -> N
 def test_a_group_help_lists_its_commands_and_what_they_do(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert run(capsys, "profile", "--help") == (0, (
-        "The profile commands (each with --help for its options):\n"
-        "  profile create   Create a device profile\n"
-        "  profile delete   Delete device profiles (all or none: every one must exist and be "
-        "unused)\n"
-        "  profile disable  Stop new accelerator requests from using a device profile (existing "
-        "ones stay)\n"
-        "  profile enable   Allow new accelerator requests to use a device profile\n"
-        "  profile list     List device profiles\n"
-        "  profile show     Show a device profile by uuid or name\n"
-        "  profile update   Change a device profile's description\n"
-    ), "")  # fmt: skip
+    assert run(capsys, "profile", "--help") == (
+        0,
+        (
+            "The profile commands (each with --help for its options):\n"
+            "  profile create   Create a device profile\n"
+            "  profile delete   Delete device profiles (all or none: every one must exist and be "
+            "unused)\n"
+            "  profile disable  Stop new accelerator requests from using a device profile "
+            "(existing ones stay)\n"
+            "  profile enable   Allow new accelerator requests to use a device profile\n"
+            "  profile list     List device profiles\n"
+            "  profile show     Show a device profile by uuid or name\n"
+            "  profile update   Change a device profile's description\n"
+        ),
+        "",
+    )
     assert "--if-exists" in help_text(capsys, "release")  # a command's help, as before
 
 
@@ -258,13 +302,25 @@ def test_a_client_command_imports_no_server_module(live_api: str) -> None:
         "print(' '.join(sorted(sys.modules)))"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
     loaded = set(done.stdout.splitlines()[-1].split())
     assert "acceleron.cli.profiles" in loaded
-    for heavy in ("fastapi", "sqlalchemy", "acceleron.db", "acceleron.cli.server",
-                  "acceleron.cli.bitstreams", "acceleron.cli.agent",
-                  "keystoneauth1.loading"):  # fmt: skip
+    for heavy in (
+        "fastapi",
+        "sqlalchemy",
+        "acceleron.db",
+        "acceleron.cli.server",
+        "acceleron.cli.bitstreams",
+        "acceleron.cli.agent",
+        "keystoneauth1.loading",
+    ):
         assert heavy not in loaded, heavy
 
 
@@ -277,22 +333,91 @@ def config_file(tmp_path: Path) -> Path:
 
 def test_db_upgrade_and_version(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     conf = ["--config-file", str(config_file)]
+    newest = ScriptDirectory.from_config(migrate.config()).get_revision("expand@head")
+    assert newest is not None
+    expand = newest.revision
     code, out, _ = run(capsys, *conf, "db", "version")
-    assert code == 2 and "expand:   none (newest: expand_0001;" in out
+    assert code == 2 and f"expand:   none (newest: {expand};" in out
     code, out, _ = run(capsys, *conf, "db", "upgrade", "--revision", "0015")
-    assert code == 0 and out == ("Database schema (expand): empty -> 0015\n"
-                                 "Database schema (contract): empty -> 0015\n")  # fmt: skip
+    assert code == 0 and out == (
+        "Database schema (expand): empty -> 0015\nDatabase schema (contract): empty -> 0015\n"
+    )
     code, _, err = run(capsys, *conf, "db", "upgrade", "--contract")
     assert code == 1 and "run 'acceleron db upgrade --expand' first" in err
     code, out, _ = run(capsys, *conf, "db", "upgrade", "--expand")
-    assert code == 0 and out.startswith("Database schema (expand): 0015 -> expand_0001\n")
+    assert code == 0 and out.startswith(f"Database schema (expand): 0015 -> {expand}\n")
     code, out, _ = run(capsys, *conf, "db", "version")
-    assert code == 2 and out == ("expand:   expand_0001 (up to date)\n"
-                                 "contract: 0015 (newest: contract_0001; 1 pending)\n")  # fmt: skip
+    assert code == 2 and out == (
+        f"expand:   {expand} (up to date)\ncontract: 0015 (newest: contract_0002; 2 pending)\n"
+    )
     code, out, _ = run(capsys, *conf, "db", "upgrade")
-    assert code == 0 and out.endswith("Database schema (contract): 0015 -> contract_0001\n")
+    assert code == 0 and out.endswith("Database schema (contract): 0015 -> contract_0002\n")
     code, out, _ = run(capsys, *conf, "db", "version")
-    assert code == 0 and "contract: contract_0001 (up to date)" in out
+    assert code == 0 and "contract: contract_0002 (up to date)" in out
+
+
+def test_db_upgrade_expand_on_a_fresh_database_says_the_expand_phase_alone(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed the contract phase too (``empty -> 0015``, a revision of the line before
+    the split), as though contract had run."""
+    newest = ScriptDirectory.from_config(migrate.config()).get_revision("expand@head")
+    assert newest is not None
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "upgrade", "--expand")
+    assert (code, out) == (0, f"Database schema (expand): empty -> {newest.revision}\n")
+    contract = ScriptDirectory.from_config(migrate.config()).get_revision("contract@head")
+    assert contract is not None
+    code, out, _ = run(capsys, "--config-file", str(config_file), "db", "upgrade", "--contract")
+    assert (code, out) == (0, f"Database schema (contract): 0015 -> {contract.revision}\n")
+
+
+def test_db_upgrade_revision_keeps_the_phases_guards(
+    tmp_path: Path, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--revision`` ran Alembic as asked: a contract revision before the expand phase was
+    complete, and on a schema a newer release had changed."""
+    conf = ["--config-file", str(config_file), "db", "upgrade"]
+    assert run(capsys, *conf, "--revision", "0015")[0] == 0
+    code, out, err = run(capsys, *conf, "--revision", "contract@head")
+    assert (code, out) == (1, "")
+    assert err.startswith("contract@head applies contract revision(s) (contract_0001")
+    assert ") while the expand phase stays incomplete" in err
+    assert "run 'acceleron db upgrade --expand' first" in err
+    code, _, err = run(capsys, *conf, "--revision", "contract_0001")
+    assert code == 1 and "stays incomplete" in err
+    code, _, err = run(capsys, *conf, "--revision", "nonesuch")
+    assert code == 1 and err.startswith("No revision 'nonesuch' to upgrade to:")
+    assert run(capsys, *conf, "--revision", "heads")[0] == 0  # both phases: allowed
+    db = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
+    with db.engine.begin() as connection:  # a newer release's contract revision
+        connection.execute(
+            text(
+                "UPDATE alembic_version SET version_num = 'contract_9999' "
+                "WHERE version_num LIKE 'contract%'"
+            )
+        )
+    db.dispose()
+    code, _, err = run(capsys, *conf, "--revision", "expand@head")
+    assert code == 1 and "contract_9999, which this Acceleron does not know" in err
+
+
+def test_an_all_in_one_whose_upgrade_is_refused_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keep_logging: None
+) -> None:
+    """Another upgrade holds the database: the all-in-one's own, at start, stops with the
+    reason (it was a traceback)."""
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\nsqlite_busy_timeout = 0\n")
+    holder = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
+    try:
+        with migrate.upgrade_lock(holder):
+            code = main(["--config-file", str(path), "all-in-one", "--port", str(free_port())])
+    finally:
+        holder.dispose()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Another schema upgrade is running on this database"), err
+    assert "Traceback" not in err
 
 
 def test_db_rewrite_profiles(
@@ -300,9 +425,16 @@ def test_db_rewrite_profiles(
 ) -> None:
     db = Database(f"sqlite:///{tmp_path / 'acceleron.sqlite'}")
     migrate.upgrade(db)
-    device_profiles.create(db, name="old", groups=[
-        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"}
-    ])  # fmt: skip
+    device_profiles.create(
+        db,
+        name="old",
+        groups=[
+            {
+                "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required",
+            }
+        ],
+    )
     device_profiles.create(db, name="untouched", groups=[{"resources:PGPU": "1"}])
     mapping = tmp_path / "mapping.yaml"
     mapping.write_text(
@@ -316,8 +448,9 @@ def test_db_rewrite_profiles(
     assert err.count("Mapping entry matched") == 1
     assert json.loads(out)[0]["profile"] == "old"
     assert device_profiles.get(db, "old").groups[0] == {
-        "resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required"
-    }  # fmt: skip
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait:CUSTOM_FPGA_INTEL_ARRIA10": "required",
+    }
     code, _, err = run(capsys, *base, "--apply")
     assert code == 0 and "1 device profile(s) rewritten" in err
     assert device_profiles.get(db, "old").groups == [
@@ -352,9 +485,12 @@ def test_placement_sync_through_the_api(
     body = report.to_bytes(
         report.HostReport(host, "1", tuple(FakeDriver(conf, Path("/")).discover()))
     )
-    answer = requests.put(f"{remote_live_api}/v2/hosts/{host}/report", data=body, timeout=30,
-                          headers={"OpenStack-API-Version": "accelerator 2.5",
-                                   "Content-Type": "application/json"})  # fmt: skip
+    answer = requests.put(
+        f"{remote_live_api}/v2/hosts/{host}/report",
+        data=body,
+        timeout=30,
+        headers={"OpenStack-API-Version": "accelerator 2.5", "Content-Type": "application/json"},
+    )
     assert answer.status_code == 200, answer.text
     args = ("--os-url", remote_live_api, "placement", "sync", "--host", host, "-f", "json")
     code, out, err = run(capsys, *args)
@@ -367,9 +503,13 @@ def test_placement_sync_through_the_api(
 
 @pytest.mark.parametrize("auth", ["noauth", "keystone"])
 def test_the_banner_says_how_callers_are_authenticated(tmp_path: Path, auth: str) -> None:
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(tmp_path), "auth_strategy": auth, "host": "h"},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"state_path": str(tmp_path), "auth_strategy": auth, "host": "h"},
+        },
+    )
     text = banner(conf, "http://127.0.0.1:6666")  # the CLI's default: nothing to export
     assert "export" not in text
     assert (

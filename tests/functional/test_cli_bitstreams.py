@@ -51,8 +51,21 @@ def test_upload_fills_the_gbs_metadata_and_shows_progress(
 ) -> None:
     path = gbs_file(tmp_path, "nlb0.gbs", AFU, size=3_000_000)
     name = f"nlb0-{uuid.uuid4().hex[:6]}"
-    code, out, err = run(capsys, live_api, "bitstream", "upload", str(path), "--name", name,
-                         "--function-name", "nlb0", "--vendor", "8086", "-f", "json")  # fmt: skip
+    code, out, err = run(
+        capsys,
+        live_api,
+        "bitstream",
+        "upload",
+        str(path),
+        "--name",
+        name,
+        "--function-name",
+        "nlb0",
+        "--vendor",
+        "8086",
+        "-f",
+        "json",
+    )
     assert code == 0, err
     made = json.loads(out)
     assert (made["name"], made["status"], made["size"]) == (name, "active", path.stat().st_size)
@@ -73,19 +86,33 @@ def test_given_flags_win_over_the_header(
     live_api: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = gbs_file(tmp_path, "two.gbs", AFU, AFU2)
-    code, out, err = run(capsys, live_api, "bitstream", "upload", str(path), "--region-type",
-                         AFU2, "-f", "json")  # fmt: skip
+    code, out, err = run(
+        capsys, live_api, "bitstream", "upload", str(path), "--region-type", AFU2, "-f", "json"
+    )
     assert code == 0, err
     made = json.loads(out)
     assert (made["name"], made["region_type_uuid"], made["function_uuid"]) == (
-        "two.gbs", dashed(AFU2), None
-    )  # fmt: skip
+        "two.gbs",
+        dashed(AFU2),
+        None,
+    )
     assert "Region type" not in err
     assert f"The GBS header names 2 functions ({AFU}, {AFU2}): give one with" in err
     plain = tmp_path / "plain.bin"
     plain.write_bytes(b"not a gbs")
-    code, out, err = run(capsys, live_api, "bitstream", "upload", str(plain), "--function-uuid",
-                         AFU, "--property", "accel:shell=d5005", "-f", "json")  # fmt: skip
+    code, out, err = run(
+        capsys,
+        live_api,
+        "bitstream",
+        "upload",
+        str(plain),
+        "--function-uuid",
+        AFU,
+        "--property",
+        "accel:shell=d5005",
+        "-f",
+        "json",
+    )
     assert code == 0 and "GBS" not in err
     made = json.loads(out)
     assert (made["function_uuid"], made["region_type_uuid"]) == (dashed(AFU), None)
@@ -102,12 +129,23 @@ def test_list_show_download_delete(
 ) -> None:
     function = str(uuid.uuid4())
     path = gbs_file(tmp_path, "dl.gbs", AFU)
-    made = as_json(capsys, live_api, "bitstream", "upload", str(path), "--function-uuid",
-                   function)  # fmt: skip
+    made = as_json(capsys, live_api, "bitstream", "upload", str(path), "--function-uuid", function)
     listed = as_json(capsys, live_api, "bitstream", "list", "--function-uuid", function)
     assert listed == [made]
-    code, out, _ = run(capsys, live_api, "bitstream", "list", "--function-uuid", function,
-                       "--region-type", INTERFACE, "-f", "value", "-c", "uuid")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        live_api,
+        "bitstream",
+        "list",
+        "--function-uuid",
+        function,
+        "--region-type",
+        INTERFACE,
+        "-f",
+        "value",
+        "-c",
+        "uuid",
+    )
     assert (code, out) == (0, f"{made['uuid']}\n")
     code, out, _ = run(capsys, live_api, "bitstream", "list", "--function-uuid", function)
     assert code == 0 and "| region_type_uuid" in out and "hash_value" not in out
@@ -132,19 +170,25 @@ def test_a_bitstream_by_name(
 ) -> None:
     name = f"twice-{uuid.uuid4().hex[:6]}"
     path = gbs_file(tmp_path, "twice.gbs", AFU)
-    first, second = (as_json(capsys, live_api, "bitstream", "upload", str(path), "--name", name)
-                     for _ in range(2))  # fmt: skip
-    assert run(capsys, live_api, "bitstream", "show", name) == (1, "", (
-        f"Bitstream named {name!r}: 2 match ({first['uuid']}, {second['uuid']}). Give a uuid.\n"
-    ))  # fmt: skip
+    first, second = (
+        as_json(capsys, live_api, "bitstream", "upload", str(path), "--name", name)
+        for _ in range(2)
+    )
+    assert run(capsys, live_api, "bitstream", "show", name) == (
+        1,
+        "",
+        (f"Bitstream named {name!r}: 2 match ({first['uuid']}, {second['uuid']}). Give a uuid.\n"),
+    )
     assert run(capsys, live_api, "bitstream", "delete", first["uuid"])[0] == 0
     assert as_json(capsys, live_api, "bitstream", "show", name)["uuid"] == second["uuid"]
     code, _, err = run(capsys, live_api, "bitstream", "download", name, "-o", str(tmp_path / "x"))
     assert code == 0, err
     assert run(capsys, live_api, "bitstream", "delete", name)[0] == 0
     assert run(capsys, live_api, "bitstream", "show", name) == (
-        1, "", f"No bitstream named {name!r}.\n"
-    )  # fmt: skip
+        1,
+        "",
+        f"No bitstream named {name!r}.\n",
+    )
 
 
 def test_errors_are_one_clear_line(
@@ -178,8 +222,9 @@ def test_a_refused_upload_leaves_nothing(
     path.write_bytes(b"x" * (3 << 20))
     code, _, err = run(capsys, small_api, "bitstream", "upload", str(path))
     assert code == 1
-    assert err.strip().endswith("The bitstream is larger than the 1 MiB this API takes "
-                                "([bitstreams] max_size_mb).")  # fmt: skip
+    assert err.strip().endswith(
+        "The bitstream is larger than the 1 MiB this API takes ([bitstreams] max_size_mb)."
+    )
     assert as_json(capsys, small_api, "bitstream", "list") == []
 
 
@@ -189,8 +234,10 @@ def test_download_refuses_damaged_bytes(
     path = gbs_file(tmp_path, "d.gbs", AFU, size=900_000)
     made = as_json(capsys, small_api, "bitstream", "upload", str(path))
     stored = Path(conf.bitstreams.local_dir) / made["hash_value"]
-    stored.write_bytes(stored.read_bytes()[::-1])  # same size, other bytes
+    damaged = stored.read_bytes()[::-1]  # same size, other bytes
+    stored.write_bytes(damaged)
     dest = tmp_path / "out" / "d.gbs"
     code, _, err = run(capsys, small_api, "bitstream", "download", made["uuid"], "-o", str(dest))
-    assert code == 1 and f"{dest}: the download broke off" in err, err
-    assert not dest.exists() and list(dest.parent.iterdir()) == []
+    assert code == 1 and "is corrupt: recorded sha256 " + made["hash_value"] in err, err
+    assert hashlib.sha256(damaged).hexdigest() in err
+    assert not dest.parent.exists()  # refused before anything was written

@@ -47,7 +47,7 @@ R0 = uuid_of(HOST_A, FPGA, "region0")
 R1 = uuid_of(HOST_A, FPGA, "region1")
 VFS = uuid_of(HOST_A, FPGA, "region0/vfs")
 FPGA_TREE = [
-    f"host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  enabled  "
+    f"host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  NUMA 0  enabled  "
     f"({uuid_of(HOST_A, FPGA)})",
     f"├── region0  [region]  capacity 2  region type {RT0[:8]}  functions {FUNCTION[:8]}  "
     f"bitstream {BITSTREAM[:8]}  instance {INSTANCE}  ({R0})",
@@ -60,14 +60,16 @@ FPGA_TREE = [
     "    └── PCI 0000:0c:00.3  free",
 ]
 HOST_B_TREES = [
-    f"host-b  0000:3b:00.0  GPU  NVIDIA T4 (10de:1eb8)  maintaining  health degraded  "
+    f"host-b  0000:3b:00.0  GPU  NVIDIA T4 (10de:1eb8)  NUMA 1  PCIe switch 0000:3a:00.0  "
+    f"NVLink nvlink-0000:3b:00.0  maintaining  health degraded  "
     f"({uuid_of(HOST_B, GPU)})",
     f"└── vgpu/nvidia-222  [vgpu_type]  capacity 2  type GRID T4-1B  "
     f"({uuid_of(HOST_B, GPU, 'vgpu/nvidia-222')})",
     f"    ├── MDEV {MDEV0}  busy on host",
     f"    └── MDEV {MDEV1}  free",
     "",
-    f"host-b  0000:5e:00.0  QAT  INTEL C62X (8086:37c8)  enabled  ({uuid_of(HOST_B, QAT)})",
+    f"host-b  0000:5e:00.0  QAT  INTEL C62X (8086:37c8)  NUMA unknown  enabled  "
+    f"({uuid_of(HOST_B, QAT)})",
     f"└── vf_pool  [vf_pool]  capacity 4  ({uuid_of(HOST_B, QAT, 'vf_pool')})",
     "    ├── PCI 0000:5e:00.1  in use",
     "    ├── PCI 0000:5e:00.2  in use",
@@ -122,16 +124,26 @@ def test_trees(live: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert device.splitlines() == FPGA_TREE
     # Filters apply to the tree: a deployable whose parent is filtered out hangs
     # from its device.
-    pools = output(capsys, live, "deployable", "list", "--tree", "--kind", "vf_pool",
-                   "--hostname", HOST_A)  # fmt: skip
-    assert pools.splitlines() == [FPGA_TREE[0], f"└── {FPGA_TREE[4][8:]}",
-                                  "    ├── PCI 0000:0c:01.0  free",
-                                  "    └── PCI 0000:0c:01.1  free"]  # fmt: skip
+    pools = output(
+        capsys, live, "deployable", "list", "--tree", "--kind", "vf_pool", "--hostname", HOST_A
+    )
+    assert pools.splitlines() == [
+        FPGA_TREE[0],
+        f"└── {FPGA_TREE[4][8:]}",
+        "    ├── PCI 0000:0c:01.0  free",
+        "    └── PCI 0000:0c:01.1  free",
+    ]
 
 
 def test_a_region_line_lists_every_function() -> None:
-    region = {"key": "region0", "kind": "region", "num_accelerators": 1, "uuid": R0,
-              "function_uuid": FUNCTION, "function_uuids": [FUNCTION, RT1]}  # fmt: skip
+    region = {
+        "key": "region0",
+        "kind": "region",
+        "num_accelerators": 1,
+        "uuid": R0,
+        "function_uuid": FUNCTION,
+        "function_uuids": [FUNCTION, RT1],
+    }
     assert deployable_line(region) == (
         f"region0  [region]  capacity 1  functions {FUNCTION[:8]}, {RT1[:8]}  ({R0})"
     )
@@ -152,14 +164,39 @@ def test_functions_and_bitstreams_by_name(
     table; -f value keeps the ids."""
     data = tmp_path / "gzip.bin"
     data.write_bytes(b"\x5a" * 1000)
-    output(capsys, live, "bitstream", "upload", str(data), "--name", "gzip-a10",
-           "--function-uuid", FUNCTION, "--function-name", "gzip")  # fmt: skip
+    output(
+        capsys,
+        live,
+        "bitstream",
+        "upload",
+        str(data),
+        "--name",
+        "gzip-a10",
+        "--function-uuid",
+        FUNCTION,
+        "--function-name",
+        "gzip",
+    )
     tree = output(capsys, live, "deployable", "show", R0).splitlines()
     assert f"region type {RT0[:8]}  functions gzip  bitstream {BITSTREAM[:8]}  " in tree[1]
     table = output(capsys, live, "deployable", "list", "--key", "region0")
     assert f"| {RT0[:8]}  " in table and "| gzip " in table and "| allocated " in table, table
-    values = output(capsys, live, "deployable", "list", "--key", "region0", "-f", "value",
-                    "-c", "region_type", "-c", "functions", "-c", "hostname")  # fmt: skip
+    values = output(
+        capsys,
+        live,
+        "deployable",
+        "list",
+        "--key",
+        "region0",
+        "-f",
+        "value",
+        "-c",
+        "region_type",
+        "-c",
+        "functions",
+        "-c",
+        "hostname",
+    )
     assert values == f"{HOST_A} {RT0} ['{FUNCTION}']\n"  # in the API's order
 
 
@@ -198,8 +235,17 @@ def test_json_is_the_apis_data(live: str, capsys: pytest.CaptureFixture[str]) ->
     assert "kind" not in old and old["attributes_list"] == shown["attributes_list"]
     device = as_json(capsys, live, "device", "show", uuid_of(HOST_B, GPU))
     assert (device["status"], device["health"], device["pci_address"]) == (
-        "maintaining", "degraded", GPU
-    )  # fmt: skip
+        "maintaining",
+        "degraded",
+        GPU,
+    )
+    assert (device["numa_node"], device["pcie_switch"], device["nvlink_domain"]) == (
+        1,
+        "0000:3a:00.0",
+        "nvlink-0000:3b:00.0",
+    )
+    table = output(capsys, live, "device", "show", uuid_of(HOST_B, GPU))
+    assert "| pcie_switch " in table and "| nvlink-0000:3b:00.0 " in table, table
 
 
 def test_lists_and_filters(live: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -207,11 +253,47 @@ def test_lists_and_filters(live: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert output(capsys, live, "device", "list", "--vendor", "8086", *value, "pci_address") == (
         f"{FPGA}\n{QAT}\n"
     )
-    out = output(capsys, live, "device", "list", "--sort-key", "pci_address", "--sort-dir",
-                 "desc", "--status", "enabled", *value, "hostname")  # fmt: skip
+    out = output(
+        capsys,
+        live,
+        "device",
+        "list",
+        "--sort-key",
+        "pci_address",
+        "--sort-dir",
+        "desc",
+        "--status",
+        "enabled",
+        *value,
+        "hostname",
+    )
     assert out == "host-b\nhost-a\n"
     table = output(capsys, live, "device", "list")
     assert "| uuid" in table and "maintaining" in table and "std_board_info" not in table
+    where = output(
+        capsys,
+        live,
+        "device",
+        "list",
+        "--hostname",
+        HOST_B,
+        "-f",
+        "csv",
+        "-c",
+        "pci_address",
+        "-c",
+        "numa_node",
+        "-c",
+        "pcie_switch",
+        "-c",
+        "nvlink_domain",
+    )
+    assert where.splitlines() == [
+        '"pci_address","numa_node","pcie_switch","nvlink_domain"',
+        f'"{GPU}",1,"0000:3a:00.0","nvlink-0000:3b:00.0"',
+        f'"{QAT}","None","None","None"',
+    ]
+    assert "| pcie_switch " in table and "| 0000:3a:00.0 " in table, table
     devices = as_json(capsys, live, "device", "list")
     assert devices[0]["std_board_info"] == {"product_id": "09c4", "controller": "PAC"}
     spec003 = ("deployable", "list", "--bitstream-id", "None", "--type", "FPGA")
@@ -221,8 +303,18 @@ def test_lists_and_filters(live: str, capsys: pytest.CaptureFixture[str]) -> Non
     # Without --limit every page is fetched; with it, one page.
     everything = as_json(capsys, live, "deployable", "list", "--sort-key", "key")
     assert len(everything) == 5
-    page = as_json(capsys, live, "deployable", "list", "--sort-key", "key", "--limit", "2",
-                   "--marker", everything[1]["uuid"])  # fmt: skip
+    page = as_json(
+        capsys,
+        live,
+        "deployable",
+        "list",
+        "--sort-key",
+        "key",
+        "--limit",
+        "2",
+        "--marker",
+        everything[1]["uuid"],
+    )
     assert [d["key"] for d in page] == ["region1", "vf_pool"]
 
 
@@ -238,13 +330,19 @@ def test_names_where_uuids_go(live: str, db: Database, capsys: pytest.CaptureFix
     assert as_json(capsys, live, "device", "disable", FPGA)["status"] == "maintaining"
     assert as_json(capsys, live, "device", "enable", FPGA)["status"] == "enabled"
     assert run(capsys, live, "device", "show", f"{HOST_A}_{QAT}") == (
-        1, "", f"No device at {QAT} on {HOST_A}.\n"
-    )  # fmt: skip
+        1,
+        "",
+        f"No device at {QAT} on {HOST_A}.\n",
+    )
     inventory.reconcile(db, HostReport("host-c", "1.0", (QAT_CARD,)))  # the same address
-    assert run(capsys, live, "device", "show", QAT) == (1, "", (
-        f"Device at {QAT} on any host: 2 match ({uuid_of(HOST_B, QAT)} on {HOST_B}, "
-        f"{uuid_of('host-c', QAT)} on host-c). Give a uuid.\n"
-    ))  # fmt: skip
+    assert run(capsys, live, "device", "show", QAT) == (
+        1,
+        "",
+        (
+            f"Device at {QAT} on any host: 2 match ({uuid_of(HOST_B, QAT)} on {HOST_B}, "
+            f"{uuid_of('host-c', QAT)} on host-c). Give a uuid.\n"
+        ),
+    )
 
 
 def test_errors_are_one_clear_line(live: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -261,8 +359,16 @@ def test_errors_are_one_clear_line(live: str, capsys: pytest.CaptureFixture[str]
 def osc(url: str, *args: str) -> Any:
     """``openstack`` (with python-cyborgclient) in its own process, noauth; its JSON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-    command = [str(Path(sys.executable).parent / "openstack"), "--os-auth-type", "none",
-               "--os-endpoint", url, *args, "-f", "json"]  # fmt: skip
+    command = [
+        str(Path(sys.executable).parent / "openstack"),
+        "--os-auth-type",
+        "none",
+        "--os-endpoint",
+        url,
+        *args,
+        "-f",
+        "json",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -272,14 +378,18 @@ def osc(url: str, *args: str) -> Any:
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 def test_the_openstack_clients_read_the_inventory(live_sqlite: str) -> None:
     names = [d["name"] for d in osc(live_sqlite, "accelerator", "deployable", "list")]
-    assert names[:3] == [f"host-a_{FPGA}_region0", f"host-a_{FPGA}_region1",
-                         f"host-a_{FPGA}_region0/vfs"]  # fmt: skip
+    assert names[:3] == [
+        f"host-a_{FPGA}_region0",
+        f"host-a_{FPGA}_region1",
+        f"host-a_{FPGA}_region0/vfs",
+    ]
     shown = osc(live_sqlite, "accelerator", "deployable", "show", R0)
     assert (shown["uuid"], shown["name"]) == (R0, f"host-a_{FPGA}_region0")
     device = osc(live_sqlite, "accelerator", "device", "show", uuid_of(HOST_B, GPU))
     assert (device["type"], device["model"], device["hostname"]) == ("GPU", "T4", HOST_B)
-    devices = osc(live_sqlite, "--os-accelerator-api-version", "2.3", "accelerator", "device",
-                  "list")  # fmt: skip
+    devices = osc(
+        live_sqlite, "--os-accelerator-api-version", "2.3", "accelerator", "device", "list"
+    )
     assert [d["status"] for d in devices] == ["enabled", "maintaining", "enabled"]
     attributes = osc(live_sqlite, "accelerator", "device", "attribute", "list")
     assert ("afu", "gzip") in [(a["key"], a["value"]) for a in attributes]

@@ -51,7 +51,7 @@ from acceleron.db.models import (
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.report import HostReport, to_json
-from tests.conftest import _create_server_database, _drop_server_database
+from tests.fixtures.databases import create_server_database, drop_server_database
 from tests.fixtures.dbservers import _wait_for_port, free_port, own_server
 from tests.fixtures.galera import galera_cluster
 from tests.fixtures.host import Host, upload
@@ -126,11 +126,11 @@ def placement_database() -> Iterator[str]:
     """A database of its own for the APIs' embedded Placement, on the MariaDB server of
     the other tests (it stays up: the database that fails over is Acceleron's; Placement
     runs on PyMySQL, not on psycopg 3)."""
-    url = _create_server_database("mysql")
+    url = create_server_database("mysql")
     try:
         yield url
     finally:
-        _drop_server_database("mysql", url)
+        drop_server_database("mysql", url)
 
 
 @contextlib.contextmanager
@@ -151,10 +151,13 @@ def two_apis(url: str, placement: str, tmp_path: Path) -> Iterator[list[str]]:
             port = free_port()
             log = tmp_path / f"api-{index}.log"
             with log.open("ab") as out:
-                processes.append(subprocess.Popen(
-                    [str(acceleron), "--config-file", str(config), "api", "--port", str(port)],
-                    stdout=out, stderr=subprocess.STDOUT,
-                ))  # fmt: skip
+                processes.append(
+                    subprocess.Popen(
+                        [str(acceleron), "--config-file", str(config), "api", "--port", str(port)],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             _wait_for_port(port, log)
             urls.append(f"http://127.0.0.1:{port}")
             wait_for(lambda: _answers(urls[-1] + "/placement/resource_providers"), seconds=120)
@@ -195,8 +198,7 @@ class Load:
     def send(self, turn: int, method: str, path: str, **kwargs: Any) -> requests.Response | None:
         api = self.apis[turn % len(self.apis)]
         try:
-            response = requests.request(method, api + path, headers=HEADERS, timeout=60,
-                                        **kwargs)  # fmt: skip
+            response = requests.request(method, api + path, headers=HEADERS, timeout=60, **kwargs)
         except requests.RequestException as error:
             with self.lock:
                 self.bad.append(f"{method} {path}: {error}")
@@ -233,11 +235,13 @@ class Load:
                 continue
             arq = created.json()["arqs"][0]["uuid"]
             instance = str(uuid.uuid4())
-            body = {arq: [
-                {"path": "/hostname", "op": "add", "value": host},
-                {"path": "/device_rp_uuid", "op": "add", "value": self.pools[host]},
-                {"path": "/instance_uuid", "op": "add", "value": instance},
-            ]}  # fmt: skip
+            body = {
+                arq: [
+                    {"path": "/hostname", "op": "add", "value": host},
+                    {"path": "/device_rp_uuid", "op": "add", "value": self.pools[host]},
+                    {"path": "/instance_uuid", "op": "add", "value": instance},
+                ]
+            }
             answer = self.send(turn + 1, "PATCH", PATH, json=body)
             if answer is not None and answer.status_code == 202:
                 with self.lock:
@@ -258,11 +262,13 @@ class Load:
             if created is None or created.status_code != 201:
                 continue
             arq, instance = created.json()["arqs"][0]["uuid"], str(uuid.uuid4())
-            body = {arq: [
-                {"path": "/hostname", "op": "add", "value": host},
-                {"path": "/device_rp_uuid", "op": "add", "value": self.regions[host]},
-                {"path": "/instance_uuid", "op": "add", "value": instance},
-            ]}  # fmt: skip
+            body = {
+                arq: [
+                    {"path": "/hostname", "op": "add", "value": host},
+                    {"path": "/device_rp_uuid", "op": "add", "value": self.regions[host]},
+                    {"path": "/instance_uuid", "op": "add", "value": instance},
+                ]
+            }
             answer = self.send(turn + 1, "PATCH", PATH, json=body)
             if answer is None or answer.status_code not in (202, 503):
                 continue
@@ -341,8 +347,12 @@ def retried(apis: list[str]) -> float:
 def _setup(apis: list[str], hosts: list[Host], url: str) -> Load:
     """The hosts reported, the profiles and bitstreams made; the load on them."""
     for host in hosts:
-        put = requests.put(f"{apis[0]}/v2/hosts/{host.name}/report", json=report_of(host.name),
-                           headers=HEADERS, timeout=60)  # fmt: skip
+        put = requests.put(
+            f"{apis[0]}/v2/hosts/{host.name}/report",
+            json=report_of(host.name),
+            headers=HEADERS,
+            timeout=60,
+        )
         assert put.status_code in (200, 201, 202, 204), put.text
     groups: dict[str, dict[str, str]] = {
         "ha-qat": {"resources:CUSTOM_ACCELERATOR_QAT": "1"},
@@ -350,13 +360,18 @@ def _setup(apis: list[str], hosts: list[Host], url: str) -> Load:
     }
     for index, function in enumerate(FUNCTIONS):
         groups[f"ha-fpga-{index}"] = {
-            "resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            "trait:CUSTOM_PROGRAMMABLE": "required",
             "accel:bitstream_id": upload(apis[0], REGION1, function, REGION1),
-        }  # fmt: skip
+        }
     for name, group in groups.items():
         profile: Any = [{"name": name, "groups": [group]}]
-        assert requests.post(f"{apis[1]}/v2/device_profiles", json=profile, headers=HEADERS,
-                             timeout=60).status_code == 201  # fmt: skip
+        assert (
+            requests.post(
+                f"{apis[1]}/v2/device_profiles", json=profile, headers=HEADERS, timeout=60
+            ).status_code
+            == 201
+        )
     database = Database(url)
     with database.reader() as conn:
         rows = conn.execute(
@@ -410,13 +425,14 @@ def test_a_database_failover_loses_nothing(backend: Backend, tmp_path: Path) -> 
             failed_at = time.monotonic()
             backend.fail()
             with contextlib.suppress(AssertionError):  # the load sees the outage
-                wait_for(lambda: load.unavailable and load.unavailable[-1] > failed_at,
-                         seconds=10)  # fmt: skip
+                wait_for(lambda: load.unavailable and load.unavailable[-1] > failed_at, seconds=10)
             if backend.name == "postgresql":
                 backend.recover()  # a primary restarted: the outage is the restart
             done, programmed = load.operations, len(load.programmed)
-            wait_for(lambda: load.operations >= done + 60 and len(load.programmed) > programmed,
-                     seconds=90)  # writes and programming go on  # fmt: skip
+            wait_for(
+                lambda: load.operations >= done + 60 and len(load.programmed) > programmed,
+                seconds=90,
+            )  # writes and programming go on
             if backend.name == "galera":
                 backend.recover()  # the killed node rejoins under load
                 done = load.operations

@@ -77,8 +77,9 @@ def test_a_lost_database_is_a_503_with_retry_after(server: Server, tmp_path: Pat
         assert send(conn, "GET", "/v2/device_profiles", None).status == 200
         server.stop()
         for method, path, body in REQUESTS:
-            conn.request(method, path, body=None if body is None else json.dumps(body),
-                         headers=LATEST)  # fmt: skip
+            conn.request(
+                method, path, body=None if body is None else json.dumps(body), headers=LATEST
+            )
             response = conn.getresponse()
             answer = json.loads(response.read())
             assert response.status == 503, (method, path, answer)

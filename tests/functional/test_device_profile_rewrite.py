@@ -58,8 +58,10 @@ def test_apply_stores_the_rewrite_in_order(db: Database) -> None:
     ("second", "fragment"),
     [
         (
-            [{"resources:VGPU": "1"}, {"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-                                       "resources:FPGA": "2"}],
+            [
+                {"resources:VGPU": "1"},
+                {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "resources:FPGA": "2"},
+            ],
             "groups[1]: 'resources:CUSTOM_ACCELERATOR_FPGA' and 'resources:FPGA' would both "
             "become 'resources:FPGA'",
         ),
@@ -68,7 +70,7 @@ def test_apply_stores_the_rewrite_in_order(db: Database) -> None:
             "groups: the profile asks for 100 accelerators, at most 64",
         ),
     ],
-)  # fmt: skip
+)
 def test_a_profile_that_would_break_stops_the_whole_rewrite(
     db: Database, second: list[dict[str, str]], fragment: str
 ) -> None:

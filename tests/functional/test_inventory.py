@@ -56,13 +56,15 @@ def test_first_report_stores_the_whole_inventory(db: Database, conf: cfg.ConfigO
     assert kinds == ["mig_profile"] * 2 + ["region"] * 4 + ["vf_pool"] + ["vgpu_type"] * 2
     regions = [d for d in rows(db, DEPLOYABLES) if d.kind == "region"]
     assert {r.region_type for r in regions} == {
-        "ce48969398f05f33946d560708be108a", "9926ab6d6c925a68aabca7d84c545738"
-    }  # fmt: skip
+        "ce48969398f05f33946d560708be108a",
+        "9926ab6d6c925a68aabca7d84c545738",
+    }
     assert sum(1 for r in regions if r.function_uuid == "d8424dc4a4a3c413f89e433683f9040b") == 2
     # Every function of a region is kept, in order; the first is also function_uuid.
     assert [r.function_uuids for r in regions] == [
-        ["d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"], []
-    ] * 2  # fmt: skip
+        ["d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"],
+        [],
+    ] * 2
     assert all(r.programmable for r in regions)
     expected_handles = sum(dep.num_accelerators for d in report.devices for dep in d.deployables)
     assert len(rows(db, HANDLES)) == expected_handles
@@ -101,8 +103,12 @@ def test_changes_are_applied_and_counted(db: Database, conf: cfg.ConfigOpts) -> 
     assert outcome.changed and outcome.generation == 2
     counts = {k: v for k, v in outcome.counts.items() if v}
     old_handles = len(pool.attach_handles)
-    assert counts == {"devices_changed": 1, "deployables_changed": 1,
-                      "attach_handles_added": 6, "removed": old_handles}  # fmt: skip
+    assert counts == {
+        "devices_changed": 1,
+        "deployables_changed": 1,
+        "attach_handles_added": 6,
+        "removed": old_handles,
+    }
     device = rows(db, DEVICES, pci_address=qat.pci_address)[0]
     assert device.numa_node == 0
     dep = rows(db, DEPLOYABLES, device_id=device.id)[0]
@@ -120,15 +126,15 @@ def test_vfs_appearing_later_add_handles_and_keep_ids(db: Database, conf: cfg.Co
     qat = report.devices[-1]
     pool = qat.deployables[0]
     more = tuple(Handle("TEST_PCI", f"{pool.attach_handles[0].address[:-1]}{i}") for i in (5, 6))
-    grown = dataclasses.replace(pool, num_accelerators=6,
-                                attach_handles=pool.attach_handles + more)  # fmt: skip
+    grown = dataclasses.replace(pool, num_accelerators=6, attach_handles=pool.attach_handles + more)
     later = dataclasses.replace(
         report, devices=(*report.devices[:-1], dataclasses.replace(qat, deployables=(grown,)))
     )
     outcome = inventory.reconcile(db, later)
     assert {k: v for k, v in outcome.counts.items() if v} == {
-        "deployables_changed": 1, "attach_handles_added": 2
-    }  # fmt: skip
+        "deployables_changed": 1,
+        "attach_handles_added": 2,
+    }
     assert {d.uuid: d.id for d in rows(db, DEPLOYABLES)} == deployables
     now = {h.address: h.id for h in rows(db, HANDLES)}
     assert {a: now[a] for a in handles} == handles and len(now) == len(handles) + 2
@@ -143,11 +149,15 @@ def hold(db: Database, handle_id: int) -> None:
             .returning(table(DeviceProfile).c.id)
         ).scalar_one()
         arq = conn.execute(
-            insert(table(AcceleratorRequest)).values(
-                uuid=str(uuid.uuid4()), state="Bound", device_profile_id=profile,
+            insert(table(AcceleratorRequest))
+            .values(
+                uuid=str(uuid.uuid4()),
+                state="Bound",
+                device_profile_id=profile,
                 device_profile_group_id=0,
-            ).returning(table(AcceleratorRequest).c.id)
-        ).scalar_one()  # fmt: skip
+            )
+            .returning(table(AcceleratorRequest).c.id)
+        ).scalar_one()
         conn.execute(
             update(HANDLES).where(HANDLES.c.id == handle_id).values(arq_id=arq, in_use=True)
         )
@@ -187,12 +197,22 @@ def test_a_device_in_use_that_vanishes_is_lost_then_comes_back(
 
 def nested_card() -> Dev:
     """A card whose region sits under a VF pool: a two-level tree."""
-    region = Dep("region0", "region", 1, programmable=True,
-                 attach_handles=(Handle("PCI", "0000:5e:00.1"),))  # fmt: skip
-    pool = Dep("vf_pool", "vf_pool", 1, attach_handles=(Handle("PCI", "0000:5e:00.2"),),
-               children=(region,))  # fmt: skip
-    return Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
-               deployables=(pool,))  # fmt: skip
+    region = Dep(
+        "region0", "region", 1, programmable=True, attach_handles=(Handle("PCI", "0000:5e:00.1"),)
+    )
+    pool = Dep(
+        "vf_pool", "vf_pool", 1, attach_handles=(Handle("PCI", "0000:5e:00.2"),), children=(region,)
+    )
+    return Dev(
+        "0000:5e:00.0",
+        "FPGA",
+        "8086",
+        "INTEL",
+        "09c4",
+        "PAC_ARRIA10",
+        "intel_fpga",
+        deployables=(pool,),
+    )
 
 
 def test_a_held_child_keeps_its_parent_when_the_card_vanishes(db: Database) -> None:
@@ -251,12 +271,24 @@ def test_a_lost_device_goes_once_released_and_forgotten(db: Database, conf: cfg.
 
 def test_trees_and_nested_attributes(db: Database) -> None:
     region = Dep(
-        "region0", "region", 1, programmable=True, region_type="aa" * 16,
+        "region0",
+        "region",
+        1,
+        programmable=True,
+        region_type="aa" * 16,
         attributes={"fme": {"bitstream_id": "0x23", "ports": 2}, "kpi": "fast"},
         attach_handles=(Handle("PCI", "0000:5e:00.1"),),
-    )  # fmt: skip
-    card = Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
-               deployables=(Dep("vf_pool", "vf_pool", 0, children=(region,)),))  # fmt: skip
+    )
+    card = Dev(
+        "0000:5e:00.0",
+        "FPGA",
+        "8086",
+        "INTEL",
+        "09c4",
+        "PAC_ARRIA10",
+        "intel_fpga",
+        deployables=(Dep("vf_pool", "vf_pool", 0, children=(region,)),),
+    )
     inventory.reconcile(db, HostReport("h", "1", (card,)))
     pool, reg = rows(db, DEPLOYABLES)
     assert (pool.parent_id, pool.root_id) == (None, None)
@@ -275,20 +307,24 @@ def test_trees_and_nested_attributes(db: Database) -> None:
     with StatementCounter(db) as counted:
         outcome = inventory.reconcile(db, HostReport("h", "1", (card2,)))
     assert {k: v for k, v in outcome.counts.items() if v} == {
-        "attributes_changed": 1, "attributes_removed": 1
-    }  # fmt: skip
+        "attributes_changed": 1,
+        "attributes_removed": 1,
+    }
     assert counted.by_verb.get("UPDATE") == 2 and counted.by_verb.get("DELETE") == 1  # + host
     assert {a.key: a.value for a in rows(db, ATTRIBUTES)} == {
-        "fme": None, "bitstream_id": "0x24", "kpi": "fast"
-    }  # fmt: skip
+        "fme": None,
+        "bitstream_id": "0x24",
+        "kpi": "fast",
+    }
 
 
 def test_an_unknown_bitstream_keeps_the_recorded_one(db: Database, conf: cfg.ConfigOpts) -> None:
     report = fake_report(conf)
     inventory.reconcile(db, report)
     with db.writer() as conn:
-        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.kind == "region")
-                     .values(bitstream_id="b1"))  # fmt: skip
+        conn.execute(
+            update(DEPLOYABLES).where(DEPLOYABLES.c.kind == "region").values(bitstream_id="b1")
+        )
     with StatementCounter(db) as counted, db.writer() as conn:
         counts = inventory.apply(
             conn, inventory.load_existing(conn, "host-1"), inventory.desired_state(report)
@@ -309,8 +345,9 @@ def test_hosts_do_not_see_each_other(db: Database, conf: cfg.ConfigOpts) -> None
 def test_heartbeat(db: Database, conf: cfg.ConfigOpts, heartbeat_due: bool) -> None:
     report = fake_report(conf)
     inventory.reconcile(db, report)
-    later = rows(db, HOSTS)[0].last_report_at + (inventory.HEARTBEAT if heartbeat_due else
-                                                  inventory.HEARTBEAT / 2)  # fmt: skip
+    later = rows(db, HOSTS)[0].last_report_at + (
+        inventory.HEARTBEAT if heartbeat_due else inventory.HEARTBEAT / 2
+    )
     with StatementCounter(db) as counted:
         inventory.reconcile(db, report, now=later)
     assert counted.writes == (1 if heartbeat_due else 0)
@@ -318,13 +355,29 @@ def test_heartbeat(db: Database, conf: cfg.ConfigOpts, heartbeat_due: bool) -> N
 
 
 def test_new_deployables_with_and_without_a_known_bitstream(db: Database) -> None:
-    known = Dep("region0", "region", 1, programmable=True, bitstream_id="b-1",
-                attach_handles=(Handle("PCI", "0000:5e:00.1"),))  # fmt: skip
-    unknown = Dep("region1", "region", 1, programmable=True,
-                  attach_handles=(Handle("PCI", "0000:5e:00.2"),))  # fmt: skip
-    card = Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
-               deployables=(known, unknown))  # fmt: skip
+    known = Dep(
+        "region0",
+        "region",
+        1,
+        programmable=True,
+        bitstream_id="b-1",
+        attach_handles=(Handle("PCI", "0000:5e:00.1"),),
+    )
+    unknown = Dep(
+        "region1", "region", 1, programmable=True, attach_handles=(Handle("PCI", "0000:5e:00.2"),)
+    )
+    card = Dev(
+        "0000:5e:00.0",
+        "FPGA",
+        "8086",
+        "INTEL",
+        "09c4",
+        "PAC_ARRIA10",
+        "intel_fpga",
+        deployables=(known, unknown),
+    )
     inventory.reconcile(db, HostReport("h", "1", (card,)))
     assert [(d.key, d.bitstream_id) for d in rows(db, DEPLOYABLES)] == [
-        ("region0", "b-1"), ("region1", None)
-    ]  # fmt: skip
+        ("region0", "b-1"),
+        ("region1", None),
+    ]

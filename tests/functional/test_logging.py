@@ -42,8 +42,11 @@ def kept_logging() -> Iterator[None]:
     manager = logging.Logger.manager
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    levels = {name: logger.level for name, logger in manager.loggerDict.items()
-              if isinstance(logger, logging.Logger)}  # fmt: skip
+    levels = {
+        name: logger.level
+        for name, logger in manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
     try:
         yield
     finally:
@@ -88,8 +91,9 @@ def logged_whole(path: Path, request_id: str) -> bool:
 
 def polled_line(path: Path) -> str:
     """The access line of the poll for host h1's work, or ''."""
-    found = [line for line in path.read_text().splitlines()
-             if '"POST /v2/hosts/h1/tasks/claim' in line]  # fmt: skip
+    found = [
+        line for line in path.read_text().splitlines() if '"POST /v2/hosts/h1/tasks/claim' in line
+    ]
     return found[0] if found else ""
 
 
@@ -164,8 +168,11 @@ def test_debug_lines_only_with_debug(
     conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path, debug: bool
 ) -> None:
     """A poll for work that found none is logged at DEBUG: only with ``debug = true``."""
-    service = {"OpenStack-API-Version": "accelerator 2.8", "X-Roles": "service",
-               "X-Project-Id": "services"}  # fmt: skip
+    service = {
+        "OpenStack-API-Version": "accelerator 2.8",
+        "X-Roles": "service",
+        "X-Project-Id": "services",
+    }
     with (
         logging_to(conf, tmp_path / "acceleron.log", debug=debug) as log,
         serve(create_app(conf, sqlite_db)) as url,
@@ -189,8 +196,12 @@ def test_a_request_that_waits_on_the_event_loop_keeps_its_own_context(
     """An agent's poll for work waits on the event loop while another caller's request is
     served on the same thread: the poll's lines still name the poll and the agent (a
     thread-local context would name the last caller the loop served)."""
-    agent = {"OpenStack-API-Version": "accelerator 2.8", "X-Roles": "service",
-             "X-User-Id": "agent", "X-Project-Id": "services"}  # fmt: skip
+    agent = {
+        "OpenStack-API-Version": "accelerator 2.8",
+        "X-Roles": "service",
+        "X-User-Id": "agent",
+        "X-Project-Id": "services",
+    }
     app = create_app(conf, sqlite_db)
     with (
         logging_to(conf, tmp_path / "acceleron.log", debug=True) as log,
@@ -228,15 +239,19 @@ def test_a_line_outside_any_request_names_none(
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("log_file = {tmp}/missing/acceleron.log",
-         "Cannot log to {tmp}/missing/acceleron.log: No such file or directory.\n"),
-        ("use_journal = true",
-         "use_journal = true needs systemd's Python bindings, which are not installed where "
-         "Acceleron runs: pip install systemd-python (it builds against libsystemd-dev), or "
-         "log to standard error, which systemd also sends to the journal.\n"),
+        (
+            "log_file = {tmp}/missing/acceleron.log",
+            "Cannot log to {tmp}/missing/acceleron.log: No such file or directory.\n",
+        ),
+        (
+            "use_journal = true",
+            "use_journal = true needs systemd's Python bindings, which are not installed where "
+            "Acceleron runs: pip install systemd-python (it builds against libsystemd-dev), or "
+            "log to standard error, which systemd also sends to the journal.\n",
+        ),
     ],
     ids=["log_file", "use_journal"],
-)  # fmt: skip
+)
 def test_a_log_that_cannot_be_written_stops_the_command_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, message: str
 ) -> None:
@@ -263,8 +278,16 @@ def test_log_dir_alone_gives_each_program_its_file_worker_processes_included(
     with kept_logging():
         assert main(["--config-file", str(path), "db", "upgrade"]) == 0
     port = free_port()
-    command = [str(Path(sys.executable).parent / "acceleron"), "--config-file", str(path),
-               "api", "--port", str(port), "--workers", "2"]  # fmt: skip
+    command = [
+        str(Path(sys.executable).parent / "acceleron"),
+        "--config-file",
+        str(path),
+        "api",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
     with (tmp_path / "stderr").open("wb") as stderr:
         process = subprocess.Popen(command, stderr=stderr, env=env)
@@ -272,7 +295,7 @@ def test_log_dir_alone_gives_each_program_its_file_worker_processes_included(
     def started() -> int:  # uvicorn logs one line as each worker process starts
         assert process.poll() is None, (tmp_path / "stderr").read_text()
         text = "".join(log.read_text() for log in logs_dir.iterdir())
-        return text.count("INFO uvicorn.error [-] Started server process")
+        return text.count("INFO acceleron.server [-] Started server process")
 
     answers: list[requests.Response] = []
 
@@ -292,3 +315,123 @@ def test_log_dir_alone_gives_each_program_its_file_worker_processes_included(
         process.terminate()
         process.wait(timeout=30)
     assert sorted(log.name for log in logs_dir.iterdir()) == ["acceleron-api.log"]
+
+
+def test_an_unexpected_errors_line_names_its_request(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path
+) -> None:
+    """The line of a 500 carries the request's id, and the answer its header (the line
+    showed ``[-]`` and the header was missing: Starlette's handler of unexpected errors
+    runs outside the middleware that names the request)."""
+    app = create_app(conf, sqlite_db)
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    app.add_api_route("/v2/boom", boom)
+    with logging_to(conf, tmp_path / "acceleron.log") as log, serve(app) as url:
+        response = requests.get(f"{url}/v2/boom", headers=LATEST, timeout=30)
+        assert response.status_code == 500
+        request_id = response.headers["x-openstack-request-id"]
+        wait_for(lambda: logged_whole(log, request_id))
+    (line,) = [line for line in log.read_text().splitlines() if "Unexpected error" in line]
+    assert f" ERROR acceleron.api.errors [None {request_id} " in line, line
+    assert response.json()["errors"][0]["request_id"] == request_id
+
+
+def test_uvicorns_server_lines_are_acceleron_s(
+    conf: cfg.ConfigOpts, sqlite_db: Database, tmp_path: Path
+) -> None:
+    with logging_to(conf, tmp_path / "acceleron.log") as log:
+        logging.getLogger("uvicorn.error").info("Started server process [%d]", 1)
+    text = log.read_text()
+    assert "INFO acceleron.server [-] Started server process [1]" in text
+    assert "uvicorn.error" not in text
+
+
+@pytest.mark.parametrize("where", ["stderr", "log_file"])
+def test_a_refused_api_start_says_so_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """An empty database: the refusal once on standard error (it was logged with the
+    exception appended: the message twice), and once in the log file given with oslo.log's
+    own --log-file (which was ignored)."""
+    path = tmp_path / "acceleron.conf"
+    path.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
+    log = tmp_path / "api.log"
+    given = ["--log-file", str(log)] if where == "log_file" else []
+    refusal = "The database is empty: run 'acceleron db upgrade' first."
+    with kept_logging():
+        code = main(["--config-file", str(path), *given, "api", "--port", str(free_port())])
+    assert code == 1
+    assert capsys.readouterr().err == f"{refusal}\n"
+    if where == "log_file":
+        (line,) = log.read_text().splitlines()
+        assert line.endswith(f" ERROR acceleron [-] {refusal}"), line
+
+
+def test_oslo_logs_command_line_options_reach_the_service(tmp_path: Path) -> None:
+    from acceleron import conf as confmod
+    from acceleron.cli.main import AcceleronApp, log_arguments
+
+    app = AcceleronApp()
+    parser = app.build_option_parser("", "0")
+    options, _ = parser.parse_known_args(
+        [
+            "--logfile",
+            "f.log",
+            "--log-dir",
+            "d",
+            "--debug",
+            "--use-syslog",
+            "--use-json",
+            "--syslog-log-facility",
+            "LOG_LOCAL1",
+            "api",
+        ]
+    )
+    conf = confmod.load(log_arguments(options), config_files=[])
+    assert (conf.log_file, conf.log_dir, conf.debug) == ("f.log", "d", True)
+    assert (conf.use_syslog, conf.use_json, conf.use_journal) == (True, True, False)
+    assert conf.syslog_log_facility == "LOG_LOCAL1"
+
+
+def test_the_command_lines_log_options_reach_the_worker_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``acceleron --log-file F api --workers 2``: the worker processes read the files and
+    the environment, not the command line; the options it set go there."""
+    from acceleron import conf as confmod
+    from acceleron.cli.server import _command_line_to_environment
+
+    for name in ("OS_DEFAULT__LOG_FILE", "OS_DEFAULT__DEBUG", "OS_DEFAULT__USE_JSON"):
+        monkeypatch.setenv(name, "")  # recorded: what the command sets is undone after
+        monkeypatch.delenv(name)
+    log = str(tmp_path / "api.log")
+    conf = confmod.load(["--log-file", log, "--debug"], config_files=[])
+    _command_line_to_environment(conf)
+    assert os.environ["OS_DEFAULT__LOG_FILE"] == log
+    assert os.environ["OS_DEFAULT__DEBUG"] == "True"
+    assert "OS_DEFAULT__USE_JSON" not in os.environ  # not given: the files' value stands
+    worker = confmod.load([], config_files=[])
+    assert (worker.log_file, worker.debug) == (log, True)
+
+
+def test_a_misspelt_option_is_warned_about_at_start(tmp_path: Path) -> None:
+    """oslo.config ignores an option nothing registered: a typo took effect as the
+    default, in silence."""
+    from acceleron import conf as confmod
+
+    path = tmp_path / "acceleron.conf"
+    path.write_text("[api]\nprot = 7000\n[placment]\nmode = remote\n")
+    conf = confmod.load([], config_files=[str(path)])
+    with logging_to(conf, tmp_path / "acceleron.log") as log:
+        pass
+    found = (
+        re.search(r" WARNING acceleron\.conf \[-\] (.*)$", line)
+        for line in log.read_text().splitlines()
+    )
+    assert [said[1] for said in found if said] == [
+        f"[api] prot in {path}: no such option or section; ignored (misspelt?)",
+        f"[placment] in {path}: no such option or section; ignored (misspelt?)",
+    ]

@@ -38,8 +38,9 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:  # fmt: skip
+def value(
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
     return found.get((name, frozenset(labels.items())), 0.0)
 
 
@@ -61,11 +62,18 @@ def test_a_programmed_bind_shows_in_the_metrics(host: Host) -> None:
     before = scrape(host.url)
     function = uuid.uuid4().hex
     upload(host.url, REGION0_TYPE, function, REGION0_TYPE)
-    group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
-             "accel:function_id": function}  # fmt: skip
+    group = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait:CUSTOM_PROGRAMMABLE": "required",
+        "accel:function_id": function,
+    }
     arq = bind(host, profile(host.url, [group]), host.region()["rp_uuid"])
-    host.run_tasks(lambda: requests.get(f"{host.url}/v2/accelerator_requests/{arq}",
-                                        timeout=30).json()["state"] == "Bound")  # fmt: skip
+    host.run_tasks(
+        lambda: (
+            requests.get(f"{host.url}/v2/accelerator_requests/{arq}", timeout=30).json()["state"]
+            == "Bound"
+        )
+    )
     after = scrape(host.url)
 
     def grew(name: str, **labels: str) -> float:
@@ -104,12 +112,22 @@ def test_state_gauges_come_from_the_refresher_and_a_scrape_queries_nothing(
         assert counter.by_verb == {}
     found = samples(response.text)
     assert value(found, "acceleron_arqs", state="Bound") == 0
-    assert value(found, "acceleron_devices", type="QAT", health="healthy", status="enabled",
-                 state="present") == 1  # fmt: skip
-    assert value(found, "acceleron_deployables", kind="vf_pool", type="QAT",
-                 availability="available") == 1  # fmt: skip
-    assert value(found, "acceleron_attach_handles", type="QAT", kind="vf_pool",
-                 usage="free") == 4  # fmt: skip
+    assert (
+        value(
+            found,
+            "acceleron_devices",
+            type="QAT",
+            health="healthy",
+            status="enabled",
+            state="present",
+        )
+        == 1
+    )
+    assert (
+        value(found, "acceleron_deployables", kind="vf_pool", type="QAT", availability="available")
+        == 1
+    )
+    assert value(found, "acceleron_attach_handles", type="QAT", kind="vf_pool", usage="free") == 4
     assert value(found, "acceleron_placement_hosts_unsynced") >= 1
     assert 0 <= value(found, "acceleron_agent_report_age_seconds", host="host-m") < 60
     assert value(found, "acceleron_agent_last_report_timestamp_seconds", host="host-m") > 0
@@ -125,10 +143,10 @@ def test_placement_calls_are_counted_by_kind(placement: Any) -> None:
     def grew(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert grew("acceleron_placement_requests_total", method="GET",
-                kind="resource_providers") == 2  # fmt: skip
-    assert grew("acceleron_placement_errors_total", kind="resource_providers",
-                error="not_found") == 1  # fmt: skip
+    assert grew("acceleron_placement_requests_total", method="GET", kind="resource_providers") == 2
+    assert (
+        grew("acceleron_placement_errors_total", kind="resource_providers", error="not_found") == 1
+    )
 
 
 @pytest.mark.parametrize(
@@ -157,22 +175,28 @@ def test_the_workers_of_one_server_add_up(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != metrics.MULTIPROC_ENV}
     server = subprocess.Popen(
         [*command, "api", "--port", str(port), "--workers", "2"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _answers(url), seconds=120)
         base = [scrape(url) for _ in range(4)]
-        counted = [value(s, "acceleron_api_requests_total", route="/v2", method="GET",
-                         status="200") for s in base]  # fmt: skip
+        counted = [
+            value(s, "acceleron_api_requests_total", route="/v2", method="GET", status="200")
+            for s in base
+        ]
         for _ in range(20):
             with requests.Session() as fresh:  # a new connection: either worker may answer
                 assert fresh.get(f"{url}/v2", timeout=30).status_code == 200
         time.sleep(0.2)
         totals = {
-            value(scrape(url), "acceleron_api_requests_total", route="/v2", method="GET",
-                  status="200") for _ in range(6)
-        }  # fmt: skip
+            value(
+                scrape(url), "acceleron_api_requests_total", route="/v2", method="GET", status="200"
+            )
+            for _ in range(6)
+        }
         assert totals == {max(counted) + 20}
     finally:
         server.terminate()

@@ -20,7 +20,7 @@ from sqlalchemy import inspect, text
 
 from acceleron.db import migrate
 from acceleron.db.session import Database
-from acceleron.exceptions import SchemaOutOfDate
+from acceleron.exceptions import SchemaOutOfDate, UpgradeInProgress
 
 SPLIT = "0015"  # the last revision before the two phases
 
@@ -36,16 +36,24 @@ def snapshot(db: Database) -> Snapshot:
             if table == "alembic_version":
                 continue
             shot[table] = {
-                "columns": {c["name"]: (str(c["type"]), c["nullable"], c.get("default"))
-                            for c in found.get_columns(table)},
-                "indexes": {(i["name"], tuple(i["column_names"]), bool(i["unique"]))
-                            for i in found.get_indexes(table)},
-                "uniques": {tuple(u["column_names"])
-                            for u in found.get_unique_constraints(table)},
-                "foreign keys": {(tuple(f["constrained_columns"]), f["referred_table"],
-                                  tuple(f["referred_columns"]))
-                                 for f in found.get_foreign_keys(table)},
-            }  # fmt: skip
+                "columns": {
+                    c["name"]: (str(c["type"]), c["nullable"], c.get("default"))
+                    for c in found.get_columns(table)
+                },
+                "indexes": {
+                    (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                    for i in found.get_indexes(table)
+                },
+                "uniques": {tuple(u["column_names"]) for u in found.get_unique_constraints(table)},
+                "foreign keys": {
+                    (
+                        tuple(f["constrained_columns"]),
+                        f["referred_table"],
+                        tuple(f["referred_columns"]),
+                    )
+                    for f in found.get_foreign_keys(table)
+                },
+            }
     return shot
 
 
@@ -64,8 +72,10 @@ def not_additive(before: Snapshot, after: Snapshot) -> list[str]:
             elif now["columns"][column] != spec:
                 found.append(f"column {table}.{column} changed: {spec} -> {now['columns'][column]}")
         for kind in ("indexes", "uniques", "foreign keys"):
-            found += [f"{kind} of {table} dropped or changed: {item}"
-                      for item in sorted(was[kind] - now[kind], key=repr)]  # fmt: skip
+            found += [
+                f"{kind} of {table} dropped or changed: {item}"
+                for item in sorted(was[kind] - now[kind], key=repr)
+            ]
         for column, (_, nullable, default) in now["columns"].items():
             if column not in was["columns"] and not nullable and default is None:
                 found.append(f"column {table}.{column} added NOT NULL without a server default")
@@ -178,7 +188,7 @@ def test_an_api_runs_once_expanded_and_beside_a_newer_expand(fresh_db: Database)
         migrate.contract(fresh_db)
     migrate.expand(fresh_db)
     migrate.check(fresh_db)  # contract pending: runs
-    expand_head, contract_head = migrate.state(fresh_db).expand.head, "contract_0001"
+    expand_head, contract_head = migrate.state(fresh_db).expand.head, "contract_0002"
     _set_revisions(fresh_db, "expand_9999", contract_head)  # a newer release expanded it
     migrate.check(fresh_db)
     schema = migrate.state(fresh_db)
@@ -192,3 +202,23 @@ def test_an_api_runs_once_expanded_and_beside_a_newer_expand(fresh_db: Database)
     with pytest.raises(SchemaOutOfDate, match="0099"):
         migrate.check(fresh_db)
     assert migrate.state(fresh_db).foreign == ("0099",)
+
+
+def test_two_upgrades_at_once_are_stopped(fresh_db: Database) -> None:
+    """An upgrade holds the database's upgrade lock (PostgreSQL's advisory lock, MariaDB's
+    named lock, SQLite's write lock): a second one is refused at once, saying why
+    (nothing stopped it: on MariaDB both ran their DDL at once)."""
+    holder = fresh_db
+    second = Database(fresh_db.url.render_as_string(hide_password=False), sqlite_busy_timeout=0)
+    try:
+        with migrate.upgrade_lock(holder):
+            with pytest.raises(UpgradeInProgress, match="Another schema upgrade is running"):
+                migrate.upgrade(second)
+            with pytest.raises(UpgradeInProgress):
+                migrate.expand(second)
+        migrate.upgrade(second)  # the lock is given back with the first
+        with migrate.upgrade_lock(second):
+            pass
+        assert migrate.state(holder).up_to_date
+    finally:
+        second.dispose()

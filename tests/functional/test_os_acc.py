@@ -61,10 +61,14 @@ def test_initialize_without_the_api_is_agent_unavailable(tmp_path: Path) -> None
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    conf = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"host": "h", "state_path": str(tmp_path)},
-        "agent": {"api_endpoint": f"http://127.0.0.1:{port}"},
-    })  # fmt: skip
+    conf = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"host": "h", "state_path": str(tmp_path)},
+            "agent": {"api_endpoint": f"http://127.0.0.1:{port}"},
+        },
+    )
     with pytest.raises(os_acc.CyborgAgentUnavailable, match="cannot be reached"):
         Connector.from_conf(conf).initialize(timeout=0)
 
@@ -73,8 +77,11 @@ def test_plug_a_device_profile_with_two_groups_then_unplug(host: Host) -> None:
     function = uuid.uuid4().hex
     tenant = {"X-Roles": "member", "X-Project-Id": "tenant-a"}  # a bitstream the VM's project sees
     upload(host.url, REGION0_TYPE, function, REGION0_TYPE, headers=tenant)
-    fpga = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
-            "accel:function_id": function}  # fmt: skip
+    fpga = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait:CUSTOM_PROGRAMMABLE": "required",
+        "accel:function_id": function,
+    }
     name = profile(host.url, [fpga, {"resources:CUSTOM_ACCELERATOR_QAT": "1"}])
     selected = {
         "device_profile_0": [rp_of(host, "region0", "region")],
@@ -167,12 +174,18 @@ def test_bad_input_is_a_clear_plug_failure(host: Host) -> None:
     nowhere = {"uuid": str(uuid.uuid4())}
     with pytest.raises(PlugFailed, match="not the resource provider"):
         plug(vm, nowhere, {"accel:device_profile": name})
-    inline = {"accel:device_profile": name, "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
-              "trait1:CUSTOM_PROGRAMMABLE": "required"}  # fmt: skip
+    inline = {
+        "accel:device_profile": name,
+        "resources1:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait1:CUSTOM_PROGRAMMABLE": "required",
+    }
     with pytest.raises(PlugFailed, match=r"also asks for accelerators inline \(resources:"):
         plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")}, inline)
-    leftovers = [a for a in get(host.url, "/v2/accelerator_requests")["arqs"]
-                 if a["device_profile_name"] == name]  # fmt: skip
+    leftovers = [
+        a
+        for a in get(host.url, "/v2/accelerator_requests")["arqs"]
+        if a["device_profile_name"] == name
+    ]
     assert leftovers == []
     assert call(host.url, "GET", "/v2/device_profiles").ok
 
@@ -234,10 +247,14 @@ def test_plugging_around_an_operation_needs_the_specs(host: Host) -> None:
 def test_set_admin_password_checks_each_accelerator(host: Host) -> None:
     """A device out of service and a region being programmed are named; then it passes."""
     tenant = {"X-Roles": "member", "X-Project-Id": "tenant-a"}
-    name = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"},
-                              {"resources:CUSTOM_ACCELERATOR_QAT": "1"}])  # fmt: skip
-    selected = {"device_profile_0": [rp_of(host, "region0", "region")],
-                "device_profile_1": [rp_of(host, "vf_pool", "vf_pool")]}  # fmt: skip
+    name = profile(
+        host.url,
+        [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}, {"resources:CUSTOM_ACCELERATOR_QAT": "1"}],
+    )
+    selected = {
+        "device_profile_0": [rp_of(host, "region0", "region")],
+        "device_profile_1": [rp_of(host, "vf_pool", "vf_pool")],
+    }
     shared, vm = connector(host), instance(project_id="tenant-a")
     shared.plug(vm, selected, {"accel:device_profile": name})
     checked = shared.before("set_admin_password", vm)
@@ -253,14 +270,50 @@ def test_set_admin_password_checks_each_accelerator(host: Host) -> None:
     assert call(host.url, "POST", f"/v2/devices/{qat}/enable").ok
     bitstream = upload(host.url, REGION0_TYPE, uuid.uuid4().hex, REGION0_TYPE, headers=tenant)
     fpga_arq = checked[0]["arq_uuid"]
-    started = call(host.url, "POST", f"/v2/accelerator_requests/{fpga_arq}/program",
-                   json={"bitstream_id": bitstream}, headers=tenant)  # fmt: skip
+    started = call(
+        host.url,
+        "POST",
+        f"/v2/accelerator_requests/{fpga_arq}/program",
+        json={"bitstream_id": bitstream},
+        headers=tenant,
+    )
     assert started.status_code == 202, started.text
     with pytest.raises(NotReady, match=r"region0 is being programmed \(queued\)"):
         shared.check(vm)
     host.run_tasks(lambda: not host.region()["program_phase"])
     assert [a["problems"] for a in shared.check(vm)] == [[], []]
     assert shared.unplug(vm) == 2
+
+
+def test_one_requests_failed_programming_is_not_anothers_problem(host: Host) -> None:
+    """Tenant a's bind fails to program region0 (a bitstream built for another
+    interface); tenant b then binds region0 as it is: b's instance is ready, and the
+    region no longer shows a's failure (it belongs to a's request)."""
+    other_interface = "11112222333344445555666677778888"
+    bad = upload(
+        host.url,
+        other_interface,
+        uuid.uuid4().hex,
+        headers={"X-Roles": "member", "X-Project-Id": "tenant-a"},
+    )
+    region = rp_of(host, "region0", "region")
+    failing = profile(
+        host.url, [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:bitstream_id": bad}]
+    )
+    with host.working(), pytest.raises(PlugFailed, match="interface"):
+        connector(host).plug(
+            instance(project_id="tenant-a"),
+            {"device_profile_0": [region]},
+            {"accel:device_profile": failing},
+        )
+    assert host.region()["program_phase"] == "failed"
+    plain = profile(host.url, [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}])
+    vm = instance(project_id="tenant-b")
+    shared = connector(host)
+    shared.plug(vm, {"device_profile_0": [region]}, {"accel:device_profile": plain})
+    assert [a["problems"] for a in shared.before("set_admin_password", vm)] == [[]]
+    assert host.region()["program_phase"] is None and host.region()["program_error"] is None
+    assert shared.unplug(vm) == 1
 
 
 def test_trigger_crash_dump_records_each_accelerator(host: Host) -> None:
@@ -289,11 +342,14 @@ def test_attach_target_says_where_each_accelerator_goes(host: Host) -> None:
     """VM: plug gives its pci_id; host and none: no pci_id, so nothing attaches them to
     the instance. Before 2.11 (Nova) their requests show no handle; from 2.11 all do."""
     qat = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
-    name = profile(host.url, [qat, {**qat, "accel:attach_target": "host"},
-                              {**qat, "accel:attach_target": "none"}])  # fmt: skip
+    name = profile(
+        host.url,
+        [qat, {**qat, "accel:attach_target": "host"}, {**qat, "accel:attach_target": "none"}],
+    )
     vm = instance()
-    plugged = connector(host).plug(vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")},
-                                   {"accel:device_profile": name})  # fmt: skip
+    plugged = connector(host).plug(
+        vm, {"uuid": rp_of(host, "vf_pool", "vf_pool")}, {"accel:device_profile": name}
+    )
     assert [(p["attach_target"], p["pci_id"] is not None) for p in plugged] == [
         ("VM", True),
         ("host", False),

@@ -29,8 +29,9 @@ REGION_TYPE = "9926ab6d-6c92-5a68-aabc-a7d84c545738"
 def store_with_bitstream(db: Database, tmp_path: Path) -> LocalStore:
     """A local store holding a public bitstream of FUNCTION (so the group fits somewhere)."""
     store = LocalStore(db, tmp_path / "store")
-    meta = NewBitstream(name="fn.gbs", function_uuid=FUNCTION, visibility="public",
-                        region_type_uuid=REGION_TYPE)  # fmt: skip
+    meta = NewBitstream(
+        name="fn.gbs", function_uuid=FUNCTION, visibility="public", region_type_uuid=REGION_TYPE
+    )
     store.upload(io.BytesIO(b"bits"), meta)
     return store
 
@@ -100,13 +101,13 @@ def test_a_group_s_steering_is_kept_until_this_process_writes_or_a_while_passes(
     made = device_profiles.create(db, name="fn", groups=GROUPS)
     store = store_with_bitstream(db, tmp_path)
     steered: list[str] = []
-    real_steer = fitting.steer
+    real_steer = fitting.with_fit_traits
 
     def counted(*args: Any) -> Any:
         steered.append(args[3])  # the project
         return real_steer(*args)
 
-    monkeypatch.setattr(fitting, "steer", counted)
+    monkeypatch.setattr(fitting, "with_fit_traits", counted)
     now = [1000.0]
     monkeypatch.setattr(device_profiles._STEERED, "clock", lambda: now[0])
 
@@ -161,13 +162,13 @@ def test_a_group_that_fits_nowhere_is_kept_until_a_bitstream_of_it_exists(
     made = device_profiles.create(db, name="fn", groups=GROUPS)
     store = LocalStore(db, tmp_path / "store")
     steered: list[str] = []
-    real_steer = fitting.steer
+    real_steer = fitting.with_fit_traits
 
     def counted(*args: Any) -> Any:
         steered.append(args[3])
         return real_steer(*args)
 
-    monkeypatch.setattr(fitting, "steer", counted)
+    monkeypatch.setattr(fitting, "with_fit_traits", counted)
 
     def show() -> dict[str, str]:
         (shown,) = device_profiles.read_steered(
@@ -181,8 +182,13 @@ def test_a_group_that_fits_nowhere_is_kept_until_a_bitstream_of_it_exists(
     assert show() == made.groups[0]  # nothing is published: nothing to steer by
     other = Database(str(db.url))
     try:  # another project's private bitstream of it: p1 sees none, still kept
-        meta = NewBitstream(name="theirs.gbs", function_uuid=FUNCTION, visibility="private",
-                            owner="p2", region_type_uuid=REGION_TYPE)  # fmt: skip
+        meta = NewBitstream(
+            name="theirs.gbs",
+            function_uuid=FUNCTION,
+            visibility="private",
+            owner="p2",
+            region_type_uuid=REGION_TYPE,
+        )
         LocalStore(other, tmp_path / "store").upload(io.BytesIO(b"theirs"), meta)
         assert selects(db, show) == 2
         assert steered == ["p1"]

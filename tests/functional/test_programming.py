@@ -9,7 +9,9 @@ request's project, and vGPUs made and removed for a bind.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from oslo_config import cfg
 from acceleron import conf as confmod
 from acceleron.agent import tasks
 from acceleron.cli.main import main
-from tests.fixtures.host import Host, arq_of, bind, call, profile, upload
+from tests.fixtures.host import Host, arq_of, bind, call, get, profile, upload
+from tests.fixtures.server import serve_on_sqlite
 
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
 PRELOADED = "d8424dc4a4a3c413f89e433683f9040b"  # what region0 holds at start
@@ -92,6 +95,33 @@ def test_a_bitstream_for_another_region_type_fails_the_bind(host: Host) -> None:
     assert region["program_phase"] == "failed" and "interface" in region["program_error"]
     assert region["function_uuid"] == PRELOADED and region["availability"] == "available"
     assert host.programmed == 0
+
+
+def test_a_corrupt_bitstream_fails_the_bind_naming_both_hashes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes in the local store that no longer match their recorded hash: the bind fails
+    saying the bitstream is corrupt, with the recorded and the actual sha256, and the
+    API logs no traceback (it refused before the first byte of its answer)."""
+    state = tmp_path / "api"
+    with serve_on_sqlite(state) as url:
+        host = Host(url, tmp_path / "host")
+        host.report()
+        bitstream = upload(url, REGION0_TYPE, new_function(), REGION0_TYPE)
+        recorded = get(url, f"/v2/bitstreams/{bitstream}")["hash_value"]
+        stored = state / "bitstreams" / recorded
+        damaged = stored.read_bytes()[:-4] + b"rot!"  # same size, other bytes
+        stored.write_bytes(damaged)
+        actual = hashlib.sha256(damaged).hexdigest()
+        arq = bind(host, profile(url, fpga_group(bitstream_id=bitstream)), host.region()["rp_uuid"])
+        with caplog.at_level(logging.INFO):
+            host.run_tasks(lambda: arq_of(url, arq)["state"] == "BindFailed")
+        reason, error = arq_of(url, arq)["failure_reason"], host.region()["program_error"]
+    for said in (reason, error):
+        assert "corrupt" in said and recorded in said and actual in said, said
+    assert host.programmed == 0
+    tracebacks = [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not tracebacks, [r.getMessage() for r in tracebacks]
 
 
 def test_a_restarted_agent_reports_a_finished_task_without_programming_again(
@@ -210,9 +240,14 @@ def test_a_vgpu_is_made_for_the_bind_and_removed_after(host: Host) -> None:
 
 def test_the_all_in_one_configuration_runs_tasks(tmp_path: Path) -> None:
     """The runner's settings come from [agent] and [bitstreams]."""
-    conf: cfg.ConfigOpts = confmod.load([], config_files=[], overrides={
-        "DEFAULT": {"state_path": str(tmp_path), "host": "h"}, "agent": {"task_wait": 3},
-    })  # fmt: skip
+    conf: cfg.ConfigOpts = confmod.load(
+        [],
+        config_files=[],
+        overrides={
+            "DEFAULT": {"state_path": str(tmp_path), "host": "h"},
+            "agent": {"task_wait": 3},
+        },
+    )
     settings = tasks.Settings.from_conf(conf)
     assert settings.cache_dir == tmp_path / "bitstream-cache"
     assert settings.journal == tmp_path / "agent-tasks.json" and settings.wait == 3

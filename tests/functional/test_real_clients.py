@@ -97,8 +97,7 @@ class Cloud:
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         headers = {**LATEST, **kwargs.pop("headers", {})}
-        response = requests.request(method, self.url + path, headers=headers, timeout=30,
-                                    **kwargs)  # fmt: skip
+        response = requests.request(method, self.url + path, headers=headers, timeout=30, **kwargs)
         assert response.status_code < 300, response.text
         return response.json() if response.content else None
 
@@ -108,8 +107,9 @@ class Cloud:
         return name
 
     def arq(self) -> str:
-        created = self.api("POST", "/v2/accelerator_requests",
-                           json={"device_profile_name": self.profile()})  # fmt: skip
+        created = self.api(
+            "POST", "/v2/accelerator_requests", json={"device_profile_name": self.profile()}
+        )
         arq: str = created["arqs"][0]["uuid"]
         return arq
 
@@ -123,8 +123,9 @@ class Cloud:
         return shown
 
     def deployable(self, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.api("GET", "/v2/deployables",
-                                         params={"name": name})["deployables"][0]  # fmt: skip
+        found: dict[str, Any] = self.api("GET", "/v2/deployables", params={"name": name})[
+            "deployables"
+        ][0]
         return found
 
     def device(self, pci_address: str) -> dict[str, Any]:
@@ -142,8 +143,11 @@ class Cloud:
         ]
 
     def attribute(self, key: str = "rack") -> dict[str, Any]:
-        body = {"deployable_id": self.deployable(BIND_REGION)["uuid"],
-                "key": f"{key}-{uuid.uuid4().hex[:8]}", "value": "r12"}  # fmt: skip
+        body = {
+            "deployable_id": self.deployable(BIND_REGION)["uuid"],
+            "key": f"{key}-{uuid.uuid4().hex[:8]}",
+            "value": "r12",
+        }
         created: dict[str, Any] = self.api("POST", "/v2/attributes", json=body)
         return created
 
@@ -243,8 +247,19 @@ def cyborg(cloud: Cloud, command: type, *argv: str) -> Any:
 )
 def test_osc_device_profiles(cloud: Cloud) -> None:
     name = f"osc-{uuid.uuid4().hex[:8]}"
-    created = osc(cloud, "accelerator", "device", "profile", "create", name, json.dumps(GROUPS),
-                  "--description", "from the openstack CLI", "-f", "json")  # fmt: skip
+    created = osc(
+        cloud,
+        "accelerator",
+        "device",
+        "profile",
+        "create",
+        name,
+        json.dumps(GROUPS),
+        "--description",
+        "from the openstack CLI",
+        "-f",
+        "json",
+    )
     assert (created["name"], created["groups"]) == (name, GROUPS)
     listed = osc(cloud, "accelerator", "device", "profile", "list", "-f", "json")
     assert name in [p["name"] for p in listed]
@@ -337,14 +352,26 @@ def test_osc_devices(cloud: Cloud) -> None:
 )
 def test_osc_attributes(cloud: Cloud) -> None:
     region = cloud.deployable(BIND_REGION)
-    created = osc(cloud, "accelerator", "device", "attribute", "create", region["uuid"],
-                  "rack", "r12", "-f", "json")  # fmt: skip
+    created = osc(
+        cloud,
+        "accelerator",
+        "device",
+        "attribute",
+        "create",
+        region["uuid"],
+        "rack",
+        "r12",
+        "-f",
+        "json",
+    )
     assert (created["deployable_id"], created["key"], created["value"]) == (
-        region["id"], "rack", "r12")  # fmt: skip
+        region["id"],
+        "rack",
+        "r12",
+    )
     listed = osc(cloud, "accelerator", "device", "attribute", "list", "-f", "json")
     assert created["uuid"] in [a["uuid"] for a in listed]
-    shown = osc(cloud, "accelerator", "device", "attribute", "show", created["uuid"], "-f",
-                "json")  # fmt: skip
+    shown = osc(cloud, "accelerator", "device", "attribute", "show", created["uuid"], "-f", "json")
     assert shown["value"] == "r12"
     osc(cloud, "accelerator", "device", "attribute", "delete", created["uuid"])
     with pytest.raises(sdk_exc.NotFoundException):
@@ -355,10 +382,24 @@ def test_the_openstack_command_itself(cloud: Cloud) -> None:
     """The ``openstack`` executable, in its own process, as an operator runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
     result = subprocess.run(
-        [OPENSTACK, "--os-auth-type", "none", "--os-endpoint", cloud.url,
-         "accelerator", "device", "list", "-f", "json"],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            OPENSTACK,
+            "--os-auth-type",
+            "none",
+            "--os-endpoint",
+            cloud.url,
+            "accelerator",
+            "device",
+            "list",
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)) == 5
 
@@ -374,8 +415,9 @@ def test_the_openstack_command_itself(cloud: Cloud) -> None:
 )
 def test_cyborgclient_device_profiles(cloud: Cloud) -> None:
     name = f"cc-{uuid.uuid4().hex[:8]}"
-    created = cyborg(cloud, cc_dp.CreateDeviceProfile, name, json.dumps(GROUPS),
-                     "--description", "cc")  # fmt: skip
+    created = cyborg(
+        cloud, cc_dp.CreateDeviceProfile, name, json.dumps(GROUPS), "--description", "cc"
+    )
     assert (created["name"], created["groups"]) == (name, GROUPS)
     assert name in [p["name"] for p in cyborg(cloud, cc_dp.ListDeviceProfile)]
     assert cyborg(cloud, cc_dp.ShowDeviceProfile, created["uuid"])["description"] == "cc"
@@ -463,7 +505,10 @@ def test_cyborgclient_attributes(cloud: Cloud) -> None:
     region = cloud.deployable(BIND_REGION)
     created = cyborg(cloud, cc_attribute.CreateAttribute, str(region["id"]), "owner", "ml")
     assert (created["deployable_id"], created["key"], created["value"]) == (
-        region["id"], "owner", "ml")  # fmt: skip
+        region["id"],
+        "owner",
+        "ml",
+    )
     assert created["uuid"] in [a["uuid"] for a in cyborg(cloud, cc_attribute.ListAttribute)]
     assert cyborg(cloud, cc_attribute.ShowAttribute, created["uuid"])["key"] == "owner"
     cyborg(cloud, cc_attribute.DeleteAttribute, created["uuid"])
@@ -592,9 +637,10 @@ def test_every_call_is_covered() -> None:
     cyborg_commands = commands("python-cyborgclient")
     assert len(osc_commands) == len(cyborg_commands) == 21
     methods = {
-        name for name, member in vars(_proxy.Proxy).items()
+        name
+        for name, member in vars(_proxy.Proxy).items()
         if callable(member) and not name.startswith("_")
-    }  # fmt: skip
+    }
     wanted = (
         {f"osc:{c}" for c in osc_commands}
         | {f"cyborgclient:{c}" for c in cyborg_commands}

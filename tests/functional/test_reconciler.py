@@ -33,8 +33,7 @@ LATEST = {"OpenStack-API-Version": "accelerator latest"}
 
 
 def allocate(placement: adapter.Adapter, consumer: str, allocations: dict[str, Any]) -> None:
-    PlacementClient(placement).put_allocations(consumer, allocations, project_id="p1",
-                                               user_id="u1")  # fmt: skip
+    PlacementClient(placement).put_allocations(consumer, allocations, project_id="p1", user_id="u1")
 
 
 def bind(db: Database, rp: str, consumer: str) -> str:
@@ -168,8 +167,9 @@ def test_a_server_side_claim_that_fails_halfway_is_undone(
         made = client.post("/v2/claims", json=body, headers=LATEST)
         assert made.status_code == 201, made.text
         assert made.json()["state"] == "bound" and made.json()["hostname"] == HOST
-        assert list(held(placement, consumer)) == [made.json()["accelerator_requests"][0][
-            "device_rp_uuid"]]  # fmt: skip
+        assert list(held(placement, consumer)) == [
+            made.json()["accelerator_requests"][0]["device_rp_uuid"]
+        ]
         assert client.delete(f"/v2/claims/{consumer}", headers=LATEST).status_code == 204
         # A consumer that holds another's allocation is refused, and what it holds stays.
         other = str(uuid.uuid4())

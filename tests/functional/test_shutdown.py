@@ -40,13 +40,18 @@ def test_a_request_running_when_the_api_is_stopped_finishes(tmp_path: Path) -> N
     subprocess.run([*command, "db", "upgrade"], check=True, capture_output=True, timeout=120)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-    server = subprocess.Popen([*command, "api", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    server = subprocess.Popen(
+        [*command, "api", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _answers(url), seconds=120)
-        created = requests.post(f"{url}/v2/bitstreams", json={"name": "slow.gbs"},
-                                headers=V27, timeout=30)  # fmt: skip
+        created = requests.post(
+            f"{url}/v2/bitstreams", json={"name": "slow.gbs"}, headers=V27, timeout=30
+        )
         assert created.status_code == 201, created.text
         uuid = created.json()["uuid"]
         sent = threading.Event()
@@ -59,9 +64,16 @@ def test_a_request_running_when_the_api_is_stopped_finishes(tmp_path: Path) -> N
                 threading.Event().wait(0.5)
 
         upload: list[requests.Response] = []
-        uploader = threading.Thread(target=lambda: upload.append(requests.put(
-            f"{url}/v2/bitstreams/{uuid}/data", data=body(), timeout=60,
-            headers={**V27, "Content-Type": "application/octet-stream"})))  # fmt: skip
+        uploader = threading.Thread(
+            target=lambda: upload.append(
+                requests.put(
+                    f"{url}/v2/bitstreams/{uuid}/data",
+                    data=body(),
+                    timeout=60,
+                    headers={**V27, "Content-Type": "application/octet-stream"},
+                )
+            )
+        )
         uploader.start()
         assert sent.wait(30)
         server.send_signal(signal.SIGTERM)

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow
 
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"  # the fake inventory's first region type
 PRELOADED = "d8424dc4a4a3c413f89e433683f9040b"  # what region0 holds at start
+# The signing certificate's extensions, as docs/bitstreams.md writes them to signer.ext.
+SIGNER_EXT = "keyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning\n"
 P1 = {"X-Roles": "member,reader", "X-Project-Id": "p1", "X-Service-Roles": "service"}
 P2 = {"X-Roles": "member,reader", "X-Project-Id": "p2", "X-Service-Roles": "service"}
 
@@ -77,8 +79,13 @@ def local_uploader(url: str) -> Uploader:
         created = call(url, "POST", "/v2/bitstreams", json=meta)
         assert created.status_code == 201, created.text
         bitstream: str = created.json()["uuid"]
-        put = call(url, "PUT", f"/v2/bitstreams/{bitstream}/data", data=data,
-                   headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+        put = call(
+            url,
+            "PUT",
+            f"/v2/bitstreams/{bitstream}/data",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert put.status_code == 200, put.text
         return bitstream
 
@@ -90,9 +97,14 @@ def glance_uploader(sdk: Any) -> Uploader:
     signatures at upload, so the properties are set once the bytes are in."""
 
     def upload(data: bytes, properties: dict[str, str]) -> str:
-        image = sdk.image.create_image("signed.gbs", data=io.BytesIO(data), disk_format="raw",
-                                       container_format="bare", allow_duplicates=True,
-                                       visibility="public")  # fmt: skip
+        image = sdk.image.create_image(
+            "signed.gbs",
+            data=io.BytesIO(data),
+            disk_format="raw",
+            container_format="bare",
+            allow_duplicates=True,
+            visibility="public",
+        )
         if properties:
             sdk.image.update_image(image, **properties)
         return str(image.id)
@@ -113,8 +125,12 @@ def store(request: pytest.FixtureRequest) -> tuple[str, Uploader]:
 def requiring_host(url: str, tmp_path: Path, certs: Path, ca: signing.Signer, **more: Any) -> Host:
     """A host that verifies signatures, trusting ``ca``, certificates in ``certs``."""
     host = Host(url, tmp_path)
-    options = {"verify_signatures": True, "certificate_dir": str(certs),
-               "trusted_certificate_ids": [ca.id], **more}  # fmt: skip
+    options = {
+        "verify_signatures": True,
+        "certificate_dir": str(certs),
+        "trusted_certificate_ids": [ca.id],
+        **more,
+    }
     for name, value in options.items():
         host.conf.set_override(name, value, group="bitstreams")
     host.report()
@@ -122,8 +138,13 @@ def requiring_host(url: str, tmp_path: Path, certs: Path, ca: signing.Signer, **
 
 
 def fpga_group(bitstream: str) -> list[dict[str, str]]:
-    return [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
-             "accel:bitstream_id": bitstream}]  # fmt: skip
+    return [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            "trait:CUSTOM_PROGRAMMABLE": "required",
+            "accel:bitstream_id": bitstream,
+        }
+    ]
 
 
 def new_gbs() -> tuple[bytes, str]:
@@ -167,7 +188,7 @@ def test_a_signed_bitstream_is_programmed_and_a_tampered_one_refused(
 @pytest.mark.parametrize(
     "reason",
     ["unsigned", "unknown_certificate", "untrusted_certificate", "expired_certificate",
-     "unsupported_algorithm"],
+     "unsupported_algorithm", "unsuitable_certificate", "weak_key"],
 )  # fmt: skip
 def test_each_reason_to_refuse_fails_the_bind(
     store: tuple[str, Uploader],
@@ -187,6 +208,10 @@ def test_each_reason_to_refuse_fails_the_bind(
         "untrusted_certificate": signing.leaf(rogue).save(certs).sign(data),
         "expired_certificate": signing.leaf(ca, valid_until=-signing.DAY).save(certs).sign(data),
         "unsupported_algorithm": {**signer.sign(data), "img_signature_key_type": "DSA"},
+        "unsuitable_certificate": signing.leaf(ca, usage=signing.key_usage(key_agreement=True))
+        .save(certs)
+        .sign(data),
+        "weak_key": signing.leaf(ca, bits=1024).save(certs).sign(data),
     }[reason]
     bitstream = upload(data, properties)
     assert f"signature refused ({reason})" in refused_bind(host, bitstream)
@@ -195,8 +220,9 @@ def test_each_reason_to_refuse_fails_the_bind(
 def test_a_listed_project_requires_signatures_another_does_not(
     live_api: str, tmp_path: Path, certs: Path, ca: signing.Signer
 ) -> None:
-    host = requiring_host(live_api, tmp_path, certs, ca, verify_signatures=False,
-                          require_signatures_projects=["p1"])  # fmt: skip
+    host = requiring_host(
+        live_api, tmp_path, certs, ca, verify_signatures=False, require_signatures_projects=["p1"]
+    )
     data, function = new_gbs()
     unsigned = local_uploader(live_api)(data, {})
     assert "signature refused (unsigned)" in refused_bind(host, unsigned, P1)
@@ -220,11 +246,16 @@ def test_a_claim_with_a_tampered_bitstream_fails_with_the_reason(
     with all_in_one(tmp_path / "aio", config=config) as aio:
         data, _ = new_gbs()
         bitstream = local_uploader(aio.url)(data + b"\x00", signer.sign(data))
-        name = profile(aio.url, [{
-            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
-            f"trait:CUSTOM_FPGA_INTEL_REGION_{REGION0_TYPE.upper()}": "required",
-            "accel:bitstream_id": bitstream,
-        }])  # fmt: skip
+        name = profile(
+            aio.url,
+            [
+                {
+                    "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+                    f"trait:CUSTOM_FPGA_INTEL_REGION_{REGION0_TYPE.upper()}": "required",
+                    "accel:bitstream_id": bitstream,
+                }
+            ],
+        )
         consumer = str(uuid.uuid4())
         body = {"device_profile_name": name, "consumer_uuid": consumer}
         requests.post(f"{aio.url}/v2/claims", json=body, headers=LATEST, timeout=60)
@@ -246,13 +277,14 @@ def test_the_docs_openssl_and_cli_steps_sign_a_bitstream_that_is_programmed(
     and a certificate directory", command by command."""
     data, function = new_gbs()
     (tmp_path / "nlb0.gbs").write_bytes(data)
+    (tmp_path / "signer.ext").write_text(SIGNER_EXT)
     steps = [
         "openssl req -x509 -newkey rsa:4096 -nodes -keyout ca.key -out ca.pem -days 3650 "
         "-subj /CN=Example -addext basicConstraints=critical,CA:TRUE "
         "-addext keyUsage=critical,keyCertSign,cRLSign",
         "openssl req -newkey rsa:3072 -nodes -keyout signer.key -out signer.csr -subj /CN=Signer",
         "openssl x509 -req -in signer.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 "
-        "-out signer.pem",
+        "-extfile signer.ext -out signer.pem",
         "openssl dgst -sha256 -sign signer.key -sigopt rsa_padding_mode:pss -out nlb0.gbs.sig "
         "nlb0.gbs",
         "openssl base64 -A -in nlb0.gbs.sig -out nlb0.gbs.sig.b64",
@@ -264,19 +296,41 @@ def test_the_docs_openssl_and_cli_steps_sign_a_bitstream_that_is_programmed(
     (certs / "example-ca.pem").write_bytes((tmp_path / "ca.pem").read_bytes())
     (certs / "signer-2026.pem").write_bytes((tmp_path / "signer.pem").read_bytes())
     signature = (tmp_path / "nlb0.gbs.sig.b64").read_text().strip()
-    assert main(["--os-url", live_api, "bitstream", "upload", str(tmp_path / "nlb0.gbs"),
-                 "--public", "-f", "value", "-c", "uuid",
-                 "--property", f"img_signature={signature}",
-                 "--property", "img_signature_hash_method=SHA-256",
-                 "--property", "img_signature_key_type=RSA-PSS",
-                 "--property", "img_signature_certificate_uuid=signer-2026"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--os-url",
+                live_api,
+                "bitstream",
+                "upload",
+                str(tmp_path / "nlb0.gbs"),
+                "--public",
+                "-f",
+                "value",
+                "-c",
+                "uuid",
+                "--property",
+                f"img_signature={signature}",
+                "--property",
+                "img_signature_hash_method=SHA-256",
+                "--property",
+                "img_signature_key_type=RSA-PSS",
+                "--property",
+                "img_signature_certificate_uuid=signer-2026",
+            ]
+        )
+        == 0
+    )
     found = call(live_api, "GET", "/v2/bitstreams", params={"function_uuid": function}).json()
     (bitstream,) = found["bitstreams"]
     assert bitstream["properties"]["img_signature"] == signature
 
     host = Host(live_api, tmp_path / "host")
-    for name, value in (("verify_signatures", True), ("certificate_dir", str(certs)),
-                        ("trusted_certificate_ids", ["example-ca"])):  # fmt: skip
+    for name, value in (
+        ("verify_signatures", True),
+        ("certificate_dir", str(certs)),
+        ("trusted_certificate_ids", ["example-ca"]),
+    ):
         host.conf.set_override(name, value, group="bitstreams")
     host.report()
     arq = bind(host, profile(live_api, fpga_group(bitstream["uuid"])), host.region()["rp_uuid"])

@@ -24,7 +24,7 @@ from keystonemiddleware.fixture import AuthTokenFixture
 from acceleron.cli.main import main
 from acceleron.db.session import Database
 from tests.fixtures.allinone import AllInOne, all_in_one
-from tests.fixtures.host import Host, bind, profile, upload
+from tests.fixtures.host import Host, bind, call, profile, upload
 from tests.fixtures.keystone import keystone_client, token
 from tests.fixtures.waiting import wait_for
 
@@ -58,8 +58,12 @@ def browser() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--window-size=1280,1400"):  # fmt: skip
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1400",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
     try:
@@ -101,23 +105,27 @@ def test_the_tree_renders_and_programming_progress_moves(
     wait_for(lambda: attribute(browser, "body", "data-loaded") == "yes")
     wait_for(lambda: text(browser, f'.host[data-host="{host.name}"]') != "")
     tree = text(browser, f'.host[data-host="{host.name}"]')
-    assert "FPGA PAC_ARRIA10" in tree and "ok enabled" in tree
+    assert "FPGA PAC_ARRIA10" in tree and "healthy enabled" in tree
     usage = text(browser, f'.host[data-host="{host.name}"] [data-usage="QAT vf_pool"]')
     assert usage.split()[-1] == "0/4"  # the pool's usage bar: none of its 4 VFs used
     assert text(browser, f'#sync tr[data-host="{host.name}"]').startswith(host.name)
 
     function = uuid.uuid4().hex
     upload(host.url, REGION0_TYPE, function, REGION0_TYPE)
-    group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required",
-             "accel:function_id": function}  # fmt: skip
+    group = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "trait:CUSTOM_PROGRAMMABLE": "required",
+        "accel:function_id": function,
+    }
     arq = bind(host, profile(host.url, [group]), host.region()["rp_uuid"])
     row = f'#arqs tr[data-uuid="{arq}"]'
     wait_for(lambda: text(browser, f"{row} .state") == "BindStarted")
     # The agent's task, its progress reported as an agent does: the page follows it.
     (task,) = host.agent.client.claim_tasks(host.name, 0)
     for percent in (30, 70):
-        host.agent.client.update_task(task["uuid"], state="running", phase="fetch",
-                                      progress=percent)  # fmt: skip
+        host.agent.client.update_task(
+            task["uuid"], state="running", phase="fetch", progress=percent
+        )
         wait_for(functools.partial(_shows, browser, f"{row} progress", "value", str(percent)))
         assert text(browser, f"{row} .phase") == "fetch"
     screenshot(browser, "programming")
@@ -126,6 +134,14 @@ def test_the_tree_renders_and_programming_progress_moves(
         task["uuid"], state="done", phase="report", progress=100, result=result
     )
     wait_for(lambda: text(browser, f"{row} .state") == "Bound")
+
+    # Given back: the region shows it is being cleaned, until the agent has cleaned it.
+    call(host.url, "DELETE", f"/v2/accelerator_requests/{arq}")
+    region = f'.deployable[data-uuid="{host.region()["uuid"]}"]'
+    wait_for(lambda: text(browser, f"{region} .cleaning") == "cleaning 2")
+    screenshot(browser, "cleaning")
+    host.run_tasks(lambda: host.region()["cleaning"] == 0)
+    wait_for(lambda: text(browser, f"{region} .cleaning") == "")
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +158,11 @@ def test_a_claim_made_from_the_cli_appears(
     aio: AllInOne, browser: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = f"dp-{uuid.uuid4().hex[:8]}"
-    made = requests.post(f"{aio.url}/v2/device_profiles", timeout=30,
-                         json=[{"name": name, "groups": [
-                             {"resources:CUSTOM_ACCELERATOR_QAT": "1"}]}])  # fmt: skip
+    made = requests.post(
+        f"{aio.url}/v2/device_profiles",
+        timeout=30,
+        json=[{"name": name, "groups": [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}]}],
+    )
     assert made.status_code < 300, made.text
     browser.get(f"{aio.url}/ui")
     wait_for(lambda: attribute(browser, "body", "data-loaded") == "yes")

@@ -149,13 +149,22 @@ def test_the_weigher_reads_its_own_config_section(live_api: str, hosts: tuple[st
 
 
 def bitstream_of(url: str, function: str, function_name: str) -> str:
-    meta = {"name": f"{function_name}.gbs", "function_uuid": function,
-            "function_name": function_name, "region_type_uuid": REGION_TYPE}  # fmt: skip
+    meta = {
+        "name": f"{function_name}.gbs",
+        "function_uuid": function,
+        "function_name": function_name,
+        "region_type_uuid": REGION_TYPE,
+    }
     created = call(url, "POST", "/v2/bitstreams", json=meta)
     assert created.status_code == 201, created.text
     data = gbs.build(REGION_TYPE, (function,), payload=b"\x5a" * 1000)
-    put = call(url, "PUT", f"/v2/bitstreams/{created.json()['uuid']}/data", data=data,
-               headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    put = call(
+        url,
+        "PUT",
+        f"/v2/bitstreams/{created.json()['uuid']}/data",
+        data=data,
+        headers={"Content-Type": "application/octet-stream"},
+    )
     assert put.status_code == 200, put.text
     bitstream_id: str = created.json()["uuid"]
     return bitstream_id

@@ -71,8 +71,9 @@ def test_without_keystone_the_standard_library_carries_the_calls() -> None:
         "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
         "('requests', 'keystoneauth1', 'urllib3')))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert done.stdout.strip() == ""
 
 

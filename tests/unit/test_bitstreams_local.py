@@ -22,6 +22,7 @@ from acceleron.exceptions import (
     BitstreamNotFound,
     IncompatibleBitstream,
     InvalidInput,
+    StateUnwritable,
 )
 
 FUNCTION = "5d2e2f3c-8b9a-4c1d-9e0f-1a2b3c4d5e6f"
@@ -216,6 +217,30 @@ def test_open_yields_verified_bytes(store: LocalStore) -> None:
     made = upload(store, b"payload")
     with store.open(made.id) as stream:
         assert stream.read() == b"payload"
+
+
+def test_open_checks_the_whole_file_before_a_byte_is_read(store: LocalStore, root: Path) -> None:
+    made = upload(store, b"a" * (3 * CHUNK_SIZE))
+    damaged = b"a" * (3 * CHUNK_SIZE - 1) + b"b"  # only the last byte differs
+    (root / str(made.hash_value)).write_bytes(damaged)
+    with pytest.raises(BitstreamCorrupt) as refused, store.open(made.id):
+        pytest.fail("a damaged file was handed out")
+    actual = hashlib.sha256(damaged).hexdigest()
+    assert str(refused.value) == (
+        f"Bitstream {made.id} ('nlb.gbs') is corrupt: recorded sha256 {made.hash_value} "
+        f"({3 * CHUNK_SIZE} bytes), actual sha256 {actual} ({3 * CHUNK_SIZE} bytes)."
+    )
+
+
+def test_a_store_directory_it_may_not_write_is_named_with_its_option(
+    store: LocalStore, root: Path
+) -> None:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    root.write_bytes(b"")  # a file where the directory should be
+    with pytest.raises(StateUnwritable, match=r"\[bitstreams\] local_dir") as refused:
+        upload(store, b"payload")
+    assert f"cannot write to {root} (" in str(refused.value)
+    assert store.find() == []
 
 
 def test_cache_reuses_a_verified_copy(store: LocalStore, root: Path, tmp_path: Path) -> None:

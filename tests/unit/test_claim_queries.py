@@ -13,8 +13,10 @@ from acceleron.service.claim_survey import (
 )
 
 QAT = [{"resources:CUSTOM_ACCELERATOR_QAT": "1"}]
-FPGA = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": "f" * 32},
-        {"resources:CUSTOM_ACCELERATOR_QAT": "1"}]  # fmt: skip
+FPGA = [
+    {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": "f" * 32},
+    {"resources:CUSTOM_ACCELERATOR_QAT": "1"},
+]
 TRAITS = frozenset({"CUSTOM_FPGA_INTEL_FUNCTION_" + "F" * 32, "CUSTOM_FUNCTION_ID_" + "F" * 32})
 EVERY = TRAITS | {"CUSTOM_FPGA_XILINX_FUNCTION_" + "F" * 32}
 TREES = frozenset(f"tree-{n}" for n in range(5))
@@ -26,8 +28,10 @@ def first(trees: Sequence[str], count: int) -> list[str]:
 
 def test_a_cloud_of_hosts_is_asked_about_a_few_hosts_then_everything() -> None:
     queries = list(candidate_queries(QAT, Survey({}, TREES), first))
-    wide = [("limit", str(CANDIDATES_LIMIT)), ("resourcesdevice_profile_0",
-                                               "CUSTOM_ACCELERATOR_QAT:1")]  # fmt: skip
+    wide = [
+        ("limit", str(CANDIDATES_LIMIT)),
+        ("resourcesdevice_profile_0", "CUSTOM_ACCELERATOR_QAT:1"),
+    ]
     assert queries == [
         *([*wide, ("in_treedevice_profile_0", f"tree-{n}")] for n in range(TREES_TRIED)),
         wide,
@@ -52,18 +56,23 @@ def test_holders_of_the_function_come_first_every_group_in_the_same_tree() -> No
         asked.append("everywhere")
         return {"device_profile_0": EVERY}
 
-    survey = Survey({"holder": {"device_profile_0": TRAITS}}, frozenset({"other"}),
-                    everywhere=everywhere)  # fmt: skip
+    survey = Survey(
+        {"holder": {"device_profile_0": TRAITS}}, frozenset({"other"}), everywhere=everywhere
+    )
     assert next(candidate_queries(FPGA, survey, first)) and not asked  # no more reads first
     queries = list(candidate_queries(FPGA, survey, first))
     assert asked == ["everywhere"]
-    required = [("requireddevice_profile_0", "in:" + ",".join(sorted(traits)))
-                for traits in (TRAITS, EVERY)]  # fmt: skip
+    required = [
+        ("requireddevice_profile_0", "in:" + ",".join(sorted(traits))) for traits in (TRAITS, EVERY)
+    ]
     trees = [sorted(v for k, v in q if k.startswith("in_tree")) for q in queries]
     assert trees == [["holder", "holder"], [], ["other", "other"], []]
     assert [[r in q for r in required] for q in queries] == [
-        [True, False], [False, True], [False, False], [False, False]
-    ]  # fmt: skip
+        [True, False],
+        [False, True],
+        [False, False],
+        [False, False],
+    ]
     assert [dict(q)["limit"] for q in queries] == [str(HOLDERS_LIMIT)] * 2 + [
         str(CANDIDATES_LIMIT)
     ] * 2
@@ -80,5 +89,7 @@ def test_a_named_host_is_the_only_tree_asked_about() -> None:
     trees = [sorted(v for k, v in q if k.startswith("in_tree")) for q in queries]
     assert trees == [["here", "here"], ["here", "here"]]
     alone = Survey({}, frozenset({"here"}), only="here")
-    assert [sorted(v for k, v in q if k.startswith("in_tree"))
-            for q in candidate_queries(FPGA, alone, first)] == [["here", "here"]]  # fmt: skip
+    assert [
+        sorted(v for k, v in q if k.startswith("in_tree"))
+        for q in candidate_queries(FPGA, alone, first)
+    ] == [["here", "here"]]

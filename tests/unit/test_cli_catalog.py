@@ -14,9 +14,13 @@ def client(endpoint: str, url: str | None = None) -> ApiClient:
     """A client whose auth plugin answers ``endpoint`` for the accelerator service, as a
     catalog would (keystoneauth's admin_token plugin: no Keystone needed)."""
     options = argparse.Namespace(
-        os_auth_type="admin_token", os_endpoint=endpoint, os_token="t", os_url=url,
-        os_accelerator_api_version="2.14", insecure=False,
-    )  # fmt: skip
+        os_auth_type="admin_token",
+        os_endpoint=endpoint,
+        os_token="t",
+        os_url=url,
+        os_accelerator_api_version="2.14",
+        insecure=False,
+    )
     return ApiClient(options)
 
 
@@ -34,8 +38,12 @@ def test_a_given_url_wins() -> None:
 
 def test_a_catalog_without_the_api_is_one_line() -> None:
     options = argparse.Namespace(
-        os_auth_type="admin_token", os_endpoint=None, os_token="t", os_url=None,
-        os_accelerator_api_version="2.14", insecure=False,
-    )  # fmt: skip
+        os_auth_type="admin_token",
+        os_endpoint=None,
+        os_token="t",
+        os_url=None,
+        os_accelerator_api_version="2.14",
+        insecure=False,
+    )
     with pytest.raises(CommandError, match=r"no accelerator endpoint: give the API's URL \(--os"):
         ApiClient(options).get("/v2/device_profiles")

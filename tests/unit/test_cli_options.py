@@ -26,6 +26,7 @@ def test_a_timeout_before_the_command_is_the_http_timeout() -> None:
 
 def test_other_options_after_the_command_are_still_the_commands_or_global() -> None:
     app = AcceleronApp()
-    options, rest = app.parser.parse_known_args(["device", "list", "--os-url", "http://b", "-f",
-                                                 "json"])  # fmt: skip
+    options, rest = app.parser.parse_known_args(
+        ["device", "list", "--os-url", "http://b", "-f", "json"]
+    )
     assert options.os_url == "http://b" and rest == ["device", "list", "-f", "json"]

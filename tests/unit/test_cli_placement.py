@@ -8,8 +8,12 @@ from acceleron.cli.placement import summary
 
 def host(actions: int = 0, errors: int = 0) -> dict[str, object]:
     action = {"op": "create", "uuid": "u", "name": "n", "detail": ""}
-    return {"hostname": "h", "skipped": False, "actions": [action] * actions,
-            "errors": ["Placement refused it"] * errors}  # fmt: skip
+    return {
+        "hostname": "h",
+        "skipped": False,
+        "actions": [action] * actions,
+        "errors": ["Placement refused it"] * errors,
+    }
 
 
 def test_an_error_alone_is_no_change() -> None:

@@ -4,6 +4,7 @@ and when it loads Keystone's options at all."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,37 @@ def test_the_url_and_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("ACCELERON_URL")
     keystone = Endpoint.of(argparse.Namespace(os_url=None, os_endpoint="http://k"), keystone=True)
     assert keystone.url is None and "--os-url overrides it" in keystone.origin()
+
+
+@pytest.mark.parametrize(
+    ("section", "url"),
+    [
+        ("[api]\nhost_ip = 10.0.0.5\nport = 7000\n", "http://10.0.0.5:7000"),
+        ("[api]\nhost_ip = 0.0.0.0\n", "http://127.0.0.1:6666"),
+        ("[api]\nhost_ip = ::\nport = 7000\n", "http://[::1]:7000"),
+        ("[api]\nport = 7000\npublic_endpoint = https://cloud/accelerator\n",
+         "https://cloud/accelerator"),
+    ],
+)  # fmt: skip
+def test_a_config_file_gives_its_apis_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, section: str, url: str
+) -> None:
+    monkeypatch.setenv("ACCELERON_URL", "http://from-the-environment:1")
+    path = tmp_path / "acceleron.conf"
+    path.write_text(section)
+    options = argparse.Namespace(os_url=None, os_endpoint=None, config_file=[str(path)])
+    for keystone in (False, True):  # the catalog may still name Cyborg (an adoption)
+        assert Endpoint.of(options, keystone) == Endpoint(url, "--config-file")
+    options.os_url = "http://given:2"
+    assert Endpoint.of(options, False) == Endpoint("http://given:2", "--os-url")
+
+
+def test_a_config_file_that_does_not_load_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "acceleron.conf"
+    path.write_text("[api]\nport = many\n")
+    options = argparse.Namespace(os_url=None, os_endpoint=None, config_file=[str(path)])
+    with pytest.raises(CommandError, match=r"Configuration error: .*port"):
+        Endpoint.of(options, False)
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ from acceleron.db.session import Database, retry_on_deadlock, retry_reason
 from acceleron.exceptions import DatabaseBusy
 
 CERTIFICATION = pymysql.err.OperationalError(
-    1213, "WSREP detected deadlock/conflict and aborted the transaction. Try restarting the "
-    "transaction"
-)  # fmt: skip
+    1213,
+    "WSREP detected deadlock/conflict and aborted the transaction. Try restarting the transaction",
+)
 DEADLOCK = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
 
 

@@ -46,8 +46,10 @@ def imported_modules() -> dict[str, set[str]]:
 def declared() -> set[str]:
     """The distributions pyproject.toml's ``dependencies`` name (no extras)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {canonical(re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0])
-            for spec in project["dependencies"]}  # fmt: skip
+    return {
+        canonical(re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0])
+        for spec in project["dependencies"]
+    }
 
 
 def test_every_third_party_import_is_a_declared_dependency() -> None:

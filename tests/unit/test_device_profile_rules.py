@@ -252,8 +252,10 @@ def test_rewrite_can_swap_two_names() -> None:
     swap = dp.NameMapping.from_dict({"traits": {"CUSTOM_A": "CUSTOM_B", "CUSTOM_B": "CUSTOM_A"}})
     group = {"resources:FPGA": "1", "trait:CUSTOM_A": "required", "trait:CUSTOM_B": "forbidden"}
     assert dp.rewrite_group(group, swap)[0] == {
-        "resources:FPGA": "1", "trait:CUSTOM_B": "required", "trait:CUSTOM_A": "forbidden"
-    }  # fmt: skip
+        "resources:FPGA": "1",
+        "trait:CUSTOM_B": "required",
+        "trait:CUSTOM_A": "forbidden",
+    }
 
 
 @pytest.mark.parametrize(
@@ -283,8 +285,12 @@ def test_bad_mappings(data: Any, fragment: str) -> None:
 
 def test_memory_is_not_counted_as_accelerators() -> None:
     """A memory class asks for MB: 16 GiB of HBM beside one GPU is one accelerator."""
-    groups = [{"resources:CUSTOM_ACCELERATOR_GPU": "1",
-               "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "16384"}]  # fmt: skip
+    groups = [
+        {
+            "resources:CUSTOM_ACCELERATOR_GPU": "1",
+            "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "16384",
+        }
+    ]
     assert dp.normalize_groups(groups, LIMITS) == groups
     assert "asks for 11 accelerators" in _error(
         [{"resources:CUSTOM_ACCELERATOR_GPU": "11", "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "1"}]

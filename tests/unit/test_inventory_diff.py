@@ -71,8 +71,16 @@ def tree_report() -> HostReport:
         attach_handles=(vf,),
     )
     pool = Deployable("vf_pool", "vf_pool", 0, children=(region,))
-    card = Device("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
-                  deployables=(pool,))  # fmt: skip
+    card = Device(
+        "0000:5e:00.0",
+        "FPGA",
+        "8086",
+        "INTEL",
+        "09c4",
+        "PAC_ARRIA10",
+        "intel_fpga",
+        deployables=(pool,),
+    )
     return HostReport("host-1", "1.0", (card,))
 
 
@@ -80,8 +88,10 @@ def test_desired_state_keys_and_links() -> None:
     want = inventory.desired_state(tree_report())
     assert list(want.devices) == ["0000:5e:00.0"]
     assert list(want.deployables) == [("0000:5e:00.0", "vf_pool"), ("0000:5e:00.0", "region0")]
-    assert want.parents == {("0000:5e:00.0", "vf_pool"): None,
-                            ("0000:5e:00.0", "region0"): "vf_pool"}  # fmt: skip
+    assert want.parents == {
+        ("0000:5e:00.0", "vf_pool"): None,
+        ("0000:5e:00.0", "region0"): "vf_pool",
+    }
     assert list(want.handles) == [("0000:5e:00.0", "region0", "0000:5e:00.1")]
     assert list(want.attributes) == [
         ("0000:5e:00.0", "region0", ("fme",)),
@@ -90,10 +100,13 @@ def test_desired_state_keys_and_links() -> None:
     region = want.deployables[("0000:5e:00.0", "region0")]
     assert region["function_uuid"] == "d8424dc4a4a3c413f89e433683f9040b"
     assert region["function_uuids"] == [
-        "d8424dc4a4a3c413f89e433683f9040b", "f7df405cbd7acf7222f144b0b93acd18"
-    ]  # fmt: skip
+        "d8424dc4a4a3c413f89e433683f9040b",
+        "f7df405cbd7acf7222f144b0b93acd18",
+    ]
     assert region["name"] == "host-1_0000:5e:00.0_region0"
     assert "bitstream_id" not in region
     # uuids are derived from host, address and key: the same on every report.
-    assert region["uuid"] == inventory.desired_state(tree_report()).deployables[
-        ("0000:5e:00.0", "region0")]["uuid"]  # fmt: skip
+    assert (
+        region["uuid"]
+        == inventory.desired_state(tree_report()).deployables[("0000:5e:00.0", "region0")]["uuid"]
+    )

@@ -23,8 +23,14 @@ def test_lines_name_the_caller_from_when_authentication_named_it() -> None:
         )
         before["user"] = "changed by a caller"  # a copy: what is kept stays as it was
         assert found.get_logging_values()["user"] is None
-        logs.identify(RequestContext(request_id=request_id, user_id="u1", project_id="p1",
-                                     roles=frozenset({"reader", "member"})))  # fmt: skip
+        logs.identify(
+            RequestContext(
+                request_id=request_id,
+                user_id="u1",
+                project_id="p1",
+                roles=frozenset({"reader", "member"}),
+            )
+        )
         after = found.get_logging_values()
     finally:
         logs.end(token)

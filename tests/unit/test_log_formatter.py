@@ -54,16 +54,23 @@ def request_context(named: bool, global_id: str | None = None) -> logs.LogContex
         found = logs.current()
         assert found is not None
         if named:
-            logs.identify(RequestContext(request_id="r", user_id="u1", project_id="p1",
-                                         roles=frozenset({"member"})))  # fmt: skip
+            logs.identify(
+                RequestContext(
+                    request_id="r", user_id="u1", project_id="p1", roles=frozenset({"member"})
+                )
+            )
         return found
     finally:
         logs.end(token)
 
 
 def records() -> Iterator[tuple[str, logging.LogRecord]]:
-    def record(level: int = logging.INFO, msg: str = "created %s (%d)",
-               args: tuple[Any, ...] = ("dp1", 3), **fields: Any) -> logging.LogRecord:  # fmt: skip
+    def record(
+        level: int = logging.INFO,
+        msg: str = "created %s (%d)",
+        args: tuple[Any, ...] = ("dp1", 3),
+        **fields: Any,
+    ) -> logging.LogRecord:
         made = logging.LogRecord("acceleron.x", level, __file__, 7, msg, args, None)
         made.created = 1_764_000_000.0 if fields.pop("whole_second", False) else made.created
         made.__dict__.update(fields)

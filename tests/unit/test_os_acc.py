@@ -54,8 +54,16 @@ def test_unsupported_operations_are_refused_with_the_reason(operation: str) -> N
 def test_where_nova_refuses_an_operation_the_table_says_so() -> None:
     """Nova 34 answers 400 to these for servers with accelerators (docs/design/nova-contract.md)."""
     refused = {name for name, rule in operations.OPERATIONS.items() if rule.nova}
-    assert refused == {"resize", "confirm_resize", "revert_resize", "cold_migrate", "migrate",
-                       "suspend", "resume", "live_migrate"}  # fmt: skip
+    assert refused == {
+        "resize",
+        "confirm_resize",
+        "revert_resize",
+        "cold_migrate",
+        "migrate",
+        "suspend",
+        "resume",
+        "live_migrate",
+    }
     assert "| `migrate` | unplug | plug | refused by Nova |" in operations.markdown()
 
 
@@ -84,8 +92,10 @@ def test_providers_by_group_reads_nova_suffixes_of_inline_groups() -> None:
     assert providers_by_group(nova, {0, 1}, ("1", "2")) == {0: "region", 1: "pool"}
     unsuffixed = {"": ["gpu"], "3": ["pool"], "_net": "nic"}
     assert providers_by_group(unsuffixed, {0, 1, 2}, ("", "3", "_net")) == {
-        0: "gpu", 1: "pool", 2: "nic"
-    }  # fmt: skip
+        0: "gpu",
+        1: "pool",
+        2: "nic",
+    }
     # 0-based indexes still work beside suffixes that do not name every group.
     assert providers_by_group({"0": "a", "1": "b"}, {0, 1}, ("1", "2")) == {0: "a", 1: "b"}
     with pytest.raises(PlugFailed, match=r"\[0, 1\] \(flavor suffix\(es\) '1', '2'\)"):
@@ -110,8 +120,11 @@ def test_an_attachment_carries_the_pci_id() -> None:
 
 
 def test_inline_groups_keep_what_a_profile_takes() -> None:
-    group = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_trait": "CUSTOM_X",
-             "accel:function_id": "abc"}  # fmt: skip
+    group = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "accel:function_trait": "CUSTOM_X",
+        "accel:function_id": "abc",
+    }
     assert _profile_group(group) == {
         "resources:CUSTOM_ACCELERATOR_FPGA": "1",
         "accel:function_id": "abc",

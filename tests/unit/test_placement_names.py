@@ -312,7 +312,9 @@ def test_maintenance_reasons_tolerations_and_traits() -> None:
     assert names.tolerated("burn-in: new HBM", ["BURN-IN", "x"])
     assert not names.tolerated("reflash", ["burn-in"]) and not names.tolerated("", ["burn-in"])
     assert names.maintenance_traits("burn-in: x") == {
-        "CUSTOM_ACCELERON_MAINTENANCE", "CUSTOM_ACCELERON_MAINTENANCE_BURN_IN"}  # fmt: skip
+        "CUSTOM_ACCELERON_MAINTENANCE",
+        "CUSTOM_ACCELERON_MAINTENANCE_BURN_IN",
+    }
     assert names.maintenance_traits("why? it broke") == {"CUSTOM_ACCELERON_MAINTENANCE"}
     groups = [{"resources:FPGA": "1"}, {"resources:FPGA": "1", "accel:tolerations": "burn-in"}]
     assert names.untolerant(groups) == [
@@ -337,8 +339,15 @@ def test_only_accelerator_classes_count_as_accelerators() -> None:
     any other class travel with the group's allocation."""
     for accelerator in ("CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_QAT", "FPGA", "PGPU", "VGPU"):
         assert names.is_accelerator_class(accelerator)
-    for other in ("CUSTOM_ACCELERATOR_MEMORY_HBM", "CUSTOM_ACCELERATOR_", "CUSTOM_A", "VCPU",
-                  "MEMORY_MB", "VGPU_DISPLAY_HEAD", "SRIOV_NET_VF"):  # fmt: skip
+    for other in (
+        "CUSTOM_ACCELERATOR_MEMORY_HBM",
+        "CUSTOM_ACCELERATOR_",
+        "CUSTOM_A",
+        "VCPU",
+        "MEMORY_MB",
+        "VGPU_DISPLAY_HEAD",
+        "SRIOV_NET_VF",
+    ):
         assert not names.is_accelerator_class(other)
     group = {
         "resources:CUSTOM_ACCELERATOR_MIG": "1",

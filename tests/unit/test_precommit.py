@@ -15,8 +15,13 @@ CONFIG = ROOT / ".pre-commit-config.yaml"
 
 
 def test_the_configuration_is_valid_for_the_installed_pre_commit() -> None:
-    done = subprocess.run([sys.executable, "-m", "pre_commit", "validate-config", str(CONFIG)],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", str(CONFIG)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -33,6 +38,13 @@ def test_every_hook_runs_a_tool_of_the_venv() -> None:
 
 def test_make_hooks_installs_it() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    done = subprocess.run(["make", "--no-print-directory", "-n", "hooks"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", "hooks"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert done.stdout.splitlines()[-1] == ".venv/bin/pre-commit install"

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import REGISTRY
 
 from acceleron import conf as confmod
@@ -80,8 +81,13 @@ def test_other_hash_methods_and_an_ecc_key_verify(
 ) -> None:
     ecc = signing.leaf(ca, kind="ecc").save(certs)
     for method in ("SHA-384", "SHA-512"):
-        signatures.check(bitstream, CHECKSUM, ecc.sign(DATA, method), policy(certs, ca),
-                         bitstream.parent / "marks")  # fmt: skip
+        signatures.check(
+            bitstream,
+            CHECKSUM,
+            ecc.sign(DATA, method),
+            policy(certs, ca),
+            bitstream.parent / "marks",
+        )
 
 
 def test_bytes_other_than_those_signed_are_refused(
@@ -127,8 +133,13 @@ def test_a_certificate_of_an_untrusted_ca_is_refused(
     )
     # Trusting the rogue CA's leaf itself, or the rogue CA, makes it count.
     for trusted in (impostor, rogue):
-        signatures.check(bitstream, CHECKSUM, impostor.sign(DATA), policy(certs, trusted),
-                         bitstream.parent / "marks")  # fmt: skip
+        signatures.check(
+            bitstream,
+            CHECKSUM,
+            impostor.sign(DATA),
+            policy(certs, trusted),
+            bitstream.parent / "marks",
+        )
 
 
 def test_a_leaf_does_not_issue_and_a_key_manager_certificate_needs_trust(
@@ -143,8 +154,9 @@ def test_a_leaf_does_not_issue_and_a_key_manager_certificate_needs_trust(
         signatures.UNTRUSTED_CERTIFICATE
     )
     # With nothing listed, a certificate in the operator's directory is trusted.
-    signatures.check(bitstream, CHECKSUM, signer.sign(DATA), policy(certs),
-                     bitstream.parent / "marks")  # fmt: skip
+    signatures.check(
+        bitstream, CHECKSUM, signer.sign(DATA), policy(certs), bitstream.parent / "marks"
+    )
 
 
 def test_an_expired_or_not_yet_valid_certificate_is_refused(
@@ -170,6 +182,83 @@ def test_a_trusted_ca_that_expired_vouches_for_nothing(
     assert refused.value.reason == signatures.UNTRUSTED_CERTIFICATE
 
 
+def test_a_certificate_whose_key_usage_is_not_signing_is_refused(
+    bitstream: Path, certs: Path, ca: signing.Signer
+) -> None:
+    """Issued by the trusted CA for something else (encryption, TLS): refused."""
+    for unsuitable, said in (
+        (signing.leaf(ca, usage=signing.key_usage(key_encipherment=True)), "digitalSignature"),
+        (signing.leaf(ca, extended=(ExtendedKeyUsageOID.SERVER_AUTH,)), "codeSigning"),
+        (signing.leaf(ca, extended=(ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,)), "codeSigning"),
+    ):
+        unsuitable.save(certs)
+        with pytest.raises(BitstreamSignatureRefused, match=said) as refused:
+            signatures.check(
+                bitstream,
+                CHECKSUM,
+                unsuitable.sign(DATA),
+                policy(certs, ca),
+                bitstream.parent / "marks",
+            )
+        assert refused.value.reason == signatures.UNSUITABLE_CERTIFICATE
+        assert refusal(bitstream, unsuitable.sign(DATA), policy(certs, ca)) == (
+            signatures.UNSUITABLE_CERTIFICATE
+        )
+    # No extended key usage at all, or code signing among others: it may sign.
+    also_code = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CODE_SIGNING)
+    for suitable in (signing.leaf(ca, extended=None), signing.leaf(ca, extended=also_code)):
+        signatures.check(
+            bitstream,
+            CHECKSUM,
+            suitable.save(certs).sign(DATA),
+            policy(certs, ca),
+            bitstream.parent / "marks",
+        )
+
+
+def test_a_certificate_without_key_usage_counts_only_when_trusted_as_itself(
+    bitstream: Path, certs: Path, ca: signing.Signer
+) -> None:
+    bare = signing.leaf(ca, usage=None, extended=None).save(certs)
+    with pytest.raises(BitstreamSignatureRefused, match="states no key usage") as refused:
+        signatures.check(
+            bitstream, CHECKSUM, bare.sign(DATA), policy(certs, ca), bitstream.parent / "marks"
+        )
+    assert refused.value.reason == signatures.UNSUITABLE_CERTIFICATE
+    # Named itself in trusted_certificate_ids, or put in the directory with none named.
+    for trusting in (policy(certs, bare), policy(certs)):
+        signatures.check(bitstream, CHECKSUM, bare.sign(DATA), trusting, bitstream.parent / "marks")
+
+
+def test_a_key_shorter_than_min_signing_key_bits_is_refused(
+    bitstream: Path, certs: Path, ca: signing.Signer, signer: signing.Signer
+) -> None:
+    short = signing.leaf(ca, bits=1024).save(certs)
+    with pytest.raises(BitstreamSignatureRefused, match="1024-bit RSA key") as refused:
+        signatures.check(
+            bitstream, CHECKSUM, short.sign(DATA), policy(certs, ca), bitstream.parent / "marks"
+        )
+    assert refused.value.reason == signatures.WEAK_KEY
+    assert "[bitstreams] min_signing_key_bits" in str(refused.value)
+    assert refusal(bitstream, short.sign(DATA), policy(certs, ca)) == signatures.WEAK_KEY
+    lenient = dataclasses.replace(policy(certs, ca), min_key_bits=1024)
+    signatures.check(bitstream, CHECKSUM, short.sign(DATA), lenient, bitstream.parent / "m")
+    strict = dataclasses.replace(policy(certs, ca), min_key_bits=3072)
+    assert refusal(bitstream, signer.sign(DATA), strict) == signatures.WEAK_KEY
+    # An ECC key is as long as its curve, which the key types already choose.
+    ecc = signing.leaf(ca, kind="ecc").save(certs)
+    signatures.check(
+        bitstream, CHECKSUM, ecc.sign(DATA, "SHA-384"), strict, bitstream.parent / "marks"
+    )
+
+
+def test_the_minimum_key_size_is_an_option() -> None:
+    assert certificates.policy_from_conf(confmod.load([], config_files=[])).min_key_bits == 2048
+    bigger: dict[str, dict[str, object]] = {"bitstreams": {"min_signing_key_bits": 3072}}
+    conf = confmod.load([], config_files=[], overrides=bigger)
+    assert certificates.policy_from_conf(conf).min_key_bits == 3072
+
+
 def test_unsupported_algorithms_are_refused(
     bitstream: Path, certs: Path, ca: signing.Signer, signer: signing.Signer
 ) -> None:
@@ -192,11 +281,24 @@ def test_openssl_signatures_verify(
     key = tmp_path / "signer.key"
     key.write_bytes(signer.key_pem())
     sig = tmp_path / "bitstream.sig"
-    subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(key), "-sigopt",
-                    "rsa_padding_mode:pss", "-out", str(sig), str(bitstream)],
-                   check=True)  # fmt: skip
-    encoded = subprocess.run(["openssl", "base64", "-A", "-in", str(sig)], check=True,
-                             capture_output=True, text=True).stdout  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "dgst",
+            "-sha256",
+            "-sign",
+            str(key),
+            "-sigopt",
+            "rsa_padding_mode:pss",
+            "-out",
+            str(sig),
+            str(bitstream),
+        ],
+        check=True,
+    )
+    encoded = subprocess.run(
+        ["openssl", "base64", "-A", "-in", str(sig)], check=True, capture_output=True, text=True
+    ).stdout
     properties = {**signer.sign(DATA), "img_signature": encoded}
     signatures.check(bitstream, CHECKSUM, properties, policy(certs, ca), tmp_path / "marks")
 

@@ -14,8 +14,13 @@ from acceleron.bitstreams import Bitstream
 from acceleron.bitstreams.transfer import CHUNK_SIZE, fetch_to_cache
 
 DATA = bytes(range(256)) * (3 * CHUNK_SIZE // 256)
-BITSTREAM = Bitstream(id="b1", name="b.gbs", size=len(DATA), hash_algo="sha256",
-                      hash_value=hashlib.sha256(DATA).hexdigest())  # fmt: skip
+BITSTREAM = Bitstream(
+    id="b1",
+    name="b.gbs",
+    size=len(DATA),
+    hash_algo="sha256",
+    hash_value=hashlib.sha256(DATA).hexdigest(),
+)
 
 
 def served(cache: Path, clear_after: int) -> Iterator[bytes]:

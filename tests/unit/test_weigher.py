@@ -19,6 +19,7 @@ from acceleron.scheduler.weigher import (
     host_weight,
     rank,
     score,
+    wanted_by,
     wanted_functions,
 )
 
@@ -65,8 +66,10 @@ def test_a_region_holding_the_function_ranks_first_even_when_fuller() -> None:
     )
     wanted = {"device_profile_0": {GZIP}}
     assert [r.mappings["device_profile_0"][0] for r in rank(candidates, wanted)] == [
-        "holder", "empty", "other",
-    ]  # fmt: skip
+        "holder",
+        "empty",
+        "other",
+    ]
     assert score(candidates.requests[1], candidates, wanted) == (1, 0)
 
 
@@ -100,6 +103,34 @@ def test_wanted_functions_come_from_the_profile_groups() -> None:
         {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": "not-a-uuid"},
     ]
     assert wanted_functions(groups) == {"device_profile_0": frozenset({GZIP})}
+
+
+def test_a_group_names_its_function_by_id_or_else_through_the_catalogue() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def catalogue(key: str, value: str) -> list[str | None]:
+        asked.append((key, value))
+        known: dict[str, list[str | None]] = {"gzip": [GZIP, None], "zstd.gbs": [ZSTD]}
+        return known.get(value, [])
+
+    groups = [
+        {"accel:function_id": GZIP, "accel:function_name": "ignored"},
+        {"accel:function_name": "gzip", "accel:bitstream_name": "zstd.gbs"},
+        {"accel:bitstream_name": "zstd.gbs"},
+        {"accel:bitstream_id": "unknown"},
+        {"resources:CUSTOM_ACCELERATOR_QAT": "1"},
+    ]
+    assert wanted_by(groups, catalogue) == {
+        "device_profile_0": frozenset({GZIP}),
+        "device_profile_1": frozenset({GZIP}),
+        "device_profile_2": frozenset({ZSTD}),
+    }
+    assert asked == [
+        ("accel:function_name", "gzip"),
+        ("accel:bitstream_name", "zstd.gbs"),
+        ("accel:bitstream_id", "unknown"),
+    ]
+    assert wanted_by(groups, None) == {"device_profile_0": frozenset({GZIP})}
 
 
 def test_the_nova_host_weight_is_the_share_of_functions_held() -> None:

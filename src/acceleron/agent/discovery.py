@@ -79,8 +79,11 @@ def merge(found: Sequence[tuple[str, Sequence[Device]]]) -> tuple[Device, ...]:
                 LOG.warning(
                     "Device %s is reported by drivers %s and %s; keeping %s's (the first in "
                     "[agent] enabled_drivers). Make only one driver claim it.",
-                    device.pci_address, owner, name, owner,
-                )  # fmt: skip
+                    device.pci_address,
+                    owner,
+                    name,
+                    owner,
+                )
                 continue
             owners[device.pci_address] = name
             devices.append(device)

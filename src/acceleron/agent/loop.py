@@ -176,8 +176,12 @@ class Agent:
         metrics.AGENT_REPORTS.labels("sent").inc()
         digest = report.digest()
         log = LOG.info if digest != self._last_digest else LOG.debug
-        log("Reported %d device(s) of %s to %s", len(report.devices), report.hostname,
-            self.client.where)  # fmt: skip
+        log(
+            "Reported %d device(s) of %s to %s",
+            len(report.devices),
+            report.hostname,
+            self.client.where,
+        )
         self._last_digest = digest
         return True
 
@@ -190,8 +194,9 @@ class Agent:
             except ApiUnavailable as error:
                 delay = self.retry_delay(failures)
                 failures += 1
-                LOG.warning("Report not sent (attempt %d): %s. Retrying in %.3g s.",
-                            failures, error, delay)  # fmt: skip
+                LOG.warning(
+                    "Report not sent (attempt %d): %s. Retrying in %.3g s.", failures, error, delay
+                )
                 self.schedule.next_scan(delay, hold=True)
                 continue
             if failures:
@@ -239,9 +244,12 @@ def serve(agent: Agent, watch_udev: bool = True, worker: Worker | None = None) -
             thread.start()
         for driver in watching:
             driver.start_watch(agent.schedule.urgent)
-        LOG.info("Agent of %s started: drivers %s, a scan every %d s",
-                 agent.settings.hostname, ", ".join(d.name for d in agent.drivers) or "none",
-                 agent.settings.report_interval)  # fmt: skip
+        LOG.info(
+            "Agent of %s started: drivers %s, a scan every %d s",
+            agent.settings.hostname,
+            ", ".join(d.name for d in agent.drivers) or "none",
+            agent.settings.report_interval,
+        )
         agent.run()
     except AgentStopping as stopping:
         LOG.info("Agent stopping (%s)", stopping)

@@ -47,8 +47,9 @@ from acceleron.agent.client import (
 from acceleron.agent.loop import backoff_delay
 from acceleron.bitstreams import certificates, signatures, transfer
 from acceleron.bitstreams.model import Bitstream
-from acceleron.drivers import gbs
-from acceleron.drivers.base import Driver, Mediated, Programmable
+from acceleron.drivers import command, gbs
+from acceleron.drivers.base import Cleanable, Driver, Mediated, Programmable
+from acceleron.drivers.errors import CleaningUnsupported, DriverError
 from acceleron.drivers.sysfs import normalize_uuid, shared_scan
 from acceleron.exceptions import AcceleronError, BitstreamSignatureRefused
 from acceleron.vocabulary import AttachHandle, Device, walk
@@ -114,6 +115,8 @@ class Settings:
     backoff_max: float = 60.0
     probe_interval: float = 1.0  # seconds between two probes of an API that went away
     signature_policy: signatures.Policy = dataclasses.field(default_factory=signatures.Policy)
+    cleaning_command: str | None = None  # [agent] cleaning_command
+    cleaning_timeout: float = 600.0
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Settings:
@@ -126,6 +129,8 @@ class Settings:
             backoff_max=max(conf.agent.backoff_max, conf.agent.backoff_initial),
             probe_interval=conf.agent.probe_interval,
             signature_policy=certificates.policy_from_conf(conf),
+            cleaning_command=conf.agent.cleaning_command,
+            cleaning_timeout=conf.agent.cleaning_timeout,
         )
 
 
@@ -157,8 +162,12 @@ class TaskRunner:
             except ReportError as error:
                 delay = self._delay(failures)
                 failures += 1
-                LOG.warning("Cannot take tasks (attempt %d): %s. Retrying in %.3g s at the "
-                            "latest.", failures, error, delay)  # fmt: skip
+                LOG.warning(
+                    "Cannot take tasks (attempt %d): %s. Retrying in %.3g s at the latest.",
+                    failures,
+                    error,
+                    delay,
+                )
                 self._back_off(delay, error)
                 continue
             failures = 0
@@ -199,8 +208,11 @@ class TaskRunner:
             try:
                 outcome = self._outcome(task)
             except ApiUnavailable as error:  # e.g. while fetching: the task stays running
-                LOG.warning("Task %s interrupted, the API is away: %s; it comes back with "
-                            "the next claim", uuid, error)  # fmt: skip
+                LOG.warning(
+                    "Task %s interrupted, the API is away: %s; it comes back with the next claim",
+                    uuid,
+                    error,
+                )
                 self._stopping.wait(self._delay(0))
                 return
             self.journal.put(uuid, outcome)
@@ -226,6 +238,8 @@ class TaskRunner:
             if kind in ("create_mdev", "remove_mdev"):
                 self._vgpu(task)
                 return {"state": "done", "result": {}}
+            if kind == "clean":
+                return {"state": "done", "result": self._clean(task)}
             raise TaskFailed(
                 f"this agent (release {acceleron.__version__}, task format "
                 f"{formats.show(formats.TASK_VERSION)}) does not know tasks of "
@@ -241,8 +255,11 @@ class TaskRunner:
             raise
         except KeyError as error:  # a parameter the task format of this agent requires
             LOG.error("Task %s (%s) lacks parameter %s", task["uuid"], kind, error)
-            return {"state": "failed", "error": f"the task lacks its parameter {error}: this "
-                    f"agent reads task format {formats.show(formats.TASK_VERSION)}"}  # fmt: skip
+            return {
+                "state": "failed",
+                "error": f"the task lacks its parameter {error}: this "
+                f"agent reads task format {formats.show(formats.TASK_VERSION)}",
+            }
         except Exception as error:  # a driver's bug must fail its task, not stop the agent
             LOG.exception("Task %s (%s) failed unexpectedly", task["uuid"], kind)
             return {"state": "failed", "error": f"unexpected error: {error!r}"[:4000]}
@@ -259,8 +276,12 @@ class TaskRunner:
             except ApiUnavailable as error:
                 delay = self._delay(attempt)
                 attempt += 1
-                LOG.warning("Cannot report task %s: %s; retrying in %.3g s at the latest",
-                            uuid, error, delay)  # fmt: skip
+                LOG.warning(
+                    "Cannot report task %s: %s; retrying in %.3g s at the latest",
+                    uuid,
+                    error,
+                    delay,
+                )
                 self._back_off(delay, error)
             except ReportError as error:
                 LOG.error("The API refused the end of task %s: %s", uuid, error)
@@ -269,8 +290,12 @@ class TaskRunner:
     def _progress(self, task: Mapping[str, Any], phase: str, progress: int) -> None:
         """Best effort: a progress report that does not arrive is only logged."""
         try:
-            if self.client.update_task(task["uuid"], state="running", phase=phase,
-                                       progress=progress) is None:  # fmt: skip
+            if (
+                self.client.update_task(
+                    task["uuid"], state="running", phase=phase, progress=progress
+                )
+                is None
+            ):
                 raise TaskCancelled()
         except ApiUnavailable as error:
             LOG.warning("Progress of task %s not reported: %s", task["uuid"], error)
@@ -290,34 +315,56 @@ class TaskRunner:
         with phases.timed("verify"):
             self._progress(task, "verify", 0)
             functions = _verify(path, bitstream, params.get("region_type"))
-            self._check_signature(params, bitstream, path)
+            signature = self._check_signature(params, bitstream, path)
         function = functions[0] if functions else normalize_uuid(bitstream.function_uuid)
         with phases.timed("program"):
             self._progress(task, "program", 0)
-            if function is not None and function in _functions(device, params["deployable"]):
-                LOG.info("%s %s already holds function %s: not programmed again",
-                         device.pci_address, params["deployable"], function)  # fmt: skip
+            if _holds_these_bytes(device, params["deployable"], bitstream):
+                LOG.info(
+                    "%s %s holds these very bytes already: not programmed again",
+                    device.pci_address,
+                    params["deployable"],
+                )
             else:
                 driver.program(device, params["deployable"], path)
-                LOG.info("Programmed %s into %s %s in %.1f s", bitstream.describe(),
-                         device.pci_address, params["deployable"],
-                         time.monotonic() - phases.started)  # fmt: skip
+                LOG.info(
+                    "Programmed %s into %s %s in %.1f s",
+                    bitstream.describe(),
+                    device.pci_address,
+                    params["deployable"],
+                    time.monotonic() - phases.started,
+                )
         # The API observes them too (acceleron_programming_phase_duration_seconds).
-        return {"bitstream_id": bitstream.id, "function_uuid": function,
-                "phase_seconds": phases.seconds}  # fmt: skip
+        return {
+            "bitstream_id": bitstream.id,
+            "function_uuid": function,
+            "functions": list(functions) or ([function] if function else []),
+            "signature": signature,
+            "phase_seconds": phases.seconds,
+        }
 
-    def _check_signature(self, params: Mapping[str, Any], bitstream: Bitstream, path: Path) -> None:
-        """Refuse a bitstream whose signature this host requires and cannot verify, over
-        the bytes at ``path`` (just verified against their checksum, its name)."""
+    def _check_signature(
+        self, params: Mapping[str, Any], bitstream: Bitstream, path: Path
+    ) -> dict[str, Any]:
+        """Check the signature of the bytes at ``path`` (just verified against their
+        checksum, its name) where the bitstream carries one or this host requires one
+        for the request's project; refuse a bitstream that requirement is not met for.
+        What was found, for the region's provenance."""
         policy = self.settings.signature_policy
-        if not policy.required_for(params.get("project_id")):
-            return
+        required = policy.required_for(params.get("project_id"))
+        if not required and not signatures.fields(bitstream.properties):
+            return {"verified": False, "reason": signatures.UNSIGNED}
         marks = self.settings.cache_dir / ".signatures"
         try:
             signatures.check(path, path.name, bitstream.properties, policy, marks)
         except BitstreamSignatureRefused as refused:
-            raise TaskFailed(f"bitstream {bitstream.describe()}: {refused}") from refused
+            if required:
+                raise TaskFailed(f"bitstream {bitstream.describe()}: {refused}") from refused
+            LOG.info("Bitstream %s: %s (not required here)", bitstream.describe(), refused)
+            return {"verified": False, "reason": refused.reason}
         LOG.info("Bitstream %s: signature verified", bitstream.describe())
+        certificate = bitstream.properties.get(signatures.CERTIFICATE_KEY)
+        return {"verified": True, "certificate_id": certificate}
 
     def _fetch(self, task: Mapping[str, Any], bitstream: Bitstream) -> Path:
         def progress(percent: int) -> None:
@@ -327,6 +374,60 @@ class TaskRunner:
             return _counted(self.client.bitstream_chunks(bitstream.id), bitstream.size, progress)
 
         return transfer.fetch_to_cache(chunks, bitstream, self.settings.cache_dir)
+
+    # --- cleaning between tenants ------------------------------------------------------
+
+    def _clean(self, task: Mapping[str, Any]) -> dict[str, Any]:
+        """Clean what a tenant gave back, as the API chose: reset, scrub (a region with
+        its blank image, fetched and verified as a program's bitstream is) or the
+        operator's command. Failing fails the task: the API keeps it reserved."""
+        params = task["params"]
+        method, key, handles = params["method"], params["deployable"], params["handles"]
+        self._progress(task, "clean", 0)
+        driver, device = self._find(params["pci_address"])
+        image, blank = None, params.get("blank")
+        functions: tuple[str, ...] = ()
+        if blank:
+            bitstream = _bitstream(blank)
+            image = self._fetch(task, bitstream)
+            functions = _verify(image, bitstream, params.get("region_type"))
+        started = time.monotonic()
+        if method == "command":
+            self._command(params)
+        elif isinstance(driver, Cleanable):
+            try:
+                driver.clean(device, key, tuple(handles), method, image)
+            except CleaningUnsupported as error:
+                raise TaskFailed(f"{driver.name} cannot clean this way: {error}") from error
+        else:
+            raise TaskFailed(f"driver {driver.name} cleans nothing: choose none or command")
+        LOG.info(
+            "Cleaned %s %s (%s) in %.1f s",
+            device.pci_address,
+            key,
+            method,
+            time.monotonic() - started,
+        )
+        return {
+            "method": method,
+            "bitstream_id": blank["id"] if blank else None,
+            "functions": list(functions),
+        }
+
+    def _command(self, params: Mapping[str, Any]) -> None:
+        template = self.settings.cleaning_command
+        if not template:
+            raise TaskFailed("the cleaning is a command, but [agent] cleaning_command is unset")
+        values = {
+            "address": params["pci_address"],
+            "deployable": params["deployable"],
+            "handles": ",".join(params["handles"]),
+            "type": str(params.get("accelerator_type") or ""),
+        }
+        try:
+            command.run(template, values, self.settings.cleaning_timeout, "cleaning command")
+        except DriverError as error:
+            raise TaskFailed(str(error)) from error
 
     # --- vGPUs ------------------------------------------------------------------------
 
@@ -368,11 +469,16 @@ class _Phases:
         metrics.AGENT_PHASE_SECONDS.labels(phase).observe(self.seconds[phase])
 
 
-def _functions(device: Device, key: str) -> tuple[str, ...]:
-    """The functions the region reports now."""
+def _holds_these_bytes(device: Device, key: str, bitstream: Bitstream) -> bool:
+    """Whether the driver says the region holds an image of exactly these bytes (its
+    ``bitstream_sha256`` attribute; a region holding the same function from other bytes
+    is programmed all the same: what it holds may have come from anywhere)."""
+    if (bitstream.hash_algo or "").lower() != "sha256" or not bitstream.hash_value:
+        return False
     for dep in walk(device.deployables):
         if dep.key == key:
-            return dep.function_uuids
+            held = dep.attributes.get("bitstream_sha256")
+            return isinstance(held, str) and held.lower() == bitstream.hash_value.lower()
     raise TaskFailed(f"{device.pci_address} has no region {key!r} any more")
 
 

@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from oslo_config import cfg
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Mount, Route
 from starlette.types import Message, Receive, Scope, Send
 
 import acceleron
@@ -28,12 +28,13 @@ from acceleron.api import (
     auth,
     bitstreams,
     claims,
+    common,
     deployables,
     device_profiles,
     devices,
-    dispatch,
     errors,
     hosts,
+    policy,
     quotas,
     tasks,
     ui,
@@ -64,14 +65,16 @@ header means 2.0.
 """
 
 
-# The routers, in the order their routes are matched: Nova's and the agents' hot paths
-# first.
+# The routers, in the order their routes are matched (a request is matched against
+# each route before its own, 2 to 3 us each): the profiles' (the API whose rate is
+# measured against upstream Cyborg's, docs/benchmarks.md), then Nova's and the agents'
+# hot paths.
 ROUTERS = (
+    device_profiles.router,
     versions.router,
     arqs.router,
     tasks.router,
     claims.router,
-    device_profiles.router,
     hosts.router,
     devices.router,
     deployables.router,
@@ -85,16 +88,19 @@ ROUTERS = (
 
 
 def _add_routes(app: FastAPI) -> None:
-    """Every router's routes, in the app's own router, in order. FastAPI 0.165's
+    """Every router's routes, in the app's own router, in order. FastAPI's
     ``include_router`` keeps each router whole and matches a request through it: every
-    router before the one that answers is scanned, and that one twice, about a tenth of
-    a small answer's CPU. A router's routes already carry its prefix, tags, responses
-    and dependencies (``APIRouter.add_api_route``), and none has a lifespan of its own."""
-    for router in ROUTERS:
-        app.router.routes.extend(router.routes)
-        for route in router.routes:
-            if isinstance(route, APIRoute):
-                dispatch.serve_directly(route)
+    router before the one that answers is scanned, and that one twice (its cost:
+    docs/benchmarks.md, "What the shortcuts save"). A router's routes already carry its
+    prefix, tags, responses and dependencies (``APIRouter.add_api_route``), and none has
+    a lifespan of its own;
+    what overrides their dependencies is the serving app's ``dependency_overrides``
+    (``api.overrides``: each router names it). FastAPI's own routes
+    (``/openapi.json``, ``/docs``) come after them: each request is matched against the
+    routes in order."""
+    framework = list(app.router.routes)
+    app.router.routes[:] = [route for router in ROUTERS for route in router.routes]
+    app.router.routes.extend(framework)
 
 
 def create_app(
@@ -116,12 +122,17 @@ def create_app(
             migrate.check(database)
         service: PlacementService | None = app.state.placement
         if service is not None and service.mode == "embedded":  # load it beside the start
-            threading.Thread(target=service.embedded_app, name="placement-load",
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=service.embedded_app, name="placement-load", daemon=True
+            ).start()
         async with workers.running(app, service, conf):
             if settle:
-                threading.Thread(target=settle_heap, args=(service, app.state.settled),
-                                 name="settle-heap", daemon=True).start()  # fmt: skip
+                threading.Thread(
+                    target=settle_heap,
+                    args=(service, app.state.settled),
+                    name="settle-heap",
+                    daemon=True,
+                ).start()
             yield
         if db is None:
             database.dispose()
@@ -162,25 +173,46 @@ def create_app(
     if conf.metrics.enabled:
         app.add_route("/metrics", serve_metrics, ["GET"], include_in_schema=False)
     if placement is not None and placement.mode == "embedded":
-        app.mount("/placement", EmbeddedPlacement(placement, parts.auth))
+        app.mount("/placement", EmbeddedPlacement(placement, parts.auth, parts.policy))
+    check_policy(app)
     app.add_middleware(
         ApiMiddleware, client_timeout=conf.api.client_timeout, body_limits=body_limits(conf)
     )
     return app
 
 
+def check_policy(app: FastAPI) -> None:
+    """Refuse (``policy.UnguardedRoute``) an app with a route no policy rule guards: each
+    route names its rule and checks it (``CallDep``), or is public
+    (``policy.PUBLIC_ROUTES``); the embedded Placement admits its callers itself."""
+    for route in app.routes:
+        if isinstance(route, Mount) and isinstance(route.app, EmbeddedPlacement):
+            continue
+        if not isinstance(route, Route):  # an APIRoute is one too
+            raise policy.UnguardedRoute(f"No policy rule can guard the route {route!r}.")
+        checks = isinstance(route, APIRoute) and common.checks_its_rule(route.dependant)
+        methods = route.methods or {"*"}  # every method: no rule names "*"
+        for method in sorted(methods - {"HEAD"} if "GET" in methods else methods):
+            policy.check_route(method, route.path, checks)  # HEAD is served as the GET
+
+
 def body_limits(conf: cfg.ConfigOpts) -> BodyLimits:
-    """oslo's limit on every request body, but for host reports (larger) and bitstream
-    uploads (which stream and count their bytes against [bitstreams] max_size_mb)."""
+    """oslo's limit on every request body, but for a host report's JSON (larger) and a
+    bitstream upload's bytes (``application/octet-stream``, [bitstreams] max_size_mb):
+    any other media type on those routes has oslo's limit too."""
     return BodyLimits.of(
-        Limit(conf.oslo_middleware.max_request_body_size,
-              "[oslo_middleware] max_request_body_size"),
+        Limit(
+            conf.oslo_middleware.max_request_body_size, "[oslo_middleware] max_request_body_size"
+        ),
         {
-            ("PUT", "/v2/hosts/{hostname}/report"):
-                Limit(conf.api.max_host_report_size, "[api] max_host_report_size"),
-            ("PUT", "/v2/bitstreams/{uuid}/data"): Limit(None, "[bitstreams] max_size_mb"),
+            ("PUT", "/v2/hosts/{hostname}/report", "application/json"): Limit(
+                conf.api.max_host_report_size, "[api] max_host_report_size"
+            ),
+            ("PUT", "/v2/bitstreams/{uuid}/data", bitstreams.OCTET_STREAM): bitstreams.upload_limit(
+                conf
+            ),
         },
-    )  # fmt: skip
+    )
 
 
 async def serve_metrics(request: Request) -> Response:
@@ -192,8 +224,9 @@ def settle_heap(placement: PlacementService | None, settled: threading.Event) ->
     """What the start built stays for the process's life (modules, the configuration, the
     routes, the embedded Placement): collected once, then moved out of the garbage
     collector's passes (``gc.freeze``). A full collection then scans what requests made
-    alone: at the 240,000 objects of an all-in-one it held the event loop for about
-    110 ms, every few seconds under load. Sets ``settled``."""
+    alone, instead of every object of the all-in-one, which held the event loop every
+    few seconds under load (docs/benchmarks.md, "What the shortcuts save"). Sets
+    ``settled``."""
     if placement is not None and placement.mode == "embedded":
         # Loaded beside the start: wait for it (a failed load is the requests' to report).
         with contextlib.suppress(Exception):
@@ -228,15 +261,19 @@ class EmbeddedPlacement:
 
     Placement itself runs with ``noauth2`` (the token ``admin`` is its admin). Under
     ``auth_strategy = keystone`` that token is not taken from outside: a request needs
-    a valid Keystone token with the admin or service role (what Placement's own default
-    policy asks of most of its API), which is then exchanged for Placement's own."""
+    a valid Keystone token that the policy rule ``acceleron:placement:embedded`` allows
+    (by default the admin or service role, what Placement's own default policy asks of
+    most of its API), which is then exchanged for Placement's own."""
 
-    ROLES = frozenset({"admin", "service"})
+    RULE = "placement:embedded"
 
-    def __init__(self, service: PlacementService, authenticator: auth.Authenticator) -> None:
+    def __init__(
+        self, service: PlacementService, authenticator: auth.Authenticator, rules: Policy
+    ) -> None:
         self._service = service
         self._keystone = isinstance(authenticator, auth.KeystoneAuth)
         self._auth = authenticator
+        self._policy = rules
         self._app: Any = None  # a2wsgi's WSGIMiddleware, an ASGI app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -253,10 +290,8 @@ class EmbeddedPlacement:
 
     async def _admit(self, scope: Scope) -> Scope:
         context = await self._auth.context(Request(scope))
-        if not context.roles & self.ROLES:
-            raise HTTPException(
-                403, "The embedded Placement takes only tokens with the admin or service role."
-            )
+        why = " The embedded Placement takes the tokens this rule allows (admin, service)."
+        self._policy.authorize(self.RULE, context, why=why)
         kept = [
             (k, v) for k, v in scope["headers"] if k not in (b"x-auth-token", b"x-service-token")
         ]
@@ -297,5 +332,5 @@ def from_environment() -> FastAPI:
 
     files = json.loads(os.environ.get("ACCELERON_CONFIG_FILES", "null"))
     conf = confmod.load([], config_files=files)
-    logs.setup(conf, "acceleron-api")
+    logs.setup(conf, "acceleron-api", warn_unknown=False)  # the parent process warned
     return create_app(conf, settle=True)

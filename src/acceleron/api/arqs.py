@@ -17,6 +17,7 @@ when ``arq:get_all_projects`` lets it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -26,6 +27,7 @@ from starlette.responses import Response
 from typing_extensions import TypedDict
 
 from acceleron import microversion, uuids
+from acceleron.api import workers
 from acceleron.api.common import (
     Call,
     CallDep,
@@ -35,15 +37,20 @@ from acceleron.api.common import (
     timestamp,
 )
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.context import RequestContext
 from acceleron.exceptions import InvalidInput
+from acceleron.failfast import FailFast
 from acceleron.placement import tree
 from acceleron.service import arqs as service
 from acceleron.service import bind_tasks, binding, quotas
 
 router = APIRouter(
-    prefix="/v2/accelerator_requests", tags=["accelerator requests"], responses=ERROR_RESPONSES
+    dependency_overrides_provider=PROVIDER,
+    prefix="/v2/accelerator_requests",
+    tags=["accelerator requests"],
+    responses=ERROR_RESPONSES,
 )
 BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
 
@@ -61,7 +68,11 @@ class PatchOp(BaseModel):
     value: str | None = Field(None, max_length=255)
 
 
-Patch = RootModel[dict[str, list[PatchOp]]]
+PatchOps = Annotated[list[PatchOp], FailFast]
+
+
+class ArqPatch(RootModel[Annotated[dict[str, PatchOps], FailFast]]):
+    """Each accelerator request's uuid, and the operations that bind or unbind it."""
 
 
 class Arq_2_0(TypedDict):  # named after its microversion
@@ -179,7 +190,7 @@ def _info(arq: service.ArqRecord) -> dict[str, str]:
 def _caller(call: Call) -> RequestContext:
     """The caller as the service layer scopes it: every project's requests when
     ``arq:get_all_projects`` lets it, its own project's otherwise."""
-    return call.reaching("arq:get_all_projects")
+    return call.scoped("arq:get_all_projects")
 
 
 def _binds(call: Call) -> bool:
@@ -265,7 +276,7 @@ def _binding(uuid: str, ops: list[PatchOp], call: Call) -> service.Binding:
 
 
 @router.patch("", status_code=202, summary="Bind or unbind accelerator requests")
-async def patch_arqs(body: Annotated[Patch, Body()], call: CallDep) -> Response:
+async def patch_arqs(body: Annotated[ArqPatch, Body()], call: CallDep) -> Response:
     return await _patch(body.root, call)
 
 
@@ -278,7 +289,9 @@ async def patch_arqs(body: Annotated[Patch, Body()], call: CallDep) -> Response:
     "operations (or is the list of operations itself). Same rules, same answer.",
 )
 async def patch_arq(
-    uuid: str, body: Annotated[dict[str, list[PatchOp]] | list[PatchOp], Body()], call: CallDep
+    uuid: str,
+    body: Annotated[Annotated[dict[str, PatchOps], FailFast] | PatchOps, Body()],
+    call: CallDep,
 ) -> Response:
     if isinstance(body, list):
         return await _patch({uuid: body}, call)
@@ -294,15 +307,29 @@ async def _patch(patch: dict[str, list[PatchOp]], call: Call) -> Response:
     call.authorize("arq:update")
     work = _bindings(patch, call)
     if work and isinstance(work[0], service.Binding):
-        call.authorize("arq:bind", why=" Binding accelerator requests needs a service token "
-                       "(X-Service-Token from the compute service) beside the user's.")  # fmt: skip
+        call.authorize(
+            "arq:bind",
+            why=" Binding accelerator requests needs a service token "
+            "(X-Service-Token from the compute service) beside the user's.",
+        )
         resolved = await call.run_counted(
-            binding.bind, _caller(call), work, call.bitstreams, flat_mode_of(call),
-            limits_of(call), store=True,
-        )  # fmt: skip
+            functools.partial(binding.bind, trust=call.services.trust),
+            _caller(call),
+            work,
+            call.bitstreams,
+            flat_mode_of(call),
+            limits_of(call),
+            store=True,
+        )
         _notify(call, resolved)
     else:
-        await call.run(service.unbind, _caller(call), work, _binds(call))
+        await call.run(
+            functools.partial(service.unbind, policy=call.services.cleaning),
+            _caller(call),
+            work,
+            _binds(call),
+        )
+        workers.wake_sync(call.request.app.state)  # what is cleaned now is held reserved
     return Response(status_code=202)
 
 
@@ -362,14 +389,28 @@ async def delete_arqs(
     if (arqs is None) == (instance is None):
         raise InvalidInput("Give exactly one of arqs=<uuid,...> and instance=<uuid>.")
     if instance is not None:
-        await call.run(service.delete_for_instance, _caller(call), instance, _binds(call))
+        await call.run(
+            service.delete_for_instance,
+            _caller(call),
+            instance,
+            _binds(call),
+            call.services.cleaning,
+        )
     else:
-        await call.run(service.delete_arqs, _caller(call), split_list(arqs) or [], _binds(call))
+        await call.run(
+            service.delete_arqs,
+            _caller(call),
+            split_list(arqs) or [],
+            _binds(call),
+            call.services.cleaning,
+        )
+    workers.wake_sync(call.request.app.state)  # what is cleaned now is held reserved
     return Response(status_code=204)
 
 
 @router.delete("/{uuid}", status_code=204, summary="Delete an accelerator request")
 async def delete_arq(uuid: str, call: CallDep) -> Response:
     call.authorize("arq:delete")
-    await call.run(service.delete_arqs, _caller(call), [uuid], _binds(call))
+    await call.run(service.delete_arqs, _caller(call), [uuid], _binds(call), call.services.cleaning)
+    workers.wake_sync(call.request.app.state)  # what is cleaned now is held reserved
     return Response(status_code=204)

@@ -28,12 +28,18 @@ from acceleron import microversion
 from acceleron.api.common import CallDep, json_response, timestamp
 from acceleron.api.devices import PageQuery, page_body, sort_key_field
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput
 from acceleron.service import attributes as service
 
 PATH = "/v2/attributes"
-router = APIRouter(prefix=PATH, tags=["attributes"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
+    prefix=PATH,
+    tags=["attributes"],
+    responses=ERROR_RESPONSES,
+)
 
 
 class AttributeQuery(PageQuery):

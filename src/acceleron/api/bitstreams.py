@@ -7,12 +7,16 @@ An upload takes two steps, as with Glance:
   them: the bitstream becomes ``active``, with its size and hash (200). The
   body is read on the event loop into a spool file (no thread waits on a slow
   client; a stalled one is cut after ``[api] client_timeout``), then handed to
-  the store; more than ``[bitstreams] max_size_mb`` is refused with 413, and a
-  project runs ``[bitstreams] max_uploads_per_project`` uploads at once (429).
+  the store, and only once the caller may upload to that bitstream. More than
+  ``[bitstreams] max_size_mb`` is refused with 413 (by the middleware, before
+  anything reads past it: ``upload_limit``), and a project runs
+  ``[bitstreams] max_uploads_per_project`` uploads at once (429).
 
 ``GET /{uuid}/data`` streams the bytes with ``X-Bitstream-Hash: <algo>:<hex>``
-so that the receiver can verify them; they are checked on the way out too, and
-the last chunk is withheld when they do not match (see ``BitstreamStore.stream``).
+so that the receiver can verify them. They are checked whole before the answer
+starts (``BitstreamStore.open``: the local store hashes its file, a Glance image is
+spooled to ``$state_path/download-spool`` while hashed): bytes that no longer match
+their hash are answered 409 ``acceleron.bitstream_corrupt`` with both hashes.
 
 A bitstream belongs to the project that created it and is private unless an
 admin made it public. Callers see public bitstreams and their own project's;
@@ -41,14 +45,18 @@ from starlette.responses import Response, StreamingResponse
 from acceleron import bitstreams, microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.middleware import Limit
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.bitstreams import Bitstream, NewBitstream
 from acceleron.bitstreams.model import PUBLIC
-from acceleron.bitstreams.transfer import CHUNK_SIZE
-from acceleron.exceptions import Forbidden, InvalidInput
+from acceleron.bitstreams.transfer import CHUNK_SIZE, read_chunks
+from acceleron.exceptions import Forbidden, InvalidInput, StateUnwritable
+from acceleron.failfast import FailFast
 from acceleron.uuids import parse
 
 router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     prefix="/v2/bitstreams",
     tags=["bitstreams"],
     responses=ERROR_RESPONSES,
@@ -73,7 +81,7 @@ class BitstreamIn(BaseModel):
     region_type_uuid: str | None = Field(
         None, description="The region type (interface id) it is built for."
     )
-    properties: dict[str, str] = Field(
+    properties: Annotated[dict[str, str], FailFast] = Field(
         default_factory=dict, description="Further metadata, kept as given."
     )
     visibility: Literal["private", "public"] = Field(
@@ -147,7 +155,7 @@ def _scope(call: Call) -> str | None:
     return None
 
 
-def _owner(bitstream: Bitstream) -> dict[str, object]:
+def _owner_target(bitstream: Bitstream) -> dict[str, object]:
     """The policy target: the owning project ("" for none, which no caller matches)."""
     return {"project_id": bitstream.owner or ""}
 
@@ -160,34 +168,33 @@ async def _one(call: Call, ident: str) -> Bitstream:
 # --- the upload's body ------------------------------------------------------------------
 
 
-def _too_large(limit: int) -> HTTPException:
-    return HTTPException(
-        413,
-        f"The bitstream is larger than the {limit // MIB} MiB this API takes "
+def upload_limit(conf: Any) -> Limit:
+    """The limit of an upload's bytes (``application/octet-stream``): the middleware
+    refuses a larger Content-Length before anything runs, and cuts a chunked body past
+    it (``app.body_limits``); a body of any other media type has the ordinary limit."""
+    size = conf.bitstreams.max_size_mb * MIB
+    return Limit(
+        size,
+        "[bitstreams] max_size_mb",
+        f"The bitstream is larger than the {size // MIB} MiB this API takes "
         f"([bitstreams] max_size_mb).",
     )
 
 
-def _check_upload(request: Request, limit: int) -> None:
+def _check_upload(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != OCTET_STREAM:
         raise HTTPException(415, f"Send the bitstream's bytes as {OCTET_STREAM}.")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise _too_large(limit)
 
 
-async def _spool(request: Request, spool: BinaryIO, limit: int) -> None:
+async def _spool(request: Request, spool: BinaryIO) -> None:
     """Read the body on the event loop into ``spool``: no thread waits on the client
     (a stalled one is cut by the middleware after [api] client_timeout, 408); the
-    writes go to a thread a mebibyte at a time. Past ``limit`` bytes, 413."""
+    writes go to a thread a mebibyte at a time. The middleware cuts it past
+    ``upload_limit`` (413)."""
     received = bytearray()
-    size = 0
     try:
         async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
             received += chunk
             if len(received) >= CHUNK_SIZE:
                 await run_in_threadpool(spool.write, bytes(received))
@@ -199,12 +206,25 @@ async def _spool(request: Request, spool: BinaryIO, limit: int) -> None:
     spool.seek(0)
 
 
+def _spool_dir(conf: Any, name: str) -> Path:
+    """``$state_path/<name>``, made if need be; StateUnwritable (503, naming it and
+    [DEFAULT] state_path) when this server may not write there."""
+    where = Path(conf.state_path) / name
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StateUnwritable(where, "[DEFAULT] state_path", error) from error
+    return where
+
+
 def _spool_file(conf: Any) -> BinaryIO:
     """An anonymous temporary file under ``$state_path/upload-spool`` (gone on close,
     or with the process)."""
-    where = Path(conf.state_path) / "upload-spool"
-    where.mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryFile(dir=where)
+    where = _spool_dir(conf, "upload-spool")
+    try:
+        return tempfile.TemporaryFile(dir=where)
+    except OSError as error:
+        raise StateUnwritable(where, "[DEFAULT] state_path", error) from error
 
 
 # --- handlers ---------------------------------------------------------------------------
@@ -253,12 +273,11 @@ async def create_bitstream(body: Annotated[BitstreamIn, Body()], call: CallDep) 
 )
 async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
     bitstream = await _one(call, uuid)
-    call.authorize("bitstream:upload", _owner(bitstream))
+    call.authorize("bitstream:upload", _owner_target(bitstream))
+    _check_upload(call.request)  # only now is the body read: the caller may upload to it
     conf = call.services.conf
-    limit = conf.bitstreams.max_size_mb * MIB
-    _check_upload(call.request, limit)
     with call.services.uploads.taken(call.context.project_id or ""), _spool_file(conf) as spool:
-        await _spool(call.request, spool, limit)
+        await _spool(call.request, spool)
         uploaded = await call.outbound(call.bitstreams.upload_data, bitstream.id, spool)
     return json_response(view(uploaded, call.base_url))
 
@@ -283,22 +302,26 @@ async def upload_bitstream_data(uuid: str, call: CallDep) -> Response:
 async def download_bitstream_data(uuid: str, call: CallDep) -> Response:
     call.authorize("bitstream:get")
     bitstream = await _one(call, uuid)
+    spool = _spool_dir(call.services.conf, "download-spool")
     stack = contextlib.ExitStack()
-    chunks = await call.outbound(stack.enter_context, call.bitstreams.stream(bitstream))
+    # Checked whole before the answer starts: a corrupt bitstream is a 409 naming both
+    # hashes, never a download that breaks off.
+    stream = await call.outbound(stack.enter_context, call.bitstreams.open(bitstream, spool))
     headers = {HASH_HEADER: f"{bitstream.hash_algo}:{bitstream.hash_value}"}
     if bitstream.size is not None:
         headers["Content-Length"] = str(bitstream.size)
     return StreamingResponse(
-        _outbound_chunks(call, chunks, stack), media_type=OCTET_STREAM, headers=headers
+        _outbound_chunks(call, read_chunks(stream), stack),
+        media_type=OCTET_STREAM,
+        headers=headers,
     )
 
 
 async def _outbound_chunks(
     call: Call, chunks: Iterator[bytes], stack: contextlib.ExitStack
 ) -> AsyncIterator[bytes]:
-    """The store's chunks, each read on an outbound thread (a slow Glance holds none of
-    the default pool's); the store's stream closed however the answer ends (a reader
-    that stalls is cut by the middleware)."""
+    """The verified copy's chunks, each read on an outbound thread; the copy closed
+    however the answer ends (a reader that stalls is cut by the middleware)."""
     try:
         while (chunk := await call.outbound(next, chunks, b"")) != b"":
             yield chunk
@@ -309,6 +332,6 @@ async def _outbound_chunks(
 @router.delete("/{uuid}", status_code=204, summary="Delete a bitstream (2.7)")
 async def delete_bitstream(uuid: str, call: CallDep) -> Response:
     bitstream = await _one(call, uuid)
-    call.authorize("bitstream:delete", _owner(bitstream))
+    call.authorize("bitstream:delete", _owner_target(bitstream))
     await call.outbound(call.bitstreams.delete, bitstream.id)
     return Response(status_code=204)

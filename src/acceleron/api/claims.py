@@ -5,9 +5,10 @@ API chooses the accelerators with Placement and spec 001's weigher, allocates th
 the consumer (retrying when another consumer wins the capacity), creates and binds the
 accelerator requests, and undoes everything if a step fails. GET
 ``/v2/claims/{consumer}`` follows it (state ``binding`` until the host's agent has
-programmed or prepared what it must, then ``bound``); DELETE releases it: requests
-deleted, allocation dropped; a claim whose maker is gone (its process died, or it
-outlived ``[claims] timeout``) is undone by it, or by the next POST for its consumer.
+programmed or prepared what it must, then ``bound``); DELETE ends it (``claims.end``):
+its requests deleted, its allocation dropped; 409 while its maker or another DELETE is
+at work on it; a claim whose actor's lease (``[claims] timeout``) passed is ended by
+it, or by the next POST for its consumer.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from acceleron import microversion
 from acceleron.api import arqs as arqs_api
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.context import RequestContext
 from acceleron.exceptions import Conflict
@@ -30,6 +32,7 @@ from acceleron.service import claims
 from acceleron.service.placement import PlacementService
 
 router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     prefix="/v2/claims",
     tags=["claims"],
     responses=ERROR_RESPONSES,
@@ -108,7 +111,7 @@ HOSTNAME_RULE = (
 def _caller(call: Call) -> RequestContext:
     """The caller as the service layer scopes it: every project's claims (and claiming
     for another project) when ``claim:all_projects`` lets it."""
-    return call.reaching("claim:all_projects")
+    return call.scoped("claim:all_projects")
 
 
 def _placement(call: Call) -> PlacementService:
@@ -118,8 +121,12 @@ def _placement(call: Call) -> PlacementService:
     return service
 
 
-@router.post("", status_code=201, responses={201: {"model": ClaimOut}},
-             summary="Claim accelerators for a consumer (2.12)")  # fmt: skip
+@router.post(
+    "",
+    status_code=201,
+    responses={201: {"model": ClaimOut}},
+    summary="Claim accelerators for a consumer (2.12)",
+)
 async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> Response:
     call.authorize("claim:create")
     if body.hostname is not None:
@@ -127,18 +134,31 @@ async def create_claim(body: Annotated[ClaimCreate, Body()], call: CallDep) -> R
         call.authorize("claim:hostname", why=HOSTNAME_RULE)
     placement = _placement(call)
     make = functools.partial(
-        claims.make, store=call.bitstreams, flat_mode=arqs_api.flat_mode_of(call),
-        limits=arqs_api.limits_of(call), timeout=call.services.conf.claims.timeout,
+        claims.make,
+        store=call.bitstreams,
+        flat_mode=arqs_api.flat_mode_of(call),
+        limits=arqs_api.limits_of(call),
+        timeout=call.services.conf.claims.timeout,
         options=placement.options,
-    )  # fmt: skip
-    made = await call.outbound(make, call.db, placement.client(), _caller(call),
-                               body.device_profile_name, body.consumer_uuid, body.project_id,
-                               body.hostname)  # fmt: skip
+        trust=call.services.trust,
+        policy=call.services.cleaning,
+    )
+    made = await call.outbound(
+        placement.claiming(make),
+        call.db,
+        placement.claims_client(),
+        _caller(call),
+        body.device_profile_name,
+        body.consumer_uuid,
+        body.project_id,
+        body.hostname,
+    )
     return json_response(view(made, call), 201)
 
 
-@router.get("/{consumer}", responses={200: {"model": ClaimOut}},
-            summary="Show a consumer's claim (2.12)")  # fmt: skip
+@router.get(
+    "/{consumer}", responses={200: {"model": ClaimOut}}, summary="Show a consumer's claim (2.12)"
+)
 async def show_claim(consumer: str, call: CallDep) -> Response:
     call.authorize("claim:get")
     return json_response(view(await call.run(claims.show, _caller(call), consumer), call))
@@ -151,6 +171,13 @@ async def delete_claim(consumer: str, call: CallDep) -> Response:
         await call.run(claims.lookup, _caller(call), consumer)
     placement = _placement(call)
     timeout = call.services.conf.claims.timeout
-    await call.outbound(claims.remove, call.db, placement.client(), _caller(call), consumer,
-                        timeout)  # fmt: skip
+    await call.outbound(
+        placement.claiming(claims.end),
+        call.db,
+        placement.claims_client(),
+        _caller(call),
+        consumer,
+        timeout,
+        call.services.cleaning,
+    )
     return Response(status_code=204)

@@ -2,13 +2,14 @@
 
 ``CallDep``, the one dependency of every handler, admits a request in this order:
 who calls (authentication), whether the route's policy rule lets them
-(``policy.rule_of``), and only then what the body holds: no lone surrogate, and the
-body's schema checked with every list and mapping stopping at its first error. So a
-caller the policy refuses learns nothing of the schema, and a body of many wrong items
-(50,000 of them fit in ``[oslo_middleware] max_request_body_size``) costs one error,
-not 50,000: pydantic's validation holds the GIL however it is run, so the only way
-to keep it from stalling the event loop is to make it short. FastAPI validates the
-body again afterwards, at the cost of a valid body's validation.
+(``policy.rule_of``; a route without one is refused, and the app does not start with
+one: ``policy.check_route``), and whether a JSON body holds a lone surrogate. FastAPI
+then validates the path parameters and the body against the handler's types, once,
+after every dependency: a caller the policy refuses learns nothing of the schema. Every
+list and mapping of a body stops at its first error (``acceleron.failfast``), so a body
+of many wrong items (50,000 of them fit in ``[oslo_middleware] max_request_body_size``)
+costs one error, not 50,000: pydantic's validation holds the GIL however it is run, so
+the only way to keep it from stalling the event loop is to make it short.
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ import dataclasses
 import datetime as dt
 import json
 import re
-import types
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import Depends, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi.dependencies.models import Dependant
 from fastapi.params import Depends as DependsParam
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import SchemaValidator
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -37,7 +35,7 @@ from acceleron.api.services import Services, services
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
 from acceleron.db.session import Database
-from acceleron.exceptions import InvalidInput
+from acceleron.exceptions import Forbidden, InvalidInput
 from acceleron.service.placement import PlacementService
 
 T = TypeVar("T")
@@ -60,8 +58,8 @@ class Call:
     def allows(self, rule: str, target: dict[str, object] | None = None) -> bool:
         return self.policy.allows(rule, self.context, target)
 
-    def reaching(self, rule: str) -> RequestContext:
-        """The caller, reaching every project's objects if ``rule`` lets it (the
+    def scoped(self, rule: str) -> RequestContext:
+        """The caller's context, scoped to every project if ``rule`` lets it (the
         ``all_projects`` the service layer scopes its look-ups by)."""
         return dataclasses.replace(self.context, all_projects=self.allows(rule))
 
@@ -171,83 +169,14 @@ async def _check_characters(body: bytes) -> None:
         return  # not JSON: FastAPI has answered that already
 
 
-# Schemas whose items pydantic validates one by one, each error kept: stopped at the first.
-_COLLECTIONS = frozenset({"list", "tuple", "set", "frozenset", "dict", "generator"})
-
-
-def _failing_fast(schema: Any) -> Any:
-    """A copy of a pydantic core schema whose collections stop at their first error.
-
-    pydantic-core reuses a finished model's own validator wherever the schema names the
-    model (``cls``), whatever the schema says: each model is replaced by a subclass
-    marked unfinished, so that its copied schema is the one used."""
-    if isinstance(schema, dict):
-        copy = {key: _failing_fast(value) for key, value in schema.items()}
-        kind = copy.get("type")
-        if isinstance(kind, str) and kind in _COLLECTIONS:
-            copy["fail_fast"] = True
-        model = copy.get("cls")
-        if kind == "model" and isinstance(model, type) and issubclass(model, BaseModel):
-            stand_in: Any = types.new_class(
-                model.__name__, (model,), {}, lambda ns: ns.update(__module__=model.__module__)
-            )
-            stand_in.__pydantic_complete__ = False
-            copy["cls"] = stand_in
-        return copy
-    if isinstance(schema, list):
-        return [_failing_fast(item) for item in schema]
-    return schema
-
-
-_BODY_VALIDATORS: dict[int, tuple[object, SchemaValidator]] = {}
-
-
-def _body_validator(field: Any) -> SchemaValidator:
-    """The route's body schema (a FastAPI ModelField's annotation, with the constraints
-    its ``Body(...)`` adds, such as ``min_length``), failing fast."""
-    known = _BODY_VALIDATORS.get(id(field))
-    if known is None or known[0] is not field:
-        info = field.field_info
-        constrained: Any = Annotated[info.annotation, info]
-        schema = TypeAdapter(constrained).core_schema
-        known = _BODY_VALIDATORS[id(field)] = (field, SchemaValidator(_failing_fast(schema)))
-    return known[1]
-
-
-_BODY = "acceleron.body"  # the scope's key for the body as _check_body validated it
-
-
-async def _check_body(request: Request) -> None:
-    """The body's characters, then its schema, stopping at the first error of each list
-    or mapping; the body as validated is kept for ``checked_body``. FastAPI read and
-    parsed the body before any dependency ran."""
-    if _BODY in request.scope or not _is_json(request):
+async def _check_characters_of(request: Request) -> None:
+    """A JSON body's characters (``_check_characters``); FastAPI read and parsed the body
+    before any dependency ran, and validates it against the route's schema after them."""
+    if not _is_json(request):
         return
     body = await request.body()
-    if not body:
-        return
-    await _check_characters(body)
-    field = getattr(request.scope.get("route"), "body_field", None)
-    if field is None:
-        return
-    try:
-        request.scope[_BODY] = _body_validator(field).validate_python(await request.json())
-    except ValidationError as error:
-        errors = error.errors(include_url=False)
-        raise RequestValidationError(
-            [{**item, "loc": ("body", *item["loc"])} for item in errors]
-        ) from None
-
-
-async def checked_body(request: Request) -> Any:
-    """The JSON body of ``request`` as its route's schema takes it, validated once
-    (``_check_body``, which ``CallDep`` runs before the handler)."""
-    await _check_body(request)
-    if _BODY not in request.scope:
-        raise RequestValidationError(
-            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
-        )
-    return request.scope[_BODY]
+    if body:
+        await _check_characters(body)
 
 
 async def _call(request: Request) -> Call:
@@ -259,12 +188,19 @@ async def _call(request: Request) -> Call:
         db=parts.db,
         policy=parts.policy,
     )
-    route = request.scope.get("route")
-    rule = rule_of(request.method, getattr(route, "path", ""))
-    if rule is not None:  # before the body: a refused caller learns nothing of its schema
-        call.authorize(rule)
-    await _check_body(request)
+    path = getattr(request.scope.get("route"), "path", "")
+    rule = rule_of(request.method, path)
+    if rule is None:  # the app does not start with such a route (policy.check_route)
+        raise Forbidden(f"No policy rule guards {request.method} {path}.")
+    call.authorize(rule)  # before the body: a refused caller learns nothing of its schema
+    await _check_characters_of(request)
     return call
+
+
+def checks_its_rule(dependant: Dependant) -> bool:
+    """Whether a route's handler (its FastAPI ``dependant``) takes ``CallDep``, which
+    checks the route's policy rule before anything else."""
+    return any(sub.call is _call or checks_its_rule(sub) for sub in dependant.dependencies)
 
 
 # One dependency per handler: FastAPI's dependency solving costs per dependency.
@@ -294,7 +230,7 @@ class Requires:
 def requires(version: microversion.Version, what: str, status_code: int = 404) -> DependsParam:
     """A route (or router) dependency: the route exists from microversion ``version``
     on; an older request is answered ``status_code`` saying that ``what`` needs it.
-    It runs before the body is read and before policy: below its version the route
+    It runs before policy and before the body is validated: below its version the route
     is not there. Use as ``dependencies=[requires(V2_7, "The bitstreams API")]``."""
     return DependsParam(Requires(version, what, status_code))
 

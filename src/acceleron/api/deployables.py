@@ -43,12 +43,15 @@ from acceleron.api.devices import (
     wake_placement,
 )
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.exceptions import InvalidInput, NotFound
+from acceleron.failfast import FailFast
 from acceleron.service import attributes as attributes_service
 from acceleron.service import deployables as service
-from acceleron.service import health, programming
+from acceleron.service import health, programming, provenance
 from acceleron.service.deployables import DeployableInfo, HandleRecord
+from acceleron.service.provenance import Trust
 from acceleron.vocabulary import DEVICE_TYPES, KINDS
 
 PATH = "/v2/deployables"
@@ -60,8 +63,14 @@ async def _latest(request: Request) -> None:
     request.state.api_version = microversion.MAX_VERSION
 
 
-router = APIRouter(prefix=PATH, tags=["deployables"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
+    prefix=PATH,
+    tags=["deployables"],
+    responses=ERROR_RESPONSES,
+)
 spec003_router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     prefix=SPEC003_PATH,
     tags=["deployables (spec 003)"],
     responses=ERROR_RESPONSES,
@@ -186,7 +195,34 @@ class Deployable_2_13(Deployable_2_10, _OwnHealth, HealthDetail, _Status):
     """A deployable, from 2.13: its own health and maintenance."""
 
 
-DeployableOut: TypeAlias = Deployable_2_0 | Deployable_2_5 | Deployable_2_10 | Deployable_2_13
+class Deployable_2_17(Deployable_2_13):
+    """A deployable, from 2.17: where what it holds came from, and what of it is being
+    cleaned between tenants."""
+
+    cleaning: Annotated[
+        int,
+        Field(
+            description="How many of its attach handles were given back and are not clean "
+            "yet (waiting, being cleaned, or failed to be): held reserved in Placement."
+        ),
+    ]
+
+    provenance: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="What it holds and where that came from: source 'acceleron' (the "
+            "bitstream_id Acceleron loaded, the project_id of the request that loaded it, "
+            "null for an admin's program; its functions; signature: verified, and by which "
+            "certificate_id; loaded_at), or 'outside' (its functions, loaded outside "
+            "Acceleron, and whether [bitstreams] trusted_functions vouches for them); null "
+            'when it holds no function. docs/binding.md, "What a region holds".'
+        ),
+    ]
+
+
+DeployableOut: TypeAlias = (
+    Deployable_2_0 | Deployable_2_5 | Deployable_2_10 | Deployable_2_13 | Deployable_2_17
+)
 
 
 class DeployableList(BaseModel):
@@ -221,7 +257,9 @@ def handle_view(handle: HandleRecord) -> AttachHandleOut:
     )
 
 
-def view(info: DeployableInfo, version: microversion.Version, base: str) -> DeployableOut:
+def view(
+    info: DeployableInfo, version: microversion.Version, base: str, trust: Trust
+) -> DeployableOut:
     dep = info.deployable
     data = Deployable_2_0(
         uuid=dep.uuid,
@@ -274,9 +312,10 @@ def view(info: DeployableInfo, version: microversion.Version, base: str) -> Depl
     with_memory = Deployable_2_10(**rich, memory_type=dep.memory_type)
     if version < microversion.V2_13:
         return with_memory
-    return Deployable_2_13(
-        **with_memory, health=dep.health, **health_detail(dep), status=dep.status
-    )
+    own = Deployable_2_13(**with_memory, health=dep.health, **health_detail(dep), status=dep.status)
+    if version < microversion.V2_17:
+        return own
+    return Deployable_2_17(**own, cleaning=dep.cleaning, provenance=provenance.describe(dep, trust))
 
 
 # --- handlers -------------------------------------------------------------------------
@@ -301,14 +340,15 @@ async def _list(call: Call, query: DeployableQuery, path: str) -> dict[str, Any]
     listed = await call.run(
         service.list_deployables, filters, query.page(call), _attribute_filters(call.request)
     )
-    items = [view(d, call.version, call.base_url) for d in listed.items]
+    trust = call.services.trust
+    items = [view(d, call.version, call.base_url, trust) for d in listed.items]
     return page_body("deployables", items, listed, call, path)
 
 
 async def _show(call: Call, uuid: str) -> DeployableOut:
     call.authorize("deployable:get_one")
     deployable = await call.run(service.get, uuid)
-    return view(deployable, call.version, call.base_url)
+    return view(deployable, call.version, call.base_url, call.services.trust)
 
 
 async def _attribute(call: Call, uuid: str, key: str) -> dict[str, Any]:
@@ -362,7 +402,7 @@ class ProgramImage(BaseModel):
 class ProgramOp(BaseModel):
     path: Literal["/program"]
     op: Literal["replace"]
-    value: list[ProgramImage] = Field(min_length=1, max_length=1)
+    value: Annotated[list[ProgramImage], FailFast] = Field(min_length=1, max_length=1)
 
 
 @router.post(
@@ -390,7 +430,9 @@ async def deployable_maintenance(uuid: str, body: MaintenanceIn, call: CallDep) 
     "and program_progress until the agent is done (or program_error).",
 )
 async def program_deployable(
-    uuid: str, body: Annotated[list[ProgramOp], Body(min_length=1, max_length=1)], call: CallDep
+    uuid: str,
+    body: Annotated[list[ProgramOp], FailFast, Body(min_length=1, max_length=1)],
+    call: CallDep,
 ) -> Response:
     call.authorize("deployable:program")
     image = body[0].value[0].image_uuid
@@ -409,7 +451,7 @@ async def program_deployable(
 async def program_deployable_sdk(
     uuid: str,
     again: str,
-    body: Annotated[list[ProgramOp], Body(min_length=1, max_length=1)],
+    body: Annotated[list[ProgramOp], FailFast, Body(min_length=1, max_length=1)],
     call: CallDep,
 ) -> Response:
     if not uuids.same(uuid, again):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeAlias
-from uuid import UUID
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,14 +25,19 @@ from typing_extensions import TypedDict
 from acceleron import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires, split_list, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput
+from acceleron.failfast import FailFast
 from acceleron.service import device_profiles as service
 from acceleron.uuids import is_uuid_like
 
 router = APIRouter(
-    prefix="/v2/device_profiles", tags=["device profiles"], responses=ERROR_RESPONSES
+    dependency_overrides_provider=PROVIDER,
+    prefix="/v2/device_profiles",
+    tags=["device profiles"],
+    responses=ERROR_RESPONSES,
 )
 
 GROUPS_DOC = (
@@ -48,9 +52,18 @@ class DeviceProfileIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="Unique name: letters, digits, '-' and '_'.", max_length=255)
-    groups: list[dict[str, str]] = Field(description=GROUPS_DOC)
+    groups: Annotated[list[Annotated[dict[str, str], FailFast]], FailFast] = Field(
+        description=GROUPS_DOC
+    )
     description: str | None = Field(None, max_length=255)
-    uuid: UUID | None = Field(None, description="Chosen by the server when not given.")
+    # A string, read by uuids.parse in the service: pydantic's UUID takes braces and
+    # ``urn:uuid:`` forms that no other route accepts.
+    uuid: str | None = Field(
+        None,
+        description="Chosen by the server when not given.",
+        max_length=64,
+        json_schema_extra={"format": "uuid"},
+    )
     enabled: bool | None = Field(None, description="From 2.4. Whether new requests may use it.")
 
 
@@ -109,9 +122,10 @@ def view(profile: service.Profile, version: microversion.Version, base: str) -> 
 async def _read(
     call: Call, read: Callable[[Database], list[service.Profile]]
 ) -> list[service.Profile]:
-    """The profiles ``read`` returns, steered (``service.steer_profiles``); as they are
-    when Placement is disabled. With the local bitstream store, read and steered in one
-    transaction; with Glance, only a profile naming a bitstream waits on it (a thread)."""
+    """The profiles ``read`` returns, with their fit traits
+    (``service.with_fit_traits_of_profiles``); as they are when Placement is disabled.
+    With the local bitstream store, read and steered in one transaction; with Glance,
+    only a profile naming a bitstream waits on it (a thread)."""
     placement = call.placement
     if placement is None or placement.mode == "disabled":
         return await call.run(read)
@@ -122,7 +136,7 @@ async def _read(
     if not service.wants_steering(profiles):
         return profiles
     return await call.run_blocking(
-        service.steer_profiles, call.bitstreams, profiles, project, nested
+        service.with_fit_traits_of_profiles, call.bitstreams, profiles, project, nested
     )
 
 
@@ -161,7 +175,7 @@ async def show_device_profile(ident: str, call: CallDep) -> Response:
     summary="Create a device profile (the body is a list holding one profile)",
 )
 async def create_device_profile(
-    body: Annotated[list[DeviceProfileIn], Body()], call: CallDep
+    body: Annotated[list[DeviceProfileIn], FailFast, Body()], call: CallDep
 ) -> Response:
     call.authorize("device_profile:create")
     if len(body) != 1:
@@ -177,7 +191,7 @@ async def create_device_profile(
             name=item.name,
             groups=item.groups,
             description=item.description,
-            uuid=str(item.uuid) if item.uuid else None,
+            uuid=item.uuid,
             enabled=True if item.enabled is None else item.enabled,
             limits=call.services.profile_limits,
         )
@@ -197,7 +211,7 @@ async def create_device_profile(
     dependencies=[requires(microversion.V2_4, "Changing a device profile", 405)],
 )
 async def update_device_profile(
-    ident: str, body: Annotated[list[PatchOp], Body()], call: CallDep
+    ident: str, body: Annotated[list[PatchOp], FailFast, Body()], call: CallDep
 ) -> Response:
     call.authorize("device_profile:update")
     if not body:

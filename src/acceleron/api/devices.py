@@ -11,13 +11,16 @@
 * 2.13 shows ``health`` as healthy/degraded/unhealthy (ok/degraded/failed before),
   with ``health_reason``, ``health_since``, ``maintenance_reason`` and
   ``maintenance_since``, filters on ``health`` (one state or several, comma-separated),
-  and adds ``POST /v2/devices/{uuid}/maintenance`` and ``GET /v2/devices/{uuid}/binds``.
+  and adds ``POST /v2/devices/{uuid}/maintenance`` and ``GET /v2/devices/{uuid}/binds``;
+* 2.17 shows ``cleaning`` and adds ``GET /v2/devices/{uuid}/history``;
+* 2.18 shows where the device sits: ``pcie_switch`` and ``nvlink_domain``.
 
 The paging parameters and links here are those of every inventory list.
 
 A device's response has one schema per microversion that changed it (``Device_2_0``,
-``Device_2_3``, ``Device_2_5``, ``Device_2_13``): typed dicts that both document the
-response (OpenAPI) and build it (``view``), so a renamed field fails the type check.
+``Device_2_3``, ``Device_2_5``, ``Device_2_13``, ``Device_2_17``, ``Device_2_18``):
+typed dicts that both document the response (OpenAPI) and build it (``view``), so a
+renamed field fails the type check.
 """
 
 from __future__ import annotations
@@ -36,14 +39,20 @@ from acceleron import microversion
 from acceleron.api import workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.versions import Link
 from acceleron.service import devices as service
-from acceleron.service import health
+from acceleron.service import health, tenancies
 from acceleron.service.deployables import DeployableRecord
 from acceleron.service.listing import Listed, Page, make_page
 from acceleron.vocabulary import DEVICE_TYPES
 
-router = APIRouter(prefix="/v2/devices", tags=["devices"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
+    prefix="/v2/devices",
+    tags=["devices"],
+    responses=ERROR_RESPONSES,
+)
 
 # Filters that need 2.5: the fields they compare are shown from 2.5 only.
 FILTERS_2_5 = ("status", "state", "pci_address")
@@ -167,7 +176,41 @@ class Device_2_13(Device_2_5, HealthDetail):
     maintenance."""
 
 
-DeviceOut: TypeAlias = Device_2_0 | Device_2_3 | Device_2_5 | Device_2_13
+class Device_2_17(Device_2_13):
+    """A device, from 2.17: what of it is being cleaned between tenants."""
+
+    cleaning: Annotated[
+        int,
+        Field(
+            description="How many of its attach handles were given back and are not clean "
+            "yet (waiting, being cleaned, or failed to be): held reserved in Placement."
+        ),
+    ]
+
+
+class Device_2_18(Device_2_17):
+    """A device, from 2.18: where it sits, beside its NUMA node."""
+
+    pcie_switch: Annotated[
+        str | None,
+        Field(
+            description="The PCI address of its nearest PCIe switch (the switch's upstream "
+            "port); devices behind one switch share it. None when it hangs off a root port "
+            "or its driver cannot tell."
+        ),
+    ]
+    nvlink_domain: Annotated[
+        str | None,
+        Field(
+            description="A name the devices of its host joined to it by NVLink or NVSwitch "
+            "share. None when it has no NVLink peer."
+        ),
+    ]
+
+
+DeviceOut: TypeAlias = (
+    Device_2_0 | Device_2_3 | Device_2_5 | Device_2_13 | Device_2_17 | Device_2_18
+)
 
 
 class DeviceList(BaseModel):
@@ -224,7 +267,15 @@ def view(device: service.DeviceRecord, version: microversion.Version, base: str)
     )
     if not latest:
         return rich
-    return Device_2_13(**rich, **health_detail(device))
+    detailed = Device_2_13(**rich, **health_detail(device))
+    if version < microversion.V2_17:
+        return detailed
+    cleaning = Device_2_17(**detailed, cleaning=device.cleaning)
+    if version < microversion.V2_18:
+        return cleaning
+    return Device_2_18(
+        **cleaning, pcie_switch=device.pcie_switch, nvlink_domain=device.nvlink_domain
+    )
 
 
 def _filters(query: DeviceQuery, version: microversion.Version) -> dict[str, str | None]:
@@ -343,3 +394,67 @@ async def device_binds(uuid: str, call: CallDep) -> Response:
     return json_response(
         BindsOut(device_uuid=device.uuid, status=device.status, health=device.health, binds=bound)
     )
+
+
+class TenancyOut(TypedDict):
+    deployable: Annotated[str, Field(description="Its key in the device (region0, ...).")]
+    attach_handle: str
+    project_id: str | None
+    instance_uuid: str | None
+    arq_uuid: str
+    bound_at: str | None
+    released_at: str
+    held: Annotated[
+        dict[str, Any] | None,
+        Field(description="What its region held when it was given back (its provenance)."),
+    ]
+    cleaning_method: Annotated[str, Field(description="none, reset, scrub or command.")]
+    cleaning: Annotated[
+        str,
+        Field(description="pending, done, failed, or skipped (cleaning_error says why)."),
+    ]
+    cleaned_at: str | None
+    cleaning_seconds: float | None
+    cleaning_error: str | None
+
+
+class HistoryOut(TypedDict):
+    device_uuid: str
+    tenancies: list[TenancyOut]
+
+
+@router.get(
+    "/{uuid}/history",
+    dependencies=[requires(microversion.V2_17, "A device's history")],
+    responses={200: {"model": HistoryOut}},
+    summary="A device's tenancies, newest first, and how each was cleaned (admin; 2.17)",
+    description="Each time a request gave one of the device's attach handles back: the "
+    "project, the instance, what its region held, and how and when it was cleaned. Kept "
+    "[cleaning] history_days.",
+)
+async def device_history(
+    uuid: str,
+    call: CallDep,
+    limit: Annotated[int, Query(ge=1, le=tenancies.MAX_LIMIT, description="Most wanted.")] = 100,
+) -> Response:
+    call.authorize("device:history")
+    found = await call.run(tenancies.history, uuid, limit)
+    items = [
+        TenancyOut(
+            deployable=t.deployable,
+            attach_handle=t.handle,
+            project_id=t.project_id,
+            instance_uuid=t.instance_uuid,
+            arq_uuid=t.arq_uuid,
+            bound_at=timestamp(t.bound_at),
+            released_at=timestamp(t.released_at) or "",
+            held=t.held,
+            cleaning_method=t.method,
+            cleaning=t.cleaning,
+            cleaned_at=timestamp(t.cleaned_at),
+            cleaning_seconds=t.cleaning_seconds,
+            cleaning_error=t.cleaning_error,
+        )
+        for t in found
+    ]
+    return json_response(HistoryOut(device_uuid=uuid, tenancies=items))

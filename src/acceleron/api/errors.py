@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -49,13 +49,16 @@ CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.PlacementUnavailable, 503, "acceleron.placement_unavailable"),
     (exc.PlacementError, 502, "acceleron.placement_error"),
     (exc.BitstreamStoreError, 502, "acceleron.bitstream_store_error"),
-    (exc.BitstreamCorrupt, 502, "acceleron.bitstream_corrupt"),
+    # Its bytes no longer match their hash: a state of the bitstream, as a queued one
+    # (409 acceleron.conflict) is, that no retry changes (docs/api/errors.md).
+    (exc.BitstreamCorrupt, 409, "acceleron.bitstream_corrupt"),
     (exc.DatabaseBusy, 503, "acceleron.database_busy"),
     (exc.DatabaseUnavailable, 503, "acceleron.database_unavailable"),
     (exc.Overloaded, 503, "acceleron.overloaded"),
     (exc.OverLimit, 429, "acceleron.over_limit"),
     (exc.QuotaExceeded, 403, "acceleron.quota_exceeded"),
     (exc.QuotaUnavailable, 503, "acceleron.quota_unavailable"),
+    (exc.StateUnwritable, 503, "acceleron.state_unwritable"),
 ]
 # Seconds a client is told to wait (Retry-After) before trying again, by error.
 RETRY_AFTER: dict[type[exc.AcceleronError], int] = {
@@ -177,7 +180,46 @@ async def _domain_error(request: Request, error: Exception) -> Response:
 
 async def _validation_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, RequestValidationError)
-    return error_response(400, _describe_validation(error.errors()), None, _request_id(request))
+    found = _as_json_says(request, error.errors(), error.body)
+    return error_response(400, _describe_validation(found), None, _request_id(request))
+
+
+_BODY_ADAPTERS: dict[int, tuple[object, TypeAdapter[Any]]] = {}
+
+
+def _as_json_says(request: Request, errors: Sequence[Any], body: Any) -> Sequence[Any]:
+    """``errors`` as a JSON body's validation words them. FastAPI validates a body
+    ``from_attributes`` (it may be any object), so a model given what is no JSON object
+    "should be a valid dictionary or object to extract fields from"; clients have always
+    been told "a valid dictionary or instance of <the model>": its name, from the body
+    validated again (a bad body's answer alone: every collection stops at its first
+    error, ``acceleron.failfast``)."""
+    if not any(item.get("type") == "model_attributes_type" for item in errors):
+        return errors
+    field = getattr(request.scope.get("route"), "body_field", None)
+    if field is None:
+        return errors
+    known = _BODY_ADAPTERS.get(id(field))
+    if known is None or known[0] is not field:  # a route's field lives as long as the app
+        info = field.field_info
+        constrained: Any = Annotated[info.annotation, info]
+        known = _BODY_ADAPTERS[id(field)] = (field, TypeAdapter(constrained))
+    try:
+        known[1].validate_python(body)
+    except ValidationError as again:
+        wording = {
+            ("body", *item["loc"]): item["msg"]
+            for item in again.errors(include_url=False)
+            if item["type"] == "model_type"
+        }
+    else:
+        return errors
+    return [
+        {**item, "msg": wording.get(tuple(item["loc"]), item["msg"])}
+        if item.get("type") == "model_attributes_type"
+        else item
+        for item in errors
+    ]
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
@@ -197,8 +239,12 @@ async def _version_error(request: Request, error: Exception) -> Response:
 async def _data_error(request: Request, error: Exception) -> Response:
     """The database refused a value the request carried (a NUL character, a number out
     of its column's range): bad input that slipped past the checks, still the caller's."""
-    LOG.warning("The database refused a value of %s %s: %s", request.method,
-                request.url.path, getattr(error, "orig", error))  # fmt: skip
+    LOG.warning(
+        "The database refused a value of %s %s: %s",
+        request.method,
+        request.url.path,
+        getattr(error, "orig", error),
+    )
     return error_response(
         400,
         "A value in the request cannot be stored or compared (a NUL character, or a number "
@@ -209,9 +255,15 @@ async def _data_error(request: Request, error: Exception) -> Response:
 
 
 async def _unexpected(request: Request, error: Exception) -> Response:
-    LOG.exception("Unexpected error handling %s %s", request.method, request.url.path)
+    return unexpected(request.method, request.url.path, _request_id(request))
+
+
+def unexpected(method: str, path: str, request_id: str | None) -> Response:
+    """The answer to an error nothing expected, logged with its traceback (called while
+    it is handled)."""
+    LOG.exception("Unexpected error handling %s %s", method, path)
     return error_response(
-        500, "An unexpected error occurred; the log has the details.", None, _request_id(request)
+        500, "An unexpected error occurred; the log has the details.", None, request_id
     )
 
 

@@ -18,12 +18,14 @@ from acceleron import formats, microversion
 from acceleron.api import middleware, workers
 from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.exceptions import InvalidInput
 from acceleron.report import Incoming, check, check_values
 from acceleron.service import hosts as service
 from acceleron.service import inventory
 
 router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     prefix="/v2/hosts",
     tags=["hosts"],
     responses=ERROR_RESPONSES,
@@ -138,7 +140,10 @@ async def report_host(hostname: str, report: Incoming, call: CallDep) -> Respons
     placement = call.placement
     if placement is not None:
         await call.outbound(placement.check_host, hostname)
-    outcome = await call.run(inventory.reconcile, report)
+    agent = formats.Formats.parse(call.request.headers.get(formats.HEADER))
+    tasks_in = formats.OURS.common(formats.TASK, agent)
+    task_format = formats.show(tasks_in) if tasks_in else None
+    outcome = await call.run(inventory.reconcile, report, None, task_format)
     if outcome.changed:
         workers.wake_sync(call.request.app.state)
     else:

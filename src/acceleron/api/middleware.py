@@ -9,11 +9,14 @@ A client that stops sending its request body, or stops reading the answer, for
 answer being sent is abandoned (the connection closes). Nothing waits on a stalled
 client for longer.
 
-A request body may hold ``[oslo_middleware] max_request_body_size`` bytes (oslo's
-sizelimit, as every OpenStack API service): a larger Content-Length is answered 413
-before anything else happens, and a body sent without one (chunked) is cut with 413
-once it grows past the limit. Routes with their own limit (``BodyLimits.own``): host
-reports, and bitstream uploads, which stream and count their bytes themselves.
+Every request body has a limit, whatever its route, method and Content-Type, and
+nothing reads a byte of it past that limit: ``[oslo_middleware] max_request_body_size``
+(oslo's sizelimit, as every OpenStack API service) unless the route has its own for
+the body's media type (``BodyLimits.own``: a host report's JSON, a bitstream upload's
+``application/octet-stream``; any other media type there has the ordinary limit). A
+larger Content-Length is answered 413 before anything else happens, and a body sent
+without one (chunked) is cut with 413 once it grows past the limit, whoever reads it
+(a handler, FastAPI, the JSON checks of ``api.common``, the embedded Placement).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from acceleron import logs, metrics, microversion
-from acceleron.api import errors
+from acceleron.api import errors, overrides
 
 ACCESS_LOG = logging.getLogger("acceleron.api.access")
 
@@ -57,39 +60,63 @@ def is_versioned(path: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Limit:
-    """At most ``size`` bytes of body (None: the route counts them itself), as ``option``
-    says."""
+    """At most ``size`` bytes of body, as ``option`` says; ``message``: the refusal's
+    own words (else it names the size and the option)."""
 
-    size: int | None
+    size: int
     option: str
+    message: str | None = None
 
     def refusal(self, what: str) -> HTTPException:
         return HTTPException(
             413,
-            f"The request body is too large: {what}, at most {self.size} are taken "
+            self.message
+            or f"The request body is too large: {what}, at most {self.size} are taken "
             f"({self.option}).",
         )
 
 
+def media_type(scope: Scope) -> str | None:
+    """The request's Content-Type without its parameters, in lower case; None if none."""
+    value = _header(scope, b"content-type")
+    return None if value is None else value.split(";")[0].strip().lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnLimit:
+    """A route's own limit, for bodies of one media type."""
+
+    method: str
+    pattern: re.Pattern[str]
+    media_type: str
+    limit: Limit
+
+
 @dataclasses.dataclass(frozen=True)
 class BodyLimits:
-    """The limit of every request body, and the routes that have their own."""
+    """The limit of every request body, and the routes that have their own for a media
+    type."""
 
     default: Limit
-    own: tuple[tuple[str, re.Pattern[str], Limit], ...] = ()
+    own: tuple[OwnLimit, ...] = ()
 
     @classmethod
-    def of(cls, default: Limit, own: dict[tuple[str, str], Limit]) -> BodyLimits:
-        """``own`` maps (method, route path such as ``/v2/hosts/{hostname}/report``)."""
-        routes = tuple((method, compile_path(path)[0], limit)
-                       for (method, path), limit in own.items())  # fmt: skip
+    def of(cls, default: Limit, own: dict[tuple[str, str, str], Limit]) -> BodyLimits:
+        """``own`` maps (method, route path such as ``/v2/hosts/{hostname}/report``,
+        media type such as ``application/json``) to that route's limit for a body of
+        that media type."""
+        routes = tuple(
+            OwnLimit(method, compile_path(path)[0], media, limit)
+            for (method, path, media), limit in own.items()
+        )
         return cls(default, routes)
 
     def limit(self, scope: Scope) -> Limit:
         method, path = scope["method"], scope["path"]
-        for route_method, pattern, limit in self.own:
-            if method == route_method and pattern.match(path):
-                return limit
+        for own in self.own:
+            matched = method == own.method and own.pattern.match(path)
+            if matched and media_type(scope) == own.media_type:
+                return own.limit
         return self.default
 
 
@@ -122,7 +149,7 @@ def _patient(receive: Receive, send: Send, timeout: float, limit: Limit) -> tupl
                 f"The request body stalled: nothing came for {timeout:g} s ([api] client_timeout).",
             ) from None
         body_done = message["type"] != "http.request" or not message.get("more_body")
-        if limit.size is not None and message["type"] == "http.request":
+        if message["type"] == "http.request":
             nonlocal received
             received += len(message.get("body", b""))
             if received > limit.size:
@@ -162,6 +189,7 @@ class ApiMiddleware:
             return
         request_id = new_request_id()
         token = logs.begin(request_id, _header(scope, b"x-openstack-request-id"))
+        app_token = overrides.serving(scope)
         limit = self.body_limits.limit(scope)
         receive, send = _patient(receive, send, self.client_timeout, limit)
         state = scope.setdefault("state", {})
@@ -170,16 +198,19 @@ class ApiMiddleware:
         status = 500
         started = time.perf_counter()
 
+        started_answer = False
+
         async def send_with_headers(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started_answer
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started_answer = True
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
         try:
             length = _content_length(scope)
-            if limit.size is not None and length is not None and length > limit.size:
+            if length is not None and length > limit.size:
                 refused = limit.refusal(f"{length} bytes (Content-Length)")
                 response = errors.error_response(413, refused.detail, None, request_id)
                 await response(scope, receive, send_with_headers)
@@ -195,15 +226,27 @@ class ApiMiddleware:
                 state["api_version"] = version
                 extra.append((_HEADER_KEY, f"{microversion.SERVICE_TYPE} {version}".encode()))
                 extra.extend(_VERSION_HEADERS)
-            await self.app(scope, receive, send_with_headers)
+            try:
+                await self.app(scope, receive, send_with_headers)
+            except (ClientStalled, asyncio.CancelledError):
+                raise
+            except Exception:
+                if started_answer:  # too late for an answer of its own
+                    raise
+                # Here, not in Starlette's outermost handler: the line names the request
+                # and its caller, and the answer carries the request id.
+                response = errors.unexpected(scope["method"], scope["path"], request_id)
+                await response(scope, receive, send_with_headers)
         except ClientStalled:
-            ACCESS_LOG.warning("The client stopped reading the answer for %g s: cut off",
-                               self.client_timeout)  # fmt: skip
+            ACCESS_LOG.warning(
+                "The client stopped reading the answer for %g s: cut off", self.client_timeout
+            )
         finally:
             seconds = time.perf_counter() - started
             _count(scope, status, seconds)
             _log_access(scope, status, seconds)
             logs.end(token)
+            overrides.done(app_token)
 
 
 _VERSION_4 = (0x4 << 76) | (0x2 << 62)  # RFC 9562's version (4) and variant bits
@@ -213,8 +256,8 @@ _NOT_VERSION = ~((0xF << 76) | (0x3 << 62))
 def new_request_id() -> str:
     """A request id as OpenStack services make them, ``req-<random uuid4>``. Drawn from
     ``random``, not the system's randomness: an id names a request and guards nothing,
-    and ``uuid4`` costs a system call each, a twentieth of the CPU of a small answer
-    (Python seeds the generator afresh in a forked process)."""
+    and ``uuid4`` costs a system call each (docs/benchmarks.md, "What the shortcuts
+    save"; Python seeds the generator afresh in a forked process)."""
     h = f"{random.getrandbits(128) & _NOT_VERSION | _VERSION_4:032x}"
     return f"req-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

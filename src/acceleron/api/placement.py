@@ -20,6 +20,7 @@ from starlette.responses import Response
 from acceleron import microversion
 from acceleron.api.common import Call, CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.api.services import services
 from acceleron.exceptions import Conflict
 from acceleron.service.placement import PlacementService
@@ -27,6 +28,7 @@ from acceleron.service.publish import HostSync
 from acceleron.service.reconciler import Leak, Reconciler
 
 router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     prefix="/v2/placement",
     tags=["placement"],
     responses=ERROR_RESPONSES,
@@ -59,9 +61,11 @@ class ReconcileRequest(BaseModel):
 
 
 class LeakOut(BaseModel):
-    kind: str = Field(description="allocation (no request holds it), request (no "
-                      "allocation holds its consumer) or claim (a claim whose maker is "
-                      "gone)")  # fmt: skip
+    kind: str = Field(
+        description="allocation (no request holds it), request (no "
+        "allocation holds its consumer) or claim (a claim whose maker is "
+        "gone)"
+    )
     consumer: str
     allocations: dict[str, dict[str, int]] = Field(
         description="kind allocation: Acceleron's part, provider uuid -> class -> amount; "
@@ -157,6 +161,7 @@ def reconciler_of(app: FastAPI) -> Reconciler:
             lambda: placement.syncer().client,
             parts.conf.reconciler.grace,
             parts.conf.claims.timeout,
+            parts.cleaning,
         )
     found: Reconciler = state.reconciler
     return found

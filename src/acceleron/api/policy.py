@@ -16,7 +16,10 @@ Every route of the API names its rule among the rule's operations (the first rul
 that names a route is the route's; ``rule_of``): the caller is checked against it
 before its request body is read or validated, so that nobody learns what a body
 should hold from a 400 that comes before the 403. A handler may check further rules
-(or the same rule against the object it finds) once the body is read.
+(or the same rule against the object it finds) once the body is read. The only routes
+without a rule are those listed in ``PUBLIC_ROUTES``: the API refuses to start with
+any other route that no rule names (``UnguardedRoute``), and a request that reaches a
+handler without a rule is refused.
 
 Where a rule differs from upstream's it says why (docs/api/compatibility.md lists
 them). No rule has a deprecated older default, so ``[oslo_policy]
@@ -112,11 +115,22 @@ DEVICE_PROFILE_RULES = [
 
 
 HOST_RULES = [
-    _rule("host:get", "rule:admin_or_service", "List and show reporting hosts.",
-          "GET", "/v2/hosts/{hostname}", also=[("GET", "/v2/hosts")]),
-    _rule("host:report", "rule:admin_or_service", "Report a host's inventory (agents).",
-          "PUT", "/v2/hosts/{hostname}/report"),
-]  # fmt: skip
+    _rule(
+        "host:get",
+        "rule:admin_or_service",
+        "List and show reporting hosts.",
+        "GET",
+        "/v2/hosts/{hostname}",
+        also=[("GET", "/v2/hosts")],
+    ),
+    _rule(
+        "host:report",
+        "rule:admin_or_service",
+        "Report a host's inventory (agents).",
+        "PUT",
+        "/v2/hosts/{hostname}/report",
+    ),
+]
 
 
 # The hardware inventory is for managers, admins and services, not for every tenant
@@ -132,6 +146,10 @@ INVENTORY_RULES = [
     _rule("device:disable", "rule:admin_api",
           "Take a device out of service (its inventory is reserved in Placement).",
           "POST", "/v2/devices/{uuid}/disable"),
+    _rule("device:history", "rule:admin_api",
+          "Read a device's history: each tenancy (project, instance, what its region held) "
+          "and how it was cleaned after.",
+          "GET", "/v2/devices/{uuid}/history"),
     _rule("device:maintenance", "rule:admin_api",
           "Put a device in maintenance with a reason, or take it out (its inventory is "
           "reserved in Placement meanwhile).",
@@ -235,19 +253,37 @@ TASK_RULES = [
 ]  # fmt: skip
 
 QUOTA_RULES = [
-    _rule("quota:get", "rule:project_reader_or_admin or rule:service_api",
-          "Show a project's usage against its limits (its readers, or an admin).",
-          "GET", "/v2/quotas/{project_id}"),
-]  # fmt: skip
+    _rule(
+        "quota:get",
+        "rule:project_reader_or_admin or rule:service_api",
+        "Show a project's usage against its limits (its readers, or an admin).",
+        "GET",
+        "/v2/quotas/{project_id}",
+    ),
+]
 
 PLACEMENT_RULES = [
-    _rule("placement:sync", "rule:admin_api",
-          "Sync the inventory to Placement now, or plan it (dry run); move it to nested "
-          "providers; reconcile allocations and requests.",
-          "POST", "/v2/placement/sync",
-          also=[("POST", "/v2/placement/migrate-to-nested"),
-                ("POST", "/v2/placement/reconcile")]),
-]  # fmt: skip
+    _rule(
+        "placement:sync",
+        "rule:admin_api",
+        "Sync the inventory to Placement now, or plan it (dry run); move it to nested "
+        "providers; reconcile allocations and requests.",
+        "POST",
+        "/v2/placement/sync",
+        also=[("POST", "/v2/placement/migrate-to-nested"), ("POST", "/v2/placement/reconcile")],
+    ),
+    # Placement's own default policy asks admin (or service) of most of its API; the
+    # embedded one runs with noauth2 behind this rule (under auth_strategy = keystone).
+    _rule(
+        "placement:embedded",
+        "rule:admin_or_service",
+        "Call the embedded Placement's API ([placement] mode = embedded, under "
+        "/placement; its version document is public).",
+        "GET",
+        "/placement/{path}",
+        also=[(m, "/placement/{path}") for m in ("POST", "PUT", "PATCH", "DELETE")],
+    ),
+]
 
 # A bitstream belongs to the project that created it and is private unless an admin
 # makes it public. Readers see public ones and their project's; admins and services
@@ -296,9 +332,9 @@ class Policy:
     """Checks rules; remembers each decision for ``ttl`` seconds.
 
     oslo.policy stats the policy files and inspects every check on each call
-    (about 0.3 ms a request); a decision depends only on the rules, the caller's
-    credentials and the target, so it is kept briefly. An edited policy file
-    takes effect within ``ttl`` seconds.
+    (docs/benchmarks.md, "What the shortcuts save"); a decision depends only on the
+    rules, the caller's credentials and the target, so it is kept briefly. An edited
+    policy file takes effect within ``ttl`` seconds.
     """
 
     CACHE_SIZE = 10_000
@@ -355,6 +391,48 @@ class Policy:
             return False
 
 
+# The routes anyone may call: no policy rule, no token. The version documents (Nova and
+# keystoneauth read them before anything else), the operator page's static files (what
+# it shows needs a token), the OpenAPI document and its page, and Prometheus' scrape
+# ([metrics] enabled). Every other route names its rule, or the API does not start.
+PUBLIC_ROUTES = frozenset(
+    {
+        ("GET", "/"),
+        ("GET", "/v2"),
+        ("GET", "/v2/"),
+        ("GET", "/ui"),
+        ("GET", "/ui/{name}"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+        ("GET", "/docs/oauth2-redirect"),
+        ("GET", "/metrics"),
+    }
+)
+
+
+class UnguardedRoute(Exception):
+    """A route that no policy rule guards, and that is not public: the API refuses to
+    start with it."""
+
+
+def check_route(method: str, path: str, checks_its_rule: bool) -> None:
+    """Refuse (``UnguardedRoute``) the route ``method path`` unless it is public, or names
+    its rule and ``checks_its_rule`` (its handler takes ``common.CallDep``)."""
+    route = f"{method} {path}"
+    if (method, path) in PUBLIC_ROUTES:
+        return
+    if rule_of(method, path) is None:
+        raise UnguardedRoute(
+            f"The route {route} has no policy rule: name it among a rule's operations "
+            f"(acceleron/api/policy.py), or, if anyone may call it, in PUBLIC_ROUTES."
+        )
+    if not checks_its_rule:
+        raise UnguardedRoute(
+            f"The route {route} does not check its policy rule "
+            f"(acceleron:{rule_of(method, path)}): its handler must take CallDep."
+        )
+
+
 def _template(path: str) -> str:
     """A route's path with its parameters unnamed: ``/v2/x/{uuid}`` -> ``/v2/x/{}``."""
     return re.sub(r"\{[^}]*\}", "{}", path)
@@ -375,7 +453,7 @@ ROUTE_RULES = _route_rules()
 @functools.cache  # asked at every request, of the few route templates there are
 def rule_of(method: str, path: str) -> str | None:
     """The rule of the route ``method path`` (its template: ``/v2/devices/{uuid}``): the
-    first rule that names it among its operations; None for a route open to all."""
+    first rule that names it among its operations; None for none (a public route's)."""
     return ROUTE_RULES.get((method, _template(path)))
 
 

@@ -18,9 +18,11 @@ from starlette.responses import Response
 from acceleron import microversion
 from acceleron.api.common import CallDep, json_response, requires
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 from acceleron.service import quotas as service
 
 router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     prefix="/v2/quotas",
     tags=["quotas"],
     responses=ERROR_RESPONSES,

@@ -19,8 +19,10 @@ from acceleron.api.capacity import Threads, UploadSlots
 from acceleron.api.policy import Policy
 from acceleron.api.wakeup import TaskWakeup
 from acceleron.db.session import Database
+from acceleron.service.cleaning import Policy as CleaningPolicy
 from acceleron.service.device_profiles import Limits as ProfileLimits
 from acceleron.service.nova import NovaNotifier
+from acceleron.service.provenance import Trust
 from acceleron.service.quotas import Limits
 
 
@@ -44,6 +46,11 @@ class Services:
     # ``[device_profiles]``'s limits, ``[api] public_endpoint``.
     profile_limits: ProfileLimits = dataclasses.field(init=False)
     public_endpoint: str | None = dataclasses.field(init=False)
+    # Which held images a request may use as they are (``[bitstreams]``'s signature
+    # options and trusted functions).
+    trust: Trust = dataclasses.field(init=False)
+    # Which cleaning a device given back gets ([cleaning]).
+    cleaning: CleaningPolicy = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         profiles = self.conf.device_profiles
@@ -55,6 +62,8 @@ class Services:
                 max_accelerators_per_group=profiles.max_accelerators_per_group,
             ),
             "public_endpoint": self.conf.api.public_endpoint,
+            "trust": Trust.from_conf(self.conf),
+            "cleaning": CleaningPolicy.from_conf(self.conf),
         }
         for name, value in decided.items():
             object.__setattr__(self, name, value)

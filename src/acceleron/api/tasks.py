@@ -14,6 +14,7 @@ Fields of a task report this API does not know (a newer agent's) are ignored.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Annotated, Any, Literal
 
@@ -24,11 +25,16 @@ from typing_extensions import TypedDict
 
 from acceleron import formats, microversion
 from acceleron.api import middleware, wakeup, workers
-from acceleron.api.common import CallDep, json_response, requires, timestamp
+from acceleron.api.common import Call, CallDep, json_response, requires, timestamp
 from acceleron.api.errors import ERROR_RESPONSES
-from acceleron.service import bind_tasks, tasks
+from acceleron.api.overrides import PROVIDER
+from acceleron.exceptions import AcceleronError
+from acceleron.failfast import FailFast
+from acceleron.service import bind_tasks, cleaning, tasks
 
+LOG = logging.getLogger(__name__)
 router = APIRouter(
+    dependency_overrides_provider=PROVIDER,
     tags=["tasks"],
     responses=ERROR_RESPONSES,
     dependencies=[requires(microversion.V2_8, "Agent tasks")],
@@ -67,7 +73,7 @@ class TaskReport(BaseModel):
     state: Literal["running", "done", "failed"]
     phase: str | None = Field(None, max_length=32)
     progress: int | None = Field(None, ge=0, le=100)
-    result: dict[str, Any] | None = None
+    result: Annotated[dict[str, Any], FailFast] | None = None
     error: str | None = Field(None, max_length=4000)
 
 
@@ -104,16 +110,44 @@ async def claim_tasks(
     kinds = formats.task_kinds(agent)
     deadline = time.monotonic() + wait
     waker, stopping = call.services.task_wakeup, call.services.stopping
+    found: list[tasks.TaskRecord] = []
     with waker.waiting(hostname) as woken:  # a task queued from now on wakes this poll
         while True:
             woken.clear()
             found = await call.run(tasks.claim, hostname, kinds)
             left = deadline - time.monotonic()
             if found or left <= 0 or stopping.is_set():
-                if not found:
-                    middleware.routine(call.request)
-                return json_response({"tasks": [view(t) for t in found]}, headers=formats_header())
-            await wakeup.sleep(woken, min(left, waker.interval))
+                break
+            interval = waker.interval
+            woke = await wakeup.sleep(woken, left if interval is None else min(left, interval))
+            if interval is None and not woke:  # nothing queued: the agent's next poll looks
+                break
+    if not found:
+        middleware.routine(call.request)
+    ready = [t for t in [await _with_blank(call, t) for t in found] if t]
+    return json_response({"tasks": [view(t) for t in ready]}, headers=formats_header())
+
+
+async def _with_blank(call: Call, task: tasks.TaskRecord) -> tasks.TaskRecord | None:
+    """A region's scrub with its blank image (``cleaning.blank_for``), looked up as the
+    agent takes it, outside any transaction; None when the store cannot say now (the
+    task, running, comes back with the next claim)."""
+    params = task.params
+    if (
+        task.kind != cleaning.KIND
+        or params.get("method") != "scrub"
+        or not params.get("region_type")
+    ):
+        return task
+    name = call.services.conf.cleaning.blank_bitstream_name
+    try:
+        blank = await call.outbound(
+            cleaning.blank_for, call.bitstreams, name, params["region_type"]
+        )
+    except AcceleronError as error:
+        LOG.warning("Blank image for task %s not looked up: %s", task.uuid, error.message)
+        return None
+    return task if blank is None else task._replace(params={**params, "blank": blank})
 
 
 @router.get("/v2/tasks/{uuid}", responses={200: {"model": Task_2_8}}, summary="Show a task (2.8)")
@@ -138,9 +172,12 @@ async def report_task(uuid: str, body: Annotated[TaskReport, Body()], call: Call
             progress=body.progress,
             result=body.result,
             error=body.error,
+            policy=call.services.cleaning,
         )
     )
     call.services.nova.notify(resolved)
-    if task.kind == "program" and task.state == "done":
-        workers.wake_sync(call.request.app.state)  # the region's function traits change
+    if (task.kind == "program" and task.state == "done") or (
+        task.kind == cleaning.KIND and task.state in ("done", "failed")
+    ):  # the region's function traits change; a cleaning's reserved units go, or stay
+        workers.wake_sync(call.request.app.state)
     return json_response(view(task), headers=formats_header())

@@ -14,7 +14,9 @@ from fastapi import APIRouter
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+from acceleron.api.overrides import PROVIDER
+
+router = APIRouter(dependency_overrides_provider=PROVIDER, prefix="/ui", include_in_schema=False)
 FILES = {
     "index.html": "text/html; charset=utf-8",
     "ui.js": "text/javascript; charset=utf-8",

@@ -17,8 +17,11 @@ from typing_extensions import TypedDict
 from acceleron import formats, microversion
 from acceleron.api.common import base_url, json_response
 from acceleron.api.errors import ERROR_RESPONSES
+from acceleron.api.overrides import PROVIDER
 
-router = APIRouter(tags=["versions"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    dependency_overrides_provider=PROVIDER, tags=["versions"], responses=ERROR_RESPONSES
+)
 
 
 class Link(TypedDict):

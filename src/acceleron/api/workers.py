@@ -1,6 +1,7 @@
 """The API process's background workers: the Placement sync's thread, and the
-event-loop tasks that reap binds, refresh the metrics, reconcile Placement, and
-recover (once, at the start) the claims whose maker is gone.
+event-loop tasks that reap binds (and cleanings), prune the devices' histories, refresh
+the metrics, reconcile Placement, and recover (once, at the start) the claims whose
+maker is gone.
 
 ``create_app``'s lifespan starts them all and stops them all; the Nova events' sender
 (``service.nova.NovaNotifier``) and the tasks' wake-ups (``api.wakeup``) beside them.
@@ -24,7 +25,7 @@ from starlette.datastructures import State
 from acceleron.api import placement as placement_api
 from acceleron.api.services import services
 from acceleron.exceptions import AcceleronError, PlacementUnavailable
-from acceleron.service import bind_tasks, stats
+from acceleron.service import bind_tasks, stats, tenancies
 from acceleron.service.placement import PlacementService
 from acceleron.service.publish import Syncer
 
@@ -41,7 +42,7 @@ async def running(
     started = start_sync(app.state, service, conf)
     nova_started = parts.nova.start()
     wakeup_started = parts.task_wakeup.start()
-    tasks = [asyncio.create_task(reap_binds(app))]
+    tasks = [asyncio.create_task(reap_binds(app)), asyncio.create_task(prune_history(app))]
     if conf.metrics.enabled:
         tasks.append(asyncio.create_task(refresh_metrics(app)))
     if service is not None:
@@ -79,9 +80,12 @@ def start_sync(
     an app started twice (a test serving it again) neither starts nor stops another."""
     if service is None or state.sync_worker is not None:
         return None
-    worker = SyncWorker(service.syncer, conf.placement.sync_interval,
-                        conf.placement.verify_interval,
-                        reconciled=bool(conf.reconciler.interval))  # fmt: skip
+    worker = SyncWorker(
+        service.syncer,
+        conf.placement.sync_interval,
+        conf.placement.verify_interval,
+        reconciled=bool(conf.reconciler.interval),
+    )
     worker.start()
     state.sync_worker = worker
     return worker
@@ -190,7 +194,14 @@ async def reap_binds(app: FastAPI) -> None:
         await asyncio.sleep(conf.reap_interval)
         try:  # on the threads for database work, with the share kept for services
             resolved = await parts.threads.database(
-                True, bind_tasks.reap, parts.db, conf.bind_timeout
+                True,
+                functools.partial(
+                    bind_tasks.reap,
+                    policy=parts.cleaning,
+                    cleaning_timeout=parts.conf.cleaning.timeout,
+                ),
+                parts.db,
+                conf.bind_timeout,
             )
         except AcceleronError as error:  # the database is away: the next round tries again
             LOG.warning("Reaping binds failed: %s", error.message)
@@ -199,6 +210,30 @@ async def reap_binds(app: FastAPI) -> None:
             LOG.exception("Reaping binds failed")
             continue
         parts.nova.notify(resolved)
+
+
+PRUNE_INTERVAL = 3600.0  # seconds between two prunings of the devices' histories
+
+
+async def prune_history(app: FastAPI) -> None:
+    """Forget the tenancies older than [cleaning] history_days, every hour."""
+    parts = services(app)
+    while True:
+        try:
+            pruned = await parts.threads.database(
+                True, tenancies.prune, parts.db, parts.conf.cleaning.history_days
+            )
+            if pruned:
+                LOG.info(
+                    "Forgot %d tenancies older than %d days",
+                    pruned,
+                    parts.conf.cleaning.history_days,
+                )
+        except AcceleronError as error:  # the database is away: the next round tries again
+            LOG.warning("Pruning the devices' histories failed: %s", error.message)
+        except Exception:  # nothing must end the pruner
+            LOG.exception("Pruning the devices' histories failed")
+        await asyncio.sleep(PRUNE_INTERVAL)
 
 
 async def refresh_metrics(app: FastAPI) -> None:
@@ -217,8 +252,9 @@ async def refresh_metrics(app: FastAPI) -> None:
 
 
 async def recover_claims(app: FastAPI) -> None:
-    """Once, at the start: finish or undo the claims whose maker is gone (an earlier
-    process of this machine killed while it made or released them, say)."""
+    """Once, at the start: end the claims whose actor's lease has passed (in the
+    database's time; an earlier process killed while it made or ended them, say: its
+    claims are ended here or by a later reconciler pass, once their lease passed)."""
     reconciler = placement_api.reconciler_of(app)
     try:
         done = await services(app).threads.outbound(reconciler.claims)
@@ -229,7 +265,7 @@ async def recover_claims(app: FastAPI) -> None:
         LOG.exception("Recovering claims failed")
         return
     if done:
-        LOG.warning("Recovered %d claim(s) whose maker was gone", len(done))
+        LOG.warning("Ended %d claim(s) whose lease had passed", len(done))
     app.state.claims_recovered = done
 
 

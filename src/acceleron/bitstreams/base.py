@@ -4,7 +4,7 @@ A backend implements seven primitives (``_add``, ``_create``, ``_put_data``,
 ``_get``, ``_find``, ``_remove``, ``_chunks``). Everything built on them is
 written once here: input checks, the look-ups of spec 000 and spec 002 (by
 bitstream id, by bitstream name, by function id or function name plus region
-type), verified downloads and streams, and the per-host cache.
+type), verified downloads and copies, and the per-host cache.
 
 A bitstream is uploaded in one step (``upload``), or in two as the REST API
 does it: ``create`` records the metadata (status queued, no bytes), then
@@ -164,19 +164,14 @@ class BitstreamStore(abc.ABC):
             return transfer.write_verified(chunks, dest, found)
 
     @contextlib.contextmanager
-    def stream(self, bitstream: Bitstream | str) -> Iterator[Iterator[bytes]]:
-        """The bytes in chunks, checked as they pass: the last chunk is held back until
-        size and hash match, so no reader ever gets the whole of a corrupt bitstream."""
+    def open(self, bitstream: Bitstream | str, spool_dir: Path | None = None) -> Iterator[BinaryIO]:
+        """A verified copy of the bytes, readable from the start, gone on exit: the whole
+        is checked before a byte can be read, so BitstreamCorrupt comes first. Here the
+        bytes are spooled, while hashed, to a file under ``spool_dir`` (None: the
+        system's temporary directory); a store that keeps files checks its own instead."""
         found = self._resolve(bitstream)
-        transfer.hasher_for(found)  # refuse before any byte moves
-        with self._chunks(found) as chunks:
-            yield transfer.verified(chunks, found)
-
-    @contextlib.contextmanager
-    def open(self, bitstream: Bitstream | str) -> Iterator[BinaryIO]:
-        """A verified copy of the bytes, readable from the start, gone on exit."""
-        with tempfile.TemporaryDirectory(prefix="acceleron-bitstream-") as tmp:
-            path = self.download(bitstream, Path(tmp) / "bitstream")
+        with tempfile.TemporaryDirectory(prefix="acceleron-bitstream-", dir=spool_dir) as tmp:
+            path = self.download(found, Path(tmp) / "bitstream")
             with path.open("rb") as stream:
                 yield stream
 

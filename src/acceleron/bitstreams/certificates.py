@@ -45,6 +45,7 @@ def policy_from_conf(conf: cfg.ConfigOpts) -> Policy:
             in_directory(Path(section.certificate_dir)) if from_directory else in_key_manager(conf)
         ),
         trust_found=from_directory,
+        min_key_bits=section.min_signing_key_bits,
     )
 
 
@@ -99,8 +100,11 @@ def in_key_manager(conf: cfg.ConfigOpts, timeout: float = KEY_MANAGER_TIMEOUT) -
                 f"[key_manager] in this host's configuration)"
             ) from error
         if not isinstance(found, x_509.X509):
-            LOG.warning("Key manager object %s is a %s, not a certificate", certificate_id,
-                        type(found).__name__)  # fmt: skip
+            LOG.warning(
+                "Key manager object %s is a %s, not a certificate",
+                certificate_id,
+                type(found).__name__,
+            )
             return None
         return _load(found.get_encoded() or b"", f"key manager object {certificate_id}")
 

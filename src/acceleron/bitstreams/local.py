@@ -50,7 +50,12 @@ from acceleron.bitstreams.model import (
 from acceleron.db.models import Bitstream as BitstreamRow
 from acceleron.db.models import table
 from acceleron.db.session import Database
-from acceleron.exceptions import BitstreamNotFound, BitstreamStoreError, Conflict
+from acceleron.exceptions import (
+    BitstreamNotFound,
+    BitstreamStoreError,
+    Conflict,
+    StateUnwritable,
+)
 from acceleron.uuids import is_uuid_like, parse
 
 HASH_ALGO = "sha256"
@@ -71,20 +76,33 @@ class LocalStore(BitstreamStore):
     def _spool(self, data: BinaryIO) -> tuple[Path, str, int]:
         """Copy ``data`` to a temporary file in the store; its path, SHA-256 and size."""
         tmp_dir = self._root / ".tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
         path = tmp_dir / f"{uuid.uuid4().hex}.part"
+        with self._writable():
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            out = path.open("xb")
         hasher = hashlib.sha256()
         try:
-            size = transfer.write_hashed(transfer.read_chunks(data), path, hasher)
+            with out:
+                size = transfer.write_hashed(transfer.read_chunks(data), out, hasher)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
         return path, hasher.hexdigest(), size
 
     @contextlib.contextmanager
+    def _writable(self) -> Iterator[None]:
+        """StateUnwritable, naming the directory and its option, for an OSError within."""
+        try:
+            yield
+        except OSError as error:
+            raise StateUnwritable(self._root, "[bitstreams] local_dir", error) from error
+
+    @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self._root.mkdir(parents=True, exist_ok=True)
-        with (self._root / ".lock").open("a") as lock:
+        with self._writable():
+            self._root.mkdir(parents=True, exist_ok=True)
+            lock = (self._root / ".lock").open("a")
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -164,6 +182,22 @@ class LocalStore(BitstreamStore):
 
     @contextlib.contextmanager
     def _chunks(self, bitstream: Bitstream) -> Iterator[Iterable[bytes]]:
+        with self._opened(bitstream) as stream:
+            yield transfer.read_chunks(stream)
+
+    @contextlib.contextmanager
+    def open(self, bitstream: Bitstream | str, spool_dir: Path | None = None) -> Iterator[BinaryIO]:
+        """The stored file itself, hashed whole before it is handed out (no copy, and
+        no ``spool_dir`` needed): BitstreamCorrupt, naming both hashes, comes first."""
+        found = self._resolve(bitstream)
+        hasher = transfer.hasher_for(found)
+        with self._opened(found) as stream:
+            transfer.check(found, transfer.read_hashed(stream, hasher), hasher.hexdigest())
+            stream.seek(0)
+            yield stream
+
+    @contextlib.contextmanager
+    def _opened(self, bitstream: Bitstream) -> Iterator[BinaryIO]:
         path = self._path(bitstream.hash_value or "")
         try:
             stream = path.open("rb")
@@ -173,7 +207,7 @@ class LocalStore(BitstreamStore):
                 f"store; upload it again."
             ) from exc
         with stream:
-            yield transfer.read_chunks(stream)
+            yield stream
 
 
 # Writes a row for bytes just spooled, given their SHA-256 and size; returns the row.

@@ -38,12 +38,33 @@ ACTIVE = "active"
 # Names an extra property may not take: Glance's own image attributes and the keys above.
 RESERVED_KEYS = ACCEL_KEYS | frozenset(
     {
-        "id", "name", "status", "visibility", "protected", "checksum", "os_hash_algo",
-        "os_hash_value", "owner", "size", "virtual_size", "min_ram", "min_disk", "created_at",
-        "updated_at", "tags", "self", "file", "schema", "disk_format", "container_format",
-        "direct_url", "locations", "os_hidden", "stores",
+        "id",
+        "name",
+        "status",
+        "visibility",
+        "protected",
+        "checksum",
+        "os_hash_algo",
+        "os_hash_value",
+        "owner",
+        "size",
+        "virtual_size",
+        "min_ram",
+        "min_disk",
+        "created_at",
+        "updated_at",
+        "tags",
+        "self",
+        "file",
+        "schema",
+        "disk_format",
+        "container_format",
+        "direct_url",
+        "locations",
+        "os_hidden",
+        "stores",
     }
-)  # fmt: skip
+)
 
 
 def fold_uuid(value: str) -> str:

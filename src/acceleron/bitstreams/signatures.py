@@ -9,11 +9,21 @@ by ``acceleron.bitstreams.certificates``). These are what Nova checks on signed
 images, with the same meaning.
 
 ``check`` refuses a bitstream with ``BitstreamSignatureRefused`` and one of the
-reasons of ``REASONS``: the cheap checks first (names, certificate, dates,
-trust), then the signature over the file's bytes. A file whose bytes (named by
-their checksum, as in the host's cache) were once found signed by a key leaves
-a mark beside the cache, so the same bytes signed the same way are not hashed
-again; the certificate checks are made every time, since time and trust change.
+reasons of ``REASONS``: the cheap checks first (names, certificate, dates, key,
+trust, what the certificate is for), then the signature over the file's bytes.
+The signing certificate must be one for signing: its key usage, where it states
+one, allows digitalSignature (one that states none counts only when trusted as
+itself, not through its issuer); its extended key usage, where it states one,
+includes codeSigning; and an RSA or DSA key is at least ``Policy.min_key_bits``
+long (``[bitstreams] min_signing_key_bits``). Cursive, Nova's and Glance's
+verifier, checks none of these on the signing certificate (only that an issuer
+may sign certificates: basicConstraints CA and keyCertSign); see
+docs/bitstreams.md, "What a signing certificate must be".
+
+A file whose bytes (named by their checksum, as in the host's cache) were once
+found signed by a key leaves a mark beside the cache, so the same bytes signed
+the same way are not hashed again; the certificate checks are made every time,
+since time and trust change.
 """
 
 from __future__ import annotations
@@ -26,12 +36,14 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from acceleron import metrics
 from acceleron.exceptions import BitstreamSignatureRefused, InvalidInput
@@ -61,13 +73,17 @@ UNKNOWN_CERTIFICATE = "unknown_certificate"
 UNTRUSTED_CERTIFICATE = "untrusted_certificate"
 EXPIRED_CERTIFICATE = "expired_certificate"
 UNSUPPORTED_ALGORITHM = "unsupported_algorithm"
+UNSUITABLE_CERTIFICATE = "unsuitable_certificate"
+WEAK_KEY = "weak_key"
 REASONS = (UNSIGNED, BAD_SIGNATURE, UNKNOWN_CERTIFICATE, UNTRUSTED_CERTIFICATE,
-           EXPIRED_CERTIFICATE, UNSUPPORTED_ALGORITHM)  # fmt: skip
+           EXPIRED_CERTIFICATE, UNSUPPORTED_ALGORITHM, UNSUITABLE_CERTIFICATE,
+           WEAK_KEY)  # fmt: skip
 
 CHUNK = 1 << 20
 
 # A certificate by its id, or None when there is none of that id.
 Lookup = Callable[[str], x509.Certificate | None]
+_Extension = TypeVar("_Extension", bound=x509.ExtensionType)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +111,9 @@ class Policy:
     # With no trusted_ids, whether every certificate found is trusted (an operator's
     # directory) or none is (a key manager any user may store certificates in).
     trust_found: bool = True
+    # The shortest RSA or DSA key a signing certificate may hold, in bits
+    # ([bitstreams] min_signing_key_bits).
+    min_key_bits: int = 2048
 
     def required_for(self, project: str | None) -> bool:
         return self.verify_all or (project is not None and project in self.projects)
@@ -125,12 +144,12 @@ def check_upload(properties: Mapping[str, str]) -> None:
         return
     missing = [key for key in KEYS if not given.get(key)]
     if missing:
-        raise InvalidInput(f"properties: a signature needs all of {', '.join(KEYS)}; "
-                           f"{', '.join(missing)} missing.")  # fmt: skip
+        raise InvalidInput(
+            f"properties: a signature needs all of {', '.join(KEYS)}; {', '.join(missing)} missing."
+        )
     if len(given[SIGNATURE_KEY]) > SIGNATURE_MAX:
         raise InvalidInput(f"properties[{SIGNATURE_KEY!r}]: at most {SIGNATURE_MAX} characters.")
-    _decode(given[SIGNATURE_KEY], InvalidInput(
-        f"properties[{SIGNATURE_KEY!r}]: not base64."))  # fmt: skip
+    _decode(given[SIGNATURE_KEY], InvalidInput(f"properties[{SIGNATURE_KEY!r}]: not base64."))
     for key, known in ((HASH_METHOD_KEY, tuple(HASH_METHODS)), (KEY_TYPE_KEY, KEY_TYPES)):
         if given[key] not in known:
             raise InvalidInput(
@@ -167,19 +186,26 @@ def _check(
     now: dt.datetime,
 ) -> None:
     if signature is None:
-        raise _refused(UNSIGNED, "it carries no signature (img_signature and its three "
-                       "companions), and this host requires one")  # fmt: skip
+        raise _refused(
+            UNSIGNED,
+            "it carries no signature (img_signature and its three "
+            "companions), and this host requires one",
+        )
     hash_method = HASH_METHODS.get(signature.hash_method)
     if hash_method is None or signature.key_type not in KEY_TYPES:
-        raise _refused(UNSUPPORTED_ALGORITHM, f"{signature.key_type} over "
-                       f"{signature.hash_method} is not a signature this host verifies "
-                       f"(hash methods {', '.join(HASH_METHODS)}; key types "
-                       f"{', '.join(KEY_TYPES)})")  # fmt: skip
+        raise _refused(
+            UNSUPPORTED_ALGORITHM,
+            f"{signature.key_type} over "
+            f"{signature.hash_method} is not a signature this host verifies "
+            f"(hash methods {', '.join(HASH_METHODS)}; key types "
+            f"{', '.join(KEY_TYPES)})",
+        )
     raw = _decode(signature.signature, _refused(BAD_SIGNATURE, "img_signature is not base64"))
     certificate = _certificate(policy, signature.certificate_id)
     _check_dates(certificate, signature.certificate_id, now)
-    _check_key(certificate, signature)
-    _check_trust(certificate, signature.certificate_id, policy, now)
+    _check_key(certificate, signature, policy.min_key_bits)
+    itself = _check_trust(certificate, signature.certificate_id, policy, now)
+    _check_usage(certificate, signature.certificate_id, itself)
     mark = _mark(marks, checksum, raw, signature, certificate)
     if mark.exists():
         metrics.BITSTREAM_SIGNATURES.labels("valid_remembered").inc()
@@ -204,8 +230,9 @@ def _decode(value: str, error: Exception) -> bytes:
 def _certificate(policy: Policy, certificate_id: str) -> x509.Certificate:
     certificate = policy.certificates(certificate_id)
     if certificate is None:
-        raise _refused(UNKNOWN_CERTIFICATE, f"no certificate {certificate_id!r} is known to "
-                       f"this host")  # fmt: skip
+        raise _refused(
+            UNKNOWN_CERTIFICATE, f"no certificate {certificate_id!r} is known to this host"
+        )
     return certificate
 
 
@@ -215,14 +242,20 @@ def _valid_at(certificate: x509.Certificate, now: dt.datetime) -> bool:
 
 def _check_dates(certificate: x509.Certificate, certificate_id: str, now: dt.datetime) -> None:
     if now < certificate.not_valid_before_utc:
-        raise _refused(EXPIRED_CERTIFICATE, f"certificate {certificate_id} is valid only "
-                       f"from {certificate.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")  # fmt: skip
+        raise _refused(
+            EXPIRED_CERTIFICATE,
+            f"certificate {certificate_id} is valid only "
+            f"from {certificate.not_valid_before_utc:%Y-%m-%d %H:%M} UTC",
+        )
     if now > certificate.not_valid_after_utc:
-        raise _refused(EXPIRED_CERTIFICATE, f"certificate {certificate_id} expired on "
-                       f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")  # fmt: skip
+        raise _refused(
+            EXPIRED_CERTIFICATE,
+            f"certificate {certificate_id} expired on "
+            f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC",
+        )
 
 
-def _check_key(certificate: x509.Certificate, signature: Signature) -> None:
+def _check_key(certificate: x509.Certificate, signature: Signature, min_bits: int) -> None:
     key = certificate.public_key()
     fits = {
         "RSA-PSS": isinstance(key, rsa.RSAPublicKey),
@@ -233,31 +266,51 @@ def _check_key(certificate: x509.Certificate, signature: Signature) -> None:
         and isinstance(key.curve, ec.SECP521R1),
     }
     if not fits[signature.key_type]:
-        raise _refused(UNSUPPORTED_ALGORITHM, f"certificate {signature.certificate_id} holds "
-                       f"a {type(key).__name__} key, not one for {signature.key_type}")  # fmt: skip
+        raise _refused(
+            UNSUPPORTED_ALGORITHM,
+            f"certificate {signature.certificate_id} holds "
+            f"a {type(key).__name__} key, not one for {signature.key_type}",
+        )
+    # An ECC key is as long as its curve: P-384 and P-521, the key types allow no other.
+    if isinstance(key, rsa.RSAPublicKey | dsa.DSAPublicKey) and key.key_size < min_bits:
+        kind = "RSA" if isinstance(key, rsa.RSAPublicKey) else "DSA"
+        raise _refused(
+            WEAK_KEY,
+            f"certificate {signature.certificate_id} holds a "
+            f"{key.key_size}-bit {kind} key; this host takes {min_bits} bits at "
+            f"least ([bitstreams] min_signing_key_bits)",
+        )
 
 
 def _check_trust(
     certificate: x509.Certificate, certificate_id: str, policy: Policy, now: dt.datetime
-) -> None:
+) -> bool:
+    """Refuse a certificate this host does not trust; whether it is trusted as itself
+    (True) rather than as issued by a trusted certificate authority (False)."""
     if not policy.trusted_ids:
         if policy.trust_found:
-            return
-        raise _refused(UNTRUSTED_CERTIFICATE, f"certificate {certificate_id} comes from the "
-                       f"key manager and [bitstreams] trusted_certificate_ids names no "
-                       f"certificate to trust")  # fmt: skip
+            return True
+        raise _refused(
+            UNTRUSTED_CERTIFICATE,
+            f"certificate {certificate_id} comes from the "
+            f"key manager and [bitstreams] trusted_certificate_ids names no "
+            f"certificate to trust",
+        )
     anchors = [c for c in map(policy.certificates, policy.trusted_ids) if c is not None]
+    if certificate in anchors:
+        return True
     if any(_issued_by(certificate, anchor, now) for anchor in anchors):
-        return
-    raise _refused(UNTRUSTED_CERTIFICATE, f"certificate {certificate_id} is not one of "
-                   f"[bitstreams] trusted_certificate_ids, nor issued by one of them that is "
-                   f"a certificate authority valid now")  # fmt: skip
+        return False
+    raise _refused(
+        UNTRUSTED_CERTIFICATE,
+        f"certificate {certificate_id} is not one of "
+        f"[bitstreams] trusted_certificate_ids, nor issued by one of them that is "
+        f"a certificate authority valid now",
+    )
 
 
 def _issued_by(certificate: x509.Certificate, anchor: x509.Certificate, now: dt.datetime) -> bool:
-    """Whether ``certificate`` is ``anchor``, or was signed by it, a CA valid ``now``."""
-    if certificate == anchor:
-        return True
+    """Whether ``certificate`` was signed by ``anchor``, a CA valid ``now``."""
     if not _valid_at(anchor, now) or not _may_sign_certificates(anchor):
         return False
     try:
@@ -277,6 +330,44 @@ def _may_sign_certificates(certificate: x509.Certificate) -> bool:
     except x509.ExtensionNotFound:
         return constraints.value.ca
     return constraints.value.ca and usage.key_cert_sign
+
+
+def _check_usage(certificate: x509.Certificate, certificate_id: str, itself: bool) -> None:
+    """Refuse a certificate that is not for signing: a key usage without
+    digitalSignature, none at all unless trusted ``itself``, or an extended key usage
+    without codeSigning (anyExtendedKeyUsage does not count)."""
+    try:
+        usage = _extension(certificate, x509.KeyUsage)
+        extended = _extension(certificate, x509.ExtendedKeyUsage)
+    except ValueError as error:  # a duplicated or malformed extension
+        raise _refused(
+            UNSUITABLE_CERTIFICATE,
+            f"certificate {certificate_id}'s extensions cannot be read: {error}",
+        ) from None
+    if usage is None and not itself:
+        raise _refused(
+            UNSUITABLE_CERTIFICATE,
+            f"certificate {certificate_id} states no key "
+            f"usage: a certificate trusted through its issuer must allow "
+            f"digitalSignature",
+        )
+    if usage is not None and not usage.digital_signature:
+        raise _refused(
+            UNSUITABLE_CERTIFICATE,
+            f"certificate {certificate_id}'s key usage does not allow digitalSignature",
+        )
+    if extended is not None and ExtendedKeyUsageOID.CODE_SIGNING not in extended:
+        raise _refused(
+            UNSUITABLE_CERTIFICATE,
+            f"certificate {certificate_id}'s extended key usage does not include codeSigning",
+        )
+
+
+def _extension(certificate: x509.Certificate, kind: type[_Extension]) -> _Extension | None:
+    try:
+        return certificate.extensions.get_extension_for_class(kind).value
+    except x509.ExtensionNotFound:
+        return None
 
 
 def _mark(
@@ -313,5 +404,7 @@ def _verify_bytes(
         elif isinstance(key, ec.EllipticCurvePublicKey):
             key.verify(raw, hashed, ec.ECDSA(Prehashed(algorithm)))
     except InvalidSignature:
-        raise _refused(BAD_SIGNATURE, f"the signature ({signature.describe()}) does not "
-                       f"match the bytes to program") from None  # fmt: skip
+        raise _refused(
+            BAD_SIGNATURE,
+            f"the signature ({signature.describe()}) does not match the bytes to program",
+        ) from None

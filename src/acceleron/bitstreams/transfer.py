@@ -61,18 +61,16 @@ def hasher_for(bitstream: Bitstream) -> Hasher:
 
 
 def check(bitstream: Bitstream, size: int, digest: str) -> None:
-    """BitstreamCorrupt unless ``size`` and ``digest`` are what the store recorded."""
-    if bitstream.size is not None and size != bitstream.size:
-        raise BitstreamCorrupt(
-            f"Bitstream {bitstream.describe()}: read {size} bytes, the store recorded "
-            f"{bitstream.size}; the copy was discarded."
-        )
+    """BitstreamCorrupt unless ``size`` and ``digest`` are what the store recorded; the
+    message gives both, recorded and read."""
     expected = (bitstream.hash_value or "").lower()
-    if digest != expected:
-        raise BitstreamCorrupt(
-            f"Bitstream {bitstream.describe()}: the {bitstream.hash_algo} of the bytes read is "
-            f"{digest}, the store recorded {expected}; the copy was discarded."
-        )
+    if digest == expected and (bitstream.size is None or size == bitstream.size):
+        return
+    recorded = "" if bitstream.size is None else f" ({bitstream.size} bytes)"
+    raise BitstreamCorrupt(
+        f"Bitstream {bitstream.describe()} is corrupt: recorded {bitstream.hash_algo} "
+        f"{expected}{recorded}, actual {bitstream.hash_algo} {digest} ({size} bytes)."
+    )
 
 
 def verified(chunks: Iterable[bytes], bitstream: Bitstream) -> Iterator[bytes]:
@@ -138,10 +136,9 @@ def _put_in_place(out: BinaryIO, part: Path, dest: Path) -> None:
         again.unlink(missing_ok=True)
 
 
-def write_hashed(chunks: Iterable[bytes], path: Path, hasher: Hasher) -> int:
-    """Write ``chunks`` to a new file at ``path``, feeding ``hasher``; the size written."""
-    with path.open("xb") as out:
-        return _write(chunks, out, hasher)
+def write_hashed(chunks: Iterable[bytes], out: BinaryIO, hasher: Hasher) -> int:
+    """Write ``chunks`` to ``out`` and to disk, feeding ``hasher``; the size written."""
+    return _write(chunks, out, hasher)
 
 
 def _write(chunks: Iterable[bytes], out: BinaryIO, hasher: Hasher) -> int:
@@ -155,15 +152,21 @@ def _write(chunks: Iterable[bytes], out: BinaryIO, hasher: Hasher) -> int:
     return size
 
 
+def read_hashed(stream: BinaryIO, hasher: Hasher) -> int:
+    """Read ``stream`` to its end, feeding ``hasher``; the size read."""
+    size = 0
+    for chunk in read_chunks(stream):
+        hasher.update(chunk)
+        size += len(chunk)
+    return size
+
+
 def file_is_intact(path: Path, bitstream: Bitstream) -> bool:
     """Whether the file at ``path`` holds exactly the bitstream's bytes."""
     hasher = hasher_for(bitstream)
-    size = 0
     try:
         with path.open("rb") as stream:
-            for chunk in read_chunks(stream):
-                hasher.update(chunk)
-                size += len(chunk)
+            size = read_hashed(stream, hasher)
     except FileNotFoundError:
         return False
     try:

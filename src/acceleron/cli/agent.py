@@ -81,7 +81,7 @@ class Agent(Command):
         return self.serve(agent, conf)
 
     def dry_run(self, conf: cfg.ConfigOpts, drivers: list[Driver], fmt: str) -> int:
-        from acceleron import tree
+        from acceleron import text_tree
         from acceleron.agent import discovery
         from acceleron.report import to_json
 
@@ -96,7 +96,7 @@ class Agent(Command):
         if fmt == "json":
             self.app.stdout.write(json.dumps(to_json(report), indent=2) + "\n")
         else:
-            self.app.stdout.write(tree.report(report))
+            self.app.stdout.write(text_tree.report(report))
         found = {device.driver for device in scan.devices}
         for driver in drivers:
             if driver.name not in found and driver.name not in scan.failed:

@@ -4,6 +4,8 @@ examples as written, and lists that say so when they are empty."""
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,6 +35,30 @@ def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 class _Acceleron:
+    app: Any
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        """The command; a CommandError is its message on standard error, once, and exit
+        status 1 (cliff would log it, and a server command's log adds the exception to
+        the line: the message twice). Where a server command's log goes elsewhere too (a
+        file, the journal, syslog), the message is logged there. --debug: cliff's
+        traceback."""
+        from acceleron.cli.client import CommandError
+
+        try:
+            result: int = super().run(parsed_args)  # type: ignore[misc]
+            return result
+        except CommandError as error:
+            if getattr(self.app.options, "debug", False):
+                raise
+            message = str(error)
+        self.app.stderr.write(f"{message}\n")
+        if "acceleron.logs" in sys.modules:  # set up by a server command
+            from acceleron import logs
+
+            logs.elsewhere(logging.ERROR, message, skip=(self.app.stderr,))
+        return 1
+
     def get_epilog(self) -> str:
         """None. cliff reads the metadata of every installed distribution (0.2 s) to say
         which plugin provides a command; every command here is Acceleron's."""

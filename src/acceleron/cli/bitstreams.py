@@ -273,8 +273,7 @@ class DownloadBitstream(Command):
                 write_verified(chunks, Path(output), expected)
             except (requests.RequestException, ConnectionError) as error:
                 raise CommandError(
-                    f"{output}: the download broke off ({error}). The API cuts a download "
-                    f"short when the stored bytes do not match their hash: see its log."
+                    f"{output}: the download broke off ({error}); nothing was kept."
                 ) from error
             except (AcceleronError, OSError) as error:
                 raise CommandError(f"{output}: {error}") from error
@@ -290,6 +289,9 @@ def _expected(record: dict[str, Any], header: str) -> Bitstream:
     if not sep:
         raise CommandError(f"The API sent no {HASH_HEADER} header: the bytes cannot be checked.")
     return Bitstream(
-        id=record["uuid"], name=record["name"], size=record["size"], hash_algo=algo,
+        id=record["uuid"],
+        name=record["name"],
+        size=record["size"],
+        hash_algo=algo,
         hash_value=value,
-    )  # fmt: skip
+    )

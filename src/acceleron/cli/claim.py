@@ -23,7 +23,7 @@ EXIT_NOTHING_RELEASED = 1
 
 
 def _claimer(command: AnyCommand, timeout: float = 600.0) -> Any:
-    from acceleron.scheduler.claim import Claimer
+    from acceleron.client.claims import Claimer
 
     return Claimer(api_client(command).api, timeout=timeout)
 
@@ -31,7 +31,7 @@ def _claimer(command: AnyCommand, timeout: float = 600.0) -> Any:
 @contextlib.contextmanager
 def _failures(command: AnyCommand) -> Iterator[None]:
     """The claim's errors as one line each; an unreachable API in the CLI's words."""
-    from acceleron.scheduler.claim import ClaimFailed
+    from acceleron.client.claims import ClaimFailed
 
     try:
         yield
@@ -84,9 +84,12 @@ class Claim(Lister):
             help="Project to claim for (admins and services; default: the caller's).",
         )
         parser.add_argument(
-            "--timeout", type=float, default=600.0, metavar="SECONDS",
+            "--timeout",
+            type=float,
+            default=600.0,
+            metavar="SECONDS",
             help="How long to wait while regions are programmed or vGPUs made (default 600).",
-        )  # fmt: skip
+        )
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
@@ -122,9 +125,10 @@ class Release(Command):
         parser = super().get_parser(prog_name)
         parser.add_argument("--consumer", required=True, help="Consumer uuid.")
         parser.add_argument(
-            "--if-exists", action="store_true",
+            "--if-exists",
+            action="store_true",
             help="A consumer without a claim is not an error.",
-        )  # fmt: skip
+        )
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:

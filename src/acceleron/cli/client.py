@@ -90,10 +90,15 @@ def _register_noauth_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--insecure", action="store_true", help="Do not verify TLS certificates.")
     for name, text in _TLS_FILES:
         env = f"OS_{name[5:].upper()}"
-        group.add_argument(name, metavar="PATH", default=os.environ.get(env),
-                           help=f"{text} (env {env}).")  # fmt: skip
-    group.add_argument("--timeout", type=float, metavar="SECONDS",
-                       help="Seconds to wait for each answer of the API.")  # fmt: skip
+        group.add_argument(
+            name, metavar="PATH", default=os.environ.get(env), help=f"{text} (env {env})."
+        )
+    group.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="Seconds to wait for each answer of the API.",
+    )
     group.add_argument("--os-endpoint", metavar="URL", help=argparse.SUPPRESS)
     group.set_defaults(os_auth_type="none")
 
@@ -112,6 +117,9 @@ class Endpoint:
         given = options.os_url or (None if keystone else getattr(options, "os_endpoint", None))
         if given:
             return cls(given, "--os-url")
+        files = getattr(options, "config_file", None)
+        if files:  # the API this configuration serves, even where the catalog names another
+            return cls(config_url(files), CONFIG_SOURCE)
         if os.environ.get(URL_ENV):
             return cls(os.environ[URL_ENV], URL_ENV)
         if keystone:
@@ -126,7 +134,35 @@ class Endpoint:
             return f"That URL comes from {URL_ENV}: change it, or give --os-url."
         if self.source == "--os-url":
             return "That URL comes from --os-url."
+        if self.source == CONFIG_SOURCE:
+            return (
+                "That URL comes from --config-file ([api] public_endpoint, else host_ip "
+                "and port): --os-url overrides it."
+            )
         return "That URL is the Keystone catalog's accelerator endpoint: --os-url overrides it."
+
+
+CONFIG_SOURCE = "--config-file"
+
+
+def config_url(files: Sequence[str]) -> str:
+    """The API's URL as the configuration files say it is served: ``[api]
+    public_endpoint``, else ``http://<host_ip>:<port>``, a wildcard address (0.0.0.0, ::)
+    read as this host's loopback."""
+    from oslo_config import cfg
+
+    from acceleron import conf as confmod
+
+    try:
+        api = confmod.load([], config_files=files).api
+        endpoint: str | None = api.public_endpoint
+        host, port = str(api.host_ip), int(api.port)
+    except cfg.Error as error:
+        raise CommandError(f"Configuration error: {error}") from error
+    if endpoint:
+        return endpoint
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def check_url(endpoint: Endpoint) -> str:
@@ -140,8 +176,10 @@ def check_url(endpoint: Endpoint) -> str:
             f"{url!r} is not a URL: give it with its scheme, e.g. {example}. {endpoint.origin()}"
         )
     path = base_url(parts.path).rstrip("/")
-    for wrong, what in (("/placement", "Placement's URL, not Acceleron's"),
-                        ("/v1", "a version 1 API, which Acceleron does not serve")):  # fmt: skip
+    for wrong, what in (
+        ("/placement", "Placement's URL, not Acceleron's"),
+        ("/v1", "a version 1 API, which Acceleron does not serve"),
+    ):
         if path.endswith(wrong):
             root = urllib.parse.urlunsplit(parts._replace(path=path.removesuffix(wrong)))
             raise CommandError(f"{url} is {what}: give the API's root, {root}. {endpoint.origin()}")
@@ -267,11 +305,15 @@ def unreachable(
     origin = f" {endpoint.origin()}" if endpoint else ""
     if "WRONG_VERSION_NUMBER" in reason and where.startswith("https://"):
         plain = "http://" + where.removeprefix("https://")
-        return CommandError(f"Cannot reach {service} at {where}: it does not answer TLS (an "
-                            f"all-in-one serves plain HTTP): try {plain}.{origin}")  # fmt: skip
+        return CommandError(
+            f"Cannot reach {service} at {where}: it does not answer TLS (an "
+            f"all-in-one serves plain HTTP): try {plain}.{origin}"
+        )
     message = f"Cannot reach {service} at {where} ({reason[:1].lower()}{reason[1:].rstrip('.')})"
     if "CERTIFICATE_VERIFY_FAILED" in reason:
         message += ": give its CA with --os-cacert, or --insecure not to check it."
+    elif service == "Acceleron" and endpoint is not None and endpoint.source == CONFIG_SOURCE:
+        message += ": is the API that configuration describes running?"
     elif service == "Acceleron":
         message += ". Is it running? `make run` starts one."
     else:

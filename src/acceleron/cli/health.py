@@ -1,5 +1,6 @@
 """``acceleron device maintenance`` and ``acceleron device drain``: taking a device (or
-one region) out of service, waiting for what uses it to end, and bringing it back.
+one region) out of service, waiting for what uses it to end, and bringing it back; and
+``acceleron device history``: who held it, and how it was cleaned after (docs/cleaning.md).
 
 ``maintenance on DEVICE|REGION --reason TEXT`` takes it out for new binds at once (its
 Placement inventory is reserved); existing binds stay. ``drain DEVICE`` does the same
@@ -13,7 +14,7 @@ import argparse
 import time
 from typing import Any
 
-from acceleron.cli.base import Command, ShowOne
+from acceleron.cli.base import Command, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
 from acceleron.cli.inventory import (
     DEPLOYABLES,
@@ -23,7 +24,7 @@ from acceleron.cli.inventory import (
     device_uuid,
     raw,
 )
-from acceleron.microversion import V2_13
+from acceleron.microversion import V2_13, V2_17
 
 VERSION = V2_13
 DEFAULT_REASON = "drain"
@@ -62,8 +63,9 @@ class Maintenance(ShowOne):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("action", choices=("on", "off"))
-        parser.add_argument("target", metavar="DEVICE|REGION",
-                            help=f"{DEVICE_HELP}; or a deployable's uuid or name")  # fmt: skip
+        parser.add_argument(
+            "target", metavar="DEVICE|REGION", help=f"{DEVICE_HELP}; or a deployable's uuid or name"
+        )
         parser.add_argument("--reason", help="Why (required with 'on').")
         return parser
 
@@ -93,12 +95,17 @@ class Drain(Command):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("device", help=DEVICE_HELP)
-        parser.add_argument("--reason", default=DEFAULT_REASON,
-                            help=f"Maintenance reason (default {DEFAULT_REASON!r}).")  # fmt: skip
-        parser.add_argument("--timeout", type=float, default=3600.0,
-                            help="Seconds to wait at most (default 3600).")  # fmt: skip
-        parser.add_argument("--interval", type=float, default=5.0,
-                            help="Seconds between two looks (default 5).")  # fmt: skip
+        parser.add_argument(
+            "--reason",
+            default=DEFAULT_REASON,
+            help=f"Maintenance reason (default {DEFAULT_REASON!r}).",
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=3600.0, help="Seconds to wait at most (default 3600)."
+        )
+        parser.add_argument(
+            "--interval", type=float, default=5.0, help="Seconds between two looks (default 5)."
+        )
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
@@ -128,3 +135,39 @@ class Drain(Command):
                 self.app.stderr.write(f"{label}: still in use after {parsed_args.timeout:g} s\n")
                 return 1
             time.sleep(parsed_args.interval)
+
+
+HISTORY_COLUMNS = ("released_at", "project_id", "instance_uuid", "deployable", "attach_handle",
+                   "cleaning_method", "cleaning", "cleaning_seconds")  # fmt: skip
+
+
+class History(Lister):
+    """A device's tenancies, newest first, and how each was cleaned after.
+
+    Each: who held one of its attach handles (project, instance, request), what its
+    region held when it was given back, and how and when it was cleaned. Admin only.
+    """
+
+    noun = "tenancies"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("device", help=DEVICE_HELP)
+        parser.add_argument("--limit", type=int, default=100, help="Most shown (100).")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Any, Any]:
+        client = api_client(self)
+        uuid = device_uuid(client, parsed_args.device)
+        found = client.request(
+            "GET",
+            f"{DEVICES}/{uuid}/history",
+            params={"limit": parsed_args.limit},
+            microversion=V2_17,
+        )
+        items: list[dict[str, Any]] = found["tenancies"]
+        if parsed_args.formatter in ("json", "yaml") or parsed_args.columns:
+            columns = tuple(items[0]) if items else HISTORY_COLUMNS
+        else:
+            columns = HISTORY_COLUMNS
+        return columns, [tuple(item.get(c) for c in columns) for item in items]

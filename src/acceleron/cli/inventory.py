@@ -3,7 +3,7 @@
 ``deployable show``, ``deployable list --tree`` and ``device show --tree`` draw
 the tree, device -> deployables (-> children) -> attach handles::
 
-    host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  enabled  (7c0e...)
+    host-a  0000:0c:00.0  FPGA  INTEL PAC_ARRIA10 (8086:09c4)  NUMA 0  enabled  (7c0e...)
     ├── region0  [region]  capacity 2  region type ce489693  functions gzip  (5a1f...)
     │   ├── PCI 0000:0c:00.1  in use
     │   └── region0/vfs  [vf_pool]  capacity 2  (9b3c...)
@@ -32,8 +32,8 @@ from cliff.columns import FormattableColumn
 
 from acceleron.cli.base import AnyCommand, Lister, ShowOne
 from acceleron.cli.client import ApiClient, CommandError, api_client
-from acceleron.microversion import V2_5, V2_7, V2_13, Version
-from acceleron.tree import Node, draw
+from acceleron.microversion import V2_5, V2_7, V2_13, V2_18, Version
+from acceleron.text_tree import Node, draw, topology
 from acceleron.uuids import is_uuid_like, parse
 
 DEVICES = "/v2/devices"
@@ -42,8 +42,10 @@ BITSTREAMS = "/v2/bitstreams"
 # The tree needs the 2.5 views (kind, key, parent uuids, attach handles), and 2.13's
 # health and maintenance.
 TREE_VERSION = V2_13
-DEVICE_COLUMNS = ("uuid", "hostname", "pci_address", "type", "vendor", "model", "status",
-                  "state", "health")  # fmt: skip
+# A device's line says where it sits: 2.18's pcie_switch and nvlink_domain.
+DEVICE_VERSION = V2_18
+DEVICE_COLUMNS = ("uuid", "hostname", "pci_address", "type", "vendor", "model", "numa_node",
+                  "pcie_switch", "nvlink_domain", "status", "state", "health")  # fmt: skip
 DEPLOYABLE_COLUMNS = ("uuid", "name", "kind", "num_accelerators", "availability",
                       "region_type", "functions", "bitstream_id")  # fmt: skip
 DEVICE_FILTERS = ("type", "vendor", "hostname", "status", "state", "pci_address", "health")
@@ -104,8 +106,11 @@ class Names:
             bitstreams = fetch(client, BITSTREAMS, "bitstreams", {}, V2_7)
         except CommandError:
             return cls()
-        functions = {_key(b["function_uuid"]): b["function_name"] for b in bitstreams
-                     if b.get("function_uuid") and b.get("function_name")}  # fmt: skip
+        functions = {
+            _key(b["function_uuid"]): b["function_name"]
+            for b in bitstreams
+            if b.get("function_uuid") and b.get("function_name")
+        }
         return cls(functions, {_key(b["uuid"]): b["name"] for b in bitstreams if b.get("name")})
 
     def function(self, ident: str) -> str:
@@ -254,9 +259,13 @@ def show(client: ApiClient, path: str, version: Version | None = None) -> dict[s
 
 
 def device_line(device: Mapping[str, Any]) -> str:
+    """A device's line: where it is, what it is, where it sits (NUMA node, PCIe switch,
+    NVLink domain), its status and condition."""
     product = f" ({device['vendor']}:{device['product_id']})" if device.get("product_id") else ""
+    sits = topology(device.get("numa_node"), device.get("pcie_switch"), device.get("nvlink_domain"))
     words = [device["hostname"], device["pci_address"], device["type"],
-             f"{device['vendor_name']} {device['model']}{product}", device["status"]]  # fmt: skip
+             f"{device['vendor_name']} {device['model']}{product}", sits,
+             device["status"]]  # fmt: skip
     if device["state"] != "present":
         words.append(device["state"])
     return "  ".join([*words, *condition_words(device), f"({device['uuid']})"])
@@ -348,7 +357,7 @@ def draw_all(
     for dep in deployables:
         by_device[dep["device_uuid"]].append(dep)
     names = Names.of(client, [d for group in by_device.values() for d in group])
-    devices = [show(client, f"{DEVICES}/{uuid}", TREE_VERSION) for uuid in by_device]
+    devices = [show(client, f"{DEVICES}/{uuid}", DEVICE_VERSION) for uuid in by_device]
     devices.sort(key=lambda d: (d["hostname"], d["pci_address"]))
     lines: list[str] = []
     for device in devices:
@@ -433,7 +442,7 @@ class ShowDevice(ShowOne):
             return super().run(parsed_args)
         client = api_client(self)
         uuid = device_uuid(client, parsed_args.device)
-        device = show(client, f"{DEVICES}/{uuid}", TREE_VERSION)
+        device = show(client, f"{DEVICES}/{uuid}", DEVICE_VERSION)
         query = {"device_uuid": device["uuid"]}
         deployables = fetch(client, DEPLOYABLES, "deployables", query, TREE_VERSION)
         return write(self, device_tree(device, deployables))

@@ -35,6 +35,7 @@ COMMANDS = {
     "db rewrite-profiles": "server:DbRewriteProfiles",
     "status upgrade check": "status:UpgradeCheck",
     "adopt cyborg": "adopt:AdoptCyborg",
+    "adopt revert": "adopt:AdoptRevert",
     "policy defaults": "server:PolicyDefaults",
     "agent": "agent:Agent",
     "profile list": "profiles:ListProfiles",
@@ -50,6 +51,7 @@ COMMANDS = {
     "device disable": "inventory:DisableDevice",
     "device maintenance": "health:Maintenance",
     "device drain": "health:Drain",
+    "device history": "health:History",
     "deployable list": "inventory:ListDeployables",
     "deployable show": "inventory:ShowDeployable",
     "deployable program": "programming:ProgramDeployable",
@@ -157,6 +159,58 @@ class GlobalParser(argparse.ArgumentParser):
         return index
 
 
+# oslo.log's command-line options, as every OpenStack service takes them: (names, dest,
+# takes a value). cliff has --log-file and --debug already; the services read them too.
+LOG_ARGUMENTS = (
+    (("--log-dir", "--logdir"), "log_dir", True),
+    (("--log-config-append", "--log-config"), "log_config_append", True),
+    (("--log-date-format",), "log_date_format", True),
+    (("--use-syslog",), "use_syslog", False),
+    (("--syslog-log-facility",), "syslog_log_facility", True),
+    (("--use-journal",), "use_journal", False),
+    (("--use-json",), "use_json", False),
+)
+
+
+def _register_log_arguments(parser: argparse.ArgumentParser) -> None:
+    """oslo.log's options for the commands that serve (api, agent, all-in-one) and those
+    that log what they change (adopt cyborg): each sets its [DEFAULT] option."""
+    actions = parser._option_string_actions
+    actions["--log-file"].help = "Log to this file ([DEFAULT] log_file)."
+    log_file = actions["--log-file"]
+    log_file.option_strings = [*log_file.option_strings, "--logfile"]
+    actions["--logfile"] = actions["--log-file"]
+    actions[
+        "--debug"
+    ].help = "Show tracebacks on errors; a service logs at DEBUG ([DEFAULT] debug)."
+    group = parser.add_argument_group(
+        "Service logging (oslo.log's options, before the command: api, agent, all-in-one, "
+        "adopt cyborg)"
+    )
+    for names, dest, takes_value in LOG_ARGUMENTS:
+        what = f"[DEFAULT] {dest}"
+        if takes_value:
+            group.add_argument(*names, dest=dest, metavar="VALUE", help=f"Sets {what}.")
+        else:
+            group.add_argument(
+                *names, dest=dest, action="store_true", default=None, help=f"Sets {what} to true."
+            )
+
+
+def log_arguments(options: argparse.Namespace) -> list[str]:
+    """The oslo.log options given on the command line, as oslo.config takes them."""
+    args = ["--debug"] if getattr(options, "debug", False) else []
+    if getattr(options, "log_file", None):
+        args += ["--log-file", options.log_file]
+    for names, dest, takes_value in LOG_ARGUMENTS:
+        value = getattr(options, dest, None)
+        if value and takes_value:
+            args += [names[0], value]
+        elif value:
+            args.append(names[0])
+    return args
+
+
 def summary(command: type[Command]) -> str:
     """A command's first sentence, as the help lists it."""
     return (inspect.getdoc(command) or "").split("\n\n")[0].rstrip(".")
@@ -172,8 +226,9 @@ class GroupHelp(HelpCommand):
             result: int = super().take_action(parsed_args)
             return result
         width = max(map(len, group))
-        self.app.stdout.write(f"The {' '.join(words)} commands (each with --help for its "
-                              "options):\n")  # fmt: skip
+        self.app.stdout.write(
+            f"The {' '.join(words)} commands (each with --help for its options):\n"
+        )
         for name in group:
             text = summary(LazyCommand(name, COMMANDS[name]).load())
             self.app.stdout.write(f"  {name:<{width}}  {text}\n")
@@ -200,13 +255,20 @@ class AcceleronApp(App):
     ) -> argparse.ArgumentParser:
         parser = super().build_option_parser(description, version, argparse_kwargs)
         parser.__class__ = GlobalParser  # cliff makes a plain ArgumentParser
+        # The program's name, whatever started the process (cliff takes sys.argv[0]).
+        parser.prog = "acceleron"
+        shown: Any = parser._option_string_actions["--version"]
+        shown.version = f"acceleron {acceleron.__version__}"
         parser.add_argument(
             "--config-file",
             action="append",
             metavar="PATH",
             help="Configuration file (repeatable); default: acceleron.conf in ~/.acceleron, "
-            "~, /etc/acceleron or /etc. For the server-side commands.",
+            "~, /etc/acceleron or /etc. For the server-side commands; given, a client "
+            "command calls the API it describes ([api] public_endpoint, else host_ip and "
+            "port) unless --os-url names another.",
         )
+        _register_log_arguments(parser)
         client.register_arguments(parser, self.argv)
         return parser
 

@@ -17,8 +17,9 @@ def _rows(body: dict[str, Any]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for host in body["hosts"]:
         for action in host["actions"]:
-            rows.append((host["hostname"], action["op"], action["name"], action["uuid"],
-                         action["detail"]))  # fmt: skip
+            rows.append(
+                (host["hostname"], action["op"], action["name"], action["uuid"], action["detail"])
+            )
         rows.extend((host["hostname"], "error", "", "", error) for error in host["errors"])
     return rows
 
@@ -120,8 +121,10 @@ class Reconcile(Lister):
         leaks = body["leaks"]
         verb = "(dry run: nothing freed)" if parsed_args.dry_run else "found"
         self.app.stderr.write(f"{len(leaks)} leak(s) {verb}.\n")
-        rows = [(leak["kind"], leak["consumer"], _held(leak), leak["seen_for"], leak["action"])
-                for leak in leaks]  # fmt: skip
+        rows = [
+            (leak["kind"], leak["consumer"], _held(leak), leak["seen_for"], leak["action"])
+            for leak in leaks
+        ]
         return ("kind", "consumer", "held", "seen for (s)", "action"), rows
 
 

@@ -31,10 +31,13 @@ def load_conf(
     from oslo_config import cfg
 
     from acceleron import conf as confmod
+    from acceleron.cli.main import log_arguments
 
     files = command.app.options.config_file or None
     try:
-        return confmod.load([], config_files=files, overrides=overrides)
+        return confmod.load(
+            log_arguments(command.app.options), config_files=files, overrides=overrides
+        )
     except cfg.Error as error:
         raise CommandError(f"Configuration error: {error}") from error
 
@@ -79,6 +82,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     if workers > 1:  # uvicorn binds once more, for its worker processes
         sock.close()
         os.environ["ACCELERON_CONFIG_FILES"] = json.dumps(conf.config_file)
+        _command_line_to_environment(conf)
         _metrics_directory()
         uvicorn.run(
             "acceleron.api.app:from_environment",
@@ -92,10 +96,37 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
         )
     else:
         app = create_app(conf, settle=True)
-        config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                                timeout_graceful_shutdown=conf.api.shutdown_timeout)  # fmt: skip
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=conf.api.shutdown_timeout,
+        )
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end
             Server(config, app).run(sockets=[sock])
+
+
+def _command_line_to_environment(conf: cfg.ConfigOpts) -> None:
+    """The options the command line set (oslo.log's: --log-file, --debug, ...) for the
+    worker processes, which read the files and the environment (OS_<GROUP>__<OPTION>)."""
+    from oslo_config import cfg
+
+    for name in (
+        "debug",
+        "log_file",
+        "log_dir",
+        "log_config_append",
+        "log_date_format",
+        "use_syslog",
+        "syslog_log_facility",
+        "use_journal",
+        "use_json",
+    ):
+        found = conf.get_location(name)
+        if found is not None and found.location == cfg.Locations.command_line:
+            os.environ[f"OS_DEFAULT__{name.upper()}"] = str(conf[name])
 
 
 def _metrics_directory() -> None:
@@ -129,7 +160,7 @@ def _upgrade(conf: cfg.ConfigOpts, phase: str | None, revision: str | None) -> s
     try:
         before = migrate.state(db)
         if revision is not None:
-            migrate.upgrade(db, revision)
+            migrate.to_revision(db, revision)
         else:
             steps[phase](db)
         after = migrate.state(db)
@@ -138,7 +169,9 @@ def _upgrade(conf: cfg.ConfigOpts, phase: str | None, revision: str | None) -> s
     finally:
         db.dispose()
     lines = []
-    for name in ("expand", "contract"):
+    # The phase run; with --revision or neither, both (each names its own revisions: the
+    # line before the split, 0001 to 0015, would show as the contract phase's too).
+    for name in (phase,) if phase else ("expand", "contract"):
         was, now = getattr(before, name).current, getattr(after, name).current
         lines.append(f"Database schema ({name}): {was or 'empty'} -> {now or 'empty'}\n")
     return "".join(lines)
@@ -192,6 +225,7 @@ class AllInOne(Command):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from acceleron import allinone, logs
+        from acceleron.exceptions import SchemaOutOfDate, UpgradeInProgress
 
         overrides: dict[str, dict[str, Any]] = {}
         if parsed_args.data_dir:
@@ -206,7 +240,10 @@ class AllInOne(Command):
         logs.setup(conf, "acceleron-all-in-one")
         self.app.stdout.write(banner(conf, f"http://{host}:{port}"))
         self.app.stdout.flush()
-        allinone.run(conf, sock)
+        try:
+            allinone.run(conf, sock)
+        except (SchemaOutOfDate, UpgradeInProgress) as error:  # its schema upgrade at start
+            raise CommandError(error.message) from error
         return 0
 
 
@@ -253,8 +290,13 @@ class DbUpgrade(Command):
         parser = super().get_parser(prog_name)
         phase = parser.add_mutually_exclusive_group()
         for name, what in (("expand", "additions"), ("contract", "once all is upgraded")):
-            phase.add_argument(f"--{name}", dest="phase", action="store_const", const=name,
-                               help=f"Only the {name} phase ({what})")  # fmt: skip
+            phase.add_argument(
+                f"--{name}",
+                dest="phase",
+                action="store_const",
+                const=name,
+                help=f"Only the {name} phase ({what})",
+            )
         phase.add_argument("--revision", help="Up to this revision (e.g. expand@head, 0015)")
         return parser
 

@@ -21,18 +21,24 @@ the phase of a newer release's revisions too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
+import sqlite3
+from collections.abc import Iterator
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
 from acceleron.db.session import Database
-from acceleron.exceptions import SchemaOutOfDate
+from acceleron.exceptions import InvalidInput, SchemaOutOfDate, UpgradeInProgress
 
 LOG = logging.getLogger(__name__)
 SCRIPTS = os.path.join(os.path.dirname(__file__), "migrations")
@@ -113,8 +119,9 @@ class Schema:
 
 
 def state(db: Database) -> Schema:
-    """The database's revisions, phase by phase."""
-    with db.engine.connect() as connection:
+    """The database's revisions, phase by phase (read in a read-only transaction: on
+    SQLite, an upgrade holding the write lock does not stop it)."""
+    with db.reader() as connection:
         rows = tuple(sorted(MigrationContext.configure(connection).get_current_heads()))
     script = _script()
     revisions = {s.revision: s for s in script.walk_revisions()}
@@ -137,17 +144,73 @@ def state(db: Database) -> Schema:
     return Schema(rows, unknown, phase(EXPAND), phase(CONTRACT))
 
 
+# The upgrade lock: one upgrade at a time on a database. PostgreSQL: a transaction-level
+# advisory lock (the whole upgrade is one transaction); MariaDB: a named lock of the
+# connection (its DDL is not transactional); SQLite: its write lock, which the upgrade's
+# transaction takes at its BEGIN IMMEDIATE. PostgreSQL and MariaDB refuse a second
+# upgrade at once; SQLite after [database] sqlite_busy_timeout (if the first ends sooner,
+# the second runs after it and finds its work done).
+UPGRADE_LOCK_KEY = 0x6163_6365_6C75_7067 & 0x7FFF_FFFF_FFFF_FFFF  # "accelupg", a bigint
+# MariaDB's named locks are the server's: the name holds the database's (64 characters).
+UPGRADE_LOCK_NAME = "LEFT(CONCAT('acceleron_upgrade.', DATABASE()), 64)"
+_RUNNING = (
+    "Another schema upgrade is running on this database ({how}): wait for it to end, "
+    "then run this one again ('acceleron db version' shows where the schema stands)."
+)
+
+
+@contextlib.contextmanager
+def upgrade_lock(db: Database) -> Iterator[Connection]:
+    """A transaction holding the database's upgrade lock; UpgradeInProgress when another
+    holds it."""
+    try:
+        with db.engine.begin() as connection:
+            _lock(db, connection)
+            try:
+                yield connection
+            finally:
+                if db.backend in ("mysql", "mariadb"):
+                    connection.execute(text(f"SELECT RELEASE_LOCK({UPGRADE_LOCK_NAME})"))
+    except (sa_exc.OperationalError, sqlite3.OperationalError) as error:
+        # SQLite's BEGIN IMMEDIATE is run on the driver's connection (not wrapped).
+        if db.backend == "sqlite" and "database is locked" in str(getattr(error, "orig", error)):
+            raise UpgradeInProgress(
+                _RUNNING.format(
+                    how="or another writer held SQLite's write lock for [database] "
+                    "sqlite_busy_timeout"
+                )
+            ) from error
+        raise
+
+
+def _lock(db: Database, connection: Connection) -> None:
+    if db.backend == "postgresql":
+        taken = connection.scalar(
+            text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": UPGRADE_LOCK_KEY}
+        )
+        how = f"it holds PostgreSQL's advisory lock {UPGRADE_LOCK_KEY}"
+    elif db.backend in ("mysql", "mariadb"):
+        taken = connection.scalar(text(f"SELECT GET_LOCK({UPGRADE_LOCK_NAME}, 0)"))
+        how = "it holds the named lock acceleron_upgrade.<database>"
+    else:  # SQLite: BEGIN IMMEDIATE took the write lock, or waited for it and failed
+        return
+    if not taken:
+        raise UpgradeInProgress(_RUNNING.format(how=how))
+
+
 def upgrade(db: Database, revision: str = "heads", scripts: str = SCRIPTS) -> None:
-    """Bring the schema up to ``revision``: both phases' newest by default."""
+    """Bring the schema up to ``revision``: both phases' newest by default; under the
+    upgrade lock."""
     conf = config(scripts)
-    with db.engine.begin() as connection:
+    with upgrade_lock(db) as connection:
         before = MigrationContext.configure(connection).get_current_heads()
         conf.attributes["connection"] = connection
         command.upgrade(conf, revision)
         after = MigrationContext.configure(connection).get_current_heads()
     if set(after) != set(before):
-        LOG.info("Database schema upgraded: %s -> %s", ", ".join(before) or "empty",
-                 ", ".join(after))  # fmt: skip
+        LOG.info(
+            "Database schema upgraded: %s -> %s", ", ".join(before) or "empty", ", ".join(after)
+        )
 
 
 def _refuse_newer(schema: Schema) -> None:
@@ -177,6 +240,31 @@ def contract(db: Database) -> None:
     upgrade(db, f"{CONTRACT}@head")
 
 
+def to_revision(db: Database, revision: str) -> None:
+    """Up to ``revision`` (``db upgrade --revision``), with the guards of the phases: a
+    schema a newer release changed is refused, and so is a target that would apply a
+    contract revision while the expand phase stays incomplete."""
+    schema = state(db)
+    _refuse_newer(schema)
+    script = _script()
+    try:
+        targets = [r for r in script.get_revisions(revision) if r is not None]
+    except Exception as error:  # alembic's own words: unknown or ambiguous revision
+        raise InvalidInput(f"No revision {revision!r} to upgrade to: {error}") from error
+    reached = {s.revision for t in targets for s in script.iterate_revisions(t.revision, "base")}
+    applied = {s.revision for r in schema.revisions for s in script.iterate_revisions(r, "base")}
+    contracts = {r for r in reached - applied if phase_of(r) == CONTRACT}
+    expand_left = [r for r in schema.expand.pending if r not in reached]
+    if contracts and expand_left:
+        raise SchemaOutOfDate(
+            f"{revision} applies contract revision(s) ({', '.join(sorted(contracts))}) while "
+            f"the expand phase stays incomplete ({len(expand_left)} revision(s) pending): run "
+            f"'{schema.expand.command}' first, then upgrade every API and agent, then "
+            "contract."
+        )
+    upgrade(db, revision)
+
+
 def all_phases(db: Database) -> None:
     """Both phases at once (``acceleron db upgrade``; the all-in-one at start)."""
     _refuse_newer(state(db))
@@ -203,5 +291,7 @@ def check(db: Database) -> None:
             f"'{schema.expand.command}' first."
         )
     if schema.expand.newer:
-        LOG.info("The database schema was expanded by a newer release (%s): running beside it.",
-                 schema.expand.current)  # fmt: skip
+        LOG.info(
+            "The database schema was expanded by a newer release (%s): running beside it.",
+            schema.expand.current,
+        )

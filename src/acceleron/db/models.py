@@ -23,6 +23,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -97,6 +98,8 @@ class Host(TimestampMixin, Base):
     synced_generation: Mapped[int] = mapped_column(BigInteger, default=-1)
     # Why the last sync left devices out of Placement (empty: it published them all).
     placement_errors: Mapped[list[Any]] = mapped_column(default=list)
+    # The task format its agent last claimed tasks with ("1.2"): whether it cleans.
+    task_format: Mapped[str | None] = mapped_column(String(16))
 
 
 class Device(TimestampMixin, Base):
@@ -125,6 +128,10 @@ class Device(TimestampMixin, Base):
     std_board_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     vendor_board_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     numa_node: Mapped[int | None] = mapped_column(Integer)
+    # Its nearest PCIe switch (the bridge's PCI address) and the NVLink domain it is in
+    # (a name its NVLink peers share); None: none, or unknown (expand_0005).
+    pcie_switch: Mapped[str | None] = mapped_column(String(W["pci_address"]))
+    nvlink_domain: Mapped[str | None] = mapped_column(String(64))
     # Operator switch (upstream 2.3): "enabled" or "maintaining".
     status: Mapped[str] = mapped_column(String(16), default="enabled")
     # Agent's view: "present", or "lost" when it vanished while in use.
@@ -190,6 +197,12 @@ class Deployable(TimestampMixin, Base):
     program_phase: Mapped[str | None] = mapped_column(String(32))
     program_progress: Mapped[int | None] = mapped_column(Integer)
     program_error: Mapped[str | None] = mapped_column(Text)
+    # What Acceleron loaded into it, for whom and how verified (service/provenance.py);
+    # None: nothing Acceleron loaded, what it holds came from outside (expand_0002).
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # How many of its handles are not clean (given back, cleaning or failed to): what
+    # Placement holds reserved (service/cleaning.py).
+    cleaning: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Health of the deployable itself (a region whose port failed, a MIG profile whose GPU
     # instance did); the device's own health applies to it as well.
     health: Mapped[str] = mapped_column(String(16), default="healthy")
@@ -243,6 +256,8 @@ class AttachHandle(TimestampMixin, Base):
         ForeignKey("accelerator_requests.id", ondelete="SET NULL"), unique=True
     )
     state: Mapped[str] = mapped_column(String(16), default="present")  # present, lost
+    # None: it may be handed out; waiting, cleaning or failed: not (service/cleaning.py).
+    cleaning: Mapped[str | None] = mapped_column(String(16))
 
 
 class DeviceProfile(TimestampMixin, Base):
@@ -372,6 +387,35 @@ class Claim(TimestampMixin, Base):
     lease_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
+class Tenancy(Base):
+    """One tenancy of an attach handle, once given back: who held it, what its region held
+    then, and how and when it was cleaned (a device's history, service/tenancies.py)."""
+
+    __tablename__ = "tenancies"
+    __table_args__ = table_args(Index(None, "device_id", "released_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    deployable_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployables.id", ondelete="SET NULL")
+    )
+    deployable: Mapped[str] = mapped_column(String(W["key"]))  # its key, kept if it goes
+    handle: Mapped[str] = mapped_column(String(W["address"]))
+    project_id: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    instance_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    arq_uuid: Mapped[str] = mapped_column(String(UUID_LEN))
+    bound_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    released_at: Mapped[dt.datetime] = mapped_column(Timestamp, index=True)
+    held: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # its region's provenance
+    method: Mapped[str] = mapped_column(String(16))  # none, reset, scrub, command
+    # pending, done, failed; skipped (method none, or an agent that cannot clean)
+    cleaning: Mapped[str] = mapped_column(String(16))
+    task_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
+    cleaned_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    cleaning_seconds: Mapped[float | None] = mapped_column(Float)
+    cleaning_error: Mapped[str | None] = mapped_column(Text)
+
+
 class QuotaProject(Base):
     """One row per project whose accelerators are counted against its limits: a bind
     takes its project's row (a row lock) before it counts, so that two racing binds of
@@ -407,6 +451,24 @@ class PlacementProvider(TimestampMixin, Base):
     # Flat mode: the resource classes and traits Acceleron added to the compute node.
     owned: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class Adopted(Base):
+    """One object of Cyborg's that ``acceleron adopt cyborg`` took over (service/adopt.py):
+    a device profile, an accelerator request, a provider of Cyborg's (as Placement had it
+    before the adoption first changed it) or a server's allocation (as it was on Cyborg's
+    providers). A later run adopts only what is not here, and the way back reads what
+    Cyborg's providers and allocations were."""
+
+    __tablename__ = "adopted"
+    __table_args__ = table_args(UniqueConstraint("kind", "uuid"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # device_profile, accelerator_request, provider, allocation (its consumer's uuid)
+    kind: Mapped[str] = mapped_column(String(32))
+    uuid: Mapped[str] = mapped_column(String(UUID_LEN))
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
 
 
 def table(model: type[Base]) -> Table:

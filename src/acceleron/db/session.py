@@ -95,8 +95,8 @@ def _sqlite_engine(url: URL, busy_timeout: int, begin: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # On the driver's connection: through SQLAlchemy's execution (its context,
-        # events, result) the BEGIN cost a twentieth of a small request's CPU.
+        # On the driver's connection, not through SQLAlchemy's execution (its context,
+        # events, result): docs/benchmarks.md, "What the shortcuts save".
         conn.connection.driver_connection.execute(begin)
 
     return engine
@@ -183,7 +183,7 @@ class Database:
     def writes(self) -> int:
         """How many write transactions of this process have ended (committed or not) on
         this database: a read after this count was read holds every write of this
-        process it counts (``Kept``)."""
+        process it counts (``ReadCache``)."""
         return self._writes
 
     def listen(self, listener: Listener) -> None:
@@ -215,8 +215,8 @@ class Database:
     @contextlib.contextmanager
     def _kept_writer(self) -> Iterator[Connection]:
         """SQLite's one writer at a time (under the write lock): the same connection for
-        every write of this process, as long as it lasts. Taking one from the pool and
-        handing it back cost 8 % of a device profile's create."""
+        every write of this process, as long as it lasts, not one from the pool each time
+        (docs/benchmarks.md, "What the shortcuts save")."""
         kept = self._kept
         if kept is None or kept.closed or kept.invalidated:
             kept = self._kept = self.engine.connect()
@@ -234,8 +234,9 @@ class Database:
     def reader(self) -> Iterator[Connection]:
         """One read-only transaction. A reader opened inside another of this database (in
         the same thread or task) joins it: one snapshot and one transaction, not another
-        connection and its BEGIN and end (a device profile's show read the profile, the
-        local store's bitstreams and the steering in three, a fifth of its CPU)."""
+        connection and its BEGIN and end (a device profile's show reads the profile, the
+        local store's bitstreams and the steering: docs/benchmarks.md, "What the
+        shortcuts save")."""
         joined = _READING.get()
         if joined is not None and joined[0] is self:
             yield joined[1]
@@ -256,8 +257,8 @@ class Database:
     def _kept_read_transaction(self) -> Iterator[Connection]:
         """SQLite: a read transaction on the connection kept for reads, which whoever
         finds it free takes (the event loop's thread, which serves the reads, almost
-        always); another reader meanwhile takes one from the pool. Taking one from the
-        pool and handing it back cost a tenth of a device profile's show."""
+        always); another reader meanwhile takes one from the pool (docs/benchmarks.md,
+        "What the shortcuts save")."""
         try:
             kept = self._kept_read
             if kept is None or kept.closed:
@@ -308,7 +309,7 @@ def _outage_as_domain_error() -> Iterator[None]:
         ) from error
 
 
-class Kept(Generic[K]):
+class ReadCache(Generic[K]):
     """What a process read from a database and keeps for its next reads (one ``K``, made
     empty by ``make``, per database): until this process writes to that database
     (anything: a new one is made at the next ``get``), or for ``seconds`` (what other

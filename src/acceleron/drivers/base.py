@@ -63,6 +63,61 @@ class Mediated(Protocol):
     def remove_mdev(self, device: Device, handle: AttachHandle) -> None: ...
 
 
+@runtime_checkable
+class Cleanable(Protocol):
+    """A driver that cleans what a tenant gave back before the next one gets it.
+
+    ``method``: ``reset`` (a function-level reset of each PCI handle) or ``scrub`` (a
+    GPU's or slice's memory cleared; an FPGA region loaded with ``image``, its blank
+    image, when one is given). ``handles``: the addresses of the attach handles given
+    back (a whole device's or region's, all of them). CleaningUnsupported when the
+    hardware allows no such cleaning here; any other DriverError when it failed."""
+
+    def clean(
+        self,
+        device: Device,
+        deployable_key: str,
+        handles: Sequence[str],
+        method: str,
+        image: Path | None,
+    ) -> None: ...
+
+
+def scrub_by_programming(
+    driver: Programmable, device: Device, key: str, method: str, image: Path | None
+) -> None:
+    """An FPGA driver's cleaning: ``scrub`` loads the region's blank ``image``; without
+    one, or for another method, CleaningUnsupported saying what is missing."""
+    from acceleron.drivers.errors import CleaningUnsupported
+
+    if method != "scrub":
+        raise CleaningUnsupported(
+            f"{device.pci_address} {key} can be scrubbed (loaded with its blank image), not "
+            f"{method}: choose scrub, or command ([agent] cleaning_command)"
+        )
+    if image is None:
+        raise CleaningUnsupported(
+            f"no blank image for {device.pci_address} {key}: upload a public bitstream named "
+            f"as [cleaning] blank_bitstream_name says, built for its region type"
+        )
+    driver.program(device, key, image)
+
+
+class CleanedByProgramming:
+    """An FPGA driver's cleaning (Cleanable): a region scrubbed with its blank image
+    (``scrub_by_programming``)."""
+
+    def clean(
+        self: Programmable,
+        device: Device,
+        deployable_key: str,
+        handles: Sequence[str],
+        method: str,
+        image: Path | None,
+    ) -> None:
+        scrub_by_programming(self, device, deployable_key, method, image)
+
+
 def spec004_view(devices: Sequence[Device]) -> dict[str, dict[str, Any]]:
     """Spec 004's discover() dictionary: keyed by PCI BDF, with type/vendor/product
     and, per region, region-type-uuid, bitstream-id and function-uuid."""

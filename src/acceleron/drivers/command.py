@@ -30,18 +30,20 @@ def build_argv(template: str, values: dict[str, str]) -> list[str]:
         ) from error
 
 
-def run(template: str, values: dict[str, str], timeout: float) -> str:
+def run(
+    template: str, values: dict[str, str], timeout: float, what: str = "programming tool"
+) -> str:
     """Run the command; return its output, or raise ProgrammingError saying why not."""
     argv = build_argv(template, values)
     if not argv:
-        raise DriverConfigError("the program command is empty")
-    LOG.info("programming: %s", shlex.join(argv))
+        raise DriverConfigError(f"the {what}'s command is empty")
+    LOG.info("%s: %s", what, shlex.join(argv))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError as error:
-        raise ProgrammingError(f"programming tool {argv[0]!r} is not installed") from error
+        raise ProgrammingError(f"{what} {argv[0]!r} is not installed") from error
     except PermissionError as error:
-        raise ProgrammingError(f"programming tool {argv[0]!r} cannot be run: {error}") from error
+        raise ProgrammingError(f"{what} {argv[0]!r} cannot be run: {error}") from error
     except subprocess.TimeoutExpired as error:
         raise ProgrammingError(f"{argv[0]} did not finish within {timeout:g} s") from error
     if done.returncode != 0:

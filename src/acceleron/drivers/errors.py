@@ -25,3 +25,7 @@ class TargetNotFound(DriverError, NotFound):
 
 class ProgrammingError(DriverError):
     """The programming tool failed, timed out or is not installed."""
+
+
+class CleaningUnsupported(DriverError):
+    """The hardware (or this driver) allows no such cleaning of the device here."""

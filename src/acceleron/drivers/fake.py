@@ -7,6 +7,9 @@ Programming is simulated for real: the GBS header is parsed, an image built for
 another region type is refused, and what was loaded is kept in ``[fake]
 state_file`` so the next scan, and the next start, show it.
 
+Where each device sits (``numa_node``, ``pcie_switch``, ``nvlink_domain``) is one value
+per entry, or with ``count`` a list of one value per device (``topology``).
+
 Attach handles are ``TEST_PCI`` for anything PCI (upstream's fake type, which
 Nova's libvirt driver ignores), ``MDEV`` for vGPU slots and ``MIG`` for MIG
 instances. docs/drivers.md describes the inventory format.
@@ -22,7 +25,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,7 @@ import yaml
 from oslo_config import cfg
 
 from acceleron.drivers import gbs, memory
-from acceleron.drivers.errors import BitstreamError, DriverConfigError, TargetNotFound
+from acceleron.drivers.errors import BitstreamError, DriverConfigError, DriverError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import vgpu_trait
 from acceleron.drivers.sysfs import (
     format_bdf,
@@ -41,6 +44,8 @@ from acceleron.drivers.sysfs import (
     trait_part,
     vendor_name,
 )
+from acceleron.exceptions import InvalidInput
+from acceleron.mig import geometry, planner
 from acceleron.vocabulary import (
     DEGRADED,
     DEVICE_TYPES,
@@ -56,6 +61,8 @@ from acceleron.vocabulary import (
 LOG = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0b9c1a52-7f0e-5d8a-b5b4-3f8e2c6d1a90")
 MDEVS = "mdevs"  # a device's key in the state file: the vGPUs made on it
+CLEANED = "cleaned"  # another: the cleanings done on it, the last ones
+MIG_INSTANCES = "mig_instances"  # another: a ``mig: dynamic`` GPU's instances, once changed
 _DEFAULT_VENDORS = {"FPGA": "8086", "GPU": "10de", "QAT": "8086", "NIC": "8086"}
 
 DEFAULT_INVENTORY = """
@@ -97,16 +104,27 @@ devices:
     vfs: 4
 """
 
+
+def built_in_functions() -> list[str]:
+    """The functions the built-in inventory's regions hold as found (pre-programmed)."""
+    entries = load_inventory(DEFAULT_INVENTORY, "built-in inventory")
+    return [str(f) for e in entries for r in e.get("regions", ()) for f in r.get("functions", ())]
+
+
 _DEVICE_KEYS = {
     "type", "count", "vendor_id", "product_id", "vendor_name", "model", "numa_node",
-    "memory_mb", "memory_type", "health", "regions", "vgpu_types", "mig_profiles", "vfs",
-    "pci_address",
+    "pcie_switch", "nvlink_domain", "memory_mb", "memory_type", "health", "regions",
+    "vgpu_types", "mig_profiles", "vfs", "pci_address", "mig", "mig_instances",
 }  # fmt: skip
-_SHAPES = ("regions", "vgpu_types", "mig_profiles", "vfs")
+# Where a device sits: one value for every device of the entry, or with ``count`` a list
+# of one value per device.
+_TOPOLOGY = ("numa_node", "pcie_switch", "nvlink_domain")
+_SHAPES = ("regions", "vgpu_types", "mig_profiles", "vfs", "mig")
 _ITEM_KEYS = {
     "regions": {"region_type", "accelerators", "functions"},
     "vgpu_types": {"name", "label", "instances"},
     "mig_profiles": {"name", "instances", "memory_mb"},
+    "mig_instances": {"profile", "start"},
 }
 
 
@@ -168,6 +186,85 @@ def _check_entry(entry: Any, where: str) -> None:
     for key in ("count", "vfs"):
         if key in entry and (not isinstance(entry[key], int) or entry[key] < 0):
             raise DriverConfigError(f"{where}: {key} must be a whole number")
+    for key in _TOPOLOGY:
+        _check_topology(entry, key, where)
+    _check_mig(entry, where)
+
+
+def _check_mig(entry: Mapping[str, Any], where: str) -> None:
+    """``mig: dynamic``: a GPU carved on demand, whose product has a MIG table
+    (``acceleron.mig.geometry``), holding ``mig_instances`` at start (none if left out)
+    that the table allows."""
+    if "mig" not in entry:
+        if "mig_instances" in entry:
+            raise DriverConfigError(f"{where}: mig_instances needs mig: dynamic")
+        return
+    if entry["mig"] != "dynamic" or entry["type"] != "GPU":
+        raise DriverConfigError(f"{where}: mig takes one value, dynamic, and on a GPU only")
+    if not geometry.known(str(entry.get("product_id", ""))):
+        raise DriverConfigError(
+            f"{where}: mig: dynamic needs a product_id with a MIG table: {geometry.tables()}"
+        )
+    try:
+        _mig_layout(entry, {})
+    except (InvalidInput, KeyError, TypeError, ValueError) as error:
+        raise DriverConfigError(f"{where}: mig_instances: {_words(error)}") from error
+
+
+def _words(error: Exception) -> str:
+    return error.message if isinstance(error, InvalidInput) else f"{error!r}"
+
+
+def _mig_layout(entry: Mapping[str, Any], programmed: Mapping[str, Any]) -> geometry.Layout:
+    """The instances a ``mig: dynamic`` GPU holds: those made or destroyed since (the
+    state file), else the inventory's."""
+    held = programmed.get(MIG_INSTANCES)
+    if held is None:
+        held = [[item["profile"], item["start"]] for item in entry.get("mig_instances") or []]
+    instances = [geometry.Instance(str(name), int(start)) for name, start in held]
+    return geometry.Layout.of(geometry.product(str(entry["product_id"]).lower()), instances)
+
+
+def _check_topology(entry: Mapping[str, Any], key: str, where: str) -> None:
+    """``numa_node`` (a whole number), ``pcie_switch`` (a PCI address) or
+    ``nvlink_domain`` (a name): one value, or a list of ``count`` values."""
+    value = entry.get(key)
+    values = value if isinstance(value, list) else [value]
+    count = entry.get("count", 1)
+    if isinstance(value, list) and len(value) != count:
+        raise DriverConfigError(
+            f"{where}: {key} lists {len(value)} values for {count} device(s): give one "
+            f"value, or one per device"
+        )
+    for item in values:
+        if item is None:
+            continue
+        if key == "numa_node" and (not isinstance(item, int) or isinstance(item, bool) or item < 0):
+            raise DriverConfigError(f"{where}: numa_node {item!r} is not a NUMA node number")
+        if key == "pcie_switch":
+            try:
+                parse_bdf(str(item))
+            except ValueError as error:
+                raise DriverConfigError(
+                    f"{where}: pcie_switch {item!r} is not the PCI address of a switch's "
+                    f"upstream port (e.g. 0000:17:00.0)"
+                ) from error
+        if key == "nvlink_domain" and (not isinstance(item, str) or not 0 < len(item) <= 64):
+            raise DriverConfigError(
+                f"{where}: nvlink_domain {item!r} is not a name of 1 to 64 characters"
+            )
+
+
+def topology(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Where the ``index``-th device of an entry sits: its numa_node, pcie_switch (a
+    canonical PCI address) and nvlink_domain, each None when the entry gives none."""
+    found: dict[str, Any] = {}
+    for key in _TOPOLOGY:
+        value = entry.get(key)
+        found[key] = value[index] if isinstance(value, list) else value
+    if found["pcie_switch"] is not None:
+        found["pcie_switch"] = str(parse_bdf(str(found["pcie_switch"])))
+    return found
 
 
 def addresses(host: str) -> Iterator[str]:
@@ -191,6 +288,7 @@ class _Context:
     address: str
     entry: Mapping[str, Any]
     programmed: Mapping[str, Any]  # this device's part of the state file
+    index: int = 0  # which of the entry's ``count`` devices it is
 
     def uuid(self, *parts: object) -> str:
         return str(uuid.uuid5(_NAMESPACE, "/".join([self.host, self.address, *map(str, parts)])))
@@ -219,23 +317,24 @@ class FakeDriver:
         self.entries = load_inventory(text, source)
         self.state_file = Path(conf.fake.state_file)
 
-    def _placed(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        """Every simulated device with its address, ``count`` expanded: the address an
-        entry names (``pci_address``), else the host's next one that none names."""
+    def _placed(self) -> Iterator[tuple[str, Mapping[str, Any], int]]:
+        """Every simulated device with its address and which of its entry's devices it
+        is, ``count`` expanded: the address an entry names (``pci_address``), else the
+        host's next one that none names."""
         named = {fixed_address(e) for e in self.entries if "pci_address" in e}
         slots = (a for a in addresses(self.conf.host) if a not in named)
         for entry in self.entries:
             if "pci_address" in entry:
-                yield fixed_address(entry), entry
+                yield fixed_address(entry), entry, 0
                 continue
-            for _ in range(entry.get("count", 1)):
-                yield next(slots), entry
+            for index in range(entry.get("count", 1)):
+                yield next(slots), entry, index
 
     def discover(self) -> list[Device]:
         state = self._load_state()
         return [
-            _device(_Context(self.conf.host, address, entry, state.get(address, {})))
-            for address, entry in self._placed()
+            _device(_Context(self.conf.host, address, entry, state.get(address, {}), index))
+            for address, entry, index in self._placed()
         ]
 
     def health(self, device: Device) -> Health:
@@ -243,7 +342,7 @@ class FakeDriver:
         fault: ``{"devices": {"<address>": {"health": {"state": ..., "reason": ...,
         "deployables": {"<key>": {"state": ..., "reason": ...}}}}}}`` (what tests write to
         break a device)."""
-        entry = dict(self._placed()).get(device.pci_address)
+        entry = {address: entry for address, entry, _ in self._placed()}.get(device.pci_address)
         if entry is None:
             return Health(UNHEALTHY, f"no simulated device at {device.pci_address}")
         injected = self._load_state().get(device.pci_address, {}).get("health")
@@ -281,6 +380,42 @@ class FakeDriver:
         time.sleep(self.conf.fake.program_seconds)  # a real card's loading time, if set
         self._record(device.pci_address, deployable_key, bitstream, header)
 
+    def clean(
+        self,
+        device: Device,
+        deployable_key: str,
+        handles: Sequence[str],
+        method: str,
+        image: Path | None,
+    ) -> None:
+        """Simulate a cleaning: ``[fake] cleaning_seconds`` long, failing where
+        ``[fake] failing_cleanings`` says; a scrubbed region holds ``image`` (its blank
+        image) or nothing. Each is logged in the state file (``cleaned``, the last 50)."""
+        time.sleep(self.conf.fake.cleaning_seconds)
+        failing = self.conf.fake.failing_cleanings
+        if "*" in failing or device.pci_address in failing:
+            raise DriverError(
+                f"simulated failure to {method} {device.pci_address} {deployable_key} "
+                f"([fake] failing_cleanings)"
+            )
+        if method == "scrub" and any(
+            d.key == deployable_key and d.programmable for d in device.deployables
+        ):
+            if image is not None:
+                self.program(device, deployable_key, image)
+            else:
+                self._blank(device.pci_address, deployable_key)
+        state = self._load_state()
+        done = state.setdefault(device.pci_address, {}).setdefault(CLEANED, [])
+        done.append({"deployable": deployable_key, "handles": list(handles), "method": method})
+        del done[:-50]
+        self._save_state(state)
+
+    def _blank(self, address: str, key: str) -> None:
+        state = self._load_state()
+        state.setdefault(address, {})[key] = {"function_uuids": []}
+        self._save_state(state)
+
     def create_mdev(self, device: Device, handle: AttachHandle) -> None:
         """Simulate making the vGPU: it shows as in use from the next scan on."""
         self._set_mdev(device.pci_address, handle.address, present=True)
@@ -294,6 +429,51 @@ class FakeDriver:
         made = set(device.get(MDEVS, []))
         made = made | {mdev_uuid} if present else made - {mdev_uuid}
         device[MDEVS] = sorted(made)
+        self._save_state(state)
+
+    def make_mig(self, device: Device, profile: str, start: int | None = None) -> int:
+        """Simulate making a GPU instance of ``profile`` (with its compute instance) on a
+        GPU marked ``mig: dynamic``: at memory slice ``start``, or where the planner
+        puts it; answers the slice it starts at. It shows from the next scan on.
+        NoMigPlacement when the GPU has no room for the profile (its reason says whether
+        slices or a valid position are missing); DriverError when ``start`` is a
+        position the profile cannot take there."""
+        entry = self._dynamic(device)
+        state = self._load_state()
+        layout = _mig_layout(entry, state.get(device.pci_address, {}))
+        if start is None:
+            gpu = planner.Gpu(device.pci_address, layout)
+            start = planner.best_fit([gpu], profile).instance.start
+        try:
+            layout = layout.adding(geometry.Instance(profile, start))
+        except InvalidInput as error:
+            raise DriverError(
+                f"cannot make a {profile} instance on simulated GPU {device.pci_address}: "
+                f"{error.message}"
+            ) from error
+        self._save_mig(state, device.pci_address, layout)
+        return start
+
+    def destroy_mig(self, device: Device, profile: str, start: int) -> None:
+        """Simulate destroying the ``profile`` instance that starts at ``start``."""
+        entry = self._dynamic(device)
+        state = self._load_state()
+        layout = _mig_layout(entry, state.get(device.pci_address, {}))
+        try:
+            layout = layout.removing(geometry.Instance(profile, start))
+        except InvalidInput as error:
+            raise TargetNotFound(f"simulated GPU {device.pci_address}: {error.message}") from error
+        self._save_mig(state, device.pci_address, layout)
+
+    def _dynamic(self, device: Device) -> Mapping[str, Any]:
+        entry = {address: entry for address, entry, _ in self._placed()}.get(device.pci_address)
+        if entry is None or "mig" not in entry:
+            raise TargetNotFound(f"no simulated GPU marked mig: dynamic at {device.pci_address}")
+        return entry
+
+    def _save_mig(self, state: dict[str, Any], address: str, layout: geometry.Layout) -> None:
+        held = [[i.profile, i.start] for i in layout.instances]
+        state.setdefault(address, {})[MIG_INSTANCES] = held
         self._save_state(state)
 
     # -- state file ---------------------------------------------------------------
@@ -351,9 +531,9 @@ def _device(ctx: _Context) -> Device:
         product_id=product_id,
         model=trait_part(str(entry.get("model", product_id))),
         driver="fake",
-        numa_node=entry.get("numa_node"),
+        **topology(entry, ctx.index),
         std_board_info={"simulated": True},
-        vendor_board_info={"memory_mb": entry.get("memory_mb")},
+        vendor_board_info={"memory_mb": entry.get("memory_mb"), **_mig_board_info(ctx)},
         deployables=tuple(_deployables(ctx, product_id)),
     )
 
@@ -366,6 +546,8 @@ def _deployables(ctx: _Context, product_id: str) -> list[Deployable]:
         return [_vgpu(ctx, product_id, item) for item in entry["vgpu_types"]]
     if "mig_profiles" in entry:
         return [_mig(ctx, product_id, item) for item in entry["mig_profiles"]]
+    if "mig" in entry:
+        return _dynamic_mig(ctx, product_id)
     if "vfs" in entry:
         handles = tuple(_test_pci(sub_address(ctx.address, i + 1)) for i in range(entry["vfs"]))
         return [Deployable("vf_pool", "vf_pool", len(handles), attach_handles=handles)]
@@ -459,9 +641,71 @@ def _mig(ctx: _Context, product_id: str, item: Mapping[str, Any]) -> Deployable:
         accelerator_type="MIG",
         memory_mb=item.get("memory_mb"),
         memory_type=_memory_type(ctx.entry),
-        traits=(f"CUSTOM_NVIDIA_{product_id.upper()}_MIG_{trait_part(name)}",),
+        traits=(_mig_trait(product_id, name),),
         attach_handles=handles,
     )
+
+
+def _mig_trait(product_id: str, name: str) -> str:
+    return f"CUSTOM_NVIDIA_{product_id.upper()}_MIG_{trait_part(name)}"
+
+
+def _mig_board_info(ctx: _Context) -> dict[str, Any]:
+    """What a ``mig: dynamic`` GPU tells of itself: its MIG table and what is free."""
+    if "mig" not in ctx.entry:
+        return {}
+    layout = _mig_layout(ctx.entry, ctx.programmed)
+    return {
+        "mig": "dynamic",
+        "mig_product": layout.product.name,
+        "mig_free_memory_slices": layout.free_slices_text(),
+        "mig_free_compute_slices": layout.free_compute_slices,
+    }
+
+
+def _dynamic_mig(ctx: _Context, product_id: str) -> list[Deployable]:
+    """The instances a ``mig: dynamic`` GPU holds now: one ``mig/<profile>`` deployable
+    per profile, a MIG handle per instance (its uuid derived from where it starts)."""
+    layout = _mig_layout(ctx.entry, ctx.programmed)
+    gpu_uuid = f"GPU-{ctx.uuid('gpu')}"
+    memory_mb = ctx.entry.get("memory_mb")
+    deployables = []
+    for profile in layout.product.profiles:
+        starts = sorted(i.start for i in layout.instances if i.profile == profile.name)
+        if not starts:
+            continue
+        handles = tuple(
+            AttachHandle(
+                type="MIG",
+                address=(mig := f"MIG-{ctx.uuid('mig', profile.name, 'at', start)}"),
+                info={
+                    **pci_handle_info(ctx.address),
+                    "gpu_uuid": gpu_uuid,
+                    "mig_uuid": mig,
+                    "gpu_instance_profile_id": str(profile.id),
+                    "gpu_instance_start": str(start),
+                },
+            )
+            for start in starts
+        )
+        deployables.append(
+            Deployable(
+                key=f"mig/{profile.name}",
+                kind="mig_profile",
+                num_accelerators=len(handles),
+                accelerator_type="MIG",
+                memory_mb=(
+                    None
+                    if memory_mb is None
+                    else int(memory_mb) * profile.memory_slices // layout.product.memory_slices
+                ),
+                memory_type=_memory_type(ctx.entry),
+                traits=(_mig_trait(product_id, profile.name),),
+                attributes={"profile_id": profile.id, "placements": profile.placements},
+                attach_handles=handles,
+            )
+        )
+    return deployables
 
 
 def _test_pci(address: str) -> AttachHandle:

@@ -24,6 +24,7 @@ from pathlib import Path
 from oslo_config import cfg
 
 from acceleron.drivers import command, gbs
+from acceleron.drivers.base import CleanedByProgramming
 from acceleron.drivers.errors import BitstreamError, TargetNotFound
 from acceleron.drivers.health import EventHold, hex_value, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
@@ -86,7 +87,7 @@ class Port:
     afu_id: str | None
 
 
-class IntelFpgaDriver:
+class IntelFpgaDriver(CleanedByProgramming):
     """Intel FPGAs from sysfs; programs PR regions with a configurable tool (fpgaconf)."""
 
     name = "intel_fpga"
@@ -156,11 +157,13 @@ class IntelFpgaDriver:
         if pf is None:
             return worst(found)
         fme_errors = next(
-            (fme / "errors"
-             for region in self.sysfs.children(pf / "fpga_region", "region")
-             for fme in self.sysfs.children(region, "dfl-fme.")),
+            (
+                fme / "errors"
+                for region in self.sysfs.children(pf / "fpga_region", "region")
+                for fme in self.sysfs.children(region, "dfl-fme.")
+            ),
             None,
-        )  # fmt: skip
+        )
         if fme_errors is not None:
             found.append(_fme_health(self.sysfs, fme_errors, device.pci_address))
         regions = sum(1 for dep in device.deployables if dep.kind == "region")
@@ -286,8 +289,9 @@ def _fme_health(sysfs: Sysfs, errors: Path, address: str) -> Health:
     first = sysfs.read(errors / "first_error") or "unknown"
     fatal = hex_value(sysfs.read(errors / "catfatal_errors"))
     if fatal:
-        return Health(UNHEALTHY, f"FPGA {address}: catastrophic/fatal errors {fatal:#x} "
-                                 f"(first {first})")  # fmt: skip
+        return Health(
+            UNHEALTHY, f"FPGA {address}: catastrophic/fatal errors {fatal:#x} (first {first})"
+        )
     for name in ("fme_errors", "nonfatal_errors", "pcie0_errors", "pcie1_errors"):
         value = hex_value(sysfs.read(errors / name))
         if value:

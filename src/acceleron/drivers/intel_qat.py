@@ -17,6 +17,7 @@ from oslo_config import cfg
 from acceleron.drivers.health import EventHold, pci_health, worst
 from acceleron.drivers.sysfs import (
     INTEL_QAT,
+    CleanedByReset,
     PciFunction,
     Sysfs,
     classify,
@@ -42,7 +43,7 @@ MODELS = {
 }
 
 
-class IntelQatDriver:
+class IntelQatDriver(CleanedByReset):
     """Intel QAT PFs with their VF pools."""
 
     name = "intel_qat"

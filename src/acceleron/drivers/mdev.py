@@ -13,11 +13,9 @@ Both are idempotent: creating what exists, or removing what is gone, does nothin
 
 from __future__ import annotations
 
-import errno
 import logging
-from pathlib import Path
 
-from acceleron.drivers.errors import DriverError, TargetNotFound
+from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.sysfs import Sysfs, format_bdf
 from acceleron.vocabulary import AttachHandle
 
@@ -45,14 +43,14 @@ def create(sysfs: Sysfs, handle: AttachHandle) -> None:
             return
         mdev_type = handle.info.get("asked_type") or ""
         target = sysfs.path("sys/bus/pci/devices", parent, "mdev_supported_types", mdev_type)
-        _write(target / "create", handle.address, f"create mdev {handle.address}")
+        sysfs.write(target / "create", handle.address, f"create mdev {handle.address}")
         LOG.info("Created mdev %s of type %s on %s", handle.address, mdev_type, parent)
         return
     type_id = handle.info.get("vgpu_type") or ""
     current = sysfs.path("sys/bus/pci/devices", parent, "nvidia/current_vgpu_type")
     if sysfs.read(current) == type_id:
         return
-    _write(current, type_id, f"give VF {parent} vGPU type {type_id}")
+    sysfs.write(current, type_id, f"give VF {parent} vGPU type {type_id}")
     LOG.info("VF %s now has vGPU type %s", parent, type_id)
 
 
@@ -62,26 +60,12 @@ def remove(sysfs: Sysfs, handle: AttachHandle) -> None:
         target = sysfs.path("sys/bus/mdev/devices", handle.address, "remove")
         if not target.parent.exists():
             return
-        _write(target, "1", f"remove mdev {handle.address}")
+        sysfs.write(target, "1", f"remove mdev {handle.address}")
         LOG.info("Removed mdev %s", handle.address)
         return
     parent = parent_address(dict(handle.info))
     current = sysfs.path("sys/bus/pci/devices", parent, "nvidia/current_vgpu_type")
     if sysfs.read(current) in (None, "0"):
         return
-    _write(current, "0", f"free VF {parent}")
+    sysfs.write(current, "0", f"free VF {parent}")
     LOG.info("VF %s freed of its vGPU type", parent)
-
-
-def _write(path: Path, value: str, doing: str) -> None:
-    if not path.exists():  # sysfs makes no new files: the device or type is gone
-        raise TargetNotFound(f"cannot {doing}: {path} does not exist")
-    try:
-        path.write_text(value)
-    except FileNotFoundError as error:
-        raise TargetNotFound(f"cannot {doing}: {path} does not exist") from error
-    except OSError as error:
-        reason = errno.errorcode.get(error.errno or 0, "error")
-        raise DriverError(
-            f"cannot {doing}: writing {path} failed ({reason}: {error.strerror})"
-        ) from error

@@ -18,10 +18,16 @@ What a GPU offers, first match wins:
 * Otherwise the whole GPU: one ``device`` deployable with the PF as PCI handle, in
   use on the host when the GPU is bound to vfio-pci (a VM most likely has it). A GPU
   whose MIG instances only NVML could describe is reported whole, with a warning.
+
+Where each GPU sits: its NUMA node (NVML, else sysfs), its PCIe switch (sysfs, the
+upstream port of the nearest switch above it: ``sysfs.pcie_switch``) and its NVLink
+domain (NVML: the GPUs its active NVLinks lead to, directly or through NVSwitches, or
+the NVLink fabric it joined: ``nvml.nvlink_domains``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -36,6 +42,7 @@ from acceleron.drivers import mdev, memory, nvml
 from acceleron.drivers.health import EventHold, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
+    CleanedByReset,
     PciFunction,
     Sysfs,
     classify,
@@ -87,7 +94,7 @@ MEMORY = {**dict.fromkeys(_GDDR, "GDDR"), **dict.fromkeys(_HBM, "HBM")}
 _SLOTS = uuid.UUID("6a1c3f2e-8d4b-5e7f-9a0b-1c2d3e4f5a6b")  # namespace of free mdev uuids
 
 
-class NvidiaGpuDriver:
+class NvidiaGpuDriver(CleanedByReset):
     """NVIDIA GPUs from sysfs and NVML. ``nvml_lib`` stands in for pynvml (tests)."""
 
     name = "nvidia_gpu"
@@ -135,9 +142,13 @@ class NvidiaGpuDriver:
         from_nvml = snap.by_address() if snap else {}
         self._cross_check(gpus, from_nvml, snap is not None)
         version = snap.driver_version if snap else None
+        domains = snap.nvlink_domains() if snap else {}
         found = (self._device(fn, from_nvml.get(a), version) for a, fn in gpus.items())
         devices = [device for device in found if device is not None]
         devices += [self._nvml_only(gpu, version) for a, gpu in from_nvml.items() if a not in gpus]
+        devices = [
+            dataclasses.replace(d, nvlink_domain=domains.get(d.pci_address)) for d in devices
+        ]
         return sorted(devices, key=lambda d: d.pci_address)
 
     def _cross_check(

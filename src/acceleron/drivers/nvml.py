@@ -9,10 +9,12 @@ failing to answer is left out of the snapshot, never the scan.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import importlib
 import logging
 import threading
+import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
@@ -27,6 +29,16 @@ ERROR_TIMEOUT = 10  # NVML_ERROR_TIMEOUT
 ERROR_GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
 EVENT_XID_CRITICAL = 8  # nvmlEventTypeXidCriticalError
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event that no GPU instance owns
+ERROR_INVALID_ARGUMENT = 2  # NVML_ERROR_INVALID_ARGUMENT: e.g. a link past the last
+ERROR_NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS of older bindings (36 in nvidia-ml-py 13)
+FABRIC_STATE_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+NVLINK_DEVICE_TYPE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+# The far end of a link to an NVSwitch NVML names no PCI address for (on HGX H100 boards
+# the NVSwitches are not on the host's PCI bus): the GPUs of a host that reach one are
+# taken to share it.
+NVSWITCH = "nvswitch"
+_NO_ADDRESS = "0000:00:00.0"  # a far end NVML fills with zeros: no address known
 
 
 class NvmlLib(Protocol):
@@ -55,6 +67,10 @@ class NvmlLib(Protocol):
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int: ...
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]: ...
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int: ...
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int: ...
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any: ...
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int: ...
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> Any: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: Any) -> None: ...
     def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> Any: ...
@@ -90,6 +106,12 @@ class NvmlGpu:
     profiles: tuple[MigProfile, ...] = ()
     migs: tuple[MigInstance, ...] = ()
     faults: GpuFaults = dataclasses.field(default_factory=lambda: GpuFaults())
+    # The PCI addresses at the far end of its active NVLinks (GPUs, or NVSwitches;
+    # ``NVSWITCH`` for NVSwitches NVML gives no address for), and the NVLink fabric it is
+    # in where the driver reports one (``<cluster uuid>/<clique id>``); see
+    # ``nvlink_domains``.
+    nvlink_peers: tuple[str, ...] = ()
+    fabric: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +133,10 @@ class NvmlSnapshot:
 
     def by_address(self) -> dict[str, NvmlGpu]:
         return {gpu.address: gpu for gpu in self.gpus}
+
+    def nvlink_domains(self) -> dict[str, str]:
+        """Each GPU's NVLink domain (``nvlink_domains``); GPUs with none are left out."""
+        return nvlink_domains(self.gpus)
 
 
 def load_pynvml() -> NvmlLib | None:
@@ -178,14 +204,106 @@ def _gpu(lib: NvmlLib, index: int) -> NvmlGpu | None:
         profiles=profiles,
         migs=_migs(lib, handle) if mig_enabled else (),
         faults=_faults(lib, handle),
+        nvlink_peers=_nvlink_peers(lib, handle),
+        fabric=_fabric(lib, handle),
     )
+
+
+def _nvlink_peers(lib: NvmlLib, handle: Any) -> tuple[str, ...]:
+    """The PCI addresses at the far end of the GPU's active NVLinks, each once, sorted.
+    Links are asked in order until NVML says there is no such link (InvalidArgument) or
+    the GPU has no NVLink (NotSupported, as on a PCIe card or a VM's GPU); a link that is
+    down, or whose far end NVML cannot name, is passed over."""
+    peers: set[str] = set()
+    for link in range(int(getattr(lib, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
+        try:
+            active = lib.nvmlDeviceGetNvLinkState(handle, link)
+        except lib.NVMLError as error:
+            if getattr(error, "value", None) in (ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED):
+                break
+            LOG.debug("NVML NVLink %d state: %s", link, error)
+            continue
+        if active != 1:
+            continue
+        peer = _far_end(lib, handle, link)
+        if peer is not None:
+            peers.add(peer)
+    return tuple(sorted(peers))
+
+
+def _far_end(lib: NvmlLib, handle: Any, link: int) -> str | None:
+    """The PCI address at the far end of an active link; ``NVSWITCH`` for an NVSwitch
+    NVML names no address for; None when NVML cannot tell."""
+    remote = _try(lib, lib.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+    address = None
+    if remote is not None:
+        try:
+            address = pci_address(remote)
+        except ValueError:
+            address = None
+    if address is not None and address != _NO_ADDRESS:
+        return address
+    if _try(lib, lib.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link) == (
+        NVLINK_DEVICE_TYPE_SWITCH
+    ):
+        return NVSWITCH
+    LOG.debug("NVLink %d leads to a device NVML does not name", link)
+    return None
+
+
+def _fabric(lib: NvmlLib, handle: Any) -> str | None:
+    """``<cluster uuid>/<clique id>`` of the NVLink fabric the GPU has joined (a
+    multi-node NVLink system's, as nvidia-imex and the fabric manager set up); None when
+    the GPU reports no fabric, has not joined it, or its cluster is all zeros."""
+    make = getattr(lib, "c_nvmlGpuFabricInfo_v2_t", None)
+    if make is None:
+        return None
+    info = make()
+    if _try(lib, lib.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info)) is None:
+        return None
+    cluster = bytes(info.clusterUuid)
+    if info.state != FABRIC_STATE_COMPLETED or info.status != 0 or not any(cluster):
+        return None
+    return f"{uuidlib.UUID(bytes=cluster)}/{int(info.cliqueId)}"
+
+
+def nvlink_domains(gpus: Sequence[NvmlGpu]) -> dict[str, str]:
+    """The NVLink domain of each GPU that has one: a name the GPUs of a host joined by
+    NVLink share. A GPU in an NVLink fabric (``fabric``) is in that fabric's domain,
+    ``fabric-<cluster uuid>/<clique id>``. Otherwise GPUs are joined when one's NVLinks
+    lead to the other, or both lead to the same NVSwitch (its PCI address, or any
+    NVSwitch NVML gives no address for): each connected set of two GPUs or more is a
+    domain, ``nvlink-<lowest GPU address>``. A GPU with no NVLink, or whose links lead to
+    no other GPU of the host, has none."""
+    parent: dict[str, str] = {}
+
+    def root(node: str) -> str:
+        while parent.setdefault(node, node) != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for gpu in gpus:
+        for peer in gpu.nvlink_peers:
+            parent[root(peer)] = root(gpu.address)
+    members: dict[str, list[str]] = {}
+    for gpu in gpus:
+        members.setdefault(root(gpu.address), []).append(gpu.address)
+    domains = {}
+    for gpu in gpus:
+        if gpu.fabric is not None:
+            domains[gpu.address] = f"fabric-{gpu.fabric}"
+            continue
+        joined = members[root(gpu.address)]
+        if len(joined) > 1:
+            domains[gpu.address] = f"nvlink-{min(joined)}"
+    return domains
 
 
 def _faults(lib: NvmlLib, handle: Any) -> GpuFaults:
     pending = _try(lib, lib.nvmlDeviceGetRetiredPagesPendingStatus, handle)
     rows = _try(lib, lib.nvmlDeviceGetRemappedRows, handle)
-    ecc = _try(lib, lib.nvmlDeviceGetTotalEccErrors, handle, MEMORY_ERROR_UNCORRECTED,
-               VOLATILE_ECC)  # fmt: skip
+    ecc = _try(lib, lib.nvmlDeviceGetTotalEccErrors, handle, MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC)
     return GpuFaults(
         retired_pages_pending=None if pending is None else bool(pending),
         remap_pending=None if rows is None else bool(rows[2]),

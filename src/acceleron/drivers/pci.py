@@ -30,6 +30,7 @@ from acceleron.drivers.errors import DriverConfigError
 from acceleron.drivers.health import EventHold, pci_health
 from acceleron.drivers.sysfs import (
     Bdf,
+    CleanedByReset,
     PciFunction,
     Sysfs,
     make_device,
@@ -159,7 +160,7 @@ class _Owner:
     vfs: list[PciFunction] = dataclasses.field(default_factory=list)
 
 
-class PciDriver:
+class PciDriver(CleanedByReset):
     """Devices listed by ``[pci] device_spec``, typed from their PCI class."""
 
     name = "pci"

@@ -21,7 +21,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -185,6 +185,23 @@ class Sysfs:
         except OSError:
             return None
         return target if os.path.exists(target) else None
+
+    def write(self, path: Path, value: str, doing: str) -> None:
+        """Write an attribute file: TargetNotFound when it is not there (sysfs makes no
+        new files: the device is gone), DriverError saying why when the write failed."""
+        from acceleron.drivers.errors import DriverError, TargetNotFound
+
+        if not path.exists():
+            raise TargetNotFound(f"cannot {doing}: {path} does not exist")
+        try:
+            path.write_text(value)
+        except FileNotFoundError as error:
+            raise TargetNotFound(f"cannot {doing}: {path} does not exist") from error
+        except OSError as error:
+            reason = errno.errorcode.get(error.errno or 0, "error")
+            raise DriverError(
+                f"cannot {doing}: writing {path} failed ({reason}: {error.strerror})"
+            ) from error
 
     def read(self, path: Path) -> str | None:
         """The stripped content of an attribute file; ``None`` when it cannot be read."""
@@ -462,6 +479,51 @@ def owning_function(sysfs: Sysfs, path: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------------
+# Topology: the nearest PCIe switch
+
+# A host bridge's directory under /sys/devices: where a PCI domain's hierarchy starts
+# (``pci0000:00``; Intel VMD starts a domain of its own below a PCI device, ``pci10000:e0``).
+_HOST_BRIDGE = re.compile(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}")
+PCI_BRIDGE_CLASS = "0604"  # class and subclass of a PCI-to-PCI bridge (switch ports too)
+
+
+def bridge_chain(path: Path) -> list[Path]:
+    """The PCI bridges above a function, from its root port down to its parent: the
+    BDF-named directories of its real sysfs path below the last host bridge (``[]`` for
+    a function on a root bus, as an integrated device or one in a virtual machine's
+    flat PCI bus)."""
+    parts = path.parts
+    starts = [i for i, part in enumerate(parts) if _HOST_BRIDGE.fullmatch(part)]
+    if not starts:
+        return []
+    below = parts[starts[-1] + 1 : -1]
+    if not all(is_bdf(part) for part in below):
+        return []  # not a PCI function's directory: nothing to say
+    top = Path(*parts[: starts[-1] + 1])
+    return [top.joinpath(*below[: i + 1]) for i in range(len(below))]
+
+
+def pcie_switch(fn: PciFunction) -> str | None:
+    """The PCI address of the upstream port of the nearest PCIe switch above ``fn``: the
+    bridge above the function's parent bridge, when that bridge is itself below the root
+    port. In sysfs a function behind a switch sits at
+    ``pci0000:00/<root port>/<switch upstream port>/<switch downstream port>/<function>``:
+    two functions behind one switch have different downstream ports and the same upstream
+    port, which names the switch (behind nested switches, the one nearest the function).
+    None when there is no switch: the function hangs off a root port (or a root bus),
+    or its parent's parent is the root port (a PCIe-to-PCI bridge, not a switch), or the
+    candidate is no PCI bridge by its class."""
+    chain = bridge_chain(fn.path)
+    if len(chain) < 3:  # root port, upstream port, downstream port at least
+        return None
+    upstream = chain[-2]
+    klass = normalize_hex_id(Sysfs.read_file(str(upstream / "class")), width=6)
+    if klass is not None and not klass.startswith(PCI_BRIDGE_CLASS):
+        return None
+    return normalize_bdf(upstream.name)
+
+
+# ---------------------------------------------------------------------------
 # Classification (docs/design/hardware.md §1.2): ordered rules, the first match wins.
 
 
@@ -637,7 +699,57 @@ def make_device(fn: PciFunction, *, driver: str, model: str, **fields: Any) -> D
         "model": model,
         "driver": driver,
         "numa_node": fn.numa_node,
+        "pcie_switch": pcie_switch(fn),
         "std_board_info": board_info(fn),
     }
     values.update(fields)
     return Device(**values)
+
+
+def reset_functions(sysfs: Sysfs, addresses: Sequence[str], what: str) -> None:
+    """Clean by resetting: a reset of each PCI function at ``addresses`` (the kernel's
+    ``reset`` attribute, by the device's ``reset_method``: a function-level reset, or a
+    bus reset). CleaningUnsupported when one is no PCI function, or has no reset."""
+    from acceleron.drivers.errors import CleaningUnsupported
+
+    if not addresses or not all(is_bdf(a) for a in addresses):
+        raise CleaningUnsupported(f"{what} has no PCI function to reset")
+    for address in addresses:
+        target = sysfs.path("sys/bus/pci/devices", normalize_bdf(address), "reset")
+        if not target.exists():
+            raise CleaningUnsupported(
+                f"{address} cannot be reset: the kernel offers no reset for it (no "
+                f"{target.relative_to(sysfs.root)})"
+            )
+        sysfs.write(target, "1", f"reset {address}")
+        LOG.info("Reset %s (%s)", address, what)
+
+
+def clean_by_reset(sysfs: Sysfs, handles: Sequence[str], method: str, what: str) -> None:
+    """A PCI function driver's cleaning: ``reset`` resets each handle's function; it can
+    do no other (CleaningUnsupported, saying what to choose instead)."""
+    from acceleron.drivers.errors import CleaningUnsupported
+
+    if method != "reset":
+        raise CleaningUnsupported(
+            f"{what} can be reset (a function-level reset), not {method}ed, by its driver: "
+            f"choose reset, or command ([agent] cleaning_command) for a vendor's tool"
+        )
+    reset_functions(sysfs, handles, what)
+
+
+class CleanedByReset:
+    """A PCI function driver's cleaning (drivers.base.Cleanable): each handle given back
+    reset (``clean_by_reset``)."""
+
+    sysfs: Sysfs
+
+    def clean(
+        self,
+        device: Device,
+        deployable_key: str,
+        handles: Sequence[str],
+        method: str,
+        image: Path | None,
+    ) -> None:
+        clean_by_reset(self.sysfs, handles, method, f"{device.pci_address} {deployable_key}")

@@ -19,6 +19,7 @@ from typing import Any
 from oslo_config import cfg
 
 from acceleron.drivers import command
+from acceleron.drivers.base import CleanedByProgramming
 from acceleron.drivers.errors import TargetNotFound
 from acceleron.drivers.health import EventHold, hex_value, pci_health, worst
 from acceleron.drivers.sysfs import (
@@ -55,7 +56,7 @@ def is_management(fn: PciFunction) -> bool:
     return fn.bdf.function == 0
 
 
-class XilinxFpgaDriver:
+class XilinxFpgaDriver(CleanedByProgramming):
     """Xilinx Alveo FPGAs from sysfs; programs an xclbin with ``xbmgmt``."""
 
     name = "xilinx_fpga"

@@ -46,6 +46,7 @@ from acceleron.exceptions import (
     PlacementProviderNotFound,
     PlacementUnavailable,
 )
+from acceleron.placement import batch
 
 LOG = logging.getLogger(__name__)
 # Placement's words for a trait or resource class it does not know (a 400).
@@ -213,9 +214,17 @@ class PlacementClient:
         self._adapter = adapter
         self._microversion = microversion
         self._max_attempts = max_attempts
+        self._writes: batch.Writes | None = None
         self._generations: dict[str, int] = {}
         self._known_traits: set[str] = set()
         self._known_classes: set[str] = set()
+
+    def batching(self, writes: batch.Writes) -> PlacementClient:
+        """This client, its consumers' allocation writes (``put_allocations``,
+        ``replace_allocations``) sent together with those of other threads made at the
+        same moment (``placement.batch``)."""
+        self._writes = writes
+        return self
 
     # Plumbing
 
@@ -298,9 +307,9 @@ class PlacementClient:
             return None
         if response.status_code >= 400:
             raise self._failure(response, f"reading provider {uuid}")
-        return self._seen(Provider.from_json(response.json()))
+        return self._remember_generation(Provider.from_json(response.json()))
 
-    def _seen(self, provider: Provider) -> Provider:
+    def _remember_generation(self, provider: Provider) -> Provider:
         self._generations[provider.uuid] = provider.generation
         return provider
 
@@ -308,7 +317,9 @@ class PlacementClient:
         """The provider named ``name`` (a compute node's is its hypervisor host name)."""
         query = urlencode({"name": name})
         body = self._get(f"/resource_providers?{query}", f"looking up provider {name!r}")
-        found = [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
+        found = [
+            self._remember_generation(Provider.from_json(rp)) for rp in body["resource_providers"]
+        ]
         return found[0] if found else None
 
     def provider_names(self) -> list[str]:
@@ -318,12 +329,16 @@ class PlacementClient:
     def list_providers(self) -> list[Provider]:
         """Every provider, with its generation (one call)."""
         body = self._get("/resource_providers", "listing resource providers")
-        return [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
+        return [
+            self._remember_generation(Provider.from_json(rp)) for rp in body["resource_providers"]
+        ]
 
     def get_tree(self, uuid: str) -> list[Provider]:
         """Every provider in the tree holding ``uuid`` (one call); empty if there is none."""
         body = self._get(f"/resource_providers?in_tree={uuid}", f"reading the tree of {uuid}")
-        return [self._seen(Provider.from_json(rp)) for rp in body["resource_providers"]]
+        return [
+            self._remember_generation(Provider.from_json(rp)) for rp in body["resource_providers"]
+        ]
 
     def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
         """Create a provider (one call: at 1.20+ the answer is the provider itself).
@@ -341,14 +356,14 @@ class PlacementClient:
             )
         if response.status_code >= 400:
             raise self._failure(response, doing)
-        return self._seen(Provider.from_json(response.json()))
+        return self._remember_generation(Provider.from_json(response.json()))
 
     def move_provider(self, uuid: str, name: str, parent_uuid: str | None) -> Provider:
         """Give a provider another parent (Placement 1.37+ allows re-parenting)."""
         body: JSON = {"name": name, "parent_provider_uuid": parent_uuid}
         doing = f"moving provider {name!r} under {parent_uuid}"
         response = self._call("PUT", f"/resource_providers/{uuid}", doing, body)
-        return self._seen(Provider.from_json(response.json()))
+        return self._remember_generation(Provider.from_json(response.json()))
 
     def delete_provider(self, uuid: str) -> bool:
         """Delete one provider; False if it was already gone.
@@ -671,12 +686,13 @@ class PlacementClient:
             "consumer_generation": None,
             "consumer_type": consumer_type,
         }
-        self._put_consumer(consumer, body, f"allocating for {consumer}")
+        self._write_consumer(consumer, body, f"allocating for {consumer}")
 
     def get_consumer(self, consumer: str) -> Consumer:
         """The consumer's allocations (none: an empty mapping)."""
-        body = self._get(f"/allocations/{quote(consumer)}",
-                         f"reading the allocations of {consumer}")  # fmt: skip
+        body = self._get(
+            f"/allocations/{quote(consumer)}", f"reading the allocations of {consumer}"
+        )
         return Consumer(
             allocations={rp: dict(a["resources"]) for rp, a in body["allocations"].items()},
             generation=body.get("consumer_generation"),
@@ -700,7 +716,25 @@ class PlacementClient:
             "user_id": read.user_id,
             "consumer_type": kind or "INSTANCE",
         }
-        self._put_consumer(consumer, body, f"rewriting the allocations of {consumer}")
+        self._write_consumer(consumer, body, f"rewriting the allocations of {consumer}")
+
+    def _write_consumer(self, consumer: str, body: JSON, doing: str) -> None:
+        """``_put_consumer``, or with others' writes (``batching``)."""
+        if self._writes is None:
+            self._put_consumer(consumer, body, doing)
+            return
+        alone = lambda: self._put_consumer(consumer, body, doing)  # noqa: E731
+        self._writes.write(consumer, body, self._post_allocations, alone)
+
+    def _post_allocations(self, bodies: Mapping[str, JSON]) -> bool:
+        """Write several consumers' allocations in one transaction (each body as a PUT
+        takes it); False when Placement refused them (then none was written)."""
+        doing = f"writing the allocations of {len(bodies)} consumers"
+        response = self._send("POST", "/allocations", dict(bodies), doing)
+        if response.status_code >= 400:
+            LOG.debug("Placement refused %s: %s", doing, _error_detail(response)[0])
+            return False
+        return True
 
     def _put_consumer(self, consumer: str, body: JSON, doing: str) -> None:
         response = self._send("PUT", f"/allocations/{quote(consumer)}", body, doing)

@@ -11,6 +11,7 @@ differs, and nothing global is patched.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,10 +32,44 @@ ADMIN_TOKEN = "admin"
 DIRECT_ENDPOINT = "http://placement.in-process"
 
 _lock = threading.Lock()
-_app: tuple[str, WSGIApp] | None = None
+_app: tuple[str, Tuning, WSGIApp] | None = None
+_turns: FairLock | None = None  # the turns of the Placement on SQLite in this process
 
 
-def _load(connection: str) -> WSGIApp:
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Placement's options for wide provider trees, as the embedded Placement runs them
+    (``[placement] embedded_*``; docs/placement.md, "Placement's options"). ``None``
+    leaves Placement's own default, which its configuration may change.
+
+    An 8-card FPGA host has a provider per region: a request for N regions as N groups
+    of one makes Placement build 8^N combinations before it keeps those that fit. The
+    cap stops the building at that many candidates, breadth-first takes them from every
+    host in turn, and the wide-tree workaround drops combinations over a provider's
+    capacity while they are built."""
+
+    max_candidates: int | None = 100  # [placement] max_allocation_candidates
+    strategy: str | None = "breadth-first"  # allocation_candidates_generation_strategy
+    wide_trees: bool | None = True  # [workarounds] optimize_for_wide_provider_trees
+
+
+PLACEMENT_DEFAULTS = Tuning(None, None, None)
+
+
+def _tune(conf: cfg.ConfigOpts, tuning: Tuning) -> None:
+    if tuning.max_candidates is not None:
+        conf.set_override("max_allocation_candidates", tuning.max_candidates, group="placement")
+    if tuning.strategy is not None:
+        conf.set_override(
+            "allocation_candidates_generation_strategy", tuning.strategy, group="placement"
+        )
+    if tuning.wide_trees is not None:
+        conf.set_override(
+            "optimize_for_wide_provider_trees", tuning.wide_trees, group="workarounds"
+        )
+
+
+def _load(connection: str, tuning: Tuning) -> WSGIApp:
     from placement import conf as placement_conf
     from placement import db_api, deploy
 
@@ -45,10 +80,11 @@ def _load(connection: str) -> WSGIApp:
     conf([], project="placement", default_config_files=[])
     conf.set_override("auth_strategy", "noauth2", group="api")
     conf.set_override("sync_on_startup", True, group="placement_database")
+    _tune(conf, tuning)
     db_api.configure(conf)
     # oslo.db's sleep(0) at each connection check-in lets eventlet's green threads
     # switch; in a threaded process it hands the GIL to whichever thread waits, and
-    # the request waits its turn back: 15 % of a claim's time in Placement.
+    # the request waits its turn back (docs/benchmarks.md, "What the shortcuts save").
     db_api.placement_context_manager.configure(thread_checkin=False)
     app: WSGIApp = deploy.loadapp(conf)
     if not connection.startswith("sqlite"):
@@ -57,7 +93,9 @@ def _load(connection: str) -> WSGIApp:
         engine = db_api.get_placement_engine()
         _write_ahead(engine)
         _keep_connections(engine)
-    return _one_at_a_time(app)
+    global _turns
+    _turns = FairLock()
+    return _one_at_a_time(app, _turns)
 
 
 def _write_ahead(engine: Any) -> None:
@@ -77,9 +115,9 @@ def _keep_connections(engine: Any) -> None:
     """Keep the SQLite file's connections open between transactions. oslo.db gives a
     file database no pool (``NullPool``): Placement would open a connection, run its
     connect-time statements, and close it again, for every transaction of every
-    request. Closing the last connection to a write-ahead log checkpoints it, and
-    connecting and closing took 20 % of Placement's time in a claim. The new pool
-    keeps the old one's event listeners (the pragmas above, oslo.db's own)."""
+    request. Closing the last connection to a write-ahead log checkpoints it
+    (docs/benchmarks.md, "What the shortcuts save"). The new pool keeps the old one's
+    event listeners (the pragmas above, oslo.db's own)."""
     old = engine.pool
     engine.pool = pool.QueuePool(
         old._creator,
@@ -92,13 +130,13 @@ def _keep_connections(engine: Any) -> None:
     old.dispose()
 
 
-def _one_at_a_time(app: WSGIApp, turns: Turns | None = None) -> WSGIApp:
+def _one_at_a_time(app: WSGIApp, turns: FairLock | None = None) -> WSGIApp:
     """Placement on SQLite in this process answers one request at a time. Its SQLite
     database is one connection shared by every thread (an in-memory one must be), and
     two threads' transactions on one connection would undo each other's work. On a
     database server each request has a connection of its own: no lock. Requests take
-    their turns in the order they came (``Turns``)."""
-    calls = turns or Turns()
+    their turns in the order they came (``FairLock``)."""
+    calls = turns or FairLock()
 
     def serialized(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         with calls:
@@ -107,15 +145,26 @@ def _one_at_a_time(app: WSGIApp, turns: Turns | None = None) -> WSGIApp:
     return serialized
 
 
-class Turns:
+def turns() -> FairLock | None:
+    """The turns requests take at the Placement on SQLite in this process (None: none
+    runs here, or it runs on a database server). A thread holding its turn may send
+    requests meanwhile: they are answered in that turn (``placement.batch`` takes one
+    to gather the writes that came while it waited)."""
+    return _turns
+
+
+class FairLock:
     """A lock handed to its waiters in the order they came. ``threading.Lock`` is not:
     a thread sending requests back to back (a reconciler's pass over every provider,
     a sync of a thousand hosts) takes it again before a waiter wakes, and a claim
-    waited seconds behind a pass at 1,000 hosts."""
+    waited seconds behind a pass at 1,000 hosts. The thread holding it may take it
+    again (its requests in its turn)."""
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._busy = False
+        self._holder: int | None = None  # the thread whose turn it is
+        self._depth = 0  # how many times more it took it
         self._waiters: collections.deque[threading.Lock] = collections.deque()
 
     @property
@@ -124,9 +173,13 @@ class Turns:
         return len(self._waiters)
 
     def __enter__(self) -> None:
+        me = threading.get_ident()
         with self._mutex:
+            if self._busy and self._holder == me:
+                self._depth += 1
+                return
             if not self._busy:
-                self._busy = True
+                self._busy, self._holder = True, me
                 return
             turn = threading.Lock()
             turn.acquire()
@@ -139,33 +192,42 @@ class Turns:
                 if not handed:
                     self._waiters.remove(turn)
             if handed:
+                with self._mutex:
+                    self._holder = me
                 self.__exit__()
             raise
+        with self._mutex:
+            self._holder = me
 
     def __exit__(self, *_exc: object) -> None:
         with self._mutex:
+            if self._depth:
+                self._depth -= 1
+                return
+            self._holder = None
             if self._waiters:
                 self._waiters.popleft().release()  # still busy: the next one's turn
             else:
                 self._busy = False
 
 
-def placement_app(connection: str = "sqlite://") -> WSGIApp:
+def placement_app(connection: str = "sqlite://", tuning: Tuning = Tuning()) -> WSGIApp:
     """Placement's WSGI application on ``connection``, built on the first call only.
 
-    ``sqlite://`` keeps everything in memory. Asking for another connection later in
-    the same process is an error: Placement cannot be pointed at a second database.
+    ``sqlite://`` keeps everything in memory. Asking for another connection or other
+    options later in the same process is an error: Placement's configuration and
+    database layer are the process's.
     """
     global _app
     with _lock:
         if _app is None:
-            _app = (connection, _load(connection))
-        elif _app[0] != connection:
+            _app = (connection, tuning, _load(connection, tuning))
+        elif _app[:2] != (connection, tuning):
             raise RuntimeError(
-                f"Placement already runs in this process on {_app[0]!r}; it cannot also "
-                f"run on {connection!r}."
+                f"Placement already runs in this process on {_app[0]!r} with {_app[1]}; "
+                f"it cannot also run on {connection!r} with {tuning}."
             )
-        return _app[1]
+        return _app[2]
 
 
 def placement_engine() -> Any:

@@ -257,6 +257,7 @@ def memory_class(kind: str, *, origin: Origin = UNKNOWN) -> str:
 
 _ACCELERATOR_PREFIX = "CUSTOM_ACCELERATOR_"
 _MEMORY_PREFIX = "CUSTOM_ACCELERATOR_MEMORY_"
+MEMORY_PREFIX = _MEMORY_PREFIX
 _STANDARD_ACCELERATOR_CLASSES = frozenset(STANDARD_CLASSES.values())  # FPGA, PGPU, VGPU
 _RESOURCES = "resources:"
 
@@ -485,3 +486,17 @@ def provider_uuid(host: str, address: str, key: str = "", *, origin: Origin = UN
     parts = _provider_parts(host, address, key, origin)
     seed = "\n".join(parts if key else [*parts, ""])
     return str(uuid.uuid5(PROVIDER_NAMESPACE, seed))
+
+
+def pool_uuid(host: str, key: str) -> str:
+    """A pool's deterministic uuid (uuid5 over the host and the pool's key): the same on
+    every sync and in every process, unique across the cloud."""
+    return str(uuid.uuid5(PROVIDER_NAMESPACE, f"pool\n{host}\n{key}"))
+
+
+def pool_name(host: str, resource_class: str, key: str) -> str:
+    """``<host>_<class>_<first 8 hex of the key>``, e.g. ``compute-1_GPU_3fa2b1c0``: the
+    accelerator class without ``CUSTOM_ACCELERATOR_``, a pool's devices being identical."""
+    short = resource_class.removeprefix("CUSTOM_ACCELERATOR_")
+    tail = f"_{short}_{key[:8]}"
+    return f"{host[: PROVIDER_NAME_MAX - len(tail)]}{tail}"

@@ -47,7 +47,8 @@ class Known:
     generation: int
     digest: str
     retired: bool = False  # no longer wanted, kept reserved while allocations remain
-    # Flat mode: the resource classes and traits Acceleron put on the compute node.
+    # Flat mode: the resource classes and traits Acceleron put on the compute node; a
+    # pool: its members (deployable ids, ``members``).
     owned: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
 
 
@@ -63,6 +64,8 @@ class Action:
 class Result:
     actions: list[Action] = dataclasses.field(default_factory=list)
     known: dict[str, Known] = dataclasses.field(default_factory=dict)
+    # Pools created without their inventory yet (``defer_pools``): ``finish`` gives it.
+    deferred: list[DesiredProvider] = dataclasses.field(default_factory=list)
 
 
 def sync_tree(
@@ -73,9 +76,13 @@ def sync_tree(
     *,
     dry_run: bool = False,
     read: Sequence[Provider] | None = None,
+    defer_pools: bool = False,
 ) -> Result:
     """Make the providers under ``compute_uuid`` match ``desired``; ``read``: its tree
-    as the caller just read it from Placement (read here otherwise).
+    as the caller just read it from Placement (read here otherwise). ``defer_pools``:
+    a pool created here gets its inventory only from ``finish``, once the caller has
+    recorded its members: until then Placement offers it to nobody, so no bind can name
+    a pool whose members it cannot find.
 
     PlacementProviderNotFound when the compute node provider is not in Placement (in a
     dry run it may be one the embedded mode has yet to create)."""
@@ -87,8 +94,15 @@ def sync_tree(
         )
     result = Result()
     for provider in desired:
-        _sync_provider(client, provider, actual.get(provider.uuid), known.get(provider.uuid),
-                       result, dry_run)  # fmt: skip
+        _sync_provider(
+            client,
+            provider,
+            actual.get(provider.uuid),
+            known.get(provider.uuid),
+            result,
+            dry_run,
+            defer_pools,
+        )
     wanted = {p.uuid for p in desired}
     stale = [k for uuid, k in known.items() if uuid not in wanted]
     for gone in _deepest_first(stale, actual):
@@ -103,13 +117,17 @@ def _sync_provider(
     known: Known | None,
     result: Result,
     dry_run: bool,
+    defer_pools: bool = False,
 ) -> None:
     digest, settled = want.digest(), True
     if actual is None:
         result.actions.append(Action("create", want.uuid, want.name, f"under {want.parent_uuid}"))
         if not dry_run:
             if _create(client, want):
-                if want.inventories:
+                if want.inventories and defer_pools and want.members:
+                    result.deferred.append(want)
+                    settled = False
+                elif want.inventories:
                     client.set_inventories(want.uuid, want.inventories)
                 client.set_traits(want.uuid, want.traits)
             else:  # created meanwhile (another API replica): make it right
@@ -117,19 +135,41 @@ def _sync_provider(
     else:
         if actual.parent_uuid != want.parent_uuid:  # its place in the tree changed
             result.actions.append(
-                Action("move", want.uuid, want.name, f"from {actual.parent_uuid} to "
-                       f"{want.parent_uuid}")
-            )  # fmt: skip
+                Action(
+                    "move", want.uuid, want.name, f"from {actual.parent_uuid} to {want.parent_uuid}"
+                )
+            )
             if not dry_run:
                 client.move_provider(want.uuid, want.name, want.parent_uuid)
         if _changed(known, actual, digest):
             settled = _converge(client, want, result, dry_run)
     generation = client.generation(want.uuid)
     if not dry_run and generation is not None:
-        result.known[want.uuid] = Known(want.uuid, want.name, want.parent_uuid, generation,
-                                        digest if settled else UNSETTLED)  # fmt: skip
+        result.known[want.uuid] = _known(want, generation, digest if settled else UNSETTLED)
     elif known is not None:
         result.known[want.uuid] = known
+
+
+def finish(client: PlacementClient, deferred: Sequence[DesiredProvider]) -> dict[str, Known]:
+    """The inventories of the pools ``sync_tree`` created without them; their records."""
+    known = {}
+    for want in deferred:
+        client.set_inventories(want.uuid, want.inventories)
+        generation = client.generation(want.uuid)
+        if generation is not None:
+            known[want.uuid] = _known(want, generation, want.digest())
+    return known
+
+
+def _known(want: DesiredProvider, generation: int, digest: str) -> Known:
+    """The record of a provider as written at ``generation``."""
+    return Known(want.uuid, want.name, want.parent_uuid, generation, digest, owned=members_of(want))
+
+
+def members_of(want: DesiredProvider) -> dict[str, list[str]]:
+    """What the record of a pool keeps: its deployables' ids (a bind naming the pool
+    chooses among them); nothing for any other provider."""
+    return {"members": [str(m) for m in want.members]} if want.members else {}
 
 
 def _changed(known: Known | None, actual: Provider, digest: str) -> bool:
@@ -196,8 +236,9 @@ def _write_inventories(
     def change(current: Mapping[str, Inventory]) -> dict[str, Inventory]:
         wanted = dict(build(current))
         kept[:] = sorted(rc for rc in current if rc in used and rc not in wanted)
-        wanted.update((rc, dataclasses.replace(current[rc], reserved=current[rc].total))
-                      for rc in kept)  # fmt: skip
+        wanted.update(
+            (rc, dataclasses.replace(current[rc], reserved=current[rc].total)) for rc in kept
+        )
         return wanted
 
     try:
@@ -295,23 +336,31 @@ def sync_flat(
         read = client.get_inventories(compute.uuid)
         merged = merge(read[1])
         if merged != read[1]:
-            result.actions.append(Action("inventories", compute.uuid, compute.name,
-                                         _describe(read[1], merged)))  # fmt: skip
+            result.actions.append(
+                Action("inventories", compute.uuid, compute.name, _describe(read[1], merged))
+            )
             if not dry_run:
                 kept = _write_inventories(client, compute.uuid, merge, read)
                 _report_kept(result, compute.uuid, compute.name, kept)
         _, present = client.get_traits(compute.uuid)
         add, remove = traits - present, (owned_traits - traits) & present
         if add or remove:
-            result.actions.append(Action("traits", compute.uuid, compute.name,
-                                         f"add {sorted(add)} remove {sorted(remove)}"))  # fmt: skip
+            result.actions.append(
+                Action(
+                    "traits",
+                    compute.uuid,
+                    compute.name,
+                    f"add {sorted(add)} remove {sorted(remove)}",
+                )
+            )
             if not dry_run:
                 client.update_traits(compute.uuid, add=add, remove=remove)
     generation = client.generation(compute.uuid) or compute.generation
     # A class kept while allocated is still ours: the next check removes it.
     owned = {"classes": sorted({*inventories, *kept}), "traits": sorted(traits)}
-    result.known[compute.uuid] = Known(compute.uuid, compute.name, None, generation,
-                                       UNSETTLED if kept else digest, owned=owned)  # fmt: skip
+    result.known[compute.uuid] = Known(
+        compute.uuid, compute.name, None, generation, UNSETTLED if kept else digest, owned=owned
+    )
     return result
 
 
@@ -328,8 +377,11 @@ def remove_flat(
             f"instances using accelerators first, as the upgrade procedure asks."
         )
     traits = sorted(known.owned.get("traits", ()))
-    actions = [Action("remove_flat", compute.uuid, compute.name,
-                      f"classes {sorted(classes)} traits {traits}")]  # fmt: skip
+    actions = [
+        Action(
+            "remove_flat", compute.uuid, compute.name, f"classes {sorted(classes)} traits {traits}"
+        )
+    ]
     if not dry_run:
         client.update_inventories(
             compute.uuid, lambda current: {rc: i for rc, i in current.items() if rc not in classes}

@@ -36,7 +36,8 @@ from acceleron.placement.client import Inventory
 
 # A device or deployable that is not usable reserves its whole inventory: lost, unhealthy,
 # or in maintenance (unless a device profile tolerates the maintenance's reason: then the
-# inventory stays and its providers carry names.MAINTENANCE and the reason's trait).
+# inventory stays and its providers carry names.MAINTENANCE and the reason's trait). A
+# usable one reserves the units being cleaned between tenants (``cleaning``).
 MAINTAINING = "maintaining"
 UNUSABLE_STATE = ("lost",)
 UNUSABLE_HEALTH = ("unhealthy",)
@@ -51,6 +52,8 @@ class Options:
     functionality: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Maintenance reasons some enabled device profile tolerates (accel:tolerations).
     tolerated: frozenset[str] = frozenset()
+    # Nested mode: a host's identical leaf deployables as one provider (a pool).
+    pools: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,8 @@ class DesiredProvider:
     parent_uuid: str | None
     inventories: Mapping[str, Inventory]
     traits: frozenset[str]
+    # A pool's deployables (ids), in id order; empty for any other provider.
+    members: tuple[int, ...] = ()
 
     def digest(self) -> str:
         """What we would write, hashed: equal digests mean nothing to write."""
@@ -133,11 +138,15 @@ def deployable_traits(device: Any, dep: Any, options: Options) -> set[str]:
     origin = _origin(device)
     traits = device_traits(device) | {names.check_trait(t, origin=origin) for t in dep.traits}
     if dep.region_type:
-        traits |= set(names.region_type_traits(device.type, device.vendor_name, dep.region_type,
-                                               origin=origin))  # fmt: skip
+        traits |= set(
+            names.region_type_traits(
+                device.type, device.vendor_name, dep.region_type, origin=origin
+            )
+        )
     for function in functions(dep):
-        traits |= set(names.function_traits(device.type, device.vendor_name, function,
-                                            origin=origin))  # fmt: skip
+        traits |= set(
+            names.function_traits(device.type, device.vendor_name, function, origin=origin)
+        )
     if dep.programmable:
         traits.add(names.PROGRAMMABLE)
     traits |= _tolerated_maintenance(device, dep, options)
@@ -165,18 +174,21 @@ def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]
     origin = _origin(device)
     kind = dep.accelerator_type or device.type
     total = dep.num_accelerators
-    reserved = total if _unusable(device, dep, options) else 0
+    # Unusable: all of it; else the units given back and not clean yet (service.cleaning).
+    cleaning = min(total, max(0, getattr(dep, "cleaning", 0) or 0))
+    reserved = total if _unusable(device, dep, options) else cleaning
     result = {
-        names.accelerator_class(kind, standard=options.standard_classes, origin=origin):
-            Inventory(total=total, reserved=reserved, max_unit=total)
-    }  # fmt: skip
+        names.accelerator_class(kind, standard=options.standard_classes, origin=origin): Inventory(
+            total=total, reserved=reserved, max_unit=total
+        )
+    }
     if dep.memory_mb:
         memory = dep.memory_mb * total
         # Spec 001 names the class after the memory (DDR, HBM...); where the driver
         # cannot tell, after the accelerator type (CUSTOM_ACCELERATOR_MEMORY_GPU).
         named = dep.memory_type or kind
         result[names.memory_class(named, origin=origin)] = Inventory(
-            total=memory, reserved=memory if reserved else 0, max_unit=dep.memory_mb
+            total=memory, reserved=dep.memory_mb * reserved, max_unit=dep.memory_mb
         )
     return result
 
@@ -200,12 +212,22 @@ def desired_tree(
     devices: Sequence[Any],
     deployables: Iterable[Any],
     options: Options,
+    held: Mapping[int, Mapping[str, int]] | None = None,
 ) -> list[DesiredProvider]:
     """Providers under the compute node, parents before children. ``devices`` and
-    ``deployables`` are rows (attributes named as the columns)."""
+    ``deployables`` are rows (attributes named as the columns).
+
+    With ``options.pools`` a host's identical leaf deployables are one provider (a pool,
+    after the others; see :func:`pool_key`). ``held``: by deployable id, how many of its
+    units requests hold through each provider (``arqs.device_rp_uuid``): a pool reserves
+    the units of its members held through another provider (an older per-device one,
+    another pool), and counts in its total the units held through it whose deployables
+    are no longer its members, until they are released."""
     by_device: dict[int, list[Any]] = {}
     for dep in deployables:
         by_device.setdefault(dep.device_id, []).append(dep)
+    parents = {d.parent_id for deps in by_device.values() for d in deps if d.parent_id}
+    pools: dict[str, _Pool] = {}
     providers = []
     for device in devices:
         device_uuid = names.provider_uuid(hostname, device.pci_address)
@@ -215,7 +237,12 @@ def desired_tree(
         mine = by_device.get(device.id, [])
         # A deployable's provider: the device's for a whole device, its own otherwise.
         provider_of = {d.id: device_uuid if d.kind == "device" else d.uuid for d in mine}
+        pooled = False
         for dep in _parents_first(mine):
+            if options.pools and options.nested and _poolable(dep, parents):
+                _add_to_pool(pools, hostname, device, dep, options)
+                pooled = True
+                continue
             if dep.kind == "device":
                 _merge(own, inventories(device, dep, options))
                 traits |= deployable_traits(device, dep, options)
@@ -229,10 +256,107 @@ def desired_tree(
                     traits=frozenset(deployable_traits(device, dep, options)),
                 )
             )
+        if pooled and not own and not children:
+            continue  # all of it is in pools: no provider of its own
         name = names.provider_name(hostname, device.pci_address)
         providers.append(DesiredProvider(device_uuid, name, compute_uuid, own, frozenset(traits)))
         providers.extend(children)
-    return providers
+    by_id = {d.id: d for deps in by_device.values() for d in deps}
+    return providers + [
+        pool.provider(compute_uuid, by_id, held or {})
+        for pool in sorted(pools.values(), key=lambda p: p.name)
+    ]
+
+
+def _poolable(dep: Any, parents: set[int]) -> bool:
+    """A deployable with inventory and no deployable under it, not under another itself:
+    a whole device, a vGPU type, a MIG profile, a card's VF pool. Not an FPGA region, nor
+    anything that holds or can load a function: what it holds changes with its tenants
+    (a bind programs it, a cleaning blanks it), and with it its traits and so its pool. A
+    pool it leaves empty is deleted, and Nova's compute service, which caches the
+    providers under its compute node, then fails every build on that host
+    (``ResourceProviderAllocationRetrievalFailed``) until it reads them again."""
+    if dep.programmable or dep.function_uuid or dep.region_type:
+        return False
+    return dep.num_accelerators > 0 and dep.parent_id is None and dep.id not in parents
+
+
+def pool_key(device: Any, dep: Any, options: Options) -> tuple[str, str]:
+    """The pool of a deployable, and its accelerator class: deployables of a host whose
+    classes, memory per unit and traits are the same (identical devices, MIG profiles of
+    identical GPUs, regions holding the same functions) share a pool."""
+    classes = sorted(inventories(device, dep, options))
+    traits = sorted(deployable_traits(device, dep, options))
+    data = {"classes": classes, "memory_mb": dep.memory_mb or 0, "traits": traits}
+    kind = dep.accelerator_type or device.type
+    accelerator = names.accelerator_class(
+        kind, standard=options.standard_classes, origin=_origin(device)
+    )
+    return hashlib.sha256(orjson.dumps(data)).hexdigest(), accelerator
+
+
+@dataclasses.dataclass
+class _Pool:
+    uuid: str
+    name: str
+    traits: frozenset[str]
+    members: list[tuple[Any, Any, dict[str, Inventory]]]  # device, deployable, inventory
+
+    def provider(
+        self, compute_uuid: str, by_id: Mapping[int, Any], held: Mapping[int, Mapping[str, int]]
+    ) -> DesiredProvider:
+        """The pool as a provider: its members' inventories summed, each class's
+        ``max_unit`` the whole; the units held through other providers reserved."""
+        total: dict[str, Inventory] = {}
+        ids = {dep.id for _, dep, _ in self.members}
+        for _, dep, inventory in self.members:
+            elsewhere = sum(n for rp, n in held.get(dep.id, {}).items() if rp != self.uuid)
+            _merge(total, _reserving(dep, inventory, elsewhere))
+        for dep_id, by_rp in held.items():  # held through this pool, no longer in it
+            dep, count = by_id.get(dep_id), by_rp.get(self.uuid, 0)
+            if dep is not None and dep_id not in ids and count:
+                _merge(total, _extra(total, dep, count))
+        whole = {rc: dataclasses.replace(inv, max_unit=inv.total) for rc, inv in total.items()}
+        members = tuple(sorted(ids))
+        return DesiredProvider(self.uuid, self.name, compute_uuid, whole, self.traits, members)
+
+
+def _reserving(dep: Any, inventory: Mapping[str, Inventory], units: int) -> dict[str, Inventory]:
+    """A member's inventory with ``units`` more of it reserved (held elsewhere)."""
+    if units <= 0:
+        return dict(inventory)
+    result = {}
+    for rc, inv in inventory.items():
+        per_unit = inv.total // max(1, dep.num_accelerators)
+        reserved = min(inv.total, inv.reserved + per_unit * units)
+        result[rc] = dataclasses.replace(inv, reserved=reserved)
+    return result
+
+
+def _extra(total: Mapping[str, Inventory], dep: Any, count: int) -> dict[str, Inventory]:
+    """What ``count`` units of ``dep`` held through a pool they left add to its total."""
+    memory = dep.memory_mb or 0
+    return {
+        rc: Inventory(
+            total=count * (1 if not rc.startswith(names.MEMORY_PREFIX) else memory),
+            reserved=0,
+            max_unit=1,
+        )
+        for rc in total
+        if not rc.startswith(names.MEMORY_PREFIX) or memory
+    }
+
+
+def _add_to_pool(
+    pools: dict[str, _Pool], hostname: str, device: Any, dep: Any, options: Options
+) -> None:
+    key, accelerator = pool_key(device, dep, options)
+    pool = pools.get(key)
+    if pool is None:
+        traits = frozenset(deployable_traits(device, dep, options))
+        name = names.pool_name(hostname, accelerator, key)
+        pool = pools[key] = _Pool(names.pool_uuid(hostname, key), name, traits, [])
+    pool.members.append((device, dep, inventories(device, dep, options)))
 
 
 def _parents_first(deployables: Sequence[Any]) -> list[Any]:

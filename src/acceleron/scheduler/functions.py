@@ -23,8 +23,8 @@ from oslo_config import cfg
 
 from acceleron.client.http import AcceleronClient, NoEndpoint, Unreachable, as_client
 from acceleron.microversion import V2_8
-from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor
-from acceleron.scheduler.weigher import host_weight, wanted_functions
+from acceleron.scheduler.query import groups_from_flavor
+from acceleron.scheduler.weigher import host_weight, wanted_by
 
 LOG = logging.getLogger(__name__)
 Api = AcceleronClient | ks_adapter.Adapter  # the API's client, or an adapter to wrap in one
@@ -81,28 +81,22 @@ def wanted(api: Api, groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset
     """The functions each group wants, by request group suffix (``device_profile_<i>``);
     groups that want none are left out. A look-up that finds nothing (or is refused)
     wants nothing; an API that cannot be reached raises CallFailed."""
-    api = as_client(api)
-    found = dict(wanted_functions(groups))
-    for index, group in enumerate(groups):
-        suffix = f"{GROUP_PREFIX}{index}"
-        if suffix not in found and (functions := from_catalogue(api, group)):
-            found[suffix] = functions
-    return found
+    client = as_client(api)
+    return wanted_by(groups, lambda key, value: from_catalogue(client, key, value))
 
 
-def from_catalogue(api: AcceleronClient, group: Mapping[str, str]) -> frozenset[str]:
-    """The functions of the bitstreams a group names by function name or bitstream."""
-    if "accel:function_name" in group:
-        items = _list(api, {"function_name": group["accel:function_name"]})
-    elif "accel:bitstream_name" in group:
-        items = _list(api, {"name": group["accel:bitstream_name"]})
-    elif "accel:bitstream_id" in group:
-        path = f"/v2/bitstreams/{quote(group['accel:bitstream_id'], safe='')}"
+def from_catalogue(api: AcceleronClient, key: str, value: str) -> list[str | None]:
+    """The functions of the bitstreams a group's ``key`` (one of ``CATALOGUE_KEYS``)
+    names, over the API."""
+    if key == "accel:function_name":
+        items = _list(api, {"function_name": value})
+    elif key == "accel:bitstream_name":
+        items = _list(api, {"name": value})
+    else:
+        path = f"/v2/bitstreams/{quote(value, safe='')}"
         response = api.send("GET", path, microversion=MICROVERSION)
         items = [response.json()] if response.status_code == 200 else []
-    else:
-        return frozenset()
-    return frozenset(b["function_uuid"] for b in items if b.get("function_uuid"))
+    return [b.get("function_uuid") for b in items]
 
 
 def _list(api: AcceleronClient, params: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -143,8 +137,11 @@ def weigh_hosts(
         wanted_all = union(wanted(api, groups).values())
         held = holders(api, wanted_all)
     except Exception as error:  # never fail scheduling
-        LOG.warning("Acceleron weigher: every host weighs 0 for this request: %s: %s",
-                    type(error).__name__, error)  # fmt: skip
+        LOG.warning(
+            "Acceleron weigher: every host weighs 0 for this request: %s: %s",
+            type(error).__name__,
+            error,
+        )
         if forget is not None and isinstance(error, Unreachable):
             forget()
         return [0.0] * len(hostnames)
@@ -175,7 +172,8 @@ def holders(api: Api, functions: Iterable[str]) -> dict[str, set[str]]:
     api = as_client(api)
     found = {}
     for function in functions:
-        body = api.call("GET", "/v2/deployables", params={"function_uuid": function},
-                        microversion=MICROVERSION)  # fmt: skip
+        body = api.call(
+            "GET", "/v2/deployables", params={"function_uuid": function}, microversion=MICROVERSION
+        )
         found[function] = {d["hostname"] for d in body["deployables"]}
     return found

@@ -51,6 +51,31 @@ def wanted_functions(groups: Sequence[Mapping[str, str]]) -> dict[str, frozenset
     return found
 
 
+# The keys by which a group names its function through the bitstream catalogue, in the
+# order they are read; binding looks them up the same way.
+CATALOGUE_KEYS = ("accel:function_name", "accel:bitstream_name", "accel:bitstream_id")
+# A catalogue look-up: (key, value) -> the function ids of the bitstreams found.
+Catalogue = Callable[[str, str], Iterable[str | None]]
+
+
+def wanted_by(
+    groups: Sequence[Mapping[str, str]], catalogue: Catalogue | None
+) -> dict[str, frozenset[str]]:
+    """The functions each group wants, by request group suffix: named by id, or else
+    found through ``catalogue`` by the first of ``CATALOGUE_KEYS`` the group has. Groups
+    that want none are left out."""
+    found = wanted_functions(groups)
+    for index, group in enumerate(groups):
+        suffix = f"device_profile_{index}"
+        key = next((k for k in CATALOGUE_KEYS if k in group), None)
+        if suffix in found or key is None or catalogue is None:
+            continue
+        functions = frozenset(f for f in catalogue(key, group[key]) if f)
+        if functions:
+            found[suffix] = functions
+    return found
+
+
 def score(
     request: AllocationRequest,
     candidates: Candidates,

@@ -44,19 +44,22 @@ from acceleron.db.models import (
     Deployable,
     Device,
     DeviceProfile,
+    Host,
     InstanceBinding,
+    PlacementProvider,
     table,
     utcnow,
 )
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import Conflict, Disabled, Forbidden, InvalidInput, Locked, NotFound
 from acceleron.placement import names
-from acceleron.service import inventory, programming, quotas, tasks
+from acceleron.service import cleaning, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
+HOSTS, PROVIDERS = table(Host), table(PlacementProvider)
 DEPLOYABLES, DEVICES, BINDINGS = table(Deployable), table(Device), table(InstanceBinding)
 
 STATES = ("Initial", "BindStarted", "Bound", "BindFailed", "Unbound", "UnbindFailed", "Deleting")
@@ -177,8 +180,10 @@ def health_of(arq: ArqRecord) -> dict[str, Any] | None:
     condition shown on a request whose device fails under it; None when not bound."""
     if arq.state not in ("BindStarted", "Bound") or arq.device_health is None:
         return None
-    found = [(arq.device_health, arq.device_health_reason),
-             (arq.deployable_health, arq.deployable_health_reason)]  # fmt: skip
+    found = [
+        (arq.device_health, arq.device_health_reason),
+        (arq.deployable_health, arq.deployable_health_reason),
+    ]
     rank = {"healthy": 0, "degraded": 1, "unhealthy": 2}
     state = max((s for s, _ in found), key=lambda s: rank.get(s or "", 1))
     reasons = [r for s, r in found if s == state and r]
@@ -422,17 +427,50 @@ _FREE = (
 )
 
 
-def free_handle(conn: Connection, arq_id: int) -> None:
-    """Give the request's handle back. A handle whose device vanished while held (lost)
-    can go now: the host's next report is diffed in full, which removes it."""
-    lost = conn.execute(_LOST, {"arq_id": arq_id}).first()
-    conn.execute(_FREE, {"arq": arq_id, "now": utcnow()})
+def free_handle(
+    conn: Connection, arq: ArqRecord, policy: cleaning.Policy = cleaning.DEFAULT
+) -> None:
+    """Give the request's handle back, to be cleaned before its next tenant where
+    ``policy`` and the request's group call for it (``cleaning``). A handle whose
+    device vanished while held (lost) can go now: the host's next report is diffed in
+    full, which removes it."""
+    lost = conn.execute(_LOST, {"arq_id": arq.id}).first()
+    cleaning.give_back(conn, arq, profile_group(arq), policy)
+    conn.execute(_FREE, {"arq": arq.id, "now": utcnow()})
+    cleaning.start(conn, arq.deployable_id)
     if lost is not None:
         inventory.forget_report(conn, lost.hostname)
+    _held_elsewhere(conn, arq)
+
+
+_PROVIDER = select(PROVIDERS.c.hostname, PROVIDERS.c.retired, PROVIDERS.c.owned).where(
+    PROVIDERS.c.uuid == bindparam("rp")
+)
+
+
+def _held_elsewhere(conn: Connection, arq: ArqRecord) -> None:
+    """A unit given back that was held through a provider the sync keeps only for it (a
+    retired one: an older per-device provider after pools came, say) or through a pool
+    it is no longer a member of: its host's providers follow at the next sync pass (the
+    old provider deleted, the unit free in its pool) rather than at the verification."""
+    if not arq.device_rp_uuid or arq.deployable_id is None:
+        return
+    row = conn.execute(_PROVIDER, {"rp": arq.device_rp_uuid}).first()
+    if row is None:
+        return
+    members = (row.owned or {}).get("members")
+    if row.retired or (members and str(arq.deployable_id) not in members):
+        conn.execute(
+            update(HOSTS)
+            .where(HOSTS.c.hostname == row.hostname)
+            .values(generation=HOSTS.c.generation + 1)
+        )
 
 
 _HANDLES_OF = HANDLES.c.deployable_id == DEPLOYABLES.c.id
-_FREE_COUNT = select(func.count()).where(_HANDLES_OF, HANDLES.c.arq_id.is_(None))
+_FREE_COUNT = select(func.count()).where(
+    _HANDLES_OF, HANDLES.c.arq_id.is_(None), HANDLES.c.cleaning.is_(None)
+)
 _HOLDERS = (
     select(ARQS.c.instance_uuid).join(HANDLES, HANDLES.c.arq_id == ARQS.c.id).where(_HANDLES_OF)
 )
@@ -530,10 +568,15 @@ def _handle_of(conn: Connection, arq_id: int) -> Row[Any] | None:
     return conn.execute(_HANDLE_OF, {"arq_id": arq_id}).first()
 
 
-def release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None:
-    """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed),
-    the instance released once none of its ARQs stays bound; ``reason``: why, shown as
-    the request's failure_reason."""
+def release(
+    conn: Connection,
+    arq: ArqRecord,
+    reason: str | None = None,
+    policy: cleaning.Policy = cleaning.DEFAULT,
+) -> None:
+    """Undo a bind (any stage of it): tasks cancelled, handle freed (its mdev removed)
+    and cleaned as ``policy`` says, the instance released once none of its ARQs stays
+    bound; ``reason``: why, shown as the request's failure_reason."""
     if arq.state not in BOUND:
         return
     programming.cancel_for_arq(conn, arq.id)
@@ -546,7 +589,7 @@ def release(conn: Connection, arq: ArqRecord, reason: str | None = None) -> None
             params=vgpu_params(handle.pci_address, handle.deployable_key, handle.address),
             deployable_id=handle.deployable_id,
         )
-    free_handle(conn, arq.id)
+    free_handle(conn, arq, policy)
     move(
         conn,
         arq,
@@ -577,69 +620,86 @@ def _check_service(arqs: Iterable[ArqRecord], service_token: bool, doing: str) -
 
 @retry_on_deadlock
 def unbind(
-    db: Database, context: RequestContext, uuids: Sequence[str], service_token: bool = True
+    db: Database,
+    context: RequestContext,
+    uuids: Sequence[str],
+    service_token: bool = True,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> None:
-    """Unbind ARQs (Nova's PATCH with remove operations): Unbound, handles freed."""
+    """Unbind ARQs (Nova's PATCH with remove operations): Unbound, handles freed (and
+    cleaned as ``policy`` says)."""
     wanted = check_uuids(uuids)
     with db.writer() as conn:
         arqs = visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Unbinding")
         for arq in arqs.values():
-            release(conn, arq)
+            release(conn, arq, policy=policy)
 
 
 @retry_on_deadlock
 def delete_arqs(
-    db: Database, context: RequestContext, uuids: Sequence[str], service_token: bool = True
+    db: Database,
+    context: RequestContext,
+    uuids: Sequence[str],
+    service_token: bool = True,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> None:
-    """Delete ARQs by uuid (all must exist), unbinding the bound ones first."""
+    """Delete ARQs by uuid (all must exist), unbinding the bound ones first (their
+    handles cleaned as ``policy`` says)."""
     wanted = check_uuids(uuids)
     if not wanted:
         raise InvalidInput("Name at least one accelerator request to delete.")
     with db.writer() as conn:
         arqs = visible_arqs(conn, context, wanted, lock=True)
         _check_service(arqs.values(), service_token, "Deleting")
-        _delete(conn, arqs.values())
+        _delete(conn, arqs.values(), policy)
 
 
 @retry_on_deadlock
 def delete_for_instance(
-    db: Database, context: RequestContext, instance: str, service_token: bool = True
+    db: Database,
+    context: RequestContext,
+    instance: str,
+    service_token: bool = True,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> int:
     """Delete every ARQ of an instance (idempotent: none left is fine); how many."""
     wanted = check_uuids([instance], "instance")[0]
     with db.writer() as conn:
         arqs = lock(conn, (ARQS.c.instance_uuid == wanted) & _visible(context))
         _check_service(arqs, service_token, "Deleting")
-        _delete(conn, arqs)
+        _delete(conn, arqs, policy)
     return len(arqs)
 
 
-@retry_on_deadlock
 def delete_present(
-    db: Database, context: RequestContext, uuids: Sequence[str], instance: str | None = None
+    conn: Connection,
+    context: RequestContext,
+    uuids: Sequence[str],
+    instance: str | None = None,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> int:
     """Delete those of ``uuids`` that exist and the caller sees, and with ``instance``
-    every request of that instance the caller sees, in one transaction, unbinding the
-    bound ones first (idempotent: none left is fine); how many."""
+    every request of that instance the caller sees, in the caller's transaction (a
+    claim's ending records in it that its requests are gone), unbinding the bound ones
+    first (idempotent: none left is fine); how many."""
     wanted = check_uuids(uuids)
     where: ColumnElement[bool] = ARQS.c.uuid.in_(wanted)
     if instance is not None:
         where = where | (ARQS.c.instance_uuid == check_uuids([instance], "instance")[0])
     elif not wanted:
         return 0
-    with db.writer() as conn:
-        arqs = lock(conn, where & _visible(context))
-        _delete(conn, arqs)
+    arqs = lock(conn, where & _visible(context))
+    _delete(conn, arqs, policy)
     return len(arqs)
 
 
 _DELETE = delete(ARQS).where(ARQS.c.id == bindparam("arq_id"))
 
 
-def _delete(conn: Connection, arqs: Iterable[ArqRecord]) -> None:
+def _delete(conn: Connection, arqs: Iterable[ArqRecord], policy: cleaning.Policy) -> None:
     """Delete requests whose rows this transaction locked (``lock``)."""
     for arq in arqs:
-        release(conn, _record(conn.execute(BY_ID, {"arq_id": arq.id}).one()))
+        release(conn, _record(conn.execute(BY_ID, {"arq_id": arq.id}).one()), policy=policy)
         conn.execute(_DELETE, {"arq_id": arq.id})
         LOG.info("Deleted accelerator request %s", arq.uuid)

@@ -19,7 +19,7 @@ from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, Deployable, Host, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import Conflict, InUse, InvalidInput
-from acceleron.service import arqs, binding, inventory, programming, tasks
+from acceleron.service import arqs, binding, cleaning, inventory, programming, provenance, tasks
 
 LOG = logging.getLogger(__name__)
 ARQS, DEPLOYABLES, HOSTS = table(AcceleratorRequest), table(Deployable), table(Host)
@@ -41,8 +41,10 @@ def reprogram(
     with db.reader() as conn:
         arq = arqs.visible_arqs(conn, context, [wanted])[wanted]
         if arq.state != "Bound" or arq.deployable_id is None:
-            raise Conflict(f"Accelerator request {wanted} is {arq.state}: only a Bound one "
-                           f"can have its region reprogrammed.")  # fmt: skip
+            raise Conflict(
+                f"Accelerator request {wanted} is {arq.state}: only a Bound one "
+                f"can have its region reprogrammed."
+            )
         region = conn.execute(programming.REGION.where(DEPLOYABLES.c.id == arq.deployable_id)).one()
     programming.check_programmable(region)
     accel = {f"accel:{k}": v for k, v in selector.items()}
@@ -76,23 +78,64 @@ def finish_task(
     progress: int | None = None,
     result: Mapping[str, Any] | None = None,
     error: str | None = None,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> tuple[tasks.TaskRecord, list[arqs.Resolved]]:
     """An agent's word on a task: progress shown on the ARQ and the deployable; its end
-    binds the ARQ (when it was the last task) or fails it. The task after, and what ended."""
+    binds the ARQ (when it was the last task) or fails it (its handle cleaned as
+    ``policy`` says); a clean task's end binds or fails the requests that waited for it.
+    The task after, and what ended."""
     tasks.check_progress(state, phase, progress)
     with db.writer() as conn:
+        before = tasks.lock(conn, uuid)
         task = tasks.record(
-            conn,
-            tasks.lock(conn, uuid),
-            state=state,
-            phase=phase,
-            progress=progress,
-            result=result,
-            error=error,
+            conn, before, state=state, phase=phase, progress=progress, result=result, error=error
         )
+        if before.state in tasks.FINISHED:  # the agent said it again: done already
+            return task, []
         _mirror_progress(conn, task)
-        resolved = _bind_end(conn, task) if task.state in ("done", "failed") else []
-    return task, resolved
+        if task.state not in ("done", "failed"):
+            return task, []
+        if task.kind == cleaning.KIND:
+            return task, _cleaning_end(conn, cleaning.finish(conn, task), policy)
+        return task, _bind_end(conn, task, policy)
+
+
+def _cleaning_end(
+    conn: Connection, outcome: cleaning.Outcome, policy: cleaning.Policy
+) -> list[arqs.Resolved]:
+    """The binds that waited for a cleaning go on (bound, when nothing else is left to
+    do) or fail with it."""
+    resolved: list[arqs.Resolved] = []
+    for arq_id in outcome.waiting:
+        arq = arqs.ArqRecord._make(conn.execute(arqs.BY_ID, {"arq_id": arq_id}).one())
+        if arq.state != "BindStarted":
+            continue
+        if not outcome.clean:
+            resolved += binding.fail(conn, arq.id, f"the accelerator's {outcome.reason}", policy)
+        elif _open_tasks(conn, arq.id):
+            conn.execute(update(ARQS).where(ARQS.c.id == arq.id).values(phase="queued"))
+        else:
+            resolved += _bound(conn, arq, "cleaning")
+    return resolved
+
+
+def _open_tasks(conn: Connection, arq_id: int) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).where(
+                tasks.TASKS.c.arq_id == arq_id, tasks.TASKS.c.state.in_(tasks.OPEN)
+            )
+        ).scalar()
+        or 0
+    )
+
+
+def _bound(conn: Connection, arq: arqs.ArqRecord, after: str) -> list[arqs.Resolved]:
+    arqs.move(conn, arq, "Bound", phase=None, progress=100)
+    arqs.refresh_deployable(conn, arq.deployable_id)
+    binding.observe_bind(arq.bind_started_at, "bound")
+    LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, after)
+    return [arqs.Resolved(arq.instance_uuid or "", arq.uuid, "completed")]
 
 
 def _mirror_progress(conn: Connection, task: tasks.TaskRecord) -> None:
@@ -119,13 +162,18 @@ def _mirror_progress(conn: Connection, task: tasks.TaskRecord) -> None:
 
 
 def _programmed(task: tasks.TaskRecord) -> dict[str, Any]:
-    """What a region holds after a program task: the agent's word, else the bitstream's."""
+    """What a region holds after a program task: the agent's word, else the bitstream's;
+    and where it came from (``provenance``)."""
     result, bitstream = task.result or {}, task.params.get("bitstream") or {}
+    functions = [f for f in result.get("functions") or () if isinstance(f, str)]
     function = result.get("function_uuid") or bitstream.get("function_uuid")
-    folded = function.replace("-", "").lower() if function else None
+    if function and not functions:
+        functions = [function]
+    folded = [f.replace("-", "").lower() for f in functions]
     return {
         "bitstream_id": result.get("bitstream_id") or bitstream.get("id"),
-        **inventory.function_values([folded] if folded else []),
+        "provenance": provenance.loaded(task.params, result, folded),
+        **inventory.function_values(folded),
     }
 
 
@@ -135,7 +183,9 @@ def _bump_host(conn: Connection, hostname: str) -> None:
     )
 
 
-def _bind_end(conn: Connection, task: tasks.TaskRecord) -> list[arqs.Resolved]:
+def _bind_end(
+    conn: Connection, task: tasks.TaskRecord, policy: cleaning.Policy
+) -> list[arqs.Resolved]:
     if task.arq_id is None:
         return []
     row = conn.execute(arqs.BY_ID, {"arq_id": task.arq_id}).first()
@@ -151,30 +201,32 @@ def _bind_end(conn: Connection, task: tasks.TaskRecord) -> list[arqs.Resolved]:
     if arq is None or arq.state != "BindStarted":
         return []  # unbound or deleted meanwhile
     if task.state == "failed":
-        return binding.fail(conn, arq.id, f"{task.kind} failed on {task.hostname}: {task.error}")
-    remaining = conn.execute(
-        select(func.count()).where(
-            tasks.TASKS.c.arq_id == arq.id, tasks.TASKS.c.state.in_(tasks.OPEN)
-        )
-    ).scalar()
-    if remaining:
+        reason = f"{task.kind} failed on {task.hostname}: {task.error}"
+        return binding.fail(conn, arq.id, reason, policy)
+    if _open_tasks(conn, arq.id) or cleaning.holds_up(conn, arq.id):
         return []
-    arqs.move(conn, arq, "Bound", phase=None, progress=100)
-    arqs.refresh_deployable(conn, arq.deployable_id)
-    binding.observe_bind(arq.bind_started_at, "bound")
-    LOG.info("Bound %s for instance %s after %s", arq.uuid, arq.instance_uuid, task.kind)
-    return [arqs.Resolved(arq.instance_uuid or "", arq.uuid, "completed")]
+    return _bound(conn, arq, task.kind)
 
 
 @retry_on_deadlock
-def reap(db: Database, timeout: float, now: dt.datetime | None = None) -> list[arqs.Resolved]:
-    """Fail the binds that outlived ``timeout`` seconds (an agent that never answered)."""
+def reap(
+    db: Database,
+    timeout: float,
+    now: dt.datetime | None = None,
+    policy: cleaning.Policy = cleaning.DEFAULT,
+    cleaning_timeout: float | None = None,
+) -> list[arqs.Resolved]:
+    """Fail the binds that outlived ``timeout`` seconds (an agent that never answered),
+    and the cleanings that outlived ``cleaning_timeout``."""
+    resolved = (
+        [] if cleaning_timeout is None else _reap_cleanings(db, cleaning_timeout, now, policy)
+    )
     deadline = (now or utcnow()) - dt.timedelta(seconds=timeout)
     with db.writer() as conn:
         stale = arqs.lock(
             conn, (ARQS.c.state == "BindStarted") & (ARQS.c.bind_started_at < deadline)
         )
-        resolved = [
+        resolved += [
             r
             for arq in stale
             for r in binding.fail(
@@ -182,6 +234,23 @@ def reap(db: Database, timeout: float, now: dt.datetime | None = None) -> list[a
                 arq.id,
                 f"the bind did not finish within {timeout:.0f} s "
                 f"(stuck in phase {arq.phase or 'allocate'})",
+                policy,
             )
         ]
+    return resolved
+
+
+def _reap_cleanings(
+    db: Database, timeout: float, now: dt.datetime | None, policy: cleaning.Policy
+) -> list[arqs.Resolved]:
+    """Cleanings not finished within ``timeout`` seconds fail: reserved, in maintenance."""
+    with db.reader() as conn:
+        stale = cleaning.stale(conn, timeout, now)
+    resolved: list[arqs.Resolved] = []
+    for uuid in stale:
+        error = f"the cleaning did not finish within {timeout:.0f} s ([cleaning] timeout)"
+        try:
+            resolved += finish_task(db, uuid, state="failed", error=error, policy=policy)[1]
+        except Conflict:  # it ended meanwhile
+            continue
     return resolved

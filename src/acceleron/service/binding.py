@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, Select, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from acceleron import metrics
@@ -32,6 +32,7 @@ from acceleron.db.models import (
     AcceleratorRequest,
     AttachHandle,
     Deployable,
+    Device,
     InstanceBinding,
     table,
     utcnow,
@@ -42,31 +43,55 @@ from acceleron.exceptions import (
     Conflict,
     InMaintenance,
     InvalidInput,
+    NoCapacity,
     NotFound,
     Unhealthy,
 )
 from acceleron.placement import names, tree
-from acceleron.service import arqs, fitting, flat, programming, quotas, tasks
+from acceleron.scheduler import weigher
+from acceleron.service import (
+    arqs,
+    cleaning,
+    fitting,
+    flat,
+    pools,
+    programming,
+    provenance,
+    quotas,
+    tasks,
+)
 
 LOG = logging.getLogger(__name__)
 ARQS, HANDLES = table(AcceleratorRequest), table(AttachHandle)
 DEPLOYABLES, BINDINGS = table(Deployable), table(InstanceBinding)
+DEVICES = table(Device)
 SELECTORS = ("bitstream_id", "bitstream_name", "function_id", "function_name")
 
 _DEPLOYABLE = programming.REGION.where(DEPLOYABLES.c.rp_uuid == bindparam("rp")).order_by(
     DEPLOYABLES.c.id
 )
-_FREE_HANDLES = (
-    select(*(HANDLES.c[f] for f in arqs.Handle._fields))
-    .where(
-        HANDLES.c.deployable_id == bindparam("deployable"),
-        HANDLES.c.arq_id.is_(None),
-        HANDLES.c.host_in_use.is_(False),
-        HANDLES.c.state == "present",
+
+
+def _handles(being_cleaned: bool) -> Select[Any]:
+    """A deployable's first handle that is free: clean, or (``being_cleaned``) being
+    cleaned now (its clean task queued), for a bind to wait for."""
+    return (
+        select(*(HANDLES.c[f] for f in arqs.Handle._fields))
+        .where(
+            HANDLES.c.deployable_id == bindparam("deployable"),
+            HANDLES.c.arq_id.is_(None),
+            HANDLES.c.host_in_use.is_(False),
+            HANDLES.c.state == "present",
+            HANDLES.c.cleaning == cleaning.CLEANING
+            if being_cleaned
+            else HANDLES.c.cleaning.is_(None),
+        )
+        .order_by(HANDLES.c.id)
+        .limit(1)
     )
-    .order_by(HANDLES.c.id)
-    .limit(1)
-)
+
+
+_FREE_HANDLES, _CLEANED_SOON = _handles(False), _handles(True)
 
 
 def _deployables_for(
@@ -75,11 +100,15 @@ def _deployables_for(
     hostname: str,
     group: Mapping[str, str],
     flat_mode: tree.Options | None,
+    pool: tuple[str, list[int]] | None = None,
 ) -> list[Row[Any]]:
     """The deployables behind a resource provider Placement chose, on the host named:
-    the one whose provider it is, or in flat mode (``flat_mode``: the sync's options),
-    when it is the host's compute node, every one there that can serve ``group``."""
-    dep = conn.execute(_DEPLOYABLE, {"rp": rp_uuid}).first()
+    the members of the pool it is (``pool``: its host and members), the one whose
+    provider it is, or in flat mode (``flat_mode``: the sync's options), when it is the
+    host's compute node, every one there that can serve ``group``."""
+    if pool is not None:
+        return _pool_members(conn, rp_uuid, pool, hostname, group)
+    dep = conn.execute(_DEPLOYABLE, {"rp": rp_uuid}).first() or _formerly(conn, rp_uuid, hostname)
     if dep is None:
         compute_of = flat.compute_host(conn, rp_uuid)
         if compute_of is None:
@@ -105,6 +134,54 @@ def _deployables_for(
             f"device_rp_uuid: {rp_uuid} is on host {dep.device_hostname!r}, not {hostname!r}."
         )
     return [_usable(dep, hostname, group)]
+
+
+_OWN = programming.REGION.where(DEPLOYABLES.c.uuid == bindparam("rp"))
+_WHOLE = programming.REGION.where(
+    DEVICES.c.hostname == bindparam("host"), DEPLOYABLES.c.kind == "device"
+)
+
+
+def _formerly(conn: Connection, rp_uuid: str, hostname: str) -> Row[Any] | None:
+    """The deployable whose own provider ``rp_uuid`` is, now that it is published in a
+    pool: Placement allocated on that provider before the sync moved the deployable
+    (the old provider is kept, fully reserved, while allocations use it)."""
+    own = conn.execute(_OWN, {"rp": rp_uuid}).first()
+    if own is not None:
+        return own
+    for row in conn.execute(_WHOLE, {"host": hostname}):
+        if names.provider_uuid(hostname, row.pci_address) == rp_uuid:
+            return row
+    return None
+
+
+def _pool_members(
+    conn: Connection,
+    rp_uuid: str,
+    pool: tuple[str, list[int]],
+    hostname: str,
+    group: Mapping[str, str],
+) -> list[Row[Any]]:
+    """The usable deployables of the pool ``rp_uuid`` (``service.pools``), in id order;
+    the first one's reason when none is."""
+    host, ids = pool
+    if host != hostname:
+        raise InvalidInput(
+            f"device_rp_uuid: {rp_uuid} is a provider of host {host!r}, not of {hostname!r}."
+        )
+    rows = conn.execute(
+        programming.REGION.where(DEPLOYABLES.c.id.in_(ids)).order_by(DEPLOYABLES.c.id)
+    ).all()
+    usable: list[Row[Any]] = []
+    refusal: Conflict | None = None
+    for row in rows:
+        try:
+            usable.append(_usable(row, hostname, group))
+        except Conflict as error:
+            refusal = refusal or error
+    if usable:
+        return usable
+    raise refusal or Conflict(f"The accelerators of provider {rp_uuid} are gone from {hostname}.")
 
 
 def _usable(dep: Row[Any], hostname: str, group: Mapping[str, str]) -> Row[Any]:
@@ -151,30 +228,65 @@ def _same_id(a: str | None, b: str | None) -> bool:
 
 
 def program_for(
-    group: Mapping[str, str], dep: Row[Any], store: BitstreamStore | None, project: str
+    group: Mapping[str, str],
+    dep: Row[Any],
+    store: BitstreamStore | None,
+    project: str,
+    trust: provenance.Trust = provenance.DEFAULT,
 ) -> Bitstream | None:
     """The bitstream to load before binding to ``dep``, or None when none is needed: the
-    group names none, or the region already holds it (spec 000; never reprogrammed).
-    Chosen among what ``project`` (the request's) sees: public bitstreams and its own."""
+    group names none, or the region holds it already in a way ``project`` (the
+    request's) may use as it is (``provenance.refusal``). Chosen among what ``project``
+    sees: public bitstreams and its own."""
     accel = {k: v for k, v in group.items() if k.startswith("accel:") and k[6:] in SELECTORS}
-    if not accel:
-        return None
     held = dep.function_uuids or ([dep.function_uuid] if dep.function_uuid else [])
-    if any(_same_id(accel.get("accel:function_id"), f) for f in held):
-        return None  # pre-programmed: nothing to look up
+    holds_it = any(_same_id(accel.get("accel:function_id"), f) for f in held) or (
+        weigher.carries(_required_traits(group), held)
+    )
+    if not accel and not holds_it:
+        return None  # the device as it is, whatever it holds (its cleaning's business)
+    refused = provenance.refusal(dep, project, store, trust)
+    if holds_it and refused is None:
+        return None  # pre-programmed, or loaded as this project could have: nothing to load
+    if not accel:
+        raise Conflict(
+            f"{dep.name} holds the function the request asks for, but {refused}; a device "
+            f"profile that names the function (accel:function_id) has it programmed with a "
+            f"bitstream the project may use."
+        )
     if store is None:
         raise Conflict("The request names a bitstream but no bitstream store is configured.")
-    bitstream = store.for_request(accel, dep.region_type, project)
-    if bitstream is None or _same_id(bitstream.id, dep.bitstream_id):
+    try:
+        bitstream = store.for_request(accel, dep.region_type, project)
+    except BitstreamNotFound as error:
+        if holds_it:  # say why what it holds will not do
+            raise Conflict(
+                f"{dep.name} holds the function asked for, but {refused}; and nothing can be "
+                f"programmed in its place: {error}"
+            ) from error
+        raise
+    if bitstream is None:
         return None
-    if any(_same_id(bitstream.function_uuid, f) for f in held):
+    same = _same_id(bitstream.id, dep.bitstream_id) or any(
+        _same_id(bitstream.function_uuid, f) for f in held
+    )
+    if same and refused is None:
         return None
+    if not dep.programmable and same:
+        raise Conflict(
+            f"{dep.name} holds what the request asks for, but {refused}; and it "
+            f"cannot be programmed."
+        )
     if not dep.programmable:
         raise Conflict(
             f"{dep.name} cannot be programmed and does not hold the function the request asks "
             f"for ({bitstream.function_uuid or bitstream.name})."
         )
     return bitstream
+
+
+def _required_traits(group: Mapping[str, str]) -> list[str]:
+    return [k[6:] for k, v in group.items() if k.startswith("trait:") and v == "required"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,15 +314,22 @@ def _prepare(
     store: BitstreamStore | None,
     flat_mode: tree.Options | None = None,
     limits: quotas.Limits | None = None,
+    trust: provenance.Trust = provenance.DEFAULT,
 ) -> list[_Prepared]:
     """Everything a bind needs that is read (and looked up in the bitstream store, and
     the limits of its projects) before it writes."""
     uuids = arqs.check_uuids([b.arq_uuid for b in bindings])
     requests = arqs.visible_arqs(conn, context, uuids)
     group_of = {b.arq_uuid: arqs.profile_group(requests[b.arq_uuid]) for b in bindings}
+    pooled = {rp: pools.members(conn, rp) for rp in {b.device_rp_uuid for b in bindings}}
     deployables = {
         b.arq_uuid: _deployables_for(
-            conn, b.device_rp_uuid, b.hostname, group_of[b.arq_uuid], flat_mode
+            conn,
+            b.device_rp_uuid,
+            b.hostname,
+            group_of[b.arq_uuid],
+            flat_mode,
+            pooled[b.device_rp_uuid],
         )
         for b in bindings
     }
@@ -219,8 +338,12 @@ def _prepare(
         arq = requests[b.arq_uuid]
         # A request with no project sees public bitstreams only ("" owns none).
         project = b.project_id or arq.project_id or ""
-        choices = _choices(conn, group_of[b.arq_uuid], deployables[b.arq_uuid], store, project)
+        choices = _choices(
+            conn, group_of[b.arq_uuid], deployables[b.arq_uuid], store, project, trust
+        )
         prepared.append(_Prepared(b, arq, tuple(choices)))
+    in_pools = {rp for rp, found in pooled.items() if found is not None}
+    prepared = _placed(conn, prepared, group_of, in_pools)
     if limits is None or not limits.enforcing:
         return prepared
     classes: dict[str, set[str]] = {}
@@ -231,12 +354,95 @@ def _prepare(
     return [dataclasses.replace(p, limits=found.get(p.project, {})) for p in prepared]
 
 
+def _placed(
+    conn: Connection,
+    prepared: Sequence[_Prepared],
+    group_of: Mapping[str, Mapping[str, str]],
+    in_pools: set[str],
+) -> list[_Prepared]:
+    """The requests bound to a pool, their choices ordered (and, with ``accel:affinity``,
+    restricted) by where the devices sit: one instance's requests on one host together
+    (``service.pools.plan``)."""
+    by_instance: dict[tuple[str, str], list[_Prepared]] = {}
+    for p in prepared:
+        by_instance.setdefault((p.binding.instance_uuid, p.binding.hostname), []).append(p)
+    placed: dict[str, tuple[tuple[Row[Any], Bitstream | None], ...]] = {}
+    for (_, hostname), mine in by_instance.items():
+        levels = sorted(filter(None, (pools.affinity(group_of[p.binding.arq_uuid]) for p in mine)))
+        level = levels[0] if levels else None  # one profile: its groups agree
+        working = [p for p in mine if not _is_retry(p)]
+        is_pool = {p.binding.arq_uuid: p.binding.device_rp_uuid in in_pools for p in working}
+        pooled = [p for p in working if is_pool[p.binding.arq_uuid]]
+        # Requests bound to one device's provider (Placement chose it) fix the unit.
+        fixed = [
+            p.choices[0][0].id
+            for p in working
+            if not is_pool[p.binding.arq_uuid] and len(p.choices) == 1
+        ]
+        unit = _fixed_unit(conn, fixed, level, hostname) if level is not None else None
+        if not pooled:
+            continue
+        needs = Counter(p.binding.device_rp_uuid for p in pooled)
+        ids = {
+            rp: [c[0].id for c in next(p for p in pooled if p.binding.device_rp_uuid == rp).choices]
+            for rp in needs
+        }
+        found = pools.places(conn, [i for mine_ids in ids.values() for i in mine_ids])
+        slots = {
+            rp: [
+                found[i]
+                for i in mine_ids
+                if i in found and (unit is None or level is None or found[i].unit(level) == unit)
+            ]
+            for rp, mine_ids in ids.items()
+        }
+        order = pools.plan(needs, slots, level, hostname)
+        for p in pooled:
+            rank = {dep_id: n for n, dep_id in enumerate(order[p.binding.device_rp_uuid])}
+            kept = [c for c in p.choices if c[0].id in rank]
+            if not kept:  # accel:affinity left it none (its group's own choices differ)
+                raise NoCapacity(
+                    f"No accelerator of provider {p.binding.device_rp_uuid} on {hostname!r} "
+                    f"that can serve request {p.binding.arq_uuid} shares a "
+                    f"{pools.WORDS.get(level or '', level)} with the request's others "
+                    f"({pools.AFFINITY})."
+                )
+            placed[p.binding.arq_uuid] = tuple(sorted(kept, key=lambda c: rank[c[0].id]))
+    return [
+        dataclasses.replace(p, choices=placed[p.binding.arq_uuid])
+        if p.binding.arq_uuid in placed
+        else p
+        for p in prepared
+    ]
+
+
+def _fixed_unit(
+    conn: Connection, deployables: Sequence[int], level: str, hostname: str
+) -> tuple[int, str] | None:
+    """The unit (``level``: a device column) the deployables that Placement chose for an
+    instance share, which its other requests must share too; NoCapacity when they do not
+    share one (``accel:affinity`` with one provider per device)."""
+    if not deployables:
+        return None
+    found = pools.places(conn, deployables)
+    units = {slot.unit(level) for slot in found.values()}
+    if len(units) > 1:
+        word = pools.WORDS.get(level, level)
+        raise NoCapacity(
+            f"The device profile asks that its accelerators share one {word} "
+            f"({pools.AFFINITY}), but the providers chosen on host {hostname!r} are devices "
+            f"of {len(units)} different ones."
+        )
+    return units.pop() if units else None
+
+
 def _choices(
     conn: Connection,
     group: Mapping[str, str],
     deployables: Sequence[Row[Any]],
     store: BitstreamStore | None,
     project: str,
+    trust: provenance.Trust,
 ) -> list[tuple[Row[Any], Bitstream | None]]:
     """Each deployable with what must be loaded into it first; one that cannot serve
     the request (not programmable, lacking the function, of a region type no bitstream
@@ -246,7 +452,7 @@ def _choices(
     refusal: Conflict | BitstreamNotFound | None = None
     for dep in deployables:
         try:
-            choices.append((dep, program_for(group, dep, store, project)))
+            choices.append((dep, program_for(group, dep, store, project, trust)))
         except (Conflict, BitstreamNotFound) as error:
             refusal = refusal or error
     if not choices and refusal is not None:
@@ -282,6 +488,7 @@ def bind(
     flat_mode: tree.Options | None = None,
     limits: quotas.Limits | None = None,
     within: Callable[[Connection, list[arqs.Resolved]], None] | None = None,
+    trust: provenance.Trust = provenance.DEFAULT,
 ) -> list[arqs.Resolved]:
     """Bind ARQs (Nova's PATCH): all of them in one transaction. Returns the binds that
     already ended (Nova is told of those now; the others end with their tasks).
@@ -290,17 +497,18 @@ def bind(
     ``flat_mode``: the Placement sync's options when it publishes flat (a bind may then
     name the compute node's provider; see ``service.flat``). With ``limits``:
     QuotaExceeded, and nothing bound, when a project would hold more than its limit of
-    a resource class."""
+    a resource class. ``trust``: which held images a request may use as they are
+    (``provenance``)."""
     if not bindings:
         raise InvalidInput("Name at least one accelerator request to bind.")
     _check(bindings, context)
     try:
         if _local(db, store, limits):
             with db.writer() as conn:
-                prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
+                prepared = _prepare(conn, context, bindings, store, flat_mode, limits, trust)
                 return _bind_all(conn, prepared, within)
         with db.reader() as conn:
-            prepared = _prepare(conn, context, bindings, store, flat_mode, limits)
+            prepared = _prepare(conn, context, bindings, store, flat_mode, limits, trust)
         with db.writer() as conn:
             return _bind_all(conn, _relock(conn, prepared), within)
     except IntegrityError as error:  # a concurrent bind of the same instance won
@@ -415,11 +623,13 @@ _TAKE = (
 )
 
 
-def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> arqs.Handle | None:
+def _allocate(
+    conn: Connection, arq_id: int, deployable_id: int, query: Select[Any] = _FREE_HANDLES
+) -> arqs.Handle | None:
     """Take one free attach handle: the first free one, with a conditional update, so
     of two binds racing for a handle one gets it and the other reads the next."""
     while True:
-        row = conn.execute(_FREE_HANDLES, {"deployable": deployable_id}).first()
+        row = conn.execute(query, {"deployable": deployable_id}).first()
         if row is None:
             return None
         taken = conn.execute(_TAKE, {"handle": row.id, "arq": arq_id, "now": utcnow()})
@@ -429,25 +639,37 @@ def _allocate(conn: Connection, arq_id: int, deployable_id: int) -> arqs.Handle 
 
 def _take(
     conn: Connection, arq_id: int, choices: Sequence[tuple[Row[Any], Bitstream | None]]
-) -> tuple[Row[Any], Bitstream | None, arqs.Handle | None]:
+) -> tuple[Row[Any], Bitstream | None, arqs.Handle | None, bool]:
     """A handle of the first choice that has one free, each choice's region locked first
-    (binds of one region queue there); the last choice with no handle when none has."""
+    (binds of one region queue there); else one being cleaned, to wait for (the last
+    item: True); the last choice with no handle when none has either."""
     last = len(choices) - 1
     for index, (dep, program) in enumerate(choices):
         if index < last and conn.execute(_FREE_HANDLES, {"deployable": dep.id}).first() is None:
             continue  # full: not worth queueing on its lock
         programming.lock(conn, dep.id)
         handle = _allocate(conn, arq_id, dep.id)
-        if handle is not None or index == last:
-            return dep, program, handle
-    raise AssertionError("no choices")  # _prepare gives at least one
+        if handle is not None:
+            return dep, program, handle, False
+    for dep, program in choices:
+        handle = _allocate(conn, arq_id, dep.id, _CLEANED_SOON)
+        if handle is not None:
+            return dep, program, handle, True
+    return choices[-1][0], choices[-1][1], None, False
+
+
+_FORGET_FAILURE = (
+    update(DEPLOYABLES)
+    .where(DEPLOYABLES.c.id == bindparam("dep"), DEPLOYABLES.c.program_phase == "failed")
+    .values(program_phase=None, program_error=None)
+)
 
 
 def _bind_one(conn: Connection, p: _Prepared) -> list[arqs.Resolved]:
     arq, b = p.arq, p.binding
     if _is_retry(p):
         return []
-    dep, program, handle = _take(conn, arq.id, p.choices)
+    dep, program, handle, waits = _take(conn, arq.id, p.choices)
     values: dict[str, Any] = {
         "hostname": b.hostname,
         "device_rp_uuid": b.device_rp_uuid,
@@ -474,10 +696,13 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[arqs.Resolved]:
     if busy:
         arqs.move(conn, arq, "BindStarted", **values)
         return fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
-    if _queue_work(conn, arq.id, b.hostname, dep, handle, program):
-        arqs.move(conn, arq, "BindStarted", **{**values, "phase": "queued"})
+    if _queue_work(conn, arq.id, b.hostname, dep, handle, program) or waits:
+        phase = "cleaning" if waits else "queued"  # a clean task runs before its own
+        arqs.move(conn, arq, "BindStarted", **{**values, "phase": phase})
         arqs.refresh_deployable(conn, dep.id)
         return []
+    if dep.program_phase == "failed":  # another request's failure: not this one's to show
+        conn.execute(_FORGET_FAILURE, {"dep": dep.id})
     # Nothing to wait for: BindStarted and Bound in one statement of one transaction.
     arqs.move(conn, arq, "Bound", via="BindStarted", **{**values, "phase": None, "progress": 100})
     arqs.refresh_deployable(conn, dep.id)
@@ -518,11 +743,14 @@ def observe_bind(started: dt.datetime | None, outcome: str) -> None:
         metrics.BIND_SECONDS.labels(outcome).observe(seconds)
 
 
-def fail(conn: Connection, arq_id: int, reason: str) -> list[arqs.Resolved]:
-    """End a bind in BindFailed, its handle freed and its tasks cancelled."""
+def fail(
+    conn: Connection, arq_id: int, reason: str, policy: cleaning.Policy = cleaning.DEFAULT
+) -> list[arqs.Resolved]:
+    """End a bind in BindFailed, its handle freed (and cleaned, if the bind got as far as
+    the device, as ``policy`` says) and its tasks cancelled."""
     arq = arqs.ArqRecord._make(conn.execute(arqs.BY_ID, {"arq_id": arq_id}).one())
     programming.cancel_for_arq(conn, arq.id)
-    arqs.free_handle(conn, arq.id)
+    arqs.free_handle(conn, arq, policy)
     arqs.move(conn, arq, "BindFailed", phase=None, failure_reason=reason[:4000])
     arqs.refresh_deployable(conn, arq.deployable_id)
     observe_bind(arq.bind_started_at, "failed")

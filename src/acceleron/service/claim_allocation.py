@@ -10,10 +10,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, select, union
 
+from acceleron import metrics
 from acceleron.bitstreams.base import BitstreamStore
-from acceleron.db.models import Deployable, Device, Host, table
+from acceleron.db.models import Deployable, Device, Host, PlacementProvider, table
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     AllocationConflict,
@@ -27,7 +28,7 @@ from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import claim_view, fitting
-from acceleron.service.claim_leases import ATTEMPTS, record_step, remember
+from acceleron.service.claim_leases import ATTEMPTS, record_step
 from acceleron.service.claim_survey import (
     Survey,
     candidate_queries,
@@ -38,6 +39,7 @@ from acceleron.service.claim_survey import (
 
 LOG = logging.getLogger(__name__)
 DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
+PROVIDERS = table(PlacementProvider)
 
 
 class MaybeAllocated(PlacementUnavailable):
@@ -67,7 +69,7 @@ def allocate(
     of the hosts the survey chose (``claim_view``) first, without Placement's candidate
     query; where the view has none, or once Placement refused one of its choices (409),
     from the candidate queries (``claim_survey.candidate_queries``)."""
-    steered, fits = fitting.steer(db, store, groups, claim.project_id, nested)
+    steered, fits = fitting.with_fit_traits(db, store, groups, claim.project_id, nested)
     for fit in fits:
         if fit is not None and fit.nowhere:
             raise fit.refusal()
@@ -78,17 +80,19 @@ def allocate(
         view = None  # read again after a conflict: the claims made meanwhile are in it
         if viewed is not None:
             view = claim_view.read(db, found.holder_trees | found.trees, viewed)
-        best = None if view is None else _chosen(view.candidates(query.profile_groups(steered)),
-                                                 fits, wanted)  # fmt: skip
+        best = (
+            None
+            if view is None
+            else _chosen(view.candidates(query.profile_groups(steered)), fits, wanted)
+        )
         direct = best is not None
         if best is None:
             best = _queried(placement, steered, found, fits, wanted, view)
         if best is None:
-            raise _nothing_free(db, steered, hostname, options)
-        host = _hostname(db, best)
+            raise _nothing_free(db, steered, hostname, options, view, placement)
+        host = _hostname(db, best, placement)
         with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
-            record_step(conn, claim, "placing", allocations=held(best))
-        remember(claim.id, held(best))  # and remembered: the maker may drop it itself
+            record_step(conn, claim, "placing", allocations=allocations_of(best))
         try:
             placement.put_allocations(
                 claim.consumer, best.allocations, project_id=claim.project_id, user_id=user_id
@@ -103,12 +107,13 @@ def allocate(
                     f"Consumer {claim.consumer} holds allocations in Placement already: "
                     f"release them, or claim for another consumer."
                 ) from error
+            metrics.CLAIM_CONFLICTS.labels("view" if direct else "candidates").inc()
             how = "chosen from Acceleron's view" if direct else "a candidate"
             LOG.info(
                 "Allocation conflict (attempt %d of %d, %s): %s", attempt, ATTEMPTS, how, error
             )
             if direct:  # the view was behind there: Placement's query chooses from now on
-                claim_view.mark(best.allocations)
+                claim_view.mark_stale(best.allocations)
                 viewed = None
             else:
                 time.sleep(0.02 * attempt)
@@ -132,11 +137,11 @@ def _queried(
     view: claim_view.View | None,
 ) -> AllocationRequest | None:
     """The best candidate of the first candidate query that has one; what each answer
-    says is used settles the view's providers (``claim_view.settle``)."""
+    says is used settles the view's providers (``claim_view.settle_stale``)."""
     for params in candidate_queries(groups, found):
         answer = placement.get_allocation_candidates(params)
         if view is not None:
-            claim_view.settle(view, answer)
+            claim_view.settle_stale(view, answer)
         best = _chosen(answer, fits, wanted)
         if best is not None:
             return best
@@ -148,9 +153,13 @@ def _nothing_free(
     groups: Sequence[Mapping[str, str]],
     hostname: str | None,
     options: tree.Options | None,
+    view: claim_view.View | None = None,
+    placement: PlacementClient | None = None,
 ) -> NoCapacity:
     """Why no candidate: no accelerator of a class asked for is published at all
-    (NotProvided), or those that are are taken, disabled or match no group."""
+    (NotProvided); a group asks for more of a class than any provider of it has (the
+    ``view`` of the hosts surveyed says); or those that are are taken, disabled or match
+    no group."""
     missing = unprovided(
         db, groups, hostname, None if options is None else options.standard_classes
     )
@@ -161,11 +170,63 @@ def _nothing_free(
             "of that class in Placement (is the device profile's resource class right, and "
             "has a host with such a device reported?)."
         )
+    pooled = options is not None and options.pools
+    too_big = _larger_than_any(groups, view, pooled, placement)
+    if too_big:
+        return NoCapacity(too_big)
     where = "No host has" if hostname is None else f"Host {hostname!r} does not have"
     return NoCapacity(
         f"{where} the accelerators the profile asks for free: they are all in use or "
         "disabled, or none matches its groups."
     )
+
+
+def _larger_than_any(
+    groups: Sequence[Mapping[str, str]],
+    view: claim_view.View | None,
+    pooled: bool = False,
+    placement: PlacementClient | None = None,
+) -> str | None:
+    """Why a group no provider can serve cannot be served: it asks for more of a class
+    than the largest provider of it has (a group lands on one provider), from the
+    ``view`` of the hosts surveyed, else from Placement (a query for one unit, whose
+    summaries give each provider's capacity); None when every group fits some provider,
+    or no provider of the class is known."""
+    for index, group in enumerate(query.profile_groups(groups)):
+        for rc, amount in sorted(group.resources.items()):
+            if amount < 2:
+                continue
+            sizes = _sizes(rc, view, placement)
+            if sizes and max(sizes) < amount:
+                hint = (
+                    ""
+                    if pooled
+                    else (
+                        f": ask for them as {amount} groups of one, or publish identical devices "
+                        f"as one provider ([placement] pools)"
+                    )
+                )
+                return (
+                    f"Group {index} of the device profile asks for {amount} {rc} in one group, "
+                    f"which lands on one provider, but the largest provider of {rc} has "
+                    f"{max(sizes)}{hint}."
+                )
+    return None
+
+
+def _sizes(rc: str, view: claim_view.View | None, placement: PlacementClient | None) -> list[int]:
+    """The capacity of each provider of ``rc`` known: in the view, else in Placement."""
+    if view is not None:
+        sizes = [s.resources[rc].capacity for s in view.summaries.values() if rc in s.resources]
+        if sizes:
+            return sizes
+    if placement is None:
+        return []
+    try:
+        answer = placement.get_allocation_candidates([("resources", f"{rc}:1"), ("limit", "50")])
+    except PlacementError:
+        return []
+    return [s.resources[rc].capacity for s in answer.summaries.values() if rc in s.resources]
 
 
 def _fitting(candidates: Candidates, fits: Sequence[fitting.Fit | None]) -> Candidates:
@@ -187,19 +248,26 @@ def _fitting(candidates: Candidates, fits: Sequence[fitting.Fit | None]) -> Cand
     return dataclasses.replace(candidates, requests=kept)
 
 
-def _hostname(db: Database, request: AllocationRequest) -> str:
+def _hostname(db: Database, request: AllocationRequest, placement: PlacementClient) -> str:
     """The host of the accelerators chosen (one host), from Acceleron's own records: the
-    host of each deployable's provider, or (flat mode) of each compute node's."""
+    host of each deployable's provider, of each pool, or (flat mode) of each compute
+    node's; else (a pool Placement has before its sync is recorded) the name of their
+    compute node in Placement, a host Acceleron knows."""
     providers = list(request.allocations)
     with db.reader() as conn:
         hosts = set(
             conn.execute(
-                select(DEVICES.c.hostname)
-                .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
-                .where(DEPLOYABLES.c.rp_uuid.in_(providers))
-                .union(select(HOSTS.c.hostname).where(HOSTS.c.rp_uuid.in_(providers)))
+                union(
+                    select(DEVICES.c.hostname)
+                    .join(DEPLOYABLES, DEPLOYABLES.c.device_id == DEVICES.c.id)
+                    .where(DEPLOYABLES.c.rp_uuid.in_(providers)),
+                    select(HOSTS.c.hostname).where(HOSTS.c.rp_uuid.in_(providers)),
+                    select(PROVIDERS.c.hostname).where(PROVIDERS.c.uuid.in_(providers)),
+                )
             ).scalars()
         )
+    if not hosts:
+        hosts = _roots(db, placement, providers)
     if len(hosts) != 1:
         raise Conflict(
             f"The allocation chosen spans {len(hosts)} hosts of Acceleron; expected one."
@@ -207,6 +275,20 @@ def _hostname(db: Database, request: AllocationRequest) -> str:
     return str(hosts.pop())
 
 
-def held(request: AllocationRequest) -> dict[str, dict[str, int]]:
+def _roots(db: Database, placement: PlacementClient, providers: Sequence[str]) -> set[str]:
+    """The hosts Acceleron knows whose compute nodes in Placement are the roots of
+    ``providers``."""
+    names: set[str] = set()
+    for rp in providers:
+        found = placement.get_provider(rp)
+        root = placement.get_provider(found.root_uuid) if found and found.root_uuid else None
+        if root is not None:
+            names.add(root.name)
+    with db.reader() as conn:
+        known = conn.execute(select(HOSTS.c.hostname).where(HOSTS.c.hostname.in_(sorted(names))))
+        return set(known.scalars())
+
+
+def allocations_of(request: AllocationRequest) -> dict[str, dict[str, int]]:
     """What the claim allocated: provider uuid -> resource class -> amount."""
     return {rp: dict(resources) for rp, resources in request.allocations.items()}

@@ -1,178 +1,186 @@
-"""Who is at work on a claim, and for how long (docs/claims.md, "Interrupted claims").
+"""Who is at work on a claim, and until when, in the database's time (docs/claims.md,
+"Interrupted claims").
 
-A claim's row names the process at work on it (``owner``: machine, boot, process id and
-a token of the process's own) and until when (``lease_until``). Each step its maker
-records holds only while the claim is still the maker's and its lease runs
-(``record_step``); a claim whose maker is gone (``abandoned``) is taken over to be
-undone (``take``).
+A claim being made or ended names its one actor (``owner``: a random token, new for
+each making or ending, written in the transaction that takes the claim) and until when
+it may act (``lease_until``), both in the claim's row. Time is the database's
+(``clock``): every lease is written and compared in SQL, so the clocks of the API
+processes never matter, and neither do their host names or process ids. A lease runs
+``STEP`` seconds (at most ``[claims] timeout``) from its actor's last step: the actor
+renews it at each step (``record_step``, ``renew``) and gives it back when it stops
+without finishing (``let_go``); a claim is abandoned only once its lease has passed. A
+maker's steps also hold only until its deadline (``[claims] timeout`` after it began,
+in the database's time: ``deadline`` in the row ``begin`` returns).
+No process-wide state: what a process knows of a claim is the row it holds.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import os
-import socket
-import threading
+import logging
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, select, update
+from sqlalchemy import ColumnElement, Connection, DateTime, Row, and_, bindparam, or_, update
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
-from acceleron.db.models import Claim, table, utcnow
+from acceleron.db.models import Claim, Timestamp, table
 from acceleron.db.session import Database
-from acceleron.exceptions import Conflict
+from acceleron.exceptions import AcceleronError, Conflict
 
+LOG = logging.getLogger(__name__)
 CLAIMS = table(Claim)
 ATTEMPTS = 5  # a claim or an allocation read again, at most, when it changed meanwhile
+# Seconds a lease runs from its actor's last step: longer than any one step takes (a
+# transaction, a call to Placement), short enough that a claim whose actor stopped
+# (killed, or its database away when it would give its lease back) waits little.
+STEP = 20.0
 
 
 class GivenUp(Conflict):
-    """The claim was given up while being made: it outlived ``[claims] timeout``, or its
-    release began. Its maker stops (and undoes what it alone knows it did)."""
+    """The claim is no longer this actor's: its lease passed and another took it over,
+    or (its maker) its ending began. The actor stops."""
 
 
-_active: set[int] = set()  # the claims this process is at work on (making or undoing)
-_asked: dict[int, dict[str, dict[str, int]]] = {}  # what its makers last asked Placement for
-_active_lock = threading.Lock()
+class _Clock(FunctionElement[dt.datetime]):
+    """The database's UTC time now, plus a number of microseconds (a bound value)."""
+
+    type = DateTime()
+    inherit_cache = True
+    name = "acceleron_clock"
 
 
-@functools.cache
-def _identity(pid: int) -> str:
-    """This process, as a claim's ``owner`` names it: machine (host name and boot), process
-    id and a token of this process's own (a process id is reused)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = ""
-    return f"{socket.gethostname()[:150]}/{boot}/{pid}/{uuidlib.uuid4().hex[:12]}"
+@compiles(_Clock)
+def _clock_default(element: _Clock, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"(CURRENT_TIMESTAMP + ({compiler.process(element.clauses, **kw)}) / 1000000)"
 
 
-def worker() -> str:
-    """The ``owner`` this process writes in the claims it works on."""
-    return _identity(os.getpid())
+@compiles(_Clock, "sqlite")
+def _clock_sqlite(element: _Clock, compiler: SQLCompiler, **kw: Any) -> str:
+    shift = compiler.process(element.clauses, **kw)
+    return f"strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.6f seconds', ({shift}) / 1000000.0))"
 
 
-def working(claim_id: int) -> None:
-    with _active_lock:
-        _active.add(claim_id)
+@compiles(_Clock, "postgresql")
+def _clock_postgresql(element: _Clock, compiler: SQLCompiler, **kw: Any) -> str:
+    shift = compiler.process(element.clauses, **kw)
+    return (
+        f"(timezone('utc', clock_timestamp()) + "
+        f"make_interval(secs => CAST(({shift}) AS double precision) / 1000000))"
+    )
 
 
-def stopped(claim_id: int) -> None:
-    """This process no longer works on the claim (made, undone, or left to recovery)."""
-    with _active_lock:
-        _active.discard(claim_id)
-        _asked.pop(claim_id, None)
+@compiles(_Clock, "mysql")
+@compiles(_Clock, "mariadb")
+def _clock_mysql(element: _Clock, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"(UTC_TIMESTAMP(6) + INTERVAL ({compiler.process(element.clauses, **kw)}) MICROSECOND)"
 
 
-def idle(claim_id: int) -> None:
-    """An undo of the claim ended (what its maker asked for stays its maker's to know)."""
-    with _active_lock:
-        _active.discard(claim_id)
+def clock(seconds: float = 0.0) -> ColumnElement[dt.datetime]:
+    """The database's time (naive UTC, as the claims' timestamps are) ``seconds`` from now."""
+    return _Clock(bindparam(None, int(seconds * 1_000_000), unique=True))
 
 
-def _alive(owner: str | None, claim_id: int) -> bool:
-    """Whether the process named ``owner`` may still be at work on the claim, as far as
-    this process can tell: one of this machine's is gone when its process is (or when
-    it is this process, and it stopped working on the claim); another machine's is
-    trusted until its lease ends."""
-    if owner is None:
-        return False
-    parts = owner.rsplit("/", 3)
-    mine = worker().rsplit("/", 3)
-    if len(parts) != 4 or not parts[1] or parts[:2] != mine[:2]:
-        return True
-    if owner == worker():
-        with _active_lock:
-            return claim_id in _active
-    pid = int(parts[2]) if parts[2].isdigit() else 0
-    if pid <= 0 or pid == os.getpid():
-        return False  # an earlier process with this id
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True  # alive (or its id reused): its lease says
+def lease(timeout: float) -> float:
+    """Seconds a lease runs from a step, ``[claims] timeout`` being ``timeout``."""
+    return min(STEP, timeout)
 
 
-def abandoned(claim: Row[Any], timeout: float, now: dt.datetime | None = None) -> bool:
-    """Whether the claim (being made or released) has no maker any more: its lease
-    passed, or its maker is gone. One from before leases existed is abandoned
-    ``timeout`` seconds after it was made."""
-    now = now or utcnow()
-    if claim.lease_until is None:
-        return bool(claim.created_at + dt.timedelta(seconds=timeout) <= now)
-    return bool(claim.lease_until <= now) or not _alive(claim.owner, claim.id)
+def token() -> str:
+    """A new actor's token: unguessable, unique to one making or ending of one claim."""
+    return uuidlib.uuid4().hex
+
+
+def passed(timeout: float) -> ColumnElement[bool]:
+    """The claim's lease has passed (one from before leases: ``timeout`` after it began)."""
+    return or_(
+        CLAIMS.c.lease_until <= clock(),
+        and_(CLAIMS.c.lease_until.is_(None), CLAIMS.c.created_at <= clock(-timeout)),
+    )
+
+
+def _holds(claim: Row[Any], state: str) -> ColumnElement[bool]:
+    """The row is still ``claim``'s actor's, in ``state``, and its lease runs."""
+    return and_(
+        CLAIMS.c.id == claim.id,
+        CLAIMS.c.state == state,
+        CLAIMS.c.owner == claim.owner,
+        CLAIMS.c.lease_until > clock(),
+    )
 
 
 def record_step(conn: Connection, claim: Row[Any], step: str, **values: Any) -> None:
-    """Record how far the maker got: only while the claim is still being made by it,
-    within its lease (GivenUp otherwise, and the caller's transaction is undone)."""
-    now = utcnow()
+    """Record how far the maker got, and renew its lease, in the caller's transaction:
+    only while the claim is still being made by it, within its lease and before its
+    deadline (GivenUp otherwise, and the caller's transaction is undone)."""
+    deadline = bindparam(None, claim.deadline, type_=Timestamp, unique=True)
+    renewed = {"lease_until": clock(STEP), "updated_at": clock(), **values}
     done = conn.execute(
         update(CLAIMS)
-        .where(
-            CLAIMS.c.id == claim.id,
-            CLAIMS.c.state == "allocating",
-            CLAIMS.c.owner == claim.owner,
-            CLAIMS.c.lease_until > now,
-        )
-        .values(step=step, updated_at=now, **values)
+        .where(_holds(claim, "allocating"), clock() < deadline)
+        .values(step=step, **renewed)
     )
     if done.rowcount != 1:
         raise GivenUp(
             f"The claim of {claim.consumer} was given up while being made (it took longer "
-            f"than [claims] timeout allows, or it is being released): claim again."
+            f"than [claims] timeout allows, or it is being ended): claim again."
         )
 
 
-def take(db: Database, claim: Row[Any], timeout: float, states: Sequence[str]) -> Row[Any] | None:
-    """Take the claim over to undo it (``releasing``, this process at work on it), if it
-    is still as it was read (in one of ``states``, same owner); the claim as taken."""
-    with db.writer() as conn:
-        taken = seize(conn, claim, timeout, states)
-    if taken is not None:
-        working(claim.id)
-    return taken
+def renew(conn: Connection, claim: Row[Any], timeout: float, **values: Any) -> None:
+    """Renew the ending actor's lease (``timeout`` seconds from the database's now) and
+    record ``values``, in the caller's transaction; GivenUp when the claim is no longer
+    its own (its lease passed and another took it over)."""
+    done = conn.execute(
+        update(CLAIMS)
+        .where(_holds(claim, "releasing"))
+        .values(lease_until=clock(lease(timeout)), updated_at=clock(), **values)
+    )
+    if done.rowcount != 1:
+        raise GivenUp(
+            f"The ending of the claim of {claim.consumer} was taken over by another "
+            f"(it outlived [claims] timeout): that one finishes it."
+        )
 
 
-def seize(
-    conn: Connection, claim: Row[Any], timeout: float, states: Sequence[str]
-) -> Row[Any] | None:
-    """What ``take`` writes, in the caller's transaction (which then calls ``working``
-    once it committed, as ``take`` does); the claim as taken, None when it changed."""
-    now = utcnow()
+def take_for_ending(
+    conn: Connection, claim: Row[Any], mine: str, timeout: float, where: ColumnElement[bool]
+) -> bool:
+    """Take the claim to end it, in the caller's transaction: ``releasing``, the new
+    token ``mine`` and a lease of ``timeout`` seconds, if it is still as ``claim`` was
+    read (same consumer, state and owner: a row id SQLite may give again) and ``where``
+    holds; whether it was."""
     done = conn.execute(
         update(CLAIMS)
         .where(
             CLAIMS.c.id == claim.id,
-            CLAIMS.c.state.in_(states),
+            CLAIMS.c.consumer == claim.consumer,
             CLAIMS.c.state == claim.state,
             CLAIMS.c.owner.is_not_distinct_from(claim.owner),
+            where,
         )
         .values(
-            state="releasing",
-            owner=worker(),
-            updated_at=now,
-            lease_until=now + dt.timedelta(seconds=timeout),
+            state="releasing", owner=mine, lease_until=clock(lease(timeout)), updated_at=clock()
         )
     )
-    if done.rowcount != 1:
-        return None
-    return conn.execute(select(CLAIMS).where(CLAIMS.c.id == claim.id)).one()
+    return bool(done.rowcount == 1)
 
 
-def remember(claim_id: int, asked: Mapping[str, Mapping[str, int]]) -> None:
-    """What the claim's maker asked Placement for: the maker may have to drop it itself."""
-    with _active_lock:
-        _asked[claim_id] = {rp: dict(r) for rp, r in asked.items()}
-
-
-def asked_for(claim_id: int) -> dict[str, dict[str, int]] | None:
-    """What the claim's maker last asked Placement for (None: nothing, or not this process)."""
-    with _active_lock:
-        return _asked.get(claim_id)
+def let_go(db: Database, claims: Sequence[Row[Any]]) -> None:
+    """Give back the actor's leases (it stops without finishing: its ending failed, the
+    database or Placement away), so that the next DELETE or recovery pass takes the claims
+    at once rather than after their lease. Best effort: what cannot be written now, the
+    lease's end settles."""
+    try:
+        with db.writer() as conn:
+            for claim in claims:
+                conn.execute(
+                    update(CLAIMS)
+                    .where(CLAIMS.c.id == claim.id, CLAIMS.c.owner == claim.owner)
+                    .values(lease_until=clock(-1))
+                )
+    except AcceleronError as error:
+        LOG.warning("Could not give back the lease of a claim (%s): it passes", error.message)

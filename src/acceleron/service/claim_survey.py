@@ -37,26 +37,25 @@ def wanted_functions(
     """The functions each group wants, by request group suffix, for the weigher: named
     by id, or found in the bitstream catalogue by function name or bitstream (what the
     project sees)."""
-    found = dict(weigher.wanted_functions(groups))
-    for index, group in enumerate(groups):
-        suffix = f"{query.GROUP_PREFIX}{index}"
-        if suffix in found or store is None:
-            continue
-        if "accel:function_name" in group:
-            items = store.find(Query(function_name=group["accel:function_name"], project=project))
-        elif "accel:bitstream_name" in group:
-            items = store.find(Query(name=group["accel:bitstream_name"], project=project))
-        elif "accel:bitstream_id" in group:
+    return weigher.wanted_by(groups, None if store is None else _catalogue(store, project))
+
+
+def _catalogue(store: BitstreamStore, project: str) -> weigher.Catalogue:
+    """The store's look-up of a group's ``CATALOGUE_KEYS``, as the project sees it."""
+
+    def functions(key: str, value: str) -> list[str | None]:
+        if key == "accel:function_name":
+            items = store.find(Query(function_name=value, project=project))
+        elif key == "accel:bitstream_name":
+            items = store.find(Query(name=value, project=project))
+        else:
             try:
-                items = [store.get(group["accel:bitstream_id"], project)]
+                items = [store.get(value, project)]
             except NotFound:
                 items = []
-        else:
-            continue
-        functions = frozenset(b.function_uuid for b in items if b.function_uuid)
-        if functions:
-            found[suffix] = functions
-    return found
+        return [b.function_uuid for b in items]
+
+    return functions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +89,9 @@ def survey(
     few rows, whatever the number of hosts."""
     root = None if hostname is None else _host_tree(db, hostname)
     classes = {rc for group in query.profile_groups(groups) for rc in group.resources}
-    folded = {suffix: frozenset(weigher.fold_function(f) for f in fs)
-              for suffix, fs in wanted.items()}  # fmt: skip
+    folded = {
+        suffix: frozenset(weigher.fold_function(f) for f in fs) for suffix, fs in wanted.items()
+    }
     with db.reader() as conn:
         chosen = _holders(conn, folded, root) if folded else []
         rows = conn.execute(_REGIONS.where(HOSTS.c.rp_uuid.in_(chosen))).all() if chosen else []
@@ -152,8 +152,9 @@ def _walk(conn: Connection, rows: Select[Any], order: Any) -> set[str]:
     pivot = str(uuidlib.uuid4())
     found = set(conn.execute(rows.where(order >= pivot).order_by(order).limit(WALKED)).scalars())
     if len(found) < TREES_TRIED:
-        found.update(conn.execute(rows.where(order < pivot).order_by(order).limit(WALKED))
-                     .scalars())  # fmt: skip
+        found.update(
+            conn.execute(rows.where(order < pivot).order_by(order).limit(WALKED)).scalars()
+        )
     return found
 
 
@@ -208,8 +209,9 @@ def _everywhere(db: Database, folded: Mapping[str, frozenset[str]]) -> dict[str,
     lists for it (its first, by ``function_key``, however spelled; or among several)."""
     every = {"functions": sorted(set().union(*folded.values()))}
     with db.reader() as conn:
-        spelled = [(None, r.type, r.vendor_name, r.function_uuid)
-                   for r in conn.execute(_SPELLED, every)]  # fmt: skip
+        spelled = [
+            (None, r.type, r.vendor_name, r.function_uuid) for r in conn.execute(_SPELLED, every)
+        ]
         several = list(_functions(conn.execute(_SEVERAL)))
     merged: dict[str, set[str]] = {}
     for by_suffix in _traits([*spelled, *several], folded).values():
@@ -222,16 +224,20 @@ def _trees(conn: Connection, classes: set[str], root: str | None) -> frozenset[s
     """``TREES_TRIED`` compute node providers, at random, of the hosts with a device of
     a type published in one of ``classes`` (of any host with a device, when no device
     type is published in one of them: a memory class, say); ``root`` alone if given."""
-    types = [t for t in conn.execute(select(DEVICES.c.type).distinct()).scalars()
-             if _classes_of(t) & classes]  # fmt: skip
+    types = [
+        t
+        for t in conn.execute(select(DEVICES.c.type).distinct()).scalars()
+        if _classes_of(t) & classes
+    ]
     with_device = _PUBLISHED.select_from(
         DEVICES.join(HOSTS, HOSTS.c.hostname == DEVICES.c.hostname)
     )
     if root is not None:
         if types:
             with_device = with_device.where(DEVICES.c.type.in_(types))
-        return frozenset(conn.execute(with_device.where(HOSTS.c.rp_uuid == root).limit(1))
-                         .scalars())  # fmt: skip
+        return frozenset(
+            conn.execute(with_device.where(HOSTS.c.rp_uuid == root).limit(1)).scalars()
+        )
     if not types:
         return frozenset(_pick(_walk(conn, with_device, DEVICES.c.uuid)))
     found: set[str] = set()
@@ -269,8 +275,11 @@ def candidate_queries(
     suffixes = [group.suffix for group in query.profile_groups(groups)]
 
     def required(held: Mapping[str, frozenset[str]]) -> list[tuple[str, str]]:
-        return [(f"required{suffix}", "in:" + ",".join(sorted(traits)))
-                for suffix, traits in sorted(held.items()) if traits]  # fmt: skip
+        return [
+            (f"required{suffix}", "in:" + ",".join(sorted(traits)))
+            for suffix, traits in sorted(held.items())
+            if traits
+        ]
 
     def in_tree(root: str) -> list[tuple[str, str]]:  # every group on that host
         return [(f"in_tree{suffix}", root) for suffix in suffixes]

@@ -1,18 +1,21 @@
 """Acceleron's own view of where a claim may land, without Placement's candidate query.
 
 Acceleron published every provider of a host (``placement.tree``: inventory, reserved,
-traits) and knows what is held on each: the attach handles its requests hold, and what
-the claims being made asked for. From that a claim can choose among the hosts the
-survey picked and write its allocation with one ``PUT /allocations/{consumer}``:
+traits) and knows what is held on each: the attach handles its requests hold, what
+the claims being made asked for, and what the claims being ended still hold in
+Placement once their requests are gone (a release drops its allocation last: counted
+free before that, the unit drew claims Placement refused, 409, under contention).
+From that a claim can choose among the hosts the survey picked and write its
+allocation with one ``PUT /allocations/{consumer}``:
 Placement itself refuses an allocation beyond a provider's capacity (409), so a view
 that is behind never allocates twice, it only chooses badly.
 
 The view is behind where another consumer (Nova, between its allocation and its bind;
 anyone writing to Placement) holds capacity on Acceleron's providers. Such a provider
-is marked stale (``mark``) when a claim's own allocation there was refused, or when
+is marked stale (``mark_stale``) when a claim's own allocation there was refused, or when
 Placement's answer to a candidate query shows more used than the view counts; a claim
 asks Placement's candidate query about a stale provider until an answer of Placement
-shows the view right again (``settle``), or for ``STALE_FOR`` seconds. A host whose
+shows the view right again (``settle_stale``), or for ``STALE_FOR`` seconds. A host whose
 last report is not in Placement yet is not in the view either.
 """
 
@@ -25,9 +28,17 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, or_, select
 
-from acceleron.db.models import AttachHandle, Claim, Deployable, Device, Host, table
+from acceleron.db.models import (
+    AttachHandle,
+    Claim,
+    Deployable,
+    Device,
+    Host,
+    PlacementProvider,
+    table,
+)
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidPlacementName
 from acceleron.placement import names, tree
@@ -36,11 +47,17 @@ from acceleron.scheduler.query import RequestGroup
 
 DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
 HANDLES, CLAIMS = table(AttachHandle), table(Claim)
+PROVIDERS = table(PlacementProvider)
 # How long a host stays stale when nothing settles it (seconds).
 STALE_FOR = 60.0
 # How many allocation requests the view offers the weigher at most (as a candidate
 # query's ``limit``).
 REQUESTS_LIMIT = 20
+# How many providers the view tries for the groups of one host at most: a profile of
+# many distinct groups over a host of many single-unit providers has more orderings
+# than any claim can wait for. Past it the view offers what it found (maybe nothing),
+# and the claim asks Placement's candidate query, which caps its own work.
+SEARCH_STEPS = 20_000
 
 _stale: dict[str, float] = {}  # compute node provider -> until when (monotonic)
 _lock = threading.Lock()
@@ -72,16 +89,56 @@ class View:
     def _on(
         self, providers: Sequence[str], groups: Sequence[RequestGroup]
     ) -> Iterator[AllocationRequest]:
+        """The distinct allocations of ``groups`` to ``providers`` that fit, found by
+        placing one group at a time and leaving a provider as soon as it lacks room.
+        Identical groups side by side take providers in the order listed, one placement
+        per set of providers: N groups of one region on N single-region providers are
+        one allocation, not the N! orderings (nor the N^N tries) of it."""
         serving = [[rp for rp in providers if self._serves(rp, group)] for group in groups]
-        for chosen in itertools.product(*serving):
+        seen: set[frozenset[tuple[str, frozenset[tuple[str, int]]]]] = set()
+        steps = itertools.count()
+        for chosen in self._placements(serving, groups, [], {}, steps):
             allocations: dict[str, dict[str, int]] = {}
             for rp, group in zip(chosen, groups, strict=True):
                 mine = allocations.setdefault(rp, {})
                 for rc, amount in group.resources.items():
                     mine[rc] = mine.get(rc, 0) + amount
-            if all(self._room(rp, resources) for rp, resources in allocations.items()):
+            key = frozenset((rp, frozenset(r.items())) for rp, r in allocations.items())
+            if key not in seen:
+                seen.add(key)
                 mappings = {g.suffix: (rp,) for rp, g in zip(chosen, groups, strict=True)}
                 yield AllocationRequest(allocations, mappings)
+
+    def _placements(
+        self,
+        serving: Sequence[Sequence[str]],
+        groups: Sequence[RequestGroup],
+        chosen: list[str],
+        taken: dict[str, dict[str, int]],
+        steps: Iterator[int],
+    ) -> Iterator[list[str]]:
+        """Each way to place the groups after ``chosen`` (what ``taken`` holds so far),
+        until ``steps`` (a provider tried, each) reaches ``SEARCH_STEPS``."""
+        index = len(chosen)
+        if index == len(groups):
+            yield list(chosen)
+            return
+        group, options = groups[index], serving[index]
+        if index and _alike(groups[index - 1], group):
+            options = options[options.index(chosen[-1]) :]  # same list: it is there
+        for rp in options:
+            if next(steps) >= SEARCH_STEPS:
+                return
+            mine = taken.setdefault(rp, {})
+            wanted = {rc: mine.get(rc, 0) + n for rc, n in group.resources.items()}
+            if not self._room(rp, wanted):
+                continue
+            before = dict(mine)
+            mine.update(wanted)
+            chosen.append(rp)
+            yield from self._placements(serving, groups, chosen, taken, steps)
+            chosen.pop()
+            taken[rp] = before
 
     def _serves(self, rp: str, group: RequestGroup) -> bool:
         traits = self.summaries[rp].traits
@@ -93,8 +150,18 @@ class View:
 
     def _room(self, rp: str, resources: Mapping[str, int]) -> bool:
         have = self.summaries[rp].resources
-        return all(rc in have and have[rc].capacity - have[rc].used >= n
-                   for rc, n in resources.items())  # fmt: skip
+        return all(
+            rc in have and have[rc].capacity - have[rc].used >= n for rc, n in resources.items()
+        )
+
+
+def _alike(one: RequestGroup, other: RequestGroup) -> bool:
+    """Whether two groups ask the same (their suffixes aside)."""
+    return (one.resources, one.required, one.forbidden) == (
+        other.resources,
+        other.required,
+        other.forbidden,
+    )
 
 
 def read(db: Database, roots: Iterable[str], options: tree.Options) -> View:
@@ -119,8 +186,10 @@ def read(db: Database, roots: Iterable[str], options: tree.Options) -> View:
             used[rp] = used.get(rp, 0) + held.get(deployable, 0)
         for rp, summary in host.summaries.items():
             asked = placing.get(rp, {})
-            resources = {rc: Capacity(c.capacity, used.get(rp, 0) + asked.get(rc, 0))
-                         for rc, c in summary.resources.items()}  # fmt: skip
+            resources = {
+                rc: Capacity(c.capacity, used.get(rp, 0) + asked.get(rc, 0))
+                for rc, c in summary.resources.items()
+            }
             summaries[rp] = dataclasses.replace(summary, resources=resources)
     return View(summaries, frozenset(rp for rp in summaries if _is_stale(rp)))
 
@@ -146,8 +215,16 @@ def _key(host: Any, options: tree.Options) -> tuple[Any, ...]:
     """A host's report as rendered: its row (a host removed and reported again is a new
     one), the generation of its report, its compute node and the sync's options."""
     functionality = tuple(sorted(options.functionality.items()))
-    return (host.id, host.created_at, host.hostname, host.rp_uuid, host.generation,
-            options.standard_classes, functionality)  # fmt: skip
+    return (
+        host.id,
+        host.created_at,
+        host.hostname,
+        host.rp_uuid,
+        host.generation,
+        options.standard_classes,
+        functionality,
+        options.pools,
+    )
 
 
 def _render(
@@ -161,6 +238,14 @@ def _render(
     deployables = conn.execute(
         select(DEPLOYABLES).where(DEPLOYABLES.c.device_id.in_([d.id for d in devices]))
     ).all()
+    recorded: dict[str, set[str]] = {}
+    for hostname, uuid in conn.execute(
+        select(PROVIDERS.c.hostname, PROVIDERS.c.uuid).where(
+            PROVIDERS.c.hostname.in_([h.hostname for h in hosts]),
+            PROVIDERS.c.retired.is_(False),
+        )
+    ):
+        recorded.setdefault(hostname, set()).add(uuid)
     rendered: dict[str, _Published | None] = {}
     with _lock:
         if len(_rendered) + len(hosts) > RENDERED_KEPT:
@@ -169,6 +254,10 @@ def _render(
         mine = [d for d in devices if d.hostname == host.hostname]
         ids = {d.id for d in mine}
         published = _host(host, mine, [d for d in deployables if d.device_id in ids], options)
+        if published is not None and not set(published.summaries) <= recorded.get(
+            host.hostname, set()
+        ):
+            published = None  # published in another shape (pools switched): Placement knows
         rendered[host.hostname] = published
         if published is not None:
             with _lock:
@@ -188,17 +277,21 @@ def _host(
     of: dict[int, str] = {}
     classes: dict[str, set[str]] = {}
     by_id = {d.id: d for d in devices}
+    pooled = {member: p.uuid for p in providers for member in p.members}
     for dep in deployables:
         device = by_id[dep.device_id]
         whole = dep.kind == "device"  # its inventory is on the device's provider
         rp = names.provider_uuid(host.hostname, device.pci_address) if whole else dep.uuid
+        rp = pooled.get(dep.id, rp)  # or on its pool
         of[dep.id] = rp
         classes.setdefault(rp, set()).update(_accelerator_classes(device, dep, options))
     summaries = {}
     for provider in providers:
-        resources = {rc: Capacity(inv.total - inv.reserved, 0)
-                     for rc, inv in provider.inventories.items()
-                     if rc in classes.get(provider.uuid, ())}  # fmt: skip
+        resources = {
+            rc: Capacity(inv.total - inv.reserved, 0)
+            for rc, inv in provider.inventories.items()
+            if rc in classes.get(provider.uuid, ())
+        }
         if resources:
             summaries[provider.uuid] = ProviderSummary(
                 resources, provider.traits, provider.parent_uuid, host.rp_uuid
@@ -228,15 +321,23 @@ def _held(conn: Connection, deployable_ids: Sequence[int]) -> dict[int, int]:
     return {int(d): int(n) for d, n in rows}
 
 
+# Claims whose allocation Placement may hold while no request of theirs holds a handle:
+# those being made, and those being ended whose requests are gone (step ``placed``) but
+# whose allocation is not dropped yet (a claim ends its requests first).
+_PLACING = select(CLAIMS.c.allocations).where(
+    CLAIMS.c.allocations.is_not(None),
+    or_(
+        CLAIMS.c.state == "allocating",
+        (CLAIMS.c.state == "releasing") & CLAIMS.c.step.in_(("placing", "placed")),
+    ),
+)
+
+
 def _placing(conn: Connection) -> dict[str, dict[str, int]]:
-    """What the claims being made asked Placement for (their requests hold no handle
-    yet), by provider and class."""
+    """What the claims being made, or being ended, hold or asked for in Placement beyond
+    their requests' handles (``_PLACING``), by provider and class."""
     found: dict[str, dict[str, int]] = {}
-    rows = conn.execute(
-        select(CLAIMS.c.allocations).where(
-            CLAIMS.c.state == "allocating", CLAIMS.c.allocations.is_not(None)
-        )
-    ).scalars()
+    rows = conn.execute(_PLACING).scalars()
     for allocations in rows:
         for rp, resources in (allocations or {}).items():
             for rc, n in resources.items():
@@ -247,7 +348,7 @@ def _placing(conn: Connection) -> dict[str, dict[str, int]]:
 # --- stale providers -------------------------------------------------------------------
 
 
-def mark(providers: Iterable[str]) -> None:
+def mark_stale(providers: Iterable[str]) -> None:
     """The view of these providers may be behind Placement: claims ask Placement's
     candidate query about them for ``STALE_FOR`` seconds, or until settled."""
     until = time.monotonic() + STALE_FOR
@@ -256,7 +357,7 @@ def mark(providers: Iterable[str]) -> None:
             _stale[rp] = until
 
 
-def settle(view: View, answer: Candidates) -> None:
+def settle_stale(view: View, answer: Candidates) -> None:
     """Compare what a candidate query says is used on the view's providers with what the
     view counts: providers with more used are stale, the others right again."""
     behind: list[str] = []
@@ -270,7 +371,7 @@ def settle(view: View, answer: Candidates) -> None:
             c.used > counted[rc].used for rc, c in summary.resources.items() if rc in counted
         )
         (behind if more else right).append(rp)
-    mark(behind)
+    mark_stale(behind)
     with _lock:
         for rp in right:
             _stale.pop(rp, None)

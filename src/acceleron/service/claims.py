@@ -9,24 +9,28 @@ requests and binds them. Anything failing on the way is undone: requests deleted
 allocation dropped, claim gone.
 
 States (the ``state`` column, and what ``show`` derives from the requests):
-``allocating`` (Placement is asked), ``binding`` (requests bound, some still being
-programmed or prepared by the host's agent), ``bound`` (every request Bound), ``failed``
-(a bind failed after the claim was answered: release it), ``releasing`` (being undone:
-a release, or a claim given up). Releasing deletes the claim.
+``allocating`` (being made), ``binding`` (requests bound, some still being programmed
+or prepared by the host's agent), ``bound`` (every request Bound), ``failed`` (a bind
+failed after the claim was answered: end it), ``releasing`` (being ended).
 
-Whatever is killed when, a claim ends in a state it can leave. Its row records how far
-it got (``step``: ``begun``; ``placing``, with the allocation asked of Placement in
-``allocations``; ``created``, with its requests' uuids in ``requests``, written in the
-transaction that creates them; ``done``, written in the transaction that binds them),
-which process is at work on it (``owner``) and until when (``lease_until``, ``[claims]
-timeout`` after it began). Each step of its maker is a conditional update that holds
-only while the claim is the maker's and its lease runs: a claim given up can no longer
-move on. A claim whose maker is gone (its lease passed; or its process, on this
-machine, died or gave up) is taken over with a conditional update (``releasing``) and
-undone from its record, by a DELETE, a POST for the same consumer, the reconciler's
-passes and the API's start (``recover``). Undoing is idempotent: requests recorded (or,
-established, the consumer's) deleted, handles freed; the allocation recorded taken out
-of the consumer's, guarded by its generation; the row deleted last.
+From POST to bound (``make``): ``begin`` inserts the row (step ``begun``, a new token
+of its maker's in ``owner``, a lease in ``lease_until``, in the database's time, renewed
+at each step; its deadline ``[claims] timeout`` seconds away); ``allocate`` records
+step ``placing`` with what it asks of Placement, then writes the allocation; ``bind``
+creates the requests, recording their uuids (step ``created``) in the transaction that
+creates them, and binds them, recording step ``done`` (``binding`` or ``bound``, no
+owner, no lease) in the bind's own transaction. Each step is a conditional update that
+holds only while the claim is its maker's, its lease runs and its deadline has not
+passed (``claim_leases.record_step``).
+
+From DELETE to gone, and whatever else ends a claim: ``claim_end.end``, the reason a
+parameter (``released``: a DELETE; ``failed``: its maker, after a failure;
+``abandoned``: recovery, once the lease of whoever was at work on it has passed). It
+takes the claim (``releasing``, a token and a lease of its own, in one transaction),
+undoes it from what its row records, step by step, and deletes the row last. One actor
+at a time: a claim whose actor's lease runs is not taken (409). Recovery (``recover``)
+runs at the API's start, in every reconciler pass, and for a POST that finds an
+abandoned claim of its consumer in the way.
 """
 
 from __future__ import annotations
@@ -49,27 +53,16 @@ from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, PlacementClient
 from acceleron.scheduler import query
 from acceleron.service import arqs as arq_service
-from acceleron.service import binding, quotas
-from acceleron.service.claim_allocation import MaybeAllocated, allocate, held
-from acceleron.service.claim_leases import (
-    ATTEMPTS,
-    abandoned,
-    record_step,
-    seize,
-    stopped,
-    take,
-    worker,
-    working,
-)
-from acceleron.service.claim_undo import give_up, undo
+from acceleron.service import binding, claim_end, cleaning, provenance, quotas
+from acceleron.service.claim_allocation import MaybeAllocated, allocate, allocations_of
+from acceleron.service.claim_leases import clock, lease, let_go, passed, record_step, token
 from acceleron.service.device_profiles import could_exist
 from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
 STATES = ("allocating", "binding", "bound", "failed", "releasing")
-ESTABLISHED = ("binding", "bound", "failed")  # made: the consumer's requests are bound
-STEPS = ("begun", "placing", "created", "done")
+STEPS = ("begun", "placing", "placed", "created", "done")
 TIMEOUT = 300.0  # [claims] timeout's default
 
 
@@ -95,7 +88,7 @@ class ClaimRecord:
     allocations: Mapping[str, Mapping[str, int]] | None
 
 
-def _owner(context: RequestContext, project_id: str | None) -> str:
+def _claim_project(context: RequestContext, project_id: str | None) -> str:
     """The project a claim is for: the caller's, or the one named when the caller reaches
     every project's claims (``context.all_projects``: the API's ``claim:all_projects``)."""
     if project_id is not None and project_id != context.project_id:
@@ -122,16 +115,16 @@ def begin(
     project_id: str | None,
     timeout: float = TIMEOUT,
 ) -> tuple[Row[Any], list[dict[str, str]]]:
-    """Record the claim (``allocating``, step ``begun``, this process at work on it for
-    ``timeout`` seconds at most); the claim and its profile's groups. ClaimExists when
-    the consumer has a claim already. The caller ends its work with ``undo`` or
-    ``bind``, and says it stopped with ``stopped``."""
+    """Record the claim (``allocating``, step ``begun``, a new token of its maker's and a
+    lease, in the database's time); the claim (with its ``deadline``: ``timeout``
+    seconds from now, in the database's time) and its profile's groups. ClaimExists
+    when the consumer has a claim already. The caller ends its work with ``bind``, or
+    ``end`` (``failed``)."""
     consumer = _consumer(consumer)
-    project = _owner(context, project_id)
+    project = _claim_project(context, project_id)
     if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
     profiles = arq_service.PROFILES
-    began: int | None = None
     try:
         with db.writer() as conn:
             profile = conn.execute(
@@ -152,25 +145,20 @@ def begin(
                     device_profile_name=profile_name,
                     state="allocating",
                     step="begun",
-                    owner=worker(),
-                    lease_until=now + dt.timedelta(seconds=timeout),
+                    owner=token(),  # its maker's, from the transaction that makes it
+                    lease_until=clock(lease(timeout)),
                     created_at=now,
                 )
             )
-            claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer)).one()
-            # At work on it before the commit: a recovery pass of this process that
-            # reads the claim once committed never takes it for one left behind.
-            began = claim.id
-            working(began)
-    except BaseException as error:
-        if began is not None:
-            stopped(began)
-        if isinstance(error, IntegrityError):
-            raise ClaimExists(
-                f"Consumer {consumer} has a claim already: release it first (DELETE "
-                f"/v2/claims/{consumer})."
-            ) from error
-        raise
+            claim = conn.execute(
+                select(CLAIMS, clock(timeout).label("deadline")).where(
+                    CLAIMS.c.consumer == consumer
+                )
+            ).one()
+    except IntegrityError as error:
+        raise ClaimExists(
+            f"Consumer {consumer} has a claim already: end it first (DELETE /v2/claims/{consumer})."
+        ) from error
     return claim, list(profile.groups)
 
 
@@ -183,13 +171,14 @@ def bind(
     store: BitstreamStore | None,
     flat_mode: tree.Options | None = None,
     limits: quotas.Limits | None = None,
+    trust: provenance.Trust = provenance.DEFAULT,
 ) -> None:
     """Create the claim's requests (their uuids recorded in the claim in the same
     transaction, step ``created``) and bind each to the provider Placement mapped its
     group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do) in
-    the bind's own transaction (step ``done``). ``flat_mode`` and ``limits`` as for
-    ``binding.bind``. GivenUp, and nothing done, when the claim is no longer its maker's;
-    on any failure the caller undoes the claim (``give_up``), its requests with it."""
+    the bind's own transaction (step ``done``). ``flat_mode``, ``limits`` and ``trust`` as
+    for ``binding.bind``. GivenUp, and nothing done, when the claim is no longer its maker's;
+    on any failure the caller ends the claim (``end``, ``failed``), its requests with it."""
     owner = dataclasses.replace(context, project_id=claim.project_id)
 
     def created_(conn: Connection, uuids: list[str]) -> None:
@@ -209,10 +198,18 @@ def bind(
             record_step(conn, claim, "created")  # still the maker's: it undoes the claim
             return
         state = "bound" if len(resolved) == len(created) else "binding"
-        record_step(conn, claim, "done", state=state, hostname=hostname, allocations=held(request),
-              owner=None, lease_until=None)  # fmt: skip
+        record_step(
+            conn,
+            claim,
+            "done",
+            state=state,
+            hostname=hostname,
+            allocations=allocations_of(request),
+            owner=None,
+            lease_until=None,
+        )
 
-    resolved = binding.bind(db, owner, bindings, store, flat_mode, limits, bound_)
+    resolved = binding.bind(db, owner, bindings, store, flat_mode, limits, bound_, trust)
     failed = [r for r in resolved if r.status == "failed"]
     if failed:
         reasons = _reasons(db, [r.arq_uuid for r in failed])
@@ -227,7 +224,7 @@ def _reasons(db: Database, uuids: Sequence[str]) -> str:
         return "; ".join(f"{r.uuid}: {r.failure_reason}" for r in rows)
 
 
-# --- the whole flow: a claim made, a claim released ----------------------------------
+# --- the whole flow: a claim made, a claim ended -------------------------------------
 
 
 def make(
@@ -244,14 +241,20 @@ def make(
     limits: quotas.Limits | None = None,
     timeout: float = TIMEOUT,
     options: tree.Options | None = None,
+    trust: provenance.Trust = provenance.DEFAULT,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> ClaimRecord:
     """The whole claim (``POST /v2/claims``): recorded (``begin``; a claim of the
-    consumer whose maker is gone, in the way, undone first), the best candidate
+    consumer whose actor's lease passed, in the way, ended first), the best candidate
     allocated in Placement (``allocate``, on ``hostname`` when given), its requests
-    created and bound (``bind``); on any failure undone (``give_up``) and the error
-    raised. The claim as ``show`` gives it. ``store``, ``flat_mode`` and ``limits`` as
-    for ``binding.bind``; blocking (Placement, the bitstream store)."""
-    claim, groups = _begin(db, placement, context, profile_name, consumer, project_id, timeout)
+    created and bound (``bind``); on any failure ended (``end``, ``failed``) and the
+    error raised, unless the claim's row says it was made (the answer to the bind's
+    commit lost: the claim stands). The claim as ``show`` gives it. ``store``,
+    ``flat_mode``, ``limits`` and ``trust`` as for ``binding.bind``; blocking
+    (Placement, the bitstream store)."""
+    claim, groups = _begin(
+        db, placement, context, profile_name, consumer, project_id, timeout, policy
+    )
     user = context.user_id or "acceleron"
     placed: bool | None = False  # whether this maker's allocation was made
     try:
@@ -259,15 +262,41 @@ def make(
             db, placement, claim, groups, user, store, hostname, flat_mode is None, options
         )
         placed = True
-        bind(db, context, claim, request, host, store, flat_mode, limits)
+        bind(db, context, claim, request, host, store, flat_mode, limits, trust)
     except BaseException as error:
         if isinstance(error, MaybeAllocated):
             placed = None
-        give_up(db, placement, claim, placed, timeout)
-        raise
-    finally:
-        stopped(claim.id)
+        if _failed(db, placement, claim, placed, timeout, policy) != "made":
+            raise
+        if not isinstance(error, Exception):
+            raise
+        LOG.warning(
+            "Claim of %s: the answer to its last commit was lost (%s), but its "
+            "row says it was made: it stands",
+            claim.consumer,
+            error,
+        )
     return show(db, context, claim.consumer)
+
+
+def _failed(
+    db: Database,
+    placement: PlacementClient,
+    claim: Row[Any],
+    placed: bool | None,
+    timeout: float,
+    policy: cleaning.Policy,
+) -> str:
+    """The maker ends its claim after a failure (``end``, ``failed``); what it found.
+    Nothing raises: what cannot be done now (the database away) is left to the next
+    DELETE or recovery, its lease given back; its allocation is never dropped unless
+    the claim's row, read back, is still its maker's."""
+    try:
+        return claim_end.end(db, placement, claim, "failed", timeout, policy, placed)
+    except Exception:
+        LOG.exception("Ending the claim of %s failed: recovery ends it later", claim.consumer)
+        let_go(db, [claim])
+        return "failed"
 
 
 def _begin(
@@ -278,35 +307,35 @@ def _begin(
     consumer: str,
     project_id: str | None,
     timeout: float,
+    policy: cleaning.Policy,
 ) -> tuple[Row[Any], list[dict[str, str]]]:
-    """``begin``; a claim in the way whose maker is gone is undone, and begun again."""
+    """``begin``; a claim in the way whose actor's lease passed is ended, and begun again."""
     try:
         return begin(db, context, profile_name, consumer, project_id, timeout)
     except ClaimExists:
-        if not recover_consumer(db, placement, consumer, timeout):
+        if not recover_consumer(db, placement, consumer, timeout, policy):
             raise
         return begin(db, context, profile_name, consumer, project_id, timeout)
 
 
-def remove(
+def end(
     db: Database,
     placement: PlacementClient,
     context: RequestContext,
     consumer: str,
     timeout: float = TIMEOUT,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> None:
-    """Release the consumer's claim (``DELETE /v2/claims/{consumer}``): taken
-    (``release``) and undone (``undo``). Blocking (Placement)."""
-    claim = release(db, context, consumer, timeout)
-    try:
-        undo(db, placement, claim)
-    finally:
-        stopped(claim.id)
+    """End the consumer's claim (``DELETE /v2/claims/{consumer}``: ``end``, ``released``;
+    its handles cleaned as ``policy`` says): an established one, or one whose actor's
+    lease passed. Busy (409) while its maker or another ender is at work on it; NotFound
+    for a claim the caller does not see. Blocking (Placement)."""
+    claim_end.end(db, placement, lookup(db, context, consumer), "released", timeout, policy)
 
 
 @dataclasses.dataclass(frozen=True)
 class Recovered:
-    """A claim whose maker was gone, and what a recovery pass did about it."""
+    """A claim whose actor's lease had passed, and what a recovery pass did about it."""
 
     consumer: str
     state: str  # as found: allocating or releasing
@@ -317,7 +346,9 @@ class Recovered:
     action: str  # undone, released, would undo, would release, or failed: why
 
 
-_UNFINISHED = select(CLAIMS).where(CLAIMS.c.state.in_(("allocating", "releasing")))
+_UNFINISHED = select(CLAIMS, clock().label("now")).where(
+    CLAIMS.c.state.in_(("allocating", "releasing"))
+)
 
 
 def recover(
@@ -326,56 +357,75 @@ def recover(
     timeout: float = TIMEOUT,
     *,
     dry_run: bool = False,
-    now: dt.datetime | None = None,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> list[Recovered]:
-    """Finish or undo every claim being made or released whose maker is gone (see
-    ``abandoned``): a claim being made is undone (its maker never answered 201), a
-    release finished. ``dry_run`` changes nothing. What fails is said, and the next
-    pass tries again."""
-    now = now or utcnow()
+    """End every claim being made or ended whose actor's lease has passed (in the
+    database's time; ``end``, ``abandoned``): a claim being made is undone (its maker
+    never answered 201), an ending finished. ``dry_run`` changes nothing. What fails is
+    said, and the next pass tries again."""
     with db.reader() as conn:
-        rows = conn.execute(_UNFINISHED.order_by(CLAIMS.c.id)).all()
+        rows = conn.execute(_UNFINISHED.where(passed(timeout)).order_by(CLAIMS.c.id)).all()
     done = []
     for claim in rows:
-        if not abandoned(claim, timeout, now):
-            continue
+        now = claim.now
         verb = "undo" if claim.state == "allocating" else "release"
         action = f"would {verb}"
         if not dry_run:
-            action = _recover(db, placement, claim, timeout)
+            action = _recover(db, placement, claim, timeout, policy)
         moved = claim.updated_at or claim.created_at
-        done.append(Recovered(claim.consumer, claim.state, claim.step, claim.allocations or {},
-                              tuple(claim.requests or ()), round((now - moved).total_seconds(), 1),
-                              action))  # fmt: skip
+        done.append(
+            Recovered(
+                claim.consumer,
+                claim.state,
+                claim.step,
+                claim.allocations or {},
+                tuple(claim.requests or ()),
+                round((now - moved).total_seconds(), 1),
+                action,
+            )
+        )
     return done
 
 
 def _recover(
-    db: Database, placement: PlacementClient | None, claim: Row[Any], timeout: float
+    db: Database,
+    placement: PlacementClient | None,
+    claim: Row[Any],
+    timeout: float,
+    policy: cleaning.Policy,
 ) -> str:
     try:
-        taken = take(db, claim, timeout, ("allocating", "releasing"))
-        if taken is None:
-            return "gone meanwhile"
-        undo(db, placement, taken)
+        action = claim_end.end(db, placement, claim, "abandoned", timeout, policy)
     except AcceleronError as error:
-        LOG.error("Could not undo the claim of %s: %s", claim.consumer, error.message)
+        LOG.error("Could not end the claim of %s: %s", claim.consumer, error.message)
         return f"failed: {error.message}"
-    LOG.warning("Claim of %s %s: its maker was gone (step %s)", claim.consumer,
-                "undone" if claim.state == "allocating" else "released", claim.step)  # fmt: skip
-    return "undone" if claim.state == "allocating" else "released"
+    if action != "gone meanwhile":
+        LOG.warning(
+            "Claim of %s %s: its lease had passed (step %s)", claim.consumer, action, claim.step
+        )
+    return action
 
 
 def recover_consumer(
-    db: Database, placement: PlacementClient | None, consumer: str, timeout: float = TIMEOUT
+    db: Database,
+    placement: PlacementClient | None,
+    consumer: str,
+    timeout: float = TIMEOUT,
+    policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> bool:
-    """Undo the consumer's claim if its maker is gone (a POST for the consumer finds it in
-    the way); whether it was."""
+    """End the consumer's claim if its actor's lease passed (a POST for the consumer finds
+    it in the way); whether it was."""
     with db.reader() as conn:
-        claim = conn.execute(_UNFINISHED.where(CLAIMS.c.consumer == _consumer(consumer))).first()
-    if claim is None or not abandoned(claim, timeout):
+        claim = conn.execute(
+            _UNFINISHED.where(CLAIMS.c.consumer == _consumer(consumer), passed(timeout))
+        ).first()
+    if claim is None:
         return False
-    return _recover(db, placement, claim, timeout) in ("undone", "released", "gone meanwhile")
+    return _recover(db, placement, claim, timeout, policy) in (
+        "undone",
+        "released",
+        "gone meanwhile",
+    )
 
 
 def _visible(context: RequestContext) -> Any:
@@ -387,10 +437,10 @@ def _visible(context: RequestContext) -> Any:
 def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
     """The consumer's claim, as the caller sees it (NotFound for another project's)."""
     with db.reader() as conn:
-        return _seen(conn, context, _consumer(consumer))
+        return _visible_claim(conn, context, _consumer(consumer))
 
 
-def _seen(conn: Connection, context: RequestContext, consumer: str) -> Row[Any]:
+def _visible_claim(conn: Connection, context: RequestContext, consumer: str) -> Row[Any]:
     claim = conn.execute(
         select(CLAIMS).where(CLAIMS.c.consumer == consumer, _visible(context))
     ).first()
@@ -412,35 +462,15 @@ def show(db: Database, context: RequestContext, consumer: str) -> ClaimRecord:
         elif all(a.state == "Bound" for a in arqs):
             state = "bound"
     held = None if claim.state == "allocating" else claim.allocations
-    return ClaimRecord(claim.consumer, claim.project_id, claim.device_profile_name, state,
-                       claim.hostname, reason, arqs, claim.created_at, claim.updated_at,
-                       held)  # fmt: skip
-
-
-def release(
-    db: Database, context: RequestContext, consumer: str, timeout: float = TIMEOUT
-) -> Row[Any]:
-    """The claim to release, checked visible and taken (``releasing``; the caller undoes
-    it with ``undo``), read and taken in one transaction: an established one, one being
-    released (whoever began: undoing is idempotent), or one being made whose maker is
-    gone. One whose maker is at work is a Conflict, that says until when at most."""
-    wanted = _consumer(consumer)
-    for _ in range(ATTEMPTS):
-        with db.writer() as conn:
-            claim = _seen(conn, context, wanted)
-            if claim.state == "allocating" and not abandoned(claim, timeout):
-                raise _being_made(claim)
-            taken = seize(conn, claim, timeout, (*ESTABLISHED, "allocating", "releasing"))
-        if taken is not None:
-            working(taken.id)
-            return taken
-    raise Conflict(f"The claim of {consumer} kept changing: try again.")
-
-
-def _being_made(claim: Row[Any]) -> Conflict:
-    until = (
-        ""
-        if claim.lease_until is None
-        else f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
+    return ClaimRecord(
+        claim.consumer,
+        claim.project_id,
+        claim.device_profile_name,
+        state,
+        claim.hostname,
+        reason,
+        arqs,
+        claim.created_at,
+        claim.updated_at,
+        held,
     )
-    return Conflict(f"The claim of {claim.consumer} is being made: release it once made{until}.")

@@ -84,6 +84,8 @@ class DeployableRecord(NamedTuple):
     program_phase: str | None
     program_progress: int | None
     program_error: str | None
+    provenance: dict[str, Any] | None
+    cleaning: int  # its attach handles not clean (service.cleaning)
     health: str
     health_reason: str | None
     health_since: dt.datetime | None

@@ -24,6 +24,7 @@ from sqlalchemy import update as update_
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
+from acceleron.conf import CLEANING_METHODS
 from acceleron.db.models import (
     AcceleratorRequest,
     Deployable,
@@ -33,7 +34,7 @@ from acceleron.db.models import (
     table,
     utcnow,
 )
-from acceleron.db.session import Database, Kept
+from acceleron.db.session import Database, ReadCache
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
 from acceleron.placement import tree
@@ -123,6 +124,12 @@ def _check_attach_target(value: str, where: str) -> str:
     return value
 
 
+def _check_cleaning(value: str, where: str) -> str:
+    if value not in CLEANING_METHODS:
+        raise InvalidInput(f"{where}: must be one of {', '.join(CLEANING_METHODS)}, not {value!r}.")
+    return value
+
+
 def _check_reason_names(value: str, where: str) -> str:
     names = [n.strip().lower() for n in value.split(",")]
     if not names or not all(_REASON_RE.fullmatch(n) for n in names):
@@ -134,6 +141,18 @@ def _check_reason_names(value: str, where: str) -> str:
 
 
 _REASON_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+AFFINITIES = ("numa", "pcie_switch", "nvlink")  # accel:affinity: what they must share
+
+
+def _check_affinity(value: str, where: str) -> str:
+    folded = value.strip().lower()
+    if folded not in AFFINITIES:
+        raise InvalidInput(
+            f"{where}: must be one of {', '.join(AFFINITIES)} (the unit the profile's "
+            f"accelerators must share: a NUMA node, a PCIe switch, an NVLink domain), not "
+            f"{value[:64]!r}."
+        )
+    return folded
 
 
 # The accel: keys of spec 002 ("Valid accel keys") and how each value is checked.
@@ -145,6 +164,11 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     ATTACH_TARGET_KEY: _check_attach_target,
     # Maintenance reasons (names, comma-separated) a request may still land on: docs/health.md.
     "tolerations": _check_reason_names,
+    # How a device given back is cleaned before its next tenant: docs/cleaning.md.
+    "cleaning": _check_cleaning,
+    # The unit the profile's accelerators must share (numa, pcie_switch, nvlink):
+    # docs/device-profiles.md.
+    "affinity": _check_affinity,
 }
 
 
@@ -233,6 +257,12 @@ def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
             )
         result.append(normalized)
         total += amount
+    affinities = {g["accel:affinity"] for g in result if "accel:affinity" in g}
+    if len(affinities) > 1:
+        raise InvalidInput(
+            f"groups: accel:affinity is the whole profile's (its accelerators share one "
+            f"unit), but its groups name {', '.join(sorted(affinities))}: name one."
+        )
     if total > limits.max_accelerators:
         raise InvalidInput(
             f"groups: the profile asks for {total} accelerators, at most "
@@ -295,11 +325,14 @@ _TABLE = table(DeviceProfile)
 _HOSTS, _DEVICES, _DEPLOYABLES = table(Host), table(Device), table(Deployable)
 # The hosts with a device or a region in maintenance.
 _MAINTAINED = (
-    select(_DEVICES.c.hostname).where(_DEVICES.c.status == tree.MAINTAINING)
-    .union(select(_DEVICES.c.hostname)
-           .join(_DEPLOYABLES, _DEPLOYABLES.c.device_id == _DEVICES.c.id)
-           .where(_DEPLOYABLES.c.status == tree.MAINTAINING))
-)  # fmt: skip
+    select(_DEVICES.c.hostname)
+    .where(_DEVICES.c.status == tree.MAINTAINING)
+    .union(
+        select(_DEVICES.c.hostname)
+        .join(_DEPLOYABLES, _DEPLOYABLES.c.device_id == _DEVICES.c.id)
+        .where(_DEPLOYABLES.c.status == tree.MAINTAINING)
+    )
+)
 
 
 def _maintained_follow(conn: Connection, groups: Iterable[object]) -> None:
@@ -308,8 +341,11 @@ def _maintained_follow(conn: Connection, groups: Iterable[object]) -> None:
     so their generation is bumped for the sync's next pass, as a maintenance change
     bumps it."""
     if any(placement_names.tolerations(g) for g in groups):
-        conn.execute(update_(_HOSTS).where(_HOSTS.c.hostname.in_(_MAINTAINED))
-                     .values(generation=_HOSTS.c.generation + 1))  # fmt: skip
+        conn.execute(
+            update_(_HOSTS)
+            .where(_HOSTS.c.hostname.in_(_MAINTAINED))
+            .values(generation=_HOSTS.c.generation + 1)
+        )
 
 
 _COLUMNS = [_TABLE.c[field] for field in Profile._fields]
@@ -338,12 +374,18 @@ def create(
     enabled: bool = True,
     limits: Limits = Limits(),
 ) -> Profile:
-    ident = _check_uuid_value(uuid, "uuid") if uuid else str(uuidlib.uuid4())
+    ident = parse(uuid, "uuid") if uuid else str(uuidlib.uuid4())
     # Stored as given on every backend (microseconds included): not read back.
-    made = Profile(id=0, uuid=ident, name=check_name(name),
-                   description=check_description(description),
-                   groups=normalize_groups(groups, limits), enabled=enabled,
-                   created_at=utcnow(), updated_at=None)  # fmt: skip
+    made = Profile(
+        id=0,
+        uuid=ident,
+        name=check_name(name),
+        description=check_description(description),
+        groups=normalize_groups(groups, limits),
+        enabled=enabled,
+        created_at=utcnow(),
+        updated_at=None,
+    )
     values = made._asdict()
     del values["id"], values["updated_at"]
     try:  # the unique indexes say whether the name or uuid is taken: no SELECT first
@@ -377,10 +419,10 @@ Steered = dict[tuple[GroupKey, str, bool], tuple[dict[str, str], bool]]
 # `acceleron placement sync`), which reach Placement no sooner.
 STEERING_SECONDS = 2.0
 STEERING_KEPT = 1024  # groups kept at most (per project and nesting)
-_STEERED: Kept[Steered] = Kept(STEERING_SECONDS, dict)
+_STEERED: ReadCache[Steered] = ReadCache(STEERING_SECONDS, dict)
 
 
-def steer_profiles(
+def with_fit_traits_of_profiles(
     db: Database,
     store: BitstreamStore | None,
     profiles: list[Profile],
@@ -389,7 +431,7 @@ def steer_profiles(
     kept: Steered | None = None,
 ) -> list[Profile]:
     """The profiles with the traits that keep a group naming a function or bitstream off
-    regions no bitstream of it fits (``fitting.steer``): what Nova reads to build its
+    regions no bitstream of it fits (``fitting.with_fit_traits``): what Nova reads to build its
     Placement query. Profiles share groups (a list of 200 names a few functions): each
     distinct group is steered once, in one transaction, and taken from ``kept`` where it
     has it (then kept there).
@@ -409,11 +451,17 @@ def steer_profiles(
     }
     missing = [k for k in distinct if k not in by_key]
     if missing:
-        steered, fits = fitting.steer(db, store, [distinct[k] for k in missing], project, nested)
+        steered, fits = fitting.with_fit_traits(
+            db, store, [distinct[k] for k in missing], project, nested
+        )
         by_key.update(zip(missing, steered, strict=True))
         if kept is not None and len(known) + len(missing) <= STEERING_KEPT:
-            known.update({(k, project, nested): (by_key[k], fit is not None and fit.nowhere)
-                          for k, fit in zip(missing, fits, strict=True)})  # fmt: skip
+            known.update(
+                {
+                    (k, project, nested): (by_key[k], fit is not None and fit.nowhere)
+                    for k, fit in zip(missing, fits, strict=True)
+                }
+            )
     return [p._replace(groups=[dict(by_key[_group_key(g)]) for g in p.groups]) for p in profiles]
 
 
@@ -433,14 +481,15 @@ def read_steered(
     project: str,
     nested: bool,
 ) -> list[Profile]:
-    """What ``read`` returns, steered (``steer_profiles``), in one read transaction: the
-    profiles, the bitstreams of the local store and the regions holding a function are
-    read from one snapshot, with one BEGIN and one end (``Database.reader`` joins). A
-    group's steering is kept a while (``STEERING_SECONDS``): a show of a profile whose
-    groups were steered since this process last wrote reads the profile alone."""
+    """What ``read`` returns, with fit traits (``with_fit_traits_of_profiles``), in one
+    read transaction: the profiles, the bitstreams of the local store and the regions
+    holding a function are read from one snapshot, with one BEGIN and one end
+    (``Database.reader`` joins). A group's steering is kept a while
+    (``STEERING_SECONDS``): a show of a profile whose groups were steered since this
+    process last wrote reads the profile alone."""
     kept = _STEERED.get(db)
     with db.reader():
-        return steer_profiles(db, store, read(db), project, nested, kept)
+        return with_fit_traits_of_profiles(db, store, read(db), project, nested, kept)
 
 
 def list_profiles(db: Database, names: Sequence[str] | None = None) -> list[Profile]:
@@ -528,8 +577,9 @@ def update(
         profile = _make(conn.execute(_BY_ID, {"id": before.id}).one())
         if profile.enabled != before.enabled:
             _maintained_follow(conn, profile.groups)
-    LOG.info("Updated device profile %s (%s)", profile.name,
-             "enabled" if profile.enabled else "disabled")  # fmt: skip
+    LOG.info(
+        "Updated device profile %s (%s)", profile.name, "enabled" if profile.enabled else "disabled"
+    )
     return profile
 
 

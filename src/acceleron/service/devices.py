@@ -7,11 +7,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Integer, bindparam, cast, func, select, update
 
-from acceleron.db.models import Device, Host, table, utcnow
+from acceleron.db.models import Deployable, Device, Host, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import NotFound
+from acceleron.service import cleaning
 from acceleron.service.listing import (
     Filter,
     HealthFilter,
@@ -44,6 +45,8 @@ class DeviceRecord(NamedTuple):
     std_board_info: dict[str, Any] | None
     vendor_board_info: dict[str, Any] | None
     numa_node: int | None
+    pcie_switch: str | None  # its nearest PCIe switch's PCI address
+    nvlink_domain: str | None  # the name its NVLink peers share
     status: str  # enabled or maintaining
     state: str  # present or lost
     health: str  # vocabulary.HEALTH_STATES
@@ -53,9 +56,10 @@ class DeviceRecord(NamedTuple):
     maintenance_since: dt.datetime | None
     created_at: dt.datetime
     updated_at: dt.datetime | None
+    cleaning: int  # its attach handles not clean (service.cleaning)
 
 
-DEVICES, HOSTS = table(Device), table(Host)
+DEVICES, HOSTS, DEPLOYABLES = table(Device), table(Host), table(Deployable)
 LOG = logging.getLogger(__name__)
 SORT_KEYS = ("created_at", "hostname", "pci_address", "type", "vendor", "model",
              "driver_name", "status", "state", "health", "uuid")  # fmt: skip
@@ -70,7 +74,13 @@ FILTERS: dict[str, Filter] = {
     "pci_address": Filter(DEVICES.c.pci_address, check_address),
     "health": HealthFilter(DEVICES.c.health),
 }
-COLUMNS = [DEVICES.c[field] for field in DeviceRecord._fields]
+_CLEANING = (  # an integer on every backend (MariaDB's SUM is a DECIMAL)
+    select(cast(func.coalesce(func.sum(DEPLOYABLES.c.cleaning), 0), Integer))
+    .where(DEPLOYABLES.c.device_id == DEVICES.c.id)
+    .scalar_subquery()
+    .label("cleaning")
+)
+COLUMNS = [_CLEANING if f == "cleaning" else DEVICES.c[f] for f in DeviceRecord._fields]
 _SELECT = select(*COLUMNS)
 BY_UUID = _SELECT.where(DEVICES.c.uuid == bindparam("uuid"))
 make = DeviceRecord._make
@@ -106,12 +116,22 @@ def set_status(db: Database, uuid: str, status: str) -> DeviceRecord:
         if device.status != status:
             now = utcnow()
             since = now if status == "maintaining" else None
-            conn.execute(update(DEVICES).where(DEVICES.c.id == device.id)
-                         .values(status=status, maintenance_since=since,
-                                 maintenance_reason=None, updated_at=now))  # fmt: skip
+            conn.execute(
+                update(DEVICES)
+                .where(DEVICES.c.id == device.id)
+                .values(
+                    status=status, maintenance_since=since, maintenance_reason=None, updated_at=now
+                )
+            )
             # The host's inventory changed: its Placement providers must follow.
-            conn.execute(update(HOSTS).where(HOSTS.c.hostname == device.hostname)
-                         .values(generation=HOSTS.c.generation + 1))  # fmt: skip
+            conn.execute(
+                update(HOSTS)
+                .where(HOSTS.c.hostname == device.hostname)
+                .values(generation=HOSTS.c.generation + 1)
+            )
+            if status == "enabled":  # what failed to clean is cleaned before it serves
+                ids = select(DEPLOYABLES.c.id).where(DEPLOYABLES.c.device_id == device.id)
+                cleaning.retry(conn, list(conn.execute(ids).scalars()))
             device = make(conn.execute(BY_UUID, {"uuid": wanted}).one())
     LOG.info("Device %s (%s %s) is %s", device.uuid, device.hostname, device.pci_address, status)
     return device

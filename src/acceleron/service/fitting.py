@@ -10,7 +10,7 @@ candidate too, and a bind there fails ("No bitstream matches ...").
 
 This module works out, per group, what fits (:class:`Fit`), and says it to Placement in
 the terms Nova and the claims both send: trait keys added to the group
-(:func:`steering`):
+(:func:`fit_traits`):
 
 * the region type trait of every region type Acceleron knows (on hosts published to
   Placement) that fits neither way, ``forbidden`` — with nested providers;
@@ -225,7 +225,7 @@ def known_types(conn: Connection) -> list[RegionType]:
     return [RegionType(r.type, r.vendor_name, r.region_type) for r in conn.execute(_KNOWN)]
 
 
-def steering(
+def fit_traits(
     fit: Fit, known: Sequence[RegionType], nested: bool, group: Mapping[str, str]
 ) -> dict[str, str]:
     """The trait keys to add to ``group`` so that Placement offers only what ``fit``
@@ -250,7 +250,7 @@ def steering(
     return {k: v for k, v in added.items() if k not in group}
 
 
-def steer(
+def with_fit_traits(
     db: Database,
     store: BitstreamStore | None,
     groups: Sequence[Mapping[str, str]],
@@ -263,7 +263,7 @@ def steer(
         fits = [fit_of(conn, store, group, project) for group in groups]
         known = known_types(conn) if any(fits) else []
     steered = [
-        {**group, **(steering(fit, known, nested, group) if fit else {})}
+        {**group, **(fit_traits(fit, known, nested, group) if fit else {})}
         for group, fit in zip(groups, fits, strict=True)
     ]
     return steered, fits

@@ -26,7 +26,7 @@ from acceleron.db.models import (
 )
 from acceleron.db.session import Database
 from acceleron.exceptions import InvalidInput, NotFound
-from acceleron.service import devices
+from acceleron.service import cleaning, devices
 from acceleron.service.devices import DeviceRecord
 from acceleron.uuids import parse
 
@@ -50,8 +50,9 @@ def _reason(on: bool, reason: Any) -> str | None:
 
 def _bump(conn: Connection, hostname: str) -> None:
     """The host's inventory changed: its Placement providers must follow."""
-    conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
-                 .values(generation=HOSTS.c.generation + 1))  # fmt: skip
+    conn.execute(
+        update(HOSTS).where(HOSTS.c.hostname == hostname).values(generation=HOSTS.c.generation + 1)
+    )
 
 
 def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None) -> DeviceRecord:
@@ -61,8 +62,14 @@ def set_device_maintenance(db: Database, uuid: str, on: bool, reason: Any = None
     wanted, why = parse(uuid, "uuid"), _reason(on, reason)
     row = _set_maintenance(db, DEVICES, devices.BY_UUID, wanted, on, why, "Device")
     device = devices.make(row)
-    LOG.info("Device %s (%s %s) maintenance %s%s", device.uuid, device.hostname,
-             device.pci_address, "on" if on else "off", f": {why}" if why else "")  # fmt: skip
+    LOG.info(
+        "Device %s (%s %s) maintenance %s%s",
+        device.uuid,
+        device.hostname,
+        device.pci_address,
+        "on" if on else "off",
+        f": {why}" if why else "",
+    )
     return device
 
 
@@ -75,8 +82,13 @@ def set_deployable_maintenance(db: Database, uuid: str, on: bool, reason: Any = 
         .where(DEPLOYABLES.c.uuid == bindparam("uuid"))
     )
     dep = _set_maintenance(db, DEPLOYABLES, by_uuid, wanted, on, why, "Deployable")
-    LOG.info("Deployable %s (%s) maintenance %s%s", dep.uuid, dep.name,
-             "on" if on else "off", f": {why}" if why else "")  # fmt: skip
+    LOG.info(
+        "Deployable %s (%s) maintenance %s%s",
+        dep.uuid,
+        dep.name,
+        "on" if on else "off",
+        f": {why}" if why else "",
+    )
 
 
 def _set_maintenance(
@@ -98,6 +110,10 @@ def _set_maintenance(
         if values:
             conn.execute(update(rows).where(rows.c.id == row.id).values(values))
             _bump(conn, row.hostname)
+            if not on:  # what failed to clean there is cleaned again before it serves
+                column = DEPLOYABLES.c.device_id if rows is DEVICES else DEPLOYABLES.c.id
+                ids = conn.execute(select(DEPLOYABLES.c.id).where(column == row.id)).scalars()
+                cleaning.retry(conn, list(ids))
             row = conn.execute(by_uuid, {"uuid": wanted}).one()
     return row
 

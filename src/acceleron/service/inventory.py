@@ -92,8 +92,13 @@ class Outcome:
 # --- desired state from a report -------------------------------------------------
 
 
-def _device_values(host: str, device: vocabulary.Device) -> dict[str, Any]:
-    return {
+# The report format that has each device's topology: a report of an older minor leaves
+# what was recorded of it as it is (its agent cannot tell).
+TOPOLOGY_SINCE = (1, 1)
+
+
+def _device_values(host: str, device: vocabulary.Device, topology: bool) -> dict[str, Any]:
+    values = {
         "uuid": names.provider_uuid(host, device.pci_address),
         "hostname": host,
         "pci_address": device.pci_address,
@@ -109,6 +114,9 @@ def _device_values(host: str, device: vocabulary.Device) -> dict[str, Any]:
         "state": "present",
         **_health_values(device.health),
     }
+    if topology:
+        values.update(pcie_switch=device.pcie_switch, nvlink_domain=device.nvlink_domain)
+    return values
 
 
 REASON_MAX = 4000
@@ -206,9 +214,10 @@ def desired_state(report: HostReport) -> Desired:
     """The rows a report asks for, keyed by stable ids."""
     want = Desired()
     host = report.hostname
+    topology = report.version >= TOPOLOGY_SINCE
     for device in report.devices:
         address = device.pci_address
-        want.devices[address] = _device_values(host, device)
+        want.devices[address] = _device_values(host, device, topology)
         for parent, dep in _with_parents(device.deployables, None):
             where = (address, dep.key)
             want.deployables[where] = _deployable_values(host, device, dep)
@@ -240,13 +249,16 @@ _DEVICE_COLUMNS = (
     "std_board_info",
     "vendor_board_info",
     "numa_node",
+    "pcie_switch",
+    "nvlink_domain",
     "state",
     "health",
     "health_reason",
 )
+# ``rp_uuid`` is set when a deployable is first recorded (its own provider's uuid), then
+# kept up to date by the Placement sync (a pool's, service.publish._place): not here.
 _DEPLOYABLE_COLUMNS = (
     "name",
-    "rp_uuid",
     "kind",
     "num_accelerators",
     "accelerator_type",
@@ -388,9 +400,16 @@ def _stamp_health(found: Diff[Any], what: str) -> None:
             continue
         changes["health_since"] = now
         log = LOG.info if changes["health"] == vocabulary.HEALTHY else LOG.warning
-        log("Health of %s %s: %s -> %s%s", what, key, row.health, changes["health"],
+        log(
+            "Health of %s %s: %s -> %s%s",
+            what,
+            key,
+            row.health,
+            changes["health"],
             f" ({changes.get('health_reason') or row.health_reason})"
-            if changes["health"] != vocabulary.HEALTHY else "")  # fmt: skip
+            if changes["health"] != vocabulary.HEALTHY
+            else "",
+        )
 
 
 def _depth(key: tuple[str, str], parents: Mapping[tuple[str, str], str | None]) -> int:
@@ -560,13 +579,25 @@ _HOST_BY_NAME = select(HOSTS).where(HOSTS.c.hostname == bindparam("host"))
 
 
 @retry_on_deadlock
-def reconcile(db: Database, report: HostReport, now: dt.datetime | None = None) -> Outcome:
-    """Apply a host report. An unchanged report writes nothing (bar a rare heartbeat)."""
+def reconcile(
+    db: Database,
+    report: HostReport,
+    now: dt.datetime | None = None,
+    task_format: str | None = None,
+) -> Outcome:
+    """Apply a host report; ``task_format``: the task format its agent and this API
+    share (what tasks it may be handed). An unchanged report writes nothing (bar a rare
+    heartbeat)."""
     now = now or utcnow()
     digest = report.digest()
     with db.reader() as conn:
         host = conn.execute(_HOST_BY_NAME, {"host": report.hostname}).first()
-    if host is not None and host.report_digest == digest and not _heartbeat_due(host, now):
+    if (
+        host is not None
+        and host.report_digest == digest
+        and host.task_format == task_format
+        and not _heartbeat_due(host, now)
+    ):
         return Outcome(report.hostname, False, len(report.devices), {}, host.generation)
     with db.writer() as conn:
         host = _ensure_host(conn, report.hostname)
@@ -583,6 +614,7 @@ def reconcile(db: Database, report: HostReport, now: dt.datetime | None = None) 
                 last_report_at=now,
                 generation=generation,
                 agent_version=report.agent_version,
+                task_format=task_format,
             )
         )
     if changed:

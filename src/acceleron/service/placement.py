@@ -6,14 +6,19 @@ The thread that keeps every host published is ``api.workers.SyncWorker``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
+from sqlalchemy import update
 
 from acceleron import conf as confmod
+from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     ConfigError,
@@ -21,11 +26,15 @@ from acceleron.exceptions import (
     PlacementUnavailable,
     UnknownHost,
 )
-from acceleron.placement import inprocess, names, tree
+from acceleron.placement import batch, inprocess, names, tree
 from acceleron.placement.client import PlacementClient
-from acceleron.service.publish import HOST, Syncer, unknown_host_message
+from acceleron.service.publish import HOST, HOSTS, Syncer, unknown_host_message
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+# Seconds between two looks at the contract phase ([placement] pools = auto) while it is
+# pending: every API process switches pools on within about this long of the others.
+POOLS_RECHECK = 1.0
 
 
 def options_from_conf(conf: cfg.ConfigOpts) -> tree.Options:
@@ -60,14 +69,25 @@ def functionality_from_conf(raw: Mapping[str, str]) -> dict[str, str]:
     return result
 
 
+def embedded_tuning(conf: cfg.ConfigOpts) -> inprocess.Tuning:
+    """The embedded Placement's options for wide trees, from ``[placement] embedded_*``."""
+    section = conf.placement
+    return inprocess.Tuning(
+        max_candidates=section.embedded_max_candidates,
+        strategy=section.embedded_candidate_strategy,
+        wide_trees=section.embedded_wide_trees,
+    )
+
+
 def _client_factory(conf: cfg.ConfigOpts) -> Callable[[], PlacementClient]:
     """Clients for ``[placement]``; nothing is built until the first client is asked for
     (loading the embedded Placement takes a while and a test may bring its own)."""
     if conf.placement.mode == "embedded":
-        connection = conf.placement.embedded_connection
+        connection, tuning = conf.placement.embedded_connection, embedded_tuning(conf)
 
         def embedded() -> PlacementClient:
-            return PlacementClient(inprocess.direct_adapter(inprocess.placement_app(connection)))
+            app = inprocess.placement_app(connection, tuning)
+            return PlacementClient(inprocess.direct_adapter(app))
 
         return embedded
 
@@ -92,24 +112,85 @@ class PlacementService:
     ) -> None:
         self.mode = conf.placement.mode
         self.db = db
-        self.options = options_from_conf(conf)
+        self._options = options_from_conf(conf)
+        self._pools = conf.placement.pools  # auto, true, false
+        self._pools_setting = self._pools  # as configured (auto becomes true when it flips)
+        # When auto last found the contract phase pending (monotonic; negative: never).
+        self._pools_checked = -POOLS_RECHECK
         self._new_client = client_factory or _client_factory(conf)
         self._embedded_connection = conf.placement.embedded_connection
+        self._embedded_tuning = embedded_tuning(conf)
         self._lock = threading.Lock()
+        self._writes = batch.Writes(turn=inprocess.turns)
+
+    @property
+    def options(self) -> tree.Options:
+        """The sync's options, pools switched on as ``[placement] pools`` says now."""
+        return dataclasses.replace(self._options, pools=self.pools_on())
+
+    def pools_on(self) -> bool:
+        """Whether pools are published: ``true``; or ``auto`` once this release's contract
+        phase is applied (asked again every ``POOLS_RECHECK`` seconds until it is; then
+        for good: a contract phase is never undone)."""
+        if self._pools != "auto" or not self._options.nested:
+            return self._pools == "true" and self._options.nested
+        now = time.monotonic()
+        if now - self._pools_checked < POOLS_RECHECK:
+            return False
+        try:
+            applied = not migrate.state(self.db).contract.pending
+        except Exception as error:  # a schema that cannot be read: not yet
+            LOG.warning("Cannot read the schema's contract phase (%s): no pools yet", error)
+            applied = False
+        if applied:
+            LOG.info("The contract phase is applied: publishing identical devices as pools.")
+            self._pools = "true"
+            if self._pools_checked >= 0:  # it was pending while this process ran
+                self._republish()
+            return True
+        self._pools_checked = now
+        return False
+
+    def _republish(self) -> None:
+        """Every host to be published again (in pools) at the next sync pass."""
+        with self.db.writer() as conn:
+            conn.execute(update(HOSTS).values(synced_generation=-1))
 
     def embedded_app(self) -> inprocess.WSGIApp:
         """The embedded Placement's WSGI application (mode = embedded)."""
-        return inprocess.placement_app(self._embedded_connection)
+        return inprocess.placement_app(self._embedded_connection, self._embedded_tuning)
 
     def client(self) -> PlacementClient:
         """A Placement client of its own (for one thread: clients are not shared)."""
         return self._new_client()
 
+    def claims_client(self) -> PlacementClient:
+        """A client of its own for a claim or its release, whose allocation writes go with
+        those of the claims made at the same moment (``placement.batch``)."""
+        return self._new_client().batching(self._writes)
+
+    def claiming(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` (a claim being made or ended, blocking), its allocation write announced
+        to the writes of the claims made at the same moment while it runs."""
+
+        def run(*args: Any, **kwargs: Any) -> T:
+            with self._writes.announced():
+                return fn(*args, **kwargs)
+
+        return run
+
     def syncer(self) -> Syncer:
         """A syncer with a client of its own (clients are not shared between threads); all
         of this service's syncers take turns."""
-        return Syncer(self.db, self._new_client, self.options,
-                      create_compute_nodes=self.mode == "embedded", lock=self._lock)  # fmt: skip
+        return Syncer(
+            self.db,
+            self._new_client,
+            self._options,
+            pools=self.pools_on,
+            keep_pools=self._pools_setting == "auto",
+            create_compute_nodes=self.mode == "embedded",
+            lock=self._lock,
+        )
 
     def check_host(self, hostname: str) -> None:
         """Refuse a host that the compute service does not know (remote mode only).

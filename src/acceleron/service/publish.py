@@ -26,9 +26,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select, update
 
 from acceleron.db.models import (
+    AcceleratorRequest,
+    AttachHandle,
     Deployable,
     Device,
     DeviceProfile,
@@ -49,7 +51,15 @@ from acceleron.exceptions import (
 )
 from acceleron.placement import names, tree
 from acceleron.placement.client import PlacementClient, Provider
-from acceleron.placement.sync import UNSETTLED, Action, Known, remove_flat, sync_flat, sync_tree
+from acceleron.placement.sync import (
+    UNSETTLED,
+    Action,
+    Known,
+    finish,
+    remove_flat,
+    sync_flat,
+    sync_tree,
+)
 from acceleron.placement.sync import Result as SyncResult
 
 LOG = logging.getLogger(__name__)
@@ -66,6 +76,27 @@ _DEPLOYABLES = (
     .order_by(DEPLOYABLES.c.id)
 )
 _KNOWN = select(PROVIDERS).where(PROVIDERS.c.hostname == bindparam("host"))
+HANDLES, ARQS = table(AttachHandle), table(AcceleratorRequest)
+# What requests hold on a host, by deployable and by the provider they were allocated on.
+_HELD = (
+    select(HANDLES.c.deployable_id, ARQS.c.device_rp_uuid, func.count())
+    .join(ARQS, ARQS.c.id == HANDLES.c.arq_id)
+    .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
+    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+    .where(DEVICES.c.hostname == bindparam("host"), ARQS.c.device_rp_uuid.is_not(None))
+    .group_by(HANDLES.c.deployable_id, ARQS.c.device_rp_uuid)
+)
+
+
+def held_through(conn: Connection, hostname: str) -> dict[int, dict[str, int]]:
+    """By deployable of the host, how many of its units requests hold through each
+    provider (the one Placement allocated them on): what a pool reserves or counts."""
+    found: dict[int, dict[str, int]] = {}
+    for dep, rp, count in conn.execute(_HELD, {"host": hostname}):
+        found.setdefault(int(dep), {})[str(rp)] = int(count)
+    return found
+
+
 _PENDING = select(HOSTS.c.hostname).where(HOSTS.c.generation != HOSTS.c.synced_generation)
 
 
@@ -90,10 +121,16 @@ class Syncer:
         *,
         create_compute_nodes: bool = False,
         lock: threading.Lock | None = None,
+        pools: Callable[[], bool] | None = None,
+        keep_pools: bool = False,
     ) -> None:
         self.db = db
         self.client = client_factory()
         self.options = options
+        # Whether pools are published now ([placement] pools = auto asks the schema).
+        self.pools = pools
+        # Whether a host published in pools stays so (auto: the switch is one way).
+        self.keep_pools = keep_pools
         # Syncs of one process take turns (the worker's pass and an operator's request).
         self.lock = lock or threading.Lock()
         # The embedded mode has no Nova: it creates the compute node providers itself.
@@ -182,8 +219,9 @@ class Syncer:
     def _migrate(self, hostname: str, dry_run: bool) -> HostSync:
         removed = self.remove_flat(hostname, dry_run=dry_run)
         synced = self.sync_host(hostname, force=True, dry_run=dry_run)
-        return HostSync(hostname, removed.actions + synced.actions,
-                        errors=removed.errors + synced.errors)  # fmt: skip
+        return HostSync(
+            hostname, removed.actions + synced.actions, errors=removed.errors + synced.errors
+        )
 
     def _guarded(self, hostname: str, work: Callable[[str], HostSync]) -> HostSync:
         """One host of a pass: its error is its own; Placement being away ends the pass."""
@@ -220,23 +258,43 @@ class Syncer:
                 d.status == tree.MAINTAINING for d in deployables
             )
             tolerated = tolerated_reasons(conn) if maintained else frozenset()
+            # With pools = auto, a host published in pools stays so: an API process that
+            # has not seen the switch yet must not publish it per device again meanwhile.
+            pooled = self.options.nested and (
+                self.options.pools
+                or bool(self.pools and self.pools())
+                or (self.keep_pools and any(k.owned.get("members") for k in known.values()))
+            )
+            held = held_through(conn, hostname) if pooled else {}
         compute, created = self.compute_node(host, dry_run=dry_run)
         if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
             self.client.ensure_traits([names.MAINTENANCE])
-        options = dataclasses.replace(self.options, tolerated=tolerated)
+        options = dataclasses.replace(self.options, tolerated=tolerated, pools=pooled)
         try:
-            result, errors = self._publish(hostname, compute, devices, deployables, known,
-                                           dry_run, options, read)  # fmt: skip
+            result, errors, placed = self._publish(
+                hostname, compute, devices, deployables, known, dry_run, options, read, held
+            )
         except PlacementProviderNotFound as error:
             self._recheck_compute_node(hostname, compute, error, dry_run)
             raise
         result.actions[:0] = created
         if not dry_run:
-            self._record(hostname, host.generation, compute, result.known, errors)
+            # New pools are recorded (with their members) before they get their inventory:
+            # a server Placement allocates on one finds its devices at bind. Until that
+            # inventory is given, the host is not synced (a failure leaves it to redo).
+            synced = -1 if result.deferred else host.generation
+            self._record(hostname, synced, compute, result.known, errors)
+            _place(self.db, deployables, placed)
+            if result.deferred:
+                result.known.update(finish(self.client, result.deferred))
+                self._record(hostname, host.generation, compute, result.known, errors)
         if result.actions and not dry_run:
             done = Counter(action.op for action in result.actions)
-            LOG.info("Published %s to Placement: %s", hostname,
-                     ", ".join(f"{op} {count}" for op, count in sorted(done.items())))  # fmt: skip
+            LOG.info(
+                "Published %s to Placement: %s",
+                hostname,
+                ", ".join(f"{op} {count}" for op, count in sorted(done.items())),
+            )
         for action in result.actions:
             LOG.debug("Placement %s %s %s %s", action.op, action.name, action.uuid, action.detail)
         return HostSync(hostname, result.actions, errors=errors)
@@ -251,15 +309,20 @@ class Syncer:
         dry_run: bool,
         options: tree.Options,
         read: Sequence[Provider] | None = None,
-    ) -> tuple[SyncResult, list[str]]:
-        """The nested tree or the flat contribution, synced; and the devices left out
-        (``read``: the tree as just read, for the nested one)."""
+        held: dict[int, dict[str, int]] | None = None,
+    ) -> tuple[SyncResult, list[str], dict[int, str]]:
+        """The nested tree or the flat contribution, synced; the devices left out
+        (``read``: the tree as just read, for the nested one); and the provider of each
+        deployable published in a nested tree (by id)."""
         if not options.nested:
             good, errors = _publishable(hostname, devices, deployables, options)
             flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run, options)
-            return flat, errors
-        desired, errors = _desired(hostname, compute, devices, deployables, options)
-        return sync_tree(self.client, compute, desired, known, dry_run=dry_run, read=read), errors
+            return flat, errors, {}
+        desired, errors = _desired(hostname, compute, devices, deployables, options, held)
+        synced = sync_tree(
+            self.client, compute, desired, known, dry_run=dry_run, read=read, defer_pools=True
+        )
+        return synced, errors, _providers_of(hostname, devices, deployables, desired)
 
     def _recheck_compute_node(
         self, hostname: str, compute: str, error: PlacementError, dry_run: bool
@@ -268,11 +331,19 @@ class Syncer:
         forget its uuid and leave the host pending, to look it up by name next pass."""
         if dry_run or self.client.get_provider(compute) is not None:
             return
-        LOG.warning("Compute node provider %s of %s is gone from Placement (%s); looking it "
-                    "up again by name next pass", compute, hostname, error.message)  # fmt: skip
+        LOG.warning(
+            "Compute node provider %s of %s is gone from Placement (%s); looking it "
+            "up again by name next pass",
+            compute,
+            hostname,
+            error.message,
+        )
         with self.db.writer() as conn:
-            conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
-                         .values(rp_uuid=None, synced_generation=-1))  # fmt: skip
+            conn.execute(
+                update(HOSTS)
+                .where(HOSTS.c.hostname == hostname)
+                .values(rp_uuid=None, synced_generation=-1)
+            )
 
     def _sync_flat(
         self,
@@ -308,8 +379,9 @@ class Syncer:
         if not dry_run:
             with self.db.writer() as conn:
                 conn.execute(delete(PROVIDERS).where(PROVIDERS.c.uuid == compute))
-                conn.execute(update(HOSTS).where(HOSTS.c.hostname == hostname)
-                             .values(synced_generation=-1))  # fmt: skip
+                conn.execute(
+                    update(HOSTS).where(HOSTS.c.hostname == hostname).values(synced_generation=-1)
+                )
         return HostSync(hostname, actions)
 
     def compute_node(self, host: Row[Any], *, dry_run: bool = False) -> tuple[str, list[Action]]:
@@ -386,8 +458,15 @@ def _moved(row: Row[Any], actual: Provider | None, generations: bool = True) -> 
 
 
 def _known(row: Row[Any]) -> Known:
-    return Known(row.uuid, row.name, row.parent_uuid, row.generation, row.digest, row.retired,
-                 owned=row.owned or {})  # fmt: skip
+    return Known(
+        row.uuid,
+        row.name,
+        row.parent_uuid,
+        row.generation,
+        row.digest,
+        row.retired,
+        owned=row.owned or {},
+    )
 
 
 def _desired(
@@ -396,10 +475,13 @@ def _desired(
     devices: Sequence[Row[Any]],
     deployables: Sequence[Row[Any]],
     options: tree.Options,
+    held: dict[int, dict[str, int]] | None = None,
 ) -> tuple[list[tree.DesiredProvider], list[str]]:
-    """The desired tree; a device whose names cannot be made valid is left out."""
+    """The desired tree; a device whose names cannot be made valid is left out (each
+    device is rendered alone first; with pools, the good ones then together)."""
     providers: list[tree.DesiredProvider] = []
     errors: list[str] = []
+    good: list[Row[Any]] = []
     for device in devices:
         mine = [d for d in deployables if d.device_id == device.id]
         try:
@@ -407,7 +489,57 @@ def _desired(
         except InvalidPlacementName as error:
             LOG.error("Not publishing %s %s: %s", hostname, device.pci_address, error.message)
             errors.append(error.message)
+            continue
+        good.append(device)
+    if options.pools:
+        ids = {d.id for d in good}
+        mine = [d for d in deployables if d.device_id in ids]
+        providers = tree.desired_tree(hostname, compute, good, mine, options, held)
     return providers, errors
+
+
+def _providers_of(
+    hostname: str,
+    devices: Sequence[Row[Any]],
+    deployables: Sequence[Row[Any]],
+    desired: Sequence[tree.DesiredProvider],
+) -> dict[int, str]:
+    """The provider each published deployable's inventory is on: its pool's, its card's
+    for a whole device, its own otherwise."""
+    wanted = {p.uuid for p in desired}
+    pooled = {member: p.uuid for p in desired for member in p.members}
+    addresses = {d.id: d.pci_address for d in devices}
+    found: dict[int, str] = {}
+    for dep in deployables:
+        if dep.id in pooled:
+            found[dep.id] = pooled[dep.id]
+            continue
+        own = (
+            names.provider_uuid(hostname, addresses[dep.device_id])
+            if dep.kind == "device" and dep.device_id in addresses
+            else dep.uuid
+        )
+        if own in wanted:
+            found[dep.id] = own
+    return found
+
+
+def _place(db: Database, deployables: Sequence[Row[Any]], placed: dict[int, str]) -> None:
+    """Record in each deployable the provider the sync published it in
+    (``deployables.rp_uuid``, what a bind names): a pool's, or its own."""
+    changed = [
+        {"dep": dep.id, "rp": placed[dep.id]}
+        for dep in deployables
+        if dep.id in placed and dep.rp_uuid != placed[dep.id]
+    ]
+    if changed:
+        with db.writer() as conn:
+            conn.execute(
+                update(DEPLOYABLES)
+                .where(DEPLOYABLES.c.id == bindparam("dep"))
+                .values(rp_uuid=bindparam("rp")),
+                changed,
+            )
 
 
 def _publishable(

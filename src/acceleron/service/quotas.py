@@ -137,8 +137,7 @@ class UnifiedLimits:
         from oslo_limit import limit
 
         files = list(conf.config_file or [])
-        limit.CONF([], project="acceleron", default_config_files=files,
-                   default_config_dirs=[])  # fmt: skip
+        limit.CONF([], project="acceleron", default_config_files=files, default_config_dirs=[])
         limit._SDK_CONNECTION = None  # oslo.limit's connection follows the files just read
         self._limit = limit
         self._enforcer: Any = None

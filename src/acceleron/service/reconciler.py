@@ -20,7 +20,7 @@ freed (or, when freeing is off, reported) at the latest ``grace + 2 * interval``
 seconds after it appears. What is found is logged, and answered by
 ``POST /v2/placement/reconcile`` (2.9; ``acceleron placement reconcile``).
 
-Each pass first finishes or undoes the server-side claims whose maker is gone
+Each pass first ends the server-side claims whose actor's lease has passed
 (``claims.recover``: kind ``claim``), so that what they held is freed at once rather
 than found as leaks later.
 
@@ -49,7 +49,7 @@ from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import AcceleronError, PlacementProviderNotFound
 from acceleron.placement import sync, tree
 from acceleron.placement.client import Inventory, PlacementClient, Provider
-from acceleron.service import arqs, claims
+from acceleron.service import arqs, claims, cleaning
 
 LOG = logging.getLogger(__name__)
 PROVIDERS, HOSTS, ARQS = table(PlacementProvider), table(Host), table(AcceleratorRequest)
@@ -81,13 +81,15 @@ class Reconciler:
         client_factory: Callable[[], PlacementClient],
         grace: float,
         claim_timeout: float = claims.TIMEOUT,
+        policy: cleaning.Policy = cleaning.DEFAULT,
     ) -> None:
         self.db = db
         self._new_client = client_factory
         self.grace = grace
         self.claim_timeout = claim_timeout
+        self.policy = policy  # how a handle it frees is cleaned
         # (kind, consumer) -> when a pass first saw it (monotonic), and in how many passes
-        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        self._sightings: dict[tuple[str, str], tuple[float, int]] = {}
         self._lock = threading.Lock()
         # provider uuid -> its generation and allocations, as the last pass read them
         self._read: dict[str, tuple[int, Allocations]] = {}
@@ -103,13 +105,14 @@ class Reconciler:
             holders = holding(self.db)
             listing = client.list_providers()
             self.drifted = self._drift(client, listing, dry_run)
-            found = [*self._allocations(client, holders, listing),
-                     *self._requests(client, holders)]  # fmt: skip
-            return [*recovered, *(self._act(client, leak, free, dry_run)
-                                  for leak in self._aged(found))]  # fmt: skip
+            found = [*self._allocations(client, holders, listing), *self._requests(client, holders)]
+            return [
+                *recovered,
+                *(self._act(client, leak, free, dry_run) for leak in self._aged(found)),
+            ]
 
     def claims(self, *, dry_run: bool = False) -> list[Leak]:
-        """Only the claims whose maker is gone, finished or undone (the API's start)."""
+        """Only the claims whose actor's lease passed, ended (the API's start)."""
         with self._lock:
             return self._claims(self._new_client(), dry_run)
 
@@ -117,7 +120,9 @@ class Reconciler:
         """Claims are Acceleron's own work: finished whatever ``free`` says."""
         return [
             Leak("claim", c.consumer, c.allocations, c.requests, c.age, c.action)
-            for c in claims.recover(self.db, client, self.claim_timeout, dry_run=dry_run)
+            for c in claims.recover(
+                self.db, client, self.claim_timeout, dry_run=dry_run, policy=self.policy
+            )
         ]
 
     # --- finding -----------------------------------------------------------------------
@@ -130,9 +135,10 @@ class Reconciler:
         now = {p.uuid: p for p in listing}
         with self.db.reader() as conn:
             rows = conn.execute(
-                select(PROVIDERS).where(PROVIDERS.c.retired.is_(False),
-                                        PROVIDERS.c.digest != sync.UNSETTLED)
-            ).all()  # fmt: skip
+                select(PROVIDERS).where(
+                    PROVIDERS.c.retired.is_(False), PROVIDERS.c.digest != sync.UNSETTLED
+                )
+            ).all()
         drifted: set[str] = set()
         for row in rows:
             actual = now.get(row.uuid)
@@ -149,18 +155,26 @@ class Reconciler:
                 with self.db.writer() as conn:
                     conn.execute(
                         update(PROVIDERS)
-                        .where(PROVIDERS.c.uuid == row.uuid,
-                               PROVIDERS.c.generation == row.generation,
-                               PROVIDERS.c.digest == row.digest)
+                        .where(
+                            PROVIDERS.c.uuid == row.uuid,
+                            PROVIDERS.c.generation == row.generation,
+                            PROVIDERS.c.digest == row.digest,
+                        )
                         .values(generation=read)
-                    )  # fmt: skip
+                    )
         if drifted:
-            LOG.warning("Placement holds providers of %s otherwise than Acceleron wrote them: "
-                        "marked not synced", ", ".join(sorted(drifted)))  # fmt: skip
+            LOG.warning(
+                "Placement holds providers of %s otherwise than Acceleron wrote them: "
+                "marked not synced",
+                ", ".join(sorted(drifted)),
+            )
             if not dry_run:
                 with self.db.writer() as conn:
-                    conn.execute(update(HOSTS).where(HOSTS.c.hostname.in_(drifted))
-                                 .values(synced_generation=-1))  # fmt: skip
+                    conn.execute(
+                        update(HOSTS)
+                        .where(HOSTS.c.hostname.in_(drifted))
+                        .values(synced_generation=-1)
+                    )
         return sorted(drifted)
 
     def _allocations(
@@ -207,9 +221,12 @@ class Reconciler:
                 before = (generations[uuid] if generation is None else generation, allocations)
             read[uuid] = before
         self._read = read
-        return {consumer for uuid, (_, allocations) in read.items()
-                for consumer, resources in allocations.items()
-                if consumer not in holders and _ours(resources, owned[uuid])}  # fmt: skip
+        return {
+            consumer
+            for uuid, (_, allocations) in read.items()
+            for consumer, resources in allocations.items()
+            if consumer not in holders and _ours(resources, owned[uuid])
+        }
 
     def _requests(self, client: PlacementClient, holders: Mapping[str, list[str]]) -> list[Leak]:
         """Requests holding handles for consumers without any allocation."""
@@ -223,19 +240,19 @@ class Reconciler:
         """The leaks with how long they have been seen; a leak not seen again is forgotten."""
         now = time.monotonic()
         keys = {(leak.kind, leak.consumer) for leak in found}
-        seen = {k: v for k, v in self._seen.items() if k in keys}
+        seen = {k: v for k, v in self._sightings.items() if k in keys}
         aged = []
         for leak in found:
             key = (leak.kind, leak.consumer)
             first, passes = seen.get(key, (now, 0))
             seen[key] = (first, passes + 1)
             aged.append(dataclasses.replace(leak, seen_for=round(now - first, 1)))
-        self._seen = seen
+        self._sightings = seen
         return aged
 
     def _due(self, leak: Leak) -> bool:
         """Seen in two passes at least, for ``grace`` seconds at least."""
-        _, passes = self._seen.get((leak.kind, leak.consumer), (0.0, 0))
+        _, passes = self._sightings.get((leak.kind, leak.consumer), (0.0, 0))
         return passes >= 2 and leak.seen_for >= self.grace
 
     # --- acting --------------------------------------------------------------------------
@@ -254,20 +271,24 @@ class Reconciler:
             LOG.error("Could not free %s: %s", describe(leak), error.message)
             return dataclasses.replace(leak, action=f"failed: {error.message}")
         LOG.warning("%s %s", action.capitalize(), describe(leak))
-        self._seen.pop((leak.kind, leak.consumer), None)
+        self._sightings.pop((leak.kind, leak.consumer), None)
         return dataclasses.replace(leak, action=action)
 
     def _free(self, client: PlacementClient, leak: Leak) -> str:
         if leak.kind == "request":
-            reason = (f"released by the reconciler: consumer {leak.consumer} holds no "
-                      f"allocation in Placement any more")  # fmt: skip
-            released = release_orphans(self.db, leak.consumer, leak.requests, reason)
+            reason = (
+                f"released by the reconciler: consumer {leak.consumer} holds no "
+                f"allocation in Placement any more"
+            )
+            released = release_orphans(self.db, leak.consumer, leak.requests, reason, self.policy)
             return "released" if released else "gone meanwhile"
         if leak.consumer in holding(self.db):  # bound since the pass looked
             return "bound meanwhile"
         consumer = client.get_consumer(leak.consumer)
-        kept = {rp: _without(resources, leak.allocations.get(rp, {}))
-                for rp, resources in consumer.allocations.items()}  # fmt: skip
+        kept = {
+            rp: _without(resources, leak.allocations.get(rp, {}))
+            for rp, resources in consumer.allocations.items()
+        }
         kept = {rp: left for rp, left in kept.items() if left}
         client.replace_allocations(leak.consumer, consumer, kept)
         return "freed"
@@ -289,9 +310,16 @@ def holding(db: Database) -> dict[str, list[str]]:
 
 
 @retry_on_deadlock
-def release_orphans(db: Database, consumer: str, uuids: Sequence[str], reason: str) -> list[str]:
+def release_orphans(
+    db: Database,
+    consumer: str,
+    uuids: Sequence[str],
+    reason: str,
+    policy: cleaning.Policy = cleaning.DEFAULT,
+) -> list[str]:
     """Unbind those of ``uuids`` still holding a handle for ``consumer`` (a consumer that
-    holds no allocation any more), ``reason`` recorded; the ones released."""
+    holds no allocation any more), ``reason`` recorded, their handles cleaned as
+    ``policy`` says; the ones released."""
     with db.writer() as conn:
         rows = arqs.lock(
             conn,
@@ -300,7 +328,7 @@ def release_orphans(db: Database, consumer: str, uuids: Sequence[str], reason: s
             & ARQS.c.state.in_(arqs.HOLDING),
         )
         for arq in rows:
-            arqs.release(conn, arq, reason)
+            arqs.release(conn, arq, reason, policy)
             LOG.warning("Released %s of %s: %s", arq.uuid, consumer, reason)
     return [arq.uuid for arq in rows]
 
@@ -341,8 +369,10 @@ def describe(leak: Leak) -> str:
     if leak.kind == "claim":
         return f"claim of consumer {leak.consumer}, whose maker is gone"
     if leak.kind == "request":
-        return (f"request(s) {', '.join(leak.requests)} bound for consumer {leak.consumer}, "
-                f"which holds no allocation")  # fmt: skip
+        return (
+            f"request(s) {', '.join(leak.requests)} bound for consumer {leak.consumer}, "
+            f"which holds no allocation"
+        )
     held = "; ".join(
         f"{rp}: {', '.join(f'{rc}={n}' for rc, n in sorted(r.items()))}"
         for rp, r in sorted(leak.allocations.items())

@@ -54,13 +54,13 @@ class TaskRecord(NamedTuple):
 
 
 TASKS = table(Task)
-KINDS = ("program", "create_mdev", "remove_mdev")
+KINDS = ("program", "create_mdev", "remove_mdev", "clean")
 STATES = ("pending", "running", "done", "failed", "cancelled")
 OPEN = ("pending", "running")
 IS_OPEN = or_(*(TASKS.c.state == s for s in OPEN))  # no IN list to expand per call
 FINISHED = ("done", "failed", "cancelled")
 # Phases an agent reports, in order, for a programming task.
-PHASES = ("queued", "fetch", "verify", "program", "report")
+PHASES = ("queued", "fetch", "verify", "program", "clean", "report")
 # Signalled with the host's name when a task is queued for it: the host's agent, waiting
 # for work in a long poll, is woken (``Database.listen``; PostgreSQL's LISTEN across APIs).
 CHANNEL = "acceleron_tasks"

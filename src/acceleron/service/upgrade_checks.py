@@ -9,25 +9,31 @@ upgrade (docs/install.md, "Upgrades"):
 - **Database schema**: expand or contract revisions pending, or a schema this release
   cannot run on (empty, or changed by a newer release past its expand phase).
 - **Agent versions**: the version each host's agent last reported. An agent older than
-  the oldest release this API reads reports from fails; one of an older release than
-  this one, or newer than it, is a warning (agents are upgraded after the APIs, and all
-  of them before the contract phase).
+  the oldest release this one runs beside (OLDEST_AGENT) fails: the API still takes its
+  reports while their format is one it reads (the report format, not the release, is
+  what the API checks: a rolling upgrade keeps agents of the previous release
+  reporting), but that pairing is not supported. One of an older release than this
+  one, or newer than it, is a warning (agents are upgraded after the APIs, and all of
+  them before the contract phase).
 - **Device profile names**: profiles naming resource classes, traits or properties this
   release renamed, found by ``acceleron db rewrite-profiles``'s own dry run.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from oslo_upgradecheck.upgradecheck import Code, Result, UpgradeCommands
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 import acceleron
 from acceleron.db import migrate
 from acceleron.db.models import Host, table
 from acceleron.db.session import Database
-from acceleron.exceptions import InvalidInput
+from acceleron.exceptions import DatabaseUnavailable, InvalidInput
 from acceleron.service import device_profiles
 
 # The oldest agent release whose reports this API reads (major, minor): the previous
@@ -52,10 +58,26 @@ def _names(hosts: list[str]) -> str:
     return listed + (f" and {len(hosts) - _LISTED} more" if len(hosts) > _LISTED else "")
 
 
+def _reaching(check: Callable[[Checks], Result]) -> Callable[[Checks], Result]:
+    """``check``, failed with the reason when the database cannot be reached (a
+    traceback before)."""
+
+    @functools.wraps(check)
+    def run(checks: Checks) -> Result:
+        try:
+            return check(checks)
+        except _Unreachable as error:
+            return Result(Code.FAILURE, str(error))
+
+    return run
+
+
+class _Unreachable(Exception):
+    """The database did not answer the first read (the schema's revisions)."""
+
+
 class Checks(UpgradeCommands):
     """The checks, on one database; ``renames`` are the names this release renamed."""
-
-    display_title = "Acceleron upgrade check"
 
     def __init__(
         self,
@@ -63,10 +85,32 @@ class Checks(UpgradeCommands):
         renames: device_profiles.NameMapping = device_profiles.RELEASE_RENAMES,
         version: str = acceleron.__version__,
     ) -> None:
+        """Nothing is read here: each check reads what it needs when it runs, and a
+        database it cannot reach fails that check, saying so."""
         self.db = db
         self.renames = renames
         self.version = version
-        self.schema = migrate.state(db)
+        self.display_title = f"Acceleron {version} upgrade check"
+        self._schema_state: migrate.Schema | None = None
+
+    @property
+    def schema(self) -> migrate.Schema:
+        """The schema's state, read once (by the first check that asks)."""
+        if self._schema_state is None:
+            try:
+                self._schema_state = migrate.state(self.db)
+            except (DatabaseUnavailable, sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+                # The driver's own words: the domain error's cause has them.
+                cause = error.__cause__ or error
+                reason = getattr(cause, "orig", None) or getattr(error, "message", error)
+                where = self.db.url.render_as_string(hide_password=True)
+                said = " ".join(str(reason).split()).rstrip(".")
+                said += "" if said.endswith("?") else "."
+                raise _Unreachable(
+                    f"The database ({where}) cannot be read: {said} Check [database] "
+                    "connection and that the database answers, then run the check again."
+                ) from error
+        return self._schema_state
 
     def _schema(self) -> Result:
         schema = self.schema
@@ -74,10 +118,13 @@ class Checks(UpgradeCommands):
             return Result(Code.FAILURE, "The database has no schema: run 'acceleron db upgrade'.")
         newer = [r for r in schema.unknown if migrate.phase_of(r) != migrate.EXPAND]
         if newer:
-            return Result(Code.FAILURE, (
-                f"The schema is at revision(s) {', '.join(newer)}, which this release does not "
-                "know: a newer release changed it past what this one can run on."
-            ))  # fmt: skip
+            return Result(
+                Code.FAILURE,
+                (
+                    f"The schema is at revision(s) {', '.join(newer)}, which this release does not "
+                    "know: a newer release changed it past what this one can run on."
+                ),
+            )
         steps = []
         if schema.expand.pending:
             steps.append(
@@ -121,10 +168,14 @@ class Checks(UpgradeCommands):
                 newer.append(label)
         found = []
         if too_old:
+            oldest = ".".join(map(str, OLDEST_AGENT))
             found.append(
-                f"Agents older than {'.'.join(map(str, OLDEST_AGENT))}, whose reports this "
-                f"release's API refuses: {_names(too_old)}. Upgrade them to "
-                f"{'.'.join(map(str, OLDEST_AGENT))} or later before upgrading the APIs."
+                f"Agents older than {oldest}, the oldest release this one runs beside: "
+                f"{_names(too_old)}. This release's API still takes their reports while "
+                "they are in a report format it reads (it refuses only another format, "
+                "409 acceleron.unsupported_format), but nothing it hands them is checked "
+                f"against what they do. Upgrade them to {oldest} or later before upgrading "
+                "the APIs."
             )
         if unknown:
             found.append(f"Agents that reported no version: {_names(unknown)}.")
@@ -148,21 +199,27 @@ class Checks(UpgradeCommands):
         try:
             report = device_profiles.rewrite_profiles(self.db, self.renames, apply=False)
         except InvalidInput as error:
-            return Result(Code.FAILURE, (
-                f"{error.message} Change that profile by hand, then run 'acceleron db "
-                "rewrite-profiles --apply'."
-            ))  # fmt: skip
+            return Result(
+                Code.FAILURE,
+                (
+                    f"{error.message} Change that profile by hand, then run 'acceleron db "
+                    "rewrite-profiles --apply'."
+                ),
+            )
         if not report.changes:
             return Result(Code.SUCCESS)
         names = _names([change.name for change in report.changes])
-        return Result(Code.WARNING, (
-            f"{len(report.changes)} device profile(s) name resource classes, traits or "
-            f"properties this release renamed: {names}. Run 'acceleron db rewrite-profiles' "
-            "to see the changes, then with --apply."
-        ))  # fmt: skip
+        return Result(
+            Code.WARNING,
+            (
+                f"{len(report.changes)} device profile(s) name resource classes, traits or "
+                f"properties this release renamed: {names}. Run 'acceleron db rewrite-profiles' "
+                "to see the changes, then with --apply."
+            ),
+        )
 
     _upgrade_checks = (
-        ("Database schema", _schema),
-        ("Agent versions", _agents),
-        ("Device profile names", _profiles),
+        ("Database schema", _reaching(_schema)),
+        ("Agent versions", _reaching(_agents)),
+        ("Device profile names", _reaching(_profiles)),
     )

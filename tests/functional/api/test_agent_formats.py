@@ -27,6 +27,7 @@ from acceleron.service import tasks
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
 V2_8 = {"OpenStack-API-Version": "accelerator 2.8"}
 HOST = "host-1"
+REPORT = formats.show(formats.REPORT_VERSION)  # what this API reads, newest minor
 
 # A report as an agent of release 0.1.0 sends it: format 1.0, before minors existed.
 OLD_REPORT: dict[str, Any] = {
@@ -67,7 +68,10 @@ def test_an_older_agents_report_is_read(api: TestClient) -> None:
     answer = api.put(f"/v2/hosts/{HOST}/report", json=OLD_REPORT, headers=V2_5)
     assert answer.status_code == 200, answer.text
     assert answer.json()["devices"] == 1
-    assert answer.headers[formats.HEADER] == "report=1.0, task=1.1"
+    assert (
+        answer.headers[formats.HEADER]
+        == f"report={REPORT}, task={formats.show(formats.TASK_VERSION)}"
+    )
 
 
 def test_a_newer_minor_is_read_and_its_unknown_fields_ignored(api: TestClient) -> None:
@@ -84,11 +88,14 @@ def test_a_major_this_api_does_not_read_is_409_naming_both(api: TestClient) -> N
     answer = api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_5)
     assert answer.status_code == 409, answer.text
     assert answer.json()["errors"][0]["code"] == "acceleron.unsupported_format"
-    assert "format 2.0" in detail(answer) and "1.x (up to 1.0)" in detail(answer)
+    assert "format 2.0" in detail(answer) and f"1.x (up to {REPORT})" in detail(answer)
 
 
 def test_the_version_document_says_the_formats(api: TestClient) -> None:
-    assert api.get("/v2").headers[formats.HEADER] == "report=1.0, task=1.1"
+    assert (
+        api.get("/v2").headers[formats.HEADER]
+        == f"report={REPORT}, task={formats.show(formats.TASK_VERSION)}"
+    )
 
 
 # --- tasks ------------------------------------------------------------------------------
@@ -133,7 +140,7 @@ def test_an_agent_of_another_task_major_is_409_naming_both(api: TestClient, db: 
     assert answer.status_code == 409, answer.text
     assert answer.json()["errors"][0]["code"] == "acceleron.unsupported_format"
     assert "task format 2.x (up to 2.0)" in detail(answer)
-    assert "1.x (up to 1.1)" in detail(answer)
+    assert f"1.x (up to {formats.show(formats.TASK_VERSION)})" in detail(answer)
 
 
 def test_a_newer_agents_task_report_fields_are_ignored(api: TestClient, db: Database) -> None:
@@ -168,20 +175,23 @@ def client(url: str, tmp_path: Path, ours: formats.Formats) -> ReportClient:
     return made
 
 
+NEXT_MINOR = (formats.REPORT_VERSION[0], formats.REPORT_VERSION[1] + 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class NewerReport(HostReport):
-    """A report of format 1.1, as a newer agent writes it: one field more."""
+    """A report of the next minor format, as a newer agent writes it: one field more."""
 
-    uptime_seconds: int = dataclasses.field(default=12, metadata={"since": (1, 1)})
-    report_minor: int = 1
+    uptime_seconds: int = dataclasses.field(default=12, metadata={"since": NEXT_MINOR})
+    report_minor: int = NEXT_MINOR[1]
 
 
 def test_a_newer_agent_writes_the_minor_the_api_reads(live: str, tmp_path: Path) -> None:
-    newer = client(live, tmp_path, formats.Formats.of([(1, 1)], [(1, 1)]))
+    newer = client(live, tmp_path, formats.Formats.of([NEXT_MINOR], [(1, 1)]))
     report = NewerReport(HOST, "9.0.0", ())
     assert newer.report(report)["hostname"] == HOST
     assert newer.theirs == formats.OURS  # learnt from the answer
-    assert newer._version(formats.REPORT) == (1, 0)
+    assert newer._version(formats.REPORT) == formats.REPORT_VERSION
     sent: list[bytes] = []
     send = newer.send
 
@@ -191,7 +201,8 @@ def test_a_newer_agent_writes_the_minor_the_api_reads(live: str, tmp_path: Path)
 
     newer.send = spy  # type: ignore[method-assign]
     newer.report(report)
-    assert b"uptime_seconds" not in sent[0] and b'"report_minor":0' in sent[0]
+    minor = f'"report_minor":{formats.REPORT_VERSION[1]}'.encode()
+    assert b"uptime_seconds" not in sent[0] and minor in sent[0]
     # Its word on a task leaves out what task format 1.0 lacks (unknown to this API).
     assert newer.claim_tasks(HOST, 0) == []
 
@@ -204,7 +215,7 @@ def test_an_agent_of_another_major_is_told_both_and_sends_nothing(
         newer.report(HostReport(HOST, "9.0.0", (), report_version=2))
     assert refused.value.code == "acceleron.unsupported_format"
     assert "report format 2.x (up to 2.0)" in str(refused.value)
-    assert "1.x (up to 1.0)" in str(refused.value)
+    assert f"1.x (up to {REPORT})" in str(refused.value)
 
 
 def test_a_task_kind_the_agent_does_not_know_is_failed_and_recorded(
@@ -221,5 +232,59 @@ def test_a_task_kind_the_agent_does_not_know_is_failed_and_recorded(
     assert recorded.state == "failed"
     assert recorded.error is not None
     assert "does not know tasks of kind 'future_kind'" in recorded.error
-    assert "task format 1.1" in recorded.error
+    assert f"task format {formats.show(formats.TASK_VERSION)}" in recorded.error
     assert agent.claim_tasks(HOST, 0) == []  # not handed out again
+
+
+# --- report 1.1: where each device sits -------------------------------------------------
+
+TOPOLOGY = {"pcie_switch": "0000:ae:00.0", "nvlink_domain": "nvlink-0000:af:00.0"}
+# The same as an agent of report format 1.1 sends it.
+TOPOLOGY_REPORT: dict[str, Any] = {
+    **OLD_REPORT,
+    "agent_version": "0.2.0",
+    "report_minor": 1,
+    "devices": [{**OLD_REPORT["devices"][0], **TOPOLOGY}],
+}
+
+
+def device_at(api: TestClient, version: str) -> dict[str, Any]:
+    headers = {"OpenStack-API-Version": f"accelerator {version}"}
+    (device,) = api.get("/v2/devices", params={"hostname": HOST}, headers=headers).json()["devices"]
+    return dict(device)
+
+
+def put(api: TestClient, report: dict[str, Any]) -> dict[str, Any]:
+    answer = api.put(f"/v2/hosts/{HOST}/report", json=report, headers=V2_5)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_a_device_shows_where_it_sits_from_2_18(api: TestClient) -> None:
+    put(api, TOPOLOGY_REPORT)
+    shown = device_at(api, "2.18")
+    assert {key: shown[key] for key in TOPOLOGY} == TOPOLOGY
+    assert list(shown)[-2:] == ["pcie_switch", "nvlink_domain"]
+    assert not set(TOPOLOGY) & set(device_at(api, "2.17"))
+
+
+def test_an_older_agents_report_leaves_the_topology_recorded(api: TestClient) -> None:
+    """A report of 1.0 cannot tell where its devices sit: what was recorded stays. One of
+    1.1 without them says there is none."""
+    put(api, OLD_REPORT)
+    assert {key: device_at(api, "2.18")[key] for key in TOPOLOGY} == dict.fromkeys(TOPOLOGY)
+    put(api, TOPOLOGY_REPORT)
+    assert put(api, OLD_REPORT)["changed"] is False
+    assert {key: device_at(api, "2.18")[key] for key in TOPOLOGY} == TOPOLOGY
+    without = {**TOPOLOGY_REPORT, "devices": OLD_REPORT["devices"]}
+    assert put(api, without)["changed"] is True
+    assert {key: device_at(api, "2.18")[key] for key in TOPOLOGY} == dict.fromkeys(TOPOLOGY)
+
+
+def test_a_topology_that_does_not_fit_is_refused(api: TestClient) -> None:
+    device = {**OLD_REPORT["devices"][0], "nvlink_domain": "n" * 65}
+    answer = api.put(
+        f"/v2/hosts/{HOST}/report", headers=V2_5, json={**TOPOLOGY_REPORT, "devices": [device]}
+    )
+    assert answer.status_code == 400, answer.text
+    assert "nvlink_domain: longer than 64 characters" in detail(answer)

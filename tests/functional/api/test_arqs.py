@@ -16,7 +16,7 @@ from tests.fixtures.arqs import ADMIN, HOST, PATH, bind_body
 from acceleron.api.app import create_app
 from acceleron.db.models import AcceleratorRequest, AttachHandle, Deployable, Task, table
 from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
+from acceleron.drivers.fake import FakeDriver, built_in_functions
 from acceleron.exceptions import Conflict
 from acceleron.report import HostReport
 from acceleron.service import arqs as service
@@ -24,6 +24,9 @@ from acceleron.service import bind_tasks, binding, device_profiles, inventory
 
 V2_8 = {"OpenStack-API-Version": "accelerator 2.8"}
 FPGA = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required"}]
+# The same, handed back as it is (no cleaning between tenants: tests/functional/placement/
+# test_cleaning.py has what a cleaning does), for tests that bind a region again at once.
+FPGA_AS_IS = [{**FPGA[0], "accel:cleaning": "none"}]
 DEPLOYABLES, HANDLES, ARQS = table(Deployable), table(AttachHandle), table(AcceleratorRequest)
 
 
@@ -106,7 +109,7 @@ def test_one_request_binds_and_unbinds_on_its_own_path(
     api: TestClient, db: Database, inventory_of_host: dict[str, Any]
 ) -> None:
     """PATCH /v2/accelerator_requests/{uuid}: the SDK's body ({uuid: ops}) or bare ops."""
-    profile(db, "dp", FPGA)
+    profile(db, "dp", FPGA_AS_IS)
     arq = create(api, "dp")[0]["uuid"]
     other = create(api, "dp")[0]["uuid"]
     region = inventory_of_host["regions"][0]
@@ -261,16 +264,19 @@ def test_the_reaper_fails_binds_that_never_end(
 
 
 def test_a_region_holding_the_function_is_not_reprogrammed(
-    api: TestClient, db: Database, inventory_of_host: dict[str, Any]
+    conf: cfg.ConfigOpts, db: Database, inventory_of_host: dict[str, Any]
 ) -> None:
+    """Its operator vouches for the function it was found holding (a pre-programmed one):
+    nothing to program. Without that, see tests/functional/test_provenance.py."""
+    conf.set_override("trusted_functions", built_in_functions(), "bitstreams")
     function = "d8424dc4-a4a3-c413-f89e-433683f9040b"  # what region0 of each card holds
     profile(db, "gzip", [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": function}])
-    arq = create(api, "gzip")[0]["uuid"]
     region = next(r for r in inventory_of_host["regions"] if r.function_uuid)
-    assert (
-        api.patch(PATH, json=bind_body(arq, region.rp_uuid, str(uuid.uuid4()))).status_code == 202
-    )
-    assert api.get(f"{PATH}/{arq}").json()["state"] == "Bound"
+    with TestClient(create_app(conf, db), raise_server_exceptions=False) as api:
+        arq = create(api, "gzip")[0]["uuid"]
+        bound = api.patch(PATH, json=bind_body(arq, region.rp_uuid, str(uuid.uuid4())))
+        assert bound.status_code == 202, bound.text
+        assert api.get(f"{PATH}/{arq}").json()["state"] == "Bound"
     with db.reader() as conn:
         assert conn.execute(select(table(Task))).first() is None
 
@@ -287,7 +293,7 @@ def test_the_state_machine() -> None:
 def test_deployable_availability_follows_its_handles(
     api: TestClient, db: Database, inventory_of_host: dict[str, Any]
 ) -> None:
-    profile(db, "dp", FPGA)
+    profile(db, "dp", FPGA_AS_IS)
     region = next(r for r in inventory_of_host["regions"] if r.num_accelerators == 1)
     arq = create(api, "dp")[0]["uuid"]
     instance = str(uuid.uuid4())

@@ -114,8 +114,11 @@ def uploaded(api: TestClient, headers: dict[str, str], **fields: str) -> str:
     created = api.post("/v2/bitstreams", json={"name": "b.gbs", **fields}, headers=headers)
     assert created.status_code == 201, created.text
     uuid_: str = created.json()["uuid"]
-    put = api.put(f"/v2/bitstreams/{uuid_}/data", content=b"\x01" * 100,
-                  headers={**headers, "Content-Type": "application/octet-stream"})  # fmt: skip
+    put = api.put(
+        f"/v2/bitstreams/{uuid_}/data",
+        content=b"\x01" * 100,
+        headers={**headers, "Content-Type": "application/octet-stream"},
+    )
     assert put.status_code == 200, put.text
     return uuid_
 
@@ -144,17 +147,23 @@ def test_a_busy_region_names_no_other_projects_request(
     region = next(r for r in inventory_of_host["regions"] if r.num_accelerators == 2)
     mine = new_arq(api, "fpga", P1)
     nova = {**P1, "X-Service-Roles": "service"}
-    assert api.patch(PATH, json={mine: bind_ops(region.rp_uuid, str(uuid.uuid4()))},
-                     headers=nova).status_code == 202  # fmt: skip
+    assert (
+        api.patch(
+            PATH, json={mine: bind_ops(region.rp_uuid, str(uuid.uuid4()))}, headers=nova
+        ).status_code
+        == 202
+    )
     theirs = new_arq(api, "fpga")  # the admin project's, on the same region
-    assert api.patch(PATH, json={theirs: bind_ops(region.rp_uuid, str(uuid.uuid4()))}
-                     ).status_code == 202  # fmt: skip
-    busy = api.post(f"{PATH}/{mine}/program", json={"bitstream_id": uploaded(api, P1)},
-                    headers=P1)  # fmt: skip
+    assert (
+        api.patch(PATH, json={theirs: bind_ops(region.rp_uuid, str(uuid.uuid4()))}).status_code
+        == 202
+    )
+    busy = api.post(f"{PATH}/{mine}/program", json={"bitstream_id": uploaded(api, P1)}, headers=P1)
     check_refused(busy, 409)
     assert theirs not in busy.text and "1 accelerator request(s) of other projects" in busy.text
-    admin = api.post(f"{PATH}/{theirs}/program", json={"bitstream_id": uploaded(api, LATEST)},
-                     headers=LATEST)  # fmt: skip
+    admin = api.post(
+        f"{PATH}/{theirs}/program", json={"bitstream_id": uploaded(api, LATEST)}, headers=LATEST
+    )
     assert admin.status_code == 409 and mine in admin.text  # an admin sees every project
 
 
@@ -162,8 +171,9 @@ def test_a_reaped_bind_leaves_its_region_no_program_phase(
     api: TestClient, db: Database, conf: Any, inventory_of_host: dict[str, Any]
 ) -> None:
     region = inventory_of_host["regions"][0]
-    bitstream = uploaded(api, LATEST, function_uuid=str(uuid.uuid4()),
-                         region_type_uuid=region.region_type)  # fmt: skip
+    bitstream = uploaded(
+        api, LATEST, function_uuid=str(uuid.uuid4()), region_type_uuid=region.region_type
+    )
     group = {**FPGA[0], "accel:bitstream_id": bitstream}
     device_profiles.create(db, name="prog", groups=[group])
     arq = new_arq(api, "prog")

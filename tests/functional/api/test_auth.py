@@ -73,7 +73,7 @@ def test_the_embedded_placement_takes_keystone_tokens_not_the_word_admin(
             assert client.get(path, headers=headers).status_code == 401
         refused = client.get(path, headers=token(tokens, "member", "reader"))
         assert refused.status_code == 403
-        assert "admin or service role" in refused.json()["errors"][0]["detail"]
+        assert "acceleron:placement:embedded" in refused.json()["errors"][0]["detail"]
         for role in ("admin", "service"):
             allowed = client.get(path, headers=token(tokens, role))
             assert allowed.status_code == 200, allowed.text
@@ -130,3 +130,21 @@ def test_keystone_unreachable_is_a_503_not_a_401_or_500(
     assert error["detail"].startswith("Cannot validate the token with Keystone right now")
     assert json.loads(body["error_message"])["faultstring"] == error["detail"]
     assert error["request_id"] == response.headers["x-openstack-request-id"]
+
+
+def test_the_embedded_placement_follows_its_policy_rule(
+    tmp_path: Path, sqlite_db: Database, tokens: AuthTokenFixture, placement: Any
+) -> None:
+    """Who may call the embedded Placement is a policy rule like any other: an operator's
+    policy file can open it to a role of its own, or close it to services."""
+    rules = tmp_path / "policy.yaml"
+    rules.write_text('"acceleron:placement:embedded": "role:placement_reader"\n')
+    extra = (
+        "[placement]\nmode = embedded\nembedded_connection = sqlite://\n"
+        f"[oslo_policy]\npolicy_file = {rules}\n"
+    )
+    path = "/placement/resource_providers"
+    with keystone_client(tmp_path, sqlite_db, extra=extra) as client:
+        assert client.get(path, headers=token(tokens, "service")).status_code == 403
+        allowed = client.get(path, headers=token(tokens, "placement_reader"))
+        assert allowed.status_code == 200, allowed.text

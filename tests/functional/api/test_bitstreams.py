@@ -53,9 +53,14 @@ def stored_files(conf: cfg.ConfigOpts) -> list[str]:
 
 
 def test_upload_in_two_steps(api: TestClient, conf: cfg.ConfigOpts) -> None:
-    created = create(api, vendor="8086", function_uuid=FUNCTION.replace("-", "").upper(),
-                     function_name="nlb0", region_type_uuid=REGION,
-                     properties={"accel:shell": "d5005"})  # fmt: skip
+    created = create(
+        api,
+        vendor="8086",
+        function_uuid=FUNCTION.replace("-", "").upper(),
+        function_name="nlb0",
+        region_type_uuid=REGION,
+        properties={"accel:shell": "d5005"},
+    )
     assert created["status"] == "queued"
     assert (created["size"], created["hash_algo"], created["hash_value"]) == (None, None, None)
     assert (created["function_uuid"], created["region_type_uuid"]) == (FUNCTION, REGION)
@@ -97,15 +102,36 @@ def test_download_streams_the_verified_bytes(api: TestClient) -> None:
     assert api.get(f"{PATH}/{empty['uuid']}/data", headers=ADMIN).content == b""
 
 
-def test_download_of_damaged_bytes_never_completes(api: TestClient, conf: cfg.ConfigOpts) -> None:
+def test_a_download_of_damaged_bytes_is_refused_before_its_first_byte(
+    api: TestClient, conf: cfg.ConfigOpts
+) -> None:
     data = b"good" * CHUNK_SIZE  # four chunks
     made = upload(api, data)
-    (Path(conf.bitstreams.local_dir) / made["hash_value"]).write_bytes(b"evil" * CHUNK_SIZE)
+    damaged = b"evil" * CHUNK_SIZE
+    (Path(conf.bitstreams.local_dir) / made["hash_value"]).write_bytes(damaged)
+    status, code, message = error(api.get(f"{PATH}/{made['uuid']}/data", headers=ADMIN))
+    assert (status, code) == (409, "acceleron.bitstream_corrupt")
+    assert f"Bitstream {made['uuid']} ('nlb.gbs') is corrupt" in message
+    assert made["hash_value"] in message and hashlib.sha256(damaged).hexdigest() in message
+
+
+def test_an_upload_the_server_cannot_spool_is_a_503_naming_the_directory(
+    api: TestClient, conf: cfg.ConfigOpts
+) -> None:
+    """A state_path this server may not write (here a file where the directory should
+    be; under systemd, a read-only one: tests/functional/test_sandboxed_api.py) is the
+    server's misconfiguration: 503 naming the directory and the option, not a 500."""
+    queued = create(api)
+    spool = Path(conf.state_path) / "upload-spool"
+    spool.parent.mkdir(parents=True, exist_ok=True)
+    spool.write_bytes(b"")  # not a directory
     try:
-        response = api.get(f"{PATH}/{made['uuid']}/data", headers=ADMIN)
-    except Exception:  # the connection broke off: the client got no whole body
-        return
-    assert len(response.content) < len(data)
+        status, code, message = error(put_data(api, queued, b"bytes"))
+    finally:
+        spool.unlink()
+    assert (status, code) == (503, "acceleron.state_unwritable")
+    assert f"cannot write to {spool} (" in message and "[DEFAULT] state_path" in message
+    assert put_data(api, queued, b"bytes").status_code == 200
 
 
 def test_projects_see_their_own_and_public_ones(api: TestClient) -> None:
@@ -132,13 +158,19 @@ def test_delete(api: TestClient, conf: cfg.ConfigOpts) -> None:
     assert api.delete(f"{PATH}/{queued['uuid']}", headers=ADMIN).status_code == 204
     assert stored_files(conf) == []
     assert error(api.get(f"{PATH}/{made['uuid']}", headers=ADMIN))[:2] == (
-        404, "acceleron.not_found"
-    )  # fmt: skip
+        404,
+        "acceleron.not_found",
+    )
     assert error(api.delete(f"{PATH}/{made['uuid']}", headers=ADMIN))[0] == 404
 
 
-def test_uploads_above_max_size_mb_are_refused(api: TestClient, conf: cfg.ConfigOpts) -> None:
-    conf.set_override("max_size_mb", 1, group="bitstreams")
+def test_uploads_above_max_size_mb_are_refused(conf: cfg.ConfigOpts, db: Database) -> None:
+    conf.set_override("max_size_mb", 1, group="bitstreams")  # read when the app is made
+    with TestClient(create_app(conf, db), raise_server_exceptions=False) as api:
+        refused_above_max_size_mb(api, conf)
+
+
+def refused_above_max_size_mb(api: TestClient, conf: cfg.ConfigOpts) -> None:
     queued = create(api)
     too_big = b"x" * (CHUNK_SIZE + 1)
     status, code, message = error(put_data(api, queued, too_big))  # Content-Length says so
@@ -177,10 +209,13 @@ def glance_api(
 
 
 @pytest.mark.slow
-def test_glance_backend(glance_api: TestClient) -> None:
+def test_glance_backend(
+    glance_api: TestClient, glance_server: GlanceServer, conf: cfg.ConfigOpts
+) -> None:
     function = str(uuid.uuid4())  # the tests share one Glance
-    created = create(glance_api, MEMBER_P1, function_uuid=function, region_type_uuid=REGION,
-                     vendor="8086")  # fmt: skip
+    created = create(
+        glance_api, MEMBER_P1, function_uuid=function, region_type_uuid=REGION, vendor="8086"
+    )
     assert (created["status"], created["project_id"]) == ("queued", "p1")
     data = b"glance bytes" * 100_000
     active = put_data(glance_api, created, data, MEMBER_P1).json()
@@ -195,6 +230,13 @@ def test_glance_backend(glance_api: TestClient) -> None:
     response = glance_api.get(f"{PATH}/{created['uuid']}/data", headers=SERVICE)
     assert response.content == data
     assert response.headers["x-bitstream-hash"] == f"sha512:{active['hash_value']}"
+    # Bytes damaged in Glance: refused before the first byte, the spooled copy gone.
+    damaged = data[:-5] + b"evil!"
+    (glance_server.workdir / "images" / created["uuid"]).write_bytes(damaged)
+    status, code, message = error(glance_api.get(f"{PATH}/{created['uuid']}/data", headers=SERVICE))
+    assert (status, code) == (409, "acceleron.bitstream_corrupt")
+    assert active["hash_value"] in message and hashlib.sha512(damaged).hexdigest() in message
+    assert list((Path(conf.state_path) / "download-spool").iterdir()) == []
     assert error(glance_api.delete(f"{PATH}/{created['uuid']}", headers=MEMBER_P2))[0] == 404
     assert glance_api.delete(f"{PATH}/{created['uuid']}", headers=MEMBER_P1).status_code == 204
     assert names(glance_api, ADMIN, function_uuid=function) == []

@@ -19,7 +19,8 @@ from acceleron.api.app import create_app
 from acceleron.db.session import Database
 
 LIMIT = 114_688  # oslo.middleware's default
-JSON = {"OpenStack-API-Version": "accelerator latest", "Content-Type": "application/json"}
+LATEST = {"OpenStack-API-Version": "accelerator latest"}
+JSON = {**LATEST, "Content-Type": "application/json"}
 PROFILES = "/v2/device_profiles"
 GROUP = {"resources:CUSTOM_ACCELERATOR_FPGA": "1"}
 
@@ -46,12 +47,15 @@ def chunks(data: bytes, size: int = 16_384) -> Iterator[bytes]:
 
 def test_a_body_past_its_content_length_limit_is_a_413(api: TestClient) -> None:
     body = padded([{"name": "p", "groups": [GROUP]}], LIMIT + 1)
-    refused_as_too_large(api.post(PROFILES, content=body, headers=JSON),
-                         "[oslo_middleware] max_request_body_size")  # fmt: skip
+    refused_as_too_large(
+        api.post(PROFILES, content=body, headers=JSON), "[oslo_middleware] max_request_body_size"
+    )
     # Whoever sends it: it is refused before the caller is even looked at.
     member = {**JSON, "X-Roles": "member"}
-    refused_as_too_large(api.put("/v2/hosts/h1/report?x", content=b"[" * (5 << 20),
-                                 headers=member), "[api] max_host_report_size")  # fmt: skip
+    refused_as_too_large(
+        api.put("/v2/hosts/h1/report?x", content=b"[" * (5 << 20), headers=member),
+        "[api] max_host_report_size",
+    )
 
 
 def test_a_chunked_body_is_cut_at_the_limit(api: TestClient) -> None:
@@ -72,8 +76,9 @@ def test_the_limit_is_the_option(conf: cfg.ConfigOpts, db: Database) -> None:
     conf.set_override("max_request_body_size", 1000, "oslo_middleware")
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
         body = padded([{"name": "p", "groups": [GROUP]}], 1001)
-        refused_as_too_large(client.post(PROFILES, content=body, headers=JSON),
-                             "at most 1000 are taken")  # fmt: skip
+        refused_as_too_large(
+            client.post(PROFILES, content=body, headers=JSON), "at most 1000 are taken"
+        )
 
 
 def test_host_reports_have_their_own_limit(conf: cfg.ConfigOpts, db: Database) -> None:
@@ -91,6 +96,37 @@ def test_bitstream_uploads_keep_their_own_limit(api: TestClient) -> None:
     data = bytes(range(256)) * (3 * LIMIT // 256)
     assert upload(api, data)["size"] == len(data)
     assert upload(api, b"".join([data]))["status"] == "active"
+
+
+# A route with its own limit for one media type, another type sent there, and the
+# answer to a body of it past the ordinary limit sent chunked: 415 where nothing reads it.
+OTHER_TYPES = [("upload", "application/json", 413), ("upload", "text/plain", 415),
+               ("upload", None, 415), ("report", "application/octet-stream", 413),
+               ("report", None, 413)]  # fmt: skip
+
+
+def test_a_route_s_own_limit_is_for_its_media_type_only(conf: cfg.ConfigOpts, db: Database) -> None:
+    """The upload's large limit is for octets, the host report's for JSON: any other body
+    sent there has the ordinary limit (an upload's JSON body was read whole, issue 40)."""
+    conf.set_override("max_host_report_size", 3 * LIMIT, "api")
+    with TestClient(create_app(conf, db), raise_server_exceptions=False) as client:
+        paths = {"upload": upload_path(client), "report": "/v2/hosts/h1/report"}
+        too_large = b"x" * (2 * LIMIT)
+        for route, media, chunked in OTHER_TYPES:
+            headers = {**LATEST, "Content-Type": media} if media else LATEST
+            response = client.put(paths[route], content=too_large, headers=headers)
+            refused_as_too_large(response, "[oslo_middleware] max_request_body_size")
+            response = client.put(paths[route], content=chunks(too_large), headers=headers)
+            assert response.status_code == chunked, (route, media, response.text)
+        octets = {**LATEST, "Content-Type": "Application/Octet-Stream; x=1"}
+        taken = client.put(paths["upload"], content=chunks(too_large), headers=octets)
+        assert taken.status_code == 200 and taken.json()["size"] == len(too_large), taken.text
+
+
+def upload_path(client: TestClient) -> str:
+    created = client.post("/v2/bitstreams", json={"name": "b.gbs"}, headers=LATEST)
+    assert created.status_code == 201, created.text
+    return f"/v2/bitstreams/{created.json()['uuid']}/data"
 
 
 def test_the_embedded_placement_answers_413_not_500(conf: cfg.ConfigOpts, db: Database) -> None:
@@ -130,13 +166,20 @@ def _body(data: Any) -> bytes:
 
 @pytest.mark.parametrize(("method", "path", "data", "message"), INPUTS)
 def test_large_inputs_are_refused_at_once(
-    api: TestClient, conf: cfg.ConfigOpts, db: Database, method: str, path: str,
-    data: Any, message: str,
-) -> None:  # fmt: skip
+    api: TestClient,
+    conf: cfg.ConfigOpts,
+    db: Database,
+    method: str,
+    path: str,
+    data: Any,
+    message: str,
+) -> None:
     body = _body(data)
     assert len(body) > LIMIT
-    refused_as_too_large(api.request(method, path, content=body, headers=JSON),
-                         "[oslo_middleware] max_request_body_size")  # fmt: skip
+    refused_as_too_large(
+        api.request(method, path, content=body, headers=JSON),
+        "[oslo_middleware] max_request_body_size",
+    )
     conf.set_override("max_request_body_size", 64 << 20, "oslo_middleware")
     with TestClient(create_app(conf, db), raise_server_exceptions=False) as roomy:
         response = roomy.request(method, path, content=body, headers=JSON)

@@ -32,14 +32,15 @@ from tests.fixtures.devices import (
     name_of,
     uuid_of,
 )
+from tests.fixtures.host import LATEST
 from tests.fixtures.sysfs import SCENARIO_6_1, build_sysfs
-from tests.functional.conftest import LATEST
 
 from acceleron.api.deployables import (
     Deployable_2_0,
     Deployable_2_5,
     Deployable_2_10,
     Deployable_2_13,
+    Deployable_2_17,
 )
 from acceleron.db.models import Attribute, Deployable, Device, table
 from acceleron.db.session import Database
@@ -127,8 +128,13 @@ def test_upstream_view_before_2_5(seeded: TestClient, db: Database) -> None:
 def test_each_microversion_answers_with_its_schema(seeded: TestClient) -> None:
     """The typed dict of a microversion documents the body it builds: the same fields, in
     the same order, shown and listed; spec 003's paths answer with the latest."""
-    schemas = {"2.0": Deployable_2_0, "2.5": Deployable_2_5, "2.10": Deployable_2_10,
-               "2.13": Deployable_2_13}  # fmt: skip
+    schemas = {
+        "2.0": Deployable_2_0,
+        "2.5": Deployable_2_5,
+        "2.10": Deployable_2_10,
+        "2.13": Deployable_2_13,
+        "2.17": Deployable_2_17,
+    }
     by_version = fields_by_version(schemas)
     for version, fields in by_version.items():
         headers = {"OpenStack-API-Version": f"accelerator {version}"}
@@ -167,9 +173,11 @@ def test_rich_view_from_2_5(seeded: TestClient, db: Database) -> None:
         "program_progress": None,
         "program_error": None,
         "attributes": R0_ATTRIBUTES,
-        "attach_handles": [pci_handle("region0", "0000:0c:00.1", True),
-                           pci_handle("region0", "0000:0c:00.2", False)],
-    }  # fmt: skip
+        "attach_handles": [
+            pci_handle("region0", "0000:0c:00.1", True),
+            pci_handle("region0", "0000:0c:00.2", False),
+        ],
+    }
     vfs = seeded.get(f"{PATH}/{VFS}", headers=V2_5).json()
     assert (vfs["parent_uuid"], vfs["root_uuid"], vfs["kind"]) == (R0, R0, "vf_pool")
     vgpu = seeded.get(f"{PATH}/{VGPU}", headers=V2_5).json()
@@ -242,11 +250,19 @@ def test_sorting_both_ways(seeded: TestClient) -> None:
     assert listed(seeded, PATH, sort_key="key", sort_dir="desc") == by_key[::-1]
     # Ties are broken by creation order, which reverses with the direction.
     assert listed(seeded, PATH, sort_key="num_accelerators") == [
-        "region1", "region0", "region0/vfs", "vgpu/nvidia-222", "vf_pool"
-    ]  # fmt: skip
+        "region1",
+        "region0",
+        "region0/vfs",
+        "vgpu/nvidia-222",
+        "vf_pool",
+    ]
     assert listed(seeded, PATH, sort_key="num_accelerators", sort_dir="desc") == [
-        "vf_pool", "vgpu/nvidia-222", "region0/vfs", "region0", "region1"
-    ]  # fmt: skip
+        "vf_pool",
+        "vgpu/nvidia-222",
+        "region0/vfs",
+        "region0",
+        "region1",
+    ]
     assert listed(seeded, PATH, sort_dir="desc") == ALL[::-1]
 
 
@@ -271,10 +287,12 @@ def test_next_link_keeps_the_filters(seeded: TestClient) -> None:
     assert [d["key"] for d in body["deployables"]] == ["vf_pool"]
     assert "deployables_links" not in body
     body = seeded.get(f"{SPEC003}?limit=1&afu=None").json()
-    assert body["deployables_links"] == [{
-        "rel": "next",
-        "href": f"http://testserver{SPEC003}?limit=1&afu=None&marker={R1}",
-    }]  # fmt: skip
+    assert body["deployables_links"] == [
+        {
+            "rel": "next",
+            "href": f"http://testserver{SPEC003}?limit=1&afu=None&marker={R1}",
+        }
+    ]
 
 
 # --- attributes of one deployable -----------------------------------------------------
@@ -292,13 +310,15 @@ def test_attributes_of_a_deployable(seeded: TestClient) -> None:
     }
     assert seeded.get(f"{PATH}/{VFS}/attributes", headers=V2_5).json() == {"attributes": {}}
     assert error(seeded.get(f"{base}/kpi", headers=V2_5)) == (
-        404, f"Deployable {R0} has no attribute 'kpi'."
-    )  # fmt: skip
+        404,
+        f"Deployable {R0} has no attribute 'kpi'.",
+    )
     assert error(seeded.get(f"{base}/memory.size_mb.x", headers=V2_5))[0] == 404
     for path in (base, f"{base}/afu"):
         assert error(seeded.get(path, headers=V2_0)) == (
-            404, "Reading a deployable's attributes here needs microversion 2.5 or later."
-        )  # fmt: skip
+            404,
+            "Reading a deployable's attributes here needs microversion 2.5 or later.",
+        )
 
 
 # --- spec 003's paths -------------------------------------------------------------------
@@ -317,8 +337,9 @@ def test_spec003_paths_serve_the_latest_view(seeded: TestClient) -> None:
         "attribute": {"memory": {"size_mb": "4096"}}
     }
     assert error(seeded.get(f"{SPEC003}/{R1}/attribute/afu")) == (
-        404, f"Deployable {R1} has no attribute 'afu'."
-    )  # fmt: skip
+        404,
+        f"Deployable {R1} has no attribute 'afu'.",
+    )
     assert error(seeded.get(f"{SPEC003}/nope")) == (400, "uuid: 'nope' is not a UUID.")
     missing = str(uuid.UUID(int=9))
     assert error(seeded.get(f"{SPEC003}/{missing}/attribute/afu"))[0] == 404
@@ -330,20 +351,29 @@ def test_spec003_paths_serve_the_latest_view(seeded: TestClient) -> None:
 def test_attribute_rows(seeded: TestClient, db: Database) -> None:
     known, uuids = ids(db), attribute_uuids(db)
     rows = seeded.get("/v2/attributes").json()["attributes"]
-    assert sorted((r["deployable_id"], r["key"], r["value"]) for r in rows) == sorted([
-        (known["region0"], "afu", "gzip"), (known["region0"], "memory", None),
-        (known["region0"], "size_mb", "8192"), (known["region0"], "ddr", None),
-        (known["region0"], "channels", "2"), (known["region0"], "speed", "2400"),
-        (known["region1"], "memory", None), (known["region1"], "size_mb", "4096"),
-        (known["vgpu/nvidia-222"], "type_name", "GRID T4-1B"),
-    ])  # fmt: skip
+    assert sorted((r["deployable_id"], r["key"], r["value"]) for r in rows) == sorted(
+        [
+            (known["region0"], "afu", "gzip"),
+            (known["region0"], "memory", None),
+            (known["region0"], "size_mb", "8192"),
+            (known["region0"], "ddr", None),
+            (known["region0"], "channels", "2"),
+            (known["region0"], "speed", "2400"),
+            (known["region1"], "memory", None),
+            (known["region1"], "size_mb", "4096"),
+            (known["vgpu/nvidia-222"], "type_name", "GRID T4-1B"),
+        ]
+    )
     size = uuids[("region1", "size_mb")]
     old = seeded.get(f"/v2/attributes/{size}").json()
     assert isinstance(old.pop("created_at"), str) and old.pop("updated_at") is None
     assert old == {
-        "uuid": size, "deployable_id": known["region1"], "key": "size_mb", "value": "4096",
+        "uuid": size,
+        "deployable_id": known["region1"],
+        "key": "size_mb",
+        "value": "4096",
         "links": [{"href": f"http://testserver/v2/attributes/{size}", "rel": "self"}],
-    }  # fmt: skip
+    }
     new = seeded.get(f"/v2/attributes/{size}", headers=V2_5).json()
     assert (new["deployable_uuid"], new["parent_uuid"]) == (R1, uuids[("region1", "memory")])
     mine = seeded.get("/v2/attributes", params={"deployable_id": known["region1"]}).json()
@@ -364,8 +394,9 @@ def test_reports_leave_an_operators_attributes_alone(seeded: TestClient, db: Dat
     the agent starts reporting takes precedence over the operator's, which stays."""
     from tests.fixtures.devices import FPGA_CARD
 
-    mine = seeded.post("/v2/attributes", json={"deployable_id": R0, "key": "board_rev",
-                                                "value": "B"}).json()  # fmt: skip
+    mine = seeded.post(
+        "/v2/attributes", json={"deployable_id": R0, "key": "board_rev", "value": "B"}
+    ).json()
     region0 = FPGA_CARD.deployables[0]
     reported = dataclasses.replace(region0, attributes={"afu": "md5"})
     card = dataclasses.replace(FPGA_CARD, deployables=(reported, *FPGA_CARD.deployables[1:]))
@@ -420,11 +451,25 @@ def test_ids_are_found_however_they_are_written(api: TestClient, db: Database) -
     region_type = "15FB0D4B-8A2C-4E7A-9B1D-2C3E4F5A6B7C"
     first, second = "0AB1C2D3-0000-4000-8000-00000000000A", "b7c8d9e0-1111-4111-8111-11111111111b"
     card = Dev(
-        "0000:42:00.0", "FPGA", "10ee", "XILINX", "5001", "U250", "xilinx_fpga",
-        deployables=(Dep("region0", "region", 1, programmable=True, region_type=region_type,
-                         function_uuids=(first, second),
-                         attach_handles=(AttachHandle("PCI", "0000:42:00.1"),)),),
-    )  # fmt: skip
+        "0000:42:00.0",
+        "FPGA",
+        "10ee",
+        "XILINX",
+        "5001",
+        "U250",
+        "xilinx_fpga",
+        deployables=(
+            Dep(
+                "region0",
+                "region",
+                1,
+                programmable=True,
+                region_type=region_type,
+                function_uuids=(first, second),
+                attach_handles=(AttachHandle("PCI", "0000:42:00.1"),),
+            ),
+        ),
+    )
     inventory.reconcile(db, HostReport("host-x", "1.0", (card,)))
     for value in (
         region_type,

@@ -60,10 +60,13 @@ def test_delete_refuses_a_profile_in_use(api: TestClient, db: Database) -> None:
         ).one()
         conn.execute(
             insert(table(AcceleratorRequest)).values(
-                uuid=str(uuid.uuid4()), state="Initial", device_profile_id=row.id,
-                device_profile_group_id=0, project_id="p1",
+                uuid=str(uuid.uuid4()),
+                state="Initial",
+                device_profile_id=row.id,
+                device_profile_group_id=0,
+                project_id="p1",
             )
-        )  # fmt: skip
+        )
     status, code, message = error(api.delete(PATH, params={"value": "free,busy"}))
     assert (status, code) == (409, "acceleron.in_use")
     assert "'busy' (1 requests)" in message

@@ -38,8 +38,11 @@ def test_routine_agent_calls_are_logged_at_debug(
     v2_8 = {**SERVICE, "OpenStack-API-Version": "accelerator 2.8"}
     claimed = api.post("/v2/hosts/host-1/tasks/claim?wait=0", headers=v2_8)
     assert claimed.json() == {"tasks": []}
-    lines = [(r.levelno, r.getMessage().split('"')[1])
-             for r in caplog.records if r.name == "acceleron.api.access"]  # fmt: skip
+    lines = [
+        (r.levelno, r.getMessage().split('"')[1])
+        for r in caplog.records
+        if r.name == "acceleron.api.access"
+    ]
     assert lines == [
         (logging.INFO, "PUT /v2/hosts/host-1/report"),
         (logging.DEBUG, "PUT /v2/hosts/host-1/report"),

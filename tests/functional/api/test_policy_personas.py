@@ -61,6 +61,7 @@ ALLOWED: dict[str, set[str]] = {
     "device:enable": ADMIN,
     "device:disable": ADMIN,
     "device:maintenance": ADMIN,
+    "device:history": ADMIN,
     "deployable:maintenance": ADMIN,
     "deployable:get_all": INVENTORY,
     "deployable:get_one": INVENTORY,
@@ -70,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
     "attribute:create": ADMIN,
     "attribute:delete": ADMIN,
     "placement:sync": ADMIN,
+    "placement:embedded": ADMIN_OR_SERVICE,
     "arq:get_all": READ_ALL,
     "arq:get_one": READ_ALL,
     "arq:create": MEMBER_OR_SERVICE,
@@ -123,10 +125,19 @@ UPSTREAM: dict[str, set[str]] = {
 # their own service credentials.
 ADDED: dict[str, set[str]] = {
     rule: {"service"}
-    for rule in ("device_profile:get_all", "device_profile:get_one", "arq:get_all",
-                 "arq:get_one", "device:get_all", "device:get_one", "deployable:get_all",
-                 "deployable:get_one", "attribute:get_all", "attribute:get_one")
-}  # fmt: skip
+    for rule in (
+        "device_profile:get_all",
+        "device_profile:get_one",
+        "arq:get_all",
+        "arq:get_one",
+        "device:get_all",
+        "device:get_one",
+        "deployable:get_all",
+        "deployable:get_one",
+        "attribute:get_all",
+        "attribute:get_one",
+    )
+}
 
 
 def some_uuid() -> str:
@@ -149,9 +160,16 @@ class Cloud:
         self.others_arq = self.create_arq(other)
         self.others_claim = some_uuid()
         with db.writer() as conn:  # Placement is off: the claim's row alone
-            conn.execute(table(Claim).insert().values(
-                consumer=self.others_claim, project_id="p2", device_profile_name="dp",
-                state="bound"))  # fmt: skip
+            conn.execute(
+                table(Claim)
+                .insert()
+                .values(
+                    consumer=self.others_claim,
+                    project_id="p2",
+                    device_profile_name="dp",
+                    state="bound",
+                )
+            )
 
     def _token(self, persona: str) -> str:
         roles, scope = PERSONAS[persona]
@@ -174,19 +192,22 @@ class Cloud:
         return token_id
 
     def create_bitstream(self, headers: dict[str, str], **extra: str) -> str:
-        response = self.client.post("/v2/bitstreams", json={"name": "b", **extra},
-                                    headers=headers)  # fmt: skip
+        response = self.client.post("/v2/bitstreams", json={"name": "b", **extra}, headers=headers)
         assert response.status_code == 201, response.text
         ident: str = response.json()["uuid"]
         return ident
 
     def create_arq(self, headers: dict[str, str]) -> str:
         profile = [{"name": f"dp-{uuid.uuid4().hex[:8]}", "groups": [{"resources:FPGA": "1"}]}]
-        made = self.client.post("/v2/device_profiles", json=profile,
-                                headers={**LATEST, "X-Auth-Token": self.admin})  # fmt: skip
+        made = self.client.post(
+            "/v2/device_profiles", json=profile, headers={**LATEST, "X-Auth-Token": self.admin}
+        )
         assert made.status_code == 201, made.text
-        response = self.client.post("/v2/accelerator_requests", headers=headers,
-                                    json={"device_profile_name": made.json()["name"]})  # fmt: skip
+        response = self.client.post(
+            "/v2/accelerator_requests",
+            headers=headers,
+            json={"device_profile_name": made.json()["name"]},
+        )
         assert response.status_code == 201, response.text
         ident: str = response.json()["arqs"][0]["uuid"]
         return ident
@@ -220,8 +241,10 @@ def _binds(cloud: Cloud, headers: dict[str, str]) -> bool:
     """A bind by a member of the project, with the persona's token as the service
     token beside the member's: refused with 401 where Keystone does not take it as a
     service token, with 403 where the policy refuses it."""
-    bind = [{"path": f"/{field}", "op": "add", "value": some_uuid()}
-            for field in ("hostname", "device_rp_uuid", "instance_uuid")]  # fmt: skip
+    bind = [
+        {"path": f"/{field}", "op": "add", "value": some_uuid()}
+        for field in ("hostname", "device_rp_uuid", "instance_uuid")
+    ]
     service = {**LATEST, "X-Auth-Token": cloud.member, "X-Service-Token": headers["X-Auth-Token"]}
     response = cloud.client.patch(
         "/v2/accelerator_requests", json={some_uuid(): bind}, headers=service
@@ -264,6 +287,8 @@ PROBES: dict[str, Probe] = {
                                                  headers=h),
     "device:maintenance": lambda c, h: c.client.post(
         f"/v2/devices/{some_uuid()}/maintenance", json={"maintenance": False}, headers=h),
+    "device:history": lambda c, h: c.client.get(f"/v2/devices/{some_uuid()}/history",
+                                                headers=h),
     "deployable:maintenance": lambda c, h: c.client.post(
         f"/v2/deployables/{some_uuid()}/maintenance", json={"maintenance": False}, headers=h),
     "deployable:get_all": lambda c, h: c.client.get("/v2/deployables", headers=h),
@@ -279,6 +304,8 @@ PROBES: dict[str, Probe] = {
     "attribute:delete": lambda c, h: c.client.delete(f"/v2/attributes/{some_uuid()}",
                                                      headers=h),
     "placement:sync": lambda c, h: c.client.post("/v2/placement/sync", json={}, headers=h),
+    "placement:embedded": lambda c, h: c.client.get("/placement/resource_providers",
+                                                    headers=h),
     "arq:get_all": lambda c, h: c.client.get("/v2/accelerator_requests", headers=h),
     "arq:get_one": lambda c, h: c.client.get(f"/v2/accelerator_requests/{some_uuid()}",
                                              headers=h),
@@ -322,10 +349,16 @@ PROBES: dict[str, Probe] = {
 
 
 @pytest.fixture(params=[True, False], ids=["new_defaults", "legacy"])
-def cloud(request: pytest.FixtureRequest, tmp_path: Path, sqlite_db: Database) -> Iterator[Cloud]:
+def cloud(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_db: Database, placement: object
+) -> Iterator[Cloud]:
+    """The API under Keystone with the embedded Placement (its rule has a probe too)."""
     tokens = AuthTokenFixture()
     tokens.setUp()
-    extra = f"[oslo_policy]\nenforce_new_defaults = {request.param}\n"
+    extra = (
+        f"[oslo_policy]\nenforce_new_defaults = {request.param}\n"
+        "[placement]\nmode = embedded\nembedded_connection = sqlite://\n"
+    )
     try:
         with keystone_client(tmp_path, sqlite_db, extra=extra) as client:
             yield Cloud(client, tokens, sqlite_db)

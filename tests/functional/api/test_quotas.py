@@ -185,6 +185,8 @@ def test_config_limits_per_project(conf: cfg.ConfigOpts) -> None:
     limits = quotas.from_conf(conf)
     assert limits.enforcing
     assert limits.limits("p1", [QAT, "CUSTOM_X", "CUSTOM_Y"]) == {
-        QAT: 2, "CUSTOM_X": None, "CUSTOM_Y": None,
-    }  # fmt: skip
+        QAT: 2,
+        "CUSTOM_X": None,
+        "CUSTOM_Y": None,
+    }
     assert limits.limits("p2", [QAT, "CUSTOM_Y"]) == {QAT: 5, "CUSTOM_Y": 1}

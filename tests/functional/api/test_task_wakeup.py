@@ -28,7 +28,6 @@ HOST = "waiting-host"
 @pytest.fixture
 def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wakeup, "POLL", 60.0)
-    monkeypatch.setattr(wakeup, "SAFETY_POLL", 60.0)
 
 
 def queue(db: Database, host: str = HOST) -> str:
@@ -105,3 +104,27 @@ def test_a_task_queued_by_another_api_process_wakes_the_poll(
     poll = Poll(api)
     uuid = queue(other_process)
     assert [t["uuid"] for t in poll.result()] == [uuid]
+
+
+def test_a_poll_signals_reach_looks_once_and_an_unwoken_one_ends_empty(
+    api: TestClient, db: Database, other_process: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where every API process's signals reach this one, an idle poll costs one look at
+    the database, whatever its wait; a task queued while it waits still wakes it."""
+    waker = services(api.app).task_wakeup  # type: ignore[arg-type]
+    wait_for(lambda: waker.listening)
+    looks = []
+    claim = tasks.claim
+
+    def counted(*args: Any) -> list[tasks.TaskRecord]:
+        looks.append(args[1])
+        return claim(*args)
+
+    monkeypatch.setattr(tasks, "claim", counted)
+    answer = api.post(f"/v2/hosts/{HOST}/tasks/claim", params={"wait": 1.5}, headers=V2_8)
+    assert answer.status_code == 200 and answer.json()["tasks"] == []
+    assert looks == [HOST]
+    poll = Poll(api)
+    uuid = queue(other_process)
+    assert [t["uuid"] for t in poll.result()] == [uuid]
+    assert looks == [HOST] * 3  # the second poll's first look, and the look once woken

@@ -18,8 +18,17 @@ SPELLINGS = {"braces": "{" + ANY + "}", "urn": "urn:uuid:" + ANY}
 PATH_UUIDS = ("{uuid}", "{consumer}", "{again}")
 # Query parameters that take a uuid, or a comma-separated list of them (function_uuid and
 # region_type_uuid are ids a driver may spell its own way: they are compared, not parsed).
-QUERY_UUIDS = {"marker", "arqs", "instance", "deployable_uuid", "parent_uuid", "root_uuid",
-               "device_uuid", "instance_uuid", "rp_uuid"}  # fmt: skip
+QUERY_UUIDS = {
+    "marker",
+    "arqs",
+    "instance",
+    "deployable_uuid",
+    "parent_uuid",
+    "root_uuid",
+    "device_uuid",
+    "instance_uuid",
+    "rp_uuid",
+}
 # A body each route takes, so that what is refused is the uuid, not the body.
 BODIES: dict[tuple[str, str], object] = {
     ("PATCH", "/v2/accelerator_requests/{uuid}"): [{"op": "remove", "path": "/hostname"}],
@@ -84,3 +93,25 @@ def test_a_uuid_in_another_spelling_is_a_400(
     error = response.json()["errors"][0]
     assert error["code"] == "acceleron.invalid_input", error
     assert "is not a UUID" in error["detail"], error["detail"]
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_a_profile_uuid_in_another_spelling_is_a_400(sqlite_api: TestClient, spelling: str) -> None:
+    """In a body too: a device profile's uuid, which pydantic's UUID type would take."""
+    body = [
+        {"name": f"p-{spelling}", "uuid": SPELLINGS[spelling], "groups": [{"resources:FPGA": "1"}]}
+    ]
+    response = sqlite_api.post("/v2/device_profiles", json=body, headers=LATEST)
+    assert response.status_code == 400, (response.status_code, response.text)
+    assert "uuid: " in response.json()["errors"][0]["detail"]
+    listed = sqlite_api.get("/v2/device_profiles", headers=LATEST).json()["device_profiles"]
+    assert [p for p in listed if p["name"] == f"p-{spelling}"] == []
+
+
+def test_a_profile_uuid_without_dashes_is_kept_dashed(sqlite_api: TestClient) -> None:
+    body = [
+        {"name": "p-hex", "uuid": ANY.replace("-", "").upper(), "groups": [{"resources:FPGA": "1"}]}
+    ]
+    response = sqlite_api.post("/v2/device_profiles", json=body, headers=LATEST)
+    assert response.status_code == 201, response.text
+    assert response.json()["uuid"] == ANY

@@ -1,136 +1,45 @@
 """``acceleron adopt cyborg`` against Cyborg's real schema (made by its own
 cyborg-dbsync), the real Placement in-process, and Acceleron's database on every backend.
 
-The cloud of each test: compute node ``compute-1`` (Nova's provider, VCPU and memory),
-one FPGA card that Cyborg publishes as its provider ``compute-1_<PCI address>`` (its
-Intel driver's naming: the name Acceleron's card provider wants) and Acceleron's fake
-driver reports with two regions (handles .1 .2 and .3); two servers booted under
-Cyborg, each holding VCPU and memory on the compute node and an FPGA on Cyborg's
-provider, bound to handles .1 and .3.
+The cloud of each test is tests/fixtures/adoption.py's: compute node ``compute-1``, one
+FPGA card that Cyborg publishes as ``compute-1_<PCI address>`` and Acceleron's fake
+driver reports with two regions (handles .1 .2 and .3); two servers booted under Cyborg,
+bound to handles .1 and .3.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import datetime as dt
+import json
+import logging
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from keystoneauth1 import adapter
 from keystoneauth1 import exceptions as ks_exc
-from oslo_config import cfg
-from sqlalchemy import column, func, select
+from sqlalchemy import column, select
 from sqlalchemy import table as core_table
 
-from acceleron.db.models import AcceleratorRequest, AttachHandle, DeviceProfile, table
-from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
-from acceleron.exceptions import PlacementUnavailable
-from acceleron.placement.client import Inventory, PlacementClient
-from acceleron.placement.tree import Options
-from acceleron.report import HostReport
-from acceleron.service import adopt, device_profiles, inventory
-from acceleron.service.publish import Syncer
-from tests.fixtures.cyborg import CyborgRows, cyborg, cyborg_url
+from acceleron.db.models import utcnow
+from acceleron.exceptions import InvalidInput, PlacementUnavailable
+from acceleron.service import adopt, adopt_plan, cyborg_db
+from tests.fixtures.adoption import (
+    ARQS,
+    HANDLES,
+    HOST,
+    MAPPING,
+    PROFILES,
+    Cloud,
+    allocate,
+    cloud,
+)
+from tests.fixtures.cyborg import cyborg, cyborg_url
+from tests.fixtures.cyborg import rp_uuid as adopt_rp
 
-__all__ = ["cyborg", "cyborg_url"]
-
-HOST = "compute-1"
-ARQS, HANDLES, PROFILES = table(AcceleratorRequest), table(AttachHandle), table(DeviceProfile)
-MAPPING = device_profiles.NameMapping(traits={"CUSTOM_FAKE_DEVICE": "CUSTOM_FPGA_INTEL"})
-GROUPS = [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]
-
-
-@dataclasses.dataclass
-class Cloud:
-    db: Database
-    placement: adapter.Adapter
-    cyborg: CyborgRows
-    compute: str
-    old_provider: str
-    servers: dict[str, str]  # instance -> Cyborg's request uuid
-    profile_uuid: str
-    deployable: int
-
-    def client(self, inner: adapter.Adapter | None = None) -> PlacementClient:
-        return PlacementClient(inner or self.placement)
-
-    def syncer(self, inner: adapter.Adapter | None = None) -> Syncer:
-        return Syncer(self.db, lambda: self.client(inner), Options())
-
-    def plan(self) -> adopt.Plan:
-        found = adopt.read_cyborg(self.cyborg.url)
-        ours = adopt.read_ours(self.db, {HOST}, Options())
-        view = adopt.read_placement(self.client(), found, ours)
-        return adopt.plan(found, ours, view, MAPPING)
-
-    def adopt(self, inner: adapter.Adapter | None = None) -> adopt.Plan:
-        the_plan = self.plan()
-        adopt.apply(self.db, self.client(inner), self.syncer(inner), the_plan)
-        return the_plan
-
-    def allocations(self, consumer: str) -> dict[str, dict[str, int]]:
-        return self.client().get_consumer_allocations(consumer)
-
-    def state(self) -> tuple[Any, ...]:
-        """Everything an adoption changes: Placement's providers and each server's
-        allocations, Acceleron's profiles and requests."""
-        client = self.client()
-        providers = sorted((p.uuid, p.name) for p in client.list_providers())
-        held = {s: self.allocations(s) for s in self.servers}
-        with self.db.reader() as conn:
-            profiles = conn.execute(select(func.count()).select_from(PROFILES)).scalar()
-            requests_ = conn.execute(select(func.count()).select_from(ARQS)).scalar()
-        return providers, held, profiles, requests_
-
-
-def _address(conf: cfg.ConfigOpts) -> tuple[str, list[str]]:
-    card = FakeDriver(conf, Path("/")).discover()[0]
-    return card.pci_address, [h.address for d in card.deployables for h in d.attach_handles]
-
-
-def _allocate(placement: adapter.Adapter, consumer: str, body: dict[str, Any]) -> None:
-    response = placement.put(
-        f"/allocations/{consumer}",
-        json={"allocations": {rp: {"resources": r} for rp, r in body.items()},
-              "project_id": "p1", "user_id": "u1", "consumer_generation": None,
-              "consumer_type": "INSTANCE"},
-        microversion="1.39", raise_exc=False,
-    )  # fmt: skip
-    assert response.status_code == 204, response.text
-
-
-@pytest.fixture
-def cloud(
-    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, cyborg: CyborgRows
-) -> Cloud:
-    conf.set_override("host", HOST)
-    inventory.reconcile(db, HostReport(HOST, "1.0", tuple(FakeDriver(conf, Path("/")).discover())))
-    card, handles = _address(conf)
-    client = PlacementClient(placement)
-    compute = str(uuid.uuid4())
-    client.create_provider(compute, HOST)
-    client.set_inventories(compute, {"VCPU": Inventory(16), "MEMORY_MB": Inventory(8192)})
-    # Cyborg's side: its rows, its provider under the compute node.
-    name = f"{HOST}_{card}"
-    _, deployable, old = cyborg.device(HOST, card, name=name, rc="FPGA",
-                                       traits=["CUSTOM_FAKE_DEVICE"], total=3)  # fmt: skip
-    handle_ids = [cyborg.handle(deployable, address) for address in handles[:3]]
-    profile, profile_uuid = cyborg.profile("fpga-dp", GROUPS)
-    client.create_provider(old, name, compute)
-    client.set_inventories(old, {"FPGA": Inventory(3)})
-    client.set_traits(old, ["CUSTOM_FAKE_DEVICE", "OWNER_CYBORG"])
-    servers = {}
-    for handle_id in (handle_ids[0], handle_ids[2]):
-        server = str(uuid.uuid4())
-        servers[server] = cyborg.arq(profile, "Bound", hostname=HOST, device_rp_uuid=old,
-                                     instance_uuid=server, attach_handle_id=handle_id,
-                                     deployable_id=deployable)  # fmt: skip
-        _allocate(placement, server, {compute: {"VCPU": 2, "MEMORY_MB": 512}, old: {"FPGA": 1}})
-    return Cloud(db, placement, cyborg, compute, old, servers, profile_uuid, deployable)
+__all__ = ["cloud", "cyborg", "cyborg_url"]
 
 
 def _totals(allocations: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -148,8 +57,10 @@ def test_a_dry_run_prints_the_plan_and_changes_nothing(cloud: Cloud) -> None:
     assert the_plan.problems == []
     text = "\n".join(the_plan.lines())
     assert "create fpga-dp" in text
-    assert '+ {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL": "required"}' \
-        in text  # fmt: skip
+    assert (
+        '+ {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL": "required"}'
+        in text
+    )
     assert f"rename provider {HOST}_" in text  # Acceleron's card provider wants its name
     assert text.count("move consumer") == 2
     assert f"delete provider {HOST}_" in text
@@ -217,31 +128,26 @@ def test_an_interrupted_run_finishes_when_run_again(cloud: Cloud) -> None:
 
 
 def _bind_started(cloud: Cloud) -> str:
-    profile = _cyborg_profile_id(cloud)
+    profile = cloud.cyborg.profile_id("fpga-dp")
     return cloud.cyborg.arq(profile, "BindStarted", hostname=HOST, instance_uuid=str(uuid.uuid4()))
 
 
 def _unknown_device(cloud: Cloud) -> str:
     cloud.cyborg.device(HOST, "0000:ee:00.0", name=f"{HOST}_other", rc="FPGA", traits=[], total=1)
+    cloud.client().create_provider(adopt_rp(f"{HOST}_other"), f"{HOST}_other", cloud.compute)
     return "0000:ee:00.0"
 
 
 def _unexplained(cloud: Cloud) -> str:
     stranger = str(uuid.uuid4())
-    _allocate(cloud.placement, stranger, {cloud.old_provider: {"FPGA": 1}})
+    allocate(cloud.placement, stranger, {cloud.old_provider: {"FPGA": 1}})
     return stranger
-
-
-def _cyborg_profile_id(cloud: Cloud) -> int:
-    profiles = core_table("device_profiles", column("id"))
-    with cloud.cyborg.engine.connect() as conn:
-        return int(conn.execute(select(profiles.c.id)).scalar_one())
 
 
 @pytest.mark.parametrize(
     "make, named",
     [
-        (_bind_started, "a bind or delete is in progress"),
+        (_bind_started, "a bind is in progress"),
         (_unknown_device, "no Acceleron agent reports it"),
         (_unexplained, "its bound requests explain nothing"),
     ],
@@ -257,3 +163,158 @@ def test_what_cannot_be_mapped_stops_it_before_any_change(
         adopt.apply(cloud.db, cloud.client(), cloud.syncer(), the_plan)
     assert item in refused.value.message
     assert cloud.state() == before
+
+
+# --- issue 43: the operator's second pass -------------------------------------------------
+
+
+def _groups_of(cloud: Cloud, name: str) -> Any:
+    with cloud.db.reader() as conn:
+        return conn.execute(select(PROFILES.c.groups).where(PROFILES.c.name == name)).scalar_one()
+
+
+def test_a_run_after_cyborg_changed_adopts_what_is_new_with_the_same_renames(
+    cloud: Cloud,
+) -> None:
+    """After an adoption, Cyborg gets a new profile and a request from it: the next run
+    creates the profile with the classes and traits Acceleron publishes and adopts the
+    request; the run after it has nothing to do."""
+    cloud.adopt()
+    plain, _ = cloud.cyborg.profile("fpga-plain", [{"resources:FPGA": "1"}])
+    cloud.cyborg.profile(
+        "fpga-again", [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]
+    )
+    new = cloud.cyborg.arq(plain, "Initial", project_id="p2")
+    second = cloud.plan()
+    assert second.problems == [], second.problems
+    text = "\n".join(second.lines())
+    assert "create fpga-plain" in text and f"adopt {new} Initial" in text, text
+    assert not any(a.done for a in second.arqs if a.uuid == new)
+    adopt.apply(cloud.db, cloud.client(), cloud.syncer(), second)
+    assert _groups_of(cloud, "fpga-plain") == [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]
+    assert _groups_of(cloud, "fpga-again") == [
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL": "required"}
+    ]
+    with cloud.db.reader() as conn:
+        row = conn.execute(select(ARQS).where(ARQS.c.uuid == new)).one()
+    assert (row.state, row.project_id, row.resource_class) == (
+        "Initial",
+        "p2",
+        "CUSTOM_ACCELERATOR_FPGA",
+    )
+    assert cloud.plan().nothing_to_do
+
+
+def test_a_run_with_nothing_to_do_prints_only_true_diffs(cloud: Cloud) -> None:
+    """A profile adopted earlier shows what Acceleron has, not Cyborg's names again."""
+    cloud.adopt()
+    again = cloud.plan()
+    assert again.nothing_to_do and again.problems == []
+    text = "\n".join(again.lines())
+    (after,) = _groups_of(cloud, "fpga-dp")
+    assert f"group 0: + {json.dumps(after)}" in text, text
+    assert '+ {"resources:FPGA"' not in text, text
+
+
+def test_a_placement_without_cyborg_s_providers_stops_the_first_run(cloud: Cloud) -> None:
+    """Pointed at a Placement that lacks Cyborg's providers (a wrong endpoint or
+    region), the first run adopts nothing and says why, before any change."""
+    client = cloud.client()
+    for server in cloud.servers:
+        client.delete_allocations(server)
+    client.delete_provider(cloud.old_provider)
+    before = cloud.state()
+    the_plan = cloud.plan()
+    assert any(cloud.old_provider in p and "is not in Placement" in p for p in the_plan.problems), (
+        the_plan.problems
+    )
+    with pytest.raises(adopt.AdoptionRefused):
+        adopt.apply(cloud.db, cloud.client(), cloud.syncer(), the_plan)
+    assert cloud.state() == before
+
+
+def test_a_bind_cyborg_left_unfinished_is_adopted_unbound_with_its_reason(
+    cloud: Cloud,
+) -> None:
+    """A request in BindStarted for longer than Nova waits for a bind (a conductor that
+    stopped mid-bind leaves it there for ever) is adopted Unbound, holding nothing, with
+    the reason; a younger one stops the run (it may still end)."""
+    long_ago = utcnow().replace(microsecond=0) - dt.timedelta(hours=2)
+    instance = str(uuid.uuid4())
+    stuck = cloud.cyborg.arq(
+        cloud.cyborg.profile_id("fpga-dp"),
+        "BindStarted",
+        hostname=HOST,
+        instance_uuid=instance,
+        created_at=long_ago,
+    )
+    the_plan = cloud.plan()
+    assert the_plan.problems == [], the_plan.problems
+    (step,) = [a for a in the_plan.arqs if a.uuid == stuck]
+    assert (step.state, step.instance_uuid, step.handle) == ("Unbound", None, None)
+    adopt.apply(cloud.db, cloud.client(), cloud.syncer(), the_plan)
+    with cloud.db.reader() as conn:
+        row = conn.execute(select(ARQS).where(ARQS.c.uuid == stuck)).one()
+    assert (row.state, row.instance_uuid, row.hostname) == ("Unbound", None, None)
+    assert "left its bind unfinished" in row.failure_reason and instance in row.failure_reason
+    young = adopt_plan.Settings(MAPPING, bind_timeout=3 * 3600)
+    assert cloud.plan(young).nothing_to_do  # adopted now: the timeout no longer matters
+
+
+def test_an_allocation_that_came_after_the_plan_stops_the_run(cloud: Cloud) -> None:
+    """A server's allocation on Cyborg's provider grows between the plan and the moves:
+    the run stops before moving it (the move would drop the new accelerator), and the
+    next run names it."""
+    the_plan = cloud.plan()
+    server = next(iter(cloud.servers))
+    read = cloud.client().get_consumer(server)
+    grown = {**read.allocations, cloud.old_provider: {"FPGA": 2}}
+    allocate(cloud.placement, server, grown, generation=read.generation)
+    with pytest.raises(adopt.AdoptionFailed) as failed:
+        adopt.apply(cloud.db, cloud.client(), cloud.syncer(), the_plan)
+    assert server in failed.value.message and "after the plan was read" in failed.value.message
+    assert cloud.allocations(server)[cloud.old_provider] == {"FPGA": 2}
+    again = cloud.plan()
+    assert any(server in p and "{'FPGA': 2}" in p for p in again.problems), again.problems
+
+
+def test_a_bound_request_keeps_its_attach_handle_uuid_and_creation_time(cloud: Cloud) -> None:
+    cyborg_arqs = core_table(
+        "extended_accelerator_requests",
+        column("uuid"),
+        column("created_at"),
+        column("attach_handle_id"),
+    )
+    with cloud.cyborg.engine.connect() as conn:
+        theirs = {r.uuid: r for r in conn.execute(select(cyborg_arqs))}
+    cloud.adopt()
+    held = select(ARQS.c.uuid, ARQS.c.created_at, HANDLES.c.uuid.label("handle")).join(
+        HANDLES, HANDLES.c.arq_id == ARQS.c.id
+    )
+    with cloud.db.reader() as conn:
+        mine = {r.uuid: r for r in conn.execute(held)}
+    assert set(mine) == set(cloud.servers.values())
+    for arq, row in mine.items():
+        assert row.created_at == theirs[arq].created_at
+        assert row.handle == cloud.cyborg.handle_uuid(theirs[arq].attach_handle_id)
+
+
+def test_every_change_is_logged(cloud: Cloud, caplog: pytest.LogCaptureFixture) -> None:
+    """Each change the adoption makes goes to the service's log, not only to the
+    terminal: the same lines, from acceleron.service.adopt."""
+    said: list[str] = []
+    with caplog.at_level(logging.INFO, logger="acceleron.service.adopt"):
+        adopt.apply(cloud.db, cloud.client(), cloud.syncer(), cloud.plan(), say=said.append)
+    logged = [r.getMessage() for r in caplog.records if r.name == "acceleron.service.adopt"]
+    assert len(said) >= 7  # profile, reserve, rename, publish, 2 requests, 2 moves, delete
+    assert logged == [f"Adopting Cyborg: {line}" for line in said]
+
+
+def test_cyborg_s_schema_is_read_and_others_are_refused(cloud: Cloud) -> None:
+    assert cyborg_db.read_cyborg(cloud.cyborg.url).schema in cyborg_db.SCHEMAS
+    with cloud.cyborg.schema("4cc1d79978fc"), pytest.raises(InvalidInput) as older:
+        cyborg_db.read_cyborg(cloud.cyborg.url)
+    assert "4cc1d79978fc" in older.value.message and "cyborg-dbsync upgrade" in older.value.message
+    with cloud.cyborg.schema("0123456789ab"), pytest.raises(InvalidInput) as newer:
+        cyborg_db.read_cyborg(cloud.cyborg.url)
+    assert "does not know" in newer.value.message and "6c77bd6afea5" in newer.value.message

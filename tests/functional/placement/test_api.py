@@ -23,6 +23,10 @@ from tests.fixtures.placement import Unreachable, allocate
 from tests.fixtures.waiting import wait_for
 
 V2_6 = {"OpenStack-API-Version": "accelerator 2.6"}
+# The fake host's tree with pools ([placement] pools = auto: the contract phase is
+# applied): the compute node, both FPGA cards and their four regions (regions are not
+# pooled), and one pool each of the vGPU types, the MIG profiles and the QAT VFs.
+TREE = 12
 
 
 MakeApi = Callable[..., TestClient]
@@ -57,8 +61,11 @@ def test_a_changed_report_is_published_by_the_worker(
     body = report_body(conf)
     assert api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_6).status_code == 200
     client = PlacementClient(placement)
-    wait_for(lambda: (c := client.find_provider(HOST)) is not None and
-             len(client.get_tree(c.uuid)) == 15)  # fmt: skip
+    wait_for(
+        lambda: (
+            (c := client.find_provider(HOST)) is not None and len(client.get_tree(c.uuid)) == TREE
+        )
+    )
     plan = api.post("/v2/placement/sync", json={"dry_run": True}, headers=V2_6).json()
     assert plan == {"hosts": [{"hostname": HOST, "skipped": False, "actions": [], "errors": []}]}
 
@@ -75,9 +82,9 @@ def test_sync_endpoint_plans_then_applies(
     plan = api.post("/v2/placement/sync", json={"host": HOST, "dry_run": True}, headers=V2_6)
     assert plan.status_code == 200, plan.text
     actions = plan.json()["hosts"][0]["actions"]
-    assert [a["op"] for a in actions].count("create") == 15
+    assert [a["op"] for a in actions].count("create") == TREE
     done = api.post("/v2/placement/sync", json={"host": HOST}, headers=V2_6).json()
-    assert len(done["hosts"][0]["actions"]) == 15
+    assert len(done["hosts"][0]["actions"]) == TREE
     again = api.post("/v2/placement/sync", json={}, headers=V2_6).json()
     assert again["hosts"][0]["actions"] == []
 
@@ -111,7 +118,7 @@ def test_remote_mode_accepts_a_new_host_while_placement_is_down(
     compute = client.create_provider(str(uuid.uuid4()), HOST)  # Nova's, while we were away
     down.up = True
     api.app.state.sync_worker.wake()  # type: ignore[attr-defined]
-    wait_for(lambda: len(client.get_tree(compute.uuid)) == 15)
+    wait_for(lambda: len(client.get_tree(compute.uuid)) == TREE)
 
 
 def test_operator_endpoints_need_2_6_an_admin_and_placement(
@@ -162,11 +169,11 @@ def test_migrate_to_nested_moves_every_host_it_can(
     assert "still has allocations" in first[HOST]["errors"][0]
     assert "CUSTOM_ACCELERATOR_FPGA" in flat_inventory(HOST)
     assert first["host-2"]["errors"] == [] and first["host-2"]["actions"][0]["op"] == "remove_flat"
-    assert flat_inventory("host-2") == set() and len(client.get_tree(computes["host-2"])) == 15
+    assert flat_inventory("host-2") == set() and len(client.get_tree(computes["host-2"])) == TREE
     placement.delete(f"/allocations/{consumer}", microversion="1.39")
     second = migrate()
     assert second[HOST]["errors"] == [] and second[HOST]["actions"][0]["op"] == "remove_flat"
-    assert len(client.get_tree(computes[HOST])) == 15
+    assert len(client.get_tree(computes[HOST])) == TREE
     assert second["host-2"] == {"hostname": "host-2", "skipped": False, "actions": [], "errors": []}
 
 
@@ -179,11 +186,13 @@ def test_disabling_a_device_reserves_it_in_placement(
     devices = api.get("/v2/devices", params={"type": "FPGA"}, headers=V2_6).json()["devices"]
     device = sorted(devices, key=lambda d: d["pci_address"])[0]
     client = PlacementClient(placement)
+
     from acceleron.placement import names
 
     region = names.provider_uuid(HOST, device["pci_address"], "region0")
 
     def reserved() -> int | None:
+        """What the card's region0 (2 accelerators; regions are not pooled) has reserved."""
         if client.get_provider(region) is None:
             return None
         # The provider exists a moment before its inventory (the worker is mid-sync).
@@ -230,8 +239,25 @@ def test_a_host_that_left_a_device_out_is_not_synced_and_says_why(
     older = host({"OpenStack-API-Version": "accelerator 2.9"})
     assert older["placement_synced"] is False and "placement_errors" not in older
     with serve(api.app) as url:  # type: ignore[arg-type]
-        assert main(["--os-url", url, "host", "list", "-f", "value", "-c", "hostname",
-                     "-c", "placement_synced", "-c", "placement_errors"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "--os-url",
+                    url,
+                    "host",
+                    "list",
+                    "-f",
+                    "value",
+                    "-c",
+                    "hostname",
+                    "-c",
+                    "placement_synced",
+                    "-c",
+                    "placement_errors",
+                ]
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert out.startswith(f"{HOST} False ") and "Intel/Altera" in out
         assert main(["--os-url", url, "host", "show", HOST, "-f", "json"]) == 0

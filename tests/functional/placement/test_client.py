@@ -360,8 +360,7 @@ class TestProviders:
             "user_id": new_uuid(),
             "consumer_generation": None,
         }
-        response = placement.put(f"/allocations/{consumer}", json=body,
-                                 microversion="1.28")  # fmt: skip
+        response = placement.put(f"/allocations/{consumer}", json=body, microversion="1.28")
         assert response.status_code == 204, response.text
         read = client.get_consumer(consumer)
         assert read.consumer_type == "unknown"

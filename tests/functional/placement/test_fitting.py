@@ -48,7 +48,9 @@ def region_trait(region_type: str) -> str:
 
 @pytest.fixture
 def nested(conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter) -> Iterator[TestClient]:
-    """An API publishing nested providers to the real Placement, host-1 published."""
+    """An API publishing nested providers to the real Placement, one per region (pools
+    off: these tests steer among regions of their own), host-1 published."""
+    conf.set_override("pools", "false", "placement")
     client = PlacementClient(placement)
     with reporting_api(conf, db, placement) as api:
 
@@ -93,13 +95,20 @@ def regions(db: Database, api: TestClient, client: PlacementClient) -> dict[str,
 
 def upload(api: TestClient, function: str, region_type: str) -> str:
     """A public bitstream of ``function`` built for ``region_type``; its id."""
-    meta = {"name": f"{function[:8]}.gbs", "function_uuid": function,
-            "region_type_uuid": region_type, "visibility": "public"}  # fmt: skip
+    meta = {
+        "name": f"{function[:8]}.gbs",
+        "function_uuid": function,
+        "region_type_uuid": region_type,
+        "visibility": "public",
+    }
     made = api.post("/v2/bitstreams", json=meta, headers=LATEST)
     assert made.status_code == 201, made.text
     data = gbs.build(region_type, (function,), payload=b"\x3c" * 1000)
-    put = api.put(f"/v2/bitstreams/{made.json()['uuid']}/data", content=data,
-                  headers={**LATEST, "Content-Type": "application/octet-stream"})  # fmt: skip
+    put = api.put(
+        f"/v2/bitstreams/{made.json()['uuid']}/data",
+        content=data,
+        headers={**LATEST, "Content-Type": "application/octet-stream"},
+    )
     assert put.status_code < 300, put.text
     return str(made.json()["uuid"])
 
@@ -128,8 +137,11 @@ def test_claims_land_only_where_a_bitstream_for_the_function_fits(
     landed: list[Any] = []
     for _ in range(3):
         consumer = str(uuid.uuid4())
-        made = api.post("/v2/claims", json={"device_profile_name": name,
-                                            "consumer_uuid": consumer}, headers=LATEST)  # fmt: skip
+        made = api.post(
+            "/v2/claims",
+            json={"device_profile_name": name, "consumer_uuid": consumer},
+            headers=LATEST,
+        )
         if made.status_code != 201:
             landed.append((made.status_code, made.json()["errors"][0]["detail"]))
             continue
@@ -149,8 +161,9 @@ def test_a_claim_for_a_function_nothing_can_serve_is_refused_at_once(
     function = uuid.uuid4().hex
     name = make_profile(api, {f"resources:{FPGA}": "1", "accel:function_id": function})
     consumer = str(uuid.uuid4())
-    made = api.post("/v2/claims", json={"device_profile_name": name,
-                                        "consumer_uuid": consumer}, headers=LATEST)  # fmt: skip
+    made = api.post(
+        "/v2/claims", json={"device_profile_name": name, "consumer_uuid": consumer}, headers=LATEST
+    )
     assert made.status_code == 409, made.text
     detail = made.json()["errors"][0]["detail"]
     assert f"No region holds function_id {function!r}" in detail
@@ -172,8 +185,13 @@ def test_the_profile_nova_reads_keeps_its_query_off_unfit_regions(
     group = {f"resources:{FPGA}": "1", "accel:function_id": function}
     name = make_profile(api, group)
     before = api.get(f"/v2/device_profiles/{name}", headers=LATEST).json()["device_profile"]
-    assert before["groups"] == [{**group, f"trait:{region_trait(REGION_A)}": "forbidden",
-                                 f"trait:{region_trait(REGION_B)}": "forbidden"}]  # fmt: skip
+    assert before["groups"] == [
+        {
+            **group,
+            f"trait:{region_trait(REGION_A)}": "forbidden",
+            f"trait:{region_trait(REGION_B)}": "forbidden",
+        }
+    ]
     upload(api, function, REGION_B)
     listed = api.get("/v2/device_profiles", params={"name": name}).json()["device_profiles"]
     (groups,) = [p["groups"] for p in listed]
@@ -192,12 +210,13 @@ def test_the_profile_nova_reads_keeps_its_query_off_unfit_regions(
     listed = api.get("/v2/device_profiles", params={"name": held}).json()["device_profiles"]
     assert listed[0]["groups"] == [{f"resources:{FPGA}": "1", "accel:function_id": HELD}]
     # Nothing anywhere: every region type forbidden, so Placement offers nothing at once.
-    nowhere = make_profile(api, {f"resources:{FPGA}": "1",
-                                 "accel:function_id": uuid.uuid4().hex})  # fmt: skip
+    nowhere = make_profile(api, {f"resources:{FPGA}": "1", "accel:function_id": uuid.uuid4().hex})
     listed = api.get("/v2/device_profiles", params={"name": nowhere}).json()["device_profiles"]
     (groups,) = [p["groups"] for p in listed]
     assert {k for k, v in groups[0].items() if v == "forbidden"} == {
-        f"trait:{region_trait(REGION_A)}", f"trait:{region_trait(REGION_B)}"}  # fmt: skip
+        f"trait:{region_trait(REGION_A)}",
+        f"trait:{region_trait(REGION_B)}",
+    }
     params = query.profile_query(groups).params()
     assert PlacementClient(placement).get_allocation_candidates(params).requests == ()
 
@@ -249,13 +268,20 @@ def test_a_private_bitstream_steers_its_own_project_only(nested: TestClient) -> 
     function = uuid.uuid4().hex
     p1 = {**LATEST, "X-Project-Id": "p1", "X-Roles": "member"}
     p2 = {**LATEST, "X-Project-Id": "p2", "X-Roles": "member"}
-    meta = {"name": "private.gbs", "function_uuid": function, "region_type_uuid": REGION_B,
-            "visibility": "private"}  # fmt: skip
+    meta = {
+        "name": "private.gbs",
+        "function_uuid": function,
+        "region_type_uuid": REGION_B,
+        "visibility": "private",
+    }
     made = api.post("/v2/bitstreams", json=meta, headers=p1)
     assert made.status_code == 201, made.text
     data = gbs.build(REGION_B, (function,), payload=b"\x3c" * 1000)
-    put = api.put(f"/v2/bitstreams/{made.json()['uuid']}/data", content=data,
-                  headers={**p1, "Content-Type": "application/octet-stream"})  # fmt: skip
+    put = api.put(
+        f"/v2/bitstreams/{made.json()['uuid']}/data",
+        content=data,
+        headers={**p1, "Content-Type": "application/octet-stream"},
+    )
     assert put.status_code < 300, put.text
     group = {f"resources:{FPGA}": "1", "accel:function_id": function}
     name = make_profile(api, group)
@@ -267,15 +293,19 @@ def test_a_private_bitstream_steers_its_own_project_only(nested: TestClient) -> 
         return dict(found)
 
     assert served(p1) == {**group, f"trait:{region_trait(REGION_A)}": "forbidden"}
-    assert served(p2) == {**group, f"trait:{region_trait(REGION_A)}": "forbidden",
-                          f"trait:{region_trait(REGION_B)}": "forbidden"}  # fmt: skip
+    assert served(p2) == {
+        **group,
+        f"trait:{region_trait(REGION_A)}": "forbidden",
+        f"trait:{region_trait(REGION_B)}": "forbidden",
+    }
     other = {"device_profile_name": name, "consumer_uuid": str(uuid.uuid4())}
     refused = api.post("/v2/claims", json=other, headers=p2)
     assert refused.status_code == 409, refused.text
     assert made.json()["uuid"] not in refused.text
     consumer = str(uuid.uuid4())
-    claimed = api.post("/v2/claims", json={"device_profile_name": name,
-                                           "consumer_uuid": consumer}, headers=p1)  # fmt: skip
+    claimed = api.post(
+        "/v2/claims", json={"device_profile_name": name, "consumer_uuid": consumer}, headers=p1
+    )
     assert claimed.status_code == 201, claimed.text
     assert api.delete(f"/v2/claims/{consumer}", headers=p1).status_code == 204
 
@@ -286,8 +316,7 @@ def test_the_holders_of_a_function_are_found_first_or_second(
     """Each region0 holds two functions: the one it names first is found by its key, the
     second among the regions holding several; a function held nowhere has no holder."""
     store = LocalStore(db, tmp_path / "store")
-    for function, holders in ((HELD, {REGION_A}), (SECOND, {REGION_A}),
-                              (uuid.uuid4().hex, set())):  # fmt: skip
+    for function, holders in ((HELD, {REGION_A}), (SECOND, {REGION_A}), (uuid.uuid4().hex, set())):
         group = {f"resources:{FPGA}": "1", "accel:function_id": function}
         with db.reader() as conn:
             fit = fitting.fit_of(conn, store, group, "project")

@@ -47,8 +47,9 @@ def host_report(conf: cfg.ConfigOpts, faults: dict[str, Health] | None = None) -
 
 def first_fpga(db: Database) -> Any:
     with db.reader() as conn:
-        device = conn.execute(select(DEVICES).where(DEVICES.c.type == "FPGA")
-                              .order_by(DEVICES.c.pci_address)).first()  # fmt: skip
+        device = conn.execute(
+            select(DEVICES).where(DEVICES.c.type == "FPGA").order_by(DEVICES.c.pci_address)
+        ).first()
         assert device is not None
         mine = DEPLOYABLES.c.device_id == device.id
         regions = list(conn.execute(select(DEPLOYABLES).where(mine).order_by(DEPLOYABLES.c.key)))
@@ -112,9 +113,13 @@ def test_a_degraded_device_stays_schedulable(
 
 
 def bind_body(arq: str, rp: str, instance: str) -> dict[str, Any]:
-    return {arq: [{"path": "/hostname", "op": "add", "value": HOST},
-                  {"path": "/device_rp_uuid", "op": "add", "value": rp},
-                  {"path": "/instance_uuid", "op": "add", "value": instance}]}  # fmt: skip
+    return {
+        arq: [
+            {"path": "/hostname", "op": "add", "value": HOST},
+            {"path": "/device_rp_uuid", "op": "add", "value": rp},
+            {"path": "/instance_uuid", "op": "add", "value": instance},
+        ]
+    }
 
 
 def new_arq(api: TestClient, profile: str) -> str:
@@ -129,8 +134,10 @@ def test_binds_health_and_the_api(
     device, regions = first_fpga(db)
     device_profiles.create(db, name="fpga", groups=[FPGA])
     bound = new_arq(api, "fpga")
-    assert api.patch(PATH, json=bind_body(bound, regions[0].rp_uuid, str(uuid.uuid4()))
-                     ).status_code == 202  # fmt: skip
+    assert (
+        api.patch(PATH, json=bind_body(bound, regions[0].rp_uuid, str(uuid.uuid4()))).status_code
+        == 202
+    )
     sick = {device.pci_address: Health("unhealthy", "GPU fell off the bus")}
     inventory.reconcile(db, host_report(conf, sick))
 
@@ -141,8 +148,9 @@ def test_binds_health_and_the_api(
     assert "health" not in api.get(f"{PATH}/{bound}").json()
 
     # A new bind is refused, clearly.
-    refused = api.patch(PATH, json=bind_body(new_arq(api, "fpga"), regions[1].rp_uuid,
-                                             str(uuid.uuid4())))  # fmt: skip
+    refused = api.patch(
+        PATH, json=bind_body(new_arq(api, "fpga"), regions[1].rp_uuid, str(uuid.uuid4()))
+    )
     assert refused.status_code == 409
     assert refused.json()["errors"][0]["code"] == "acceleron.unhealthy"
     assert "GPU fell off the bus" in refused.json()["errors"][0]["detail"]
@@ -161,19 +169,23 @@ def test_binds_health_and_the_api(
 
 
 def test_maintenance_drain_and_tolerations(
-    api: TestClient, db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter,
+    api: TestClient,
+    db: Database,
+    conf: cfg.ConfigOpts,
+    placement: adapter.Adapter,
     synced: Syncer,
-) -> None:  # fmt: skip
+) -> None:
     device, regions = first_fpga(db)
     device_profiles.create(db, name="fpga", groups=[FPGA])
     held = new_arq(api, "fpga")
-    assert api.patch(PATH, json=bind_body(held, regions[0].rp_uuid, str(uuid.uuid4()))
-                     ).status_code == 202  # fmt: skip
+    assert (
+        api.patch(PATH, json=bind_body(held, regions[0].rp_uuid, str(uuid.uuid4()))).status_code
+        == 202
+    )
     url = f"/v2/devices/{device.uuid}/maintenance"
     assert api.post(url, json={"maintenance": True}).status_code == 404  # before 2.13
     assert api.post(url, json={"maintenance": True}, headers=V2_13).status_code == 400  # why?
-    answer = api.post(url, json={"maintenance": True, "reason": "burn-in: new HBM"},
-                      headers=V2_13)  # fmt: skip
+    answer = api.post(url, json={"maintenance": True, "reason": "burn-in: new HBM"}, headers=V2_13)
     assert answer.status_code == 200, answer.text
     shown = answer.json()
     assert (shown["status"], shown["maintenance_reason"]) == ("maintaining", "burn-in: new HBM")
@@ -183,8 +195,9 @@ def test_maintenance_drain_and_tolerations(
 
     # Existing binds stay, new ones are refused.
     assert api.get(f"{PATH}/{held}").json()["state"] == "Bound"
-    refused = api.patch(PATH, json=bind_body(new_arq(api, "fpga"), regions[1].rp_uuid,
-                                             str(uuid.uuid4())))  # fmt: skip
+    refused = api.patch(
+        PATH, json=bind_body(new_arq(api, "fpga"), regions[1].rp_uuid, str(uuid.uuid4()))
+    )
     assert refused.status_code == 409
     assert refused.json()["errors"][0]["code"] == "acceleron.in_maintenance"
 
@@ -195,8 +208,10 @@ def test_maintenance_drain_and_tolerations(
     _, traits = PlacementClient(placement).get_traits(regions[1].rp_uuid)
     assert {names.MAINTENANCE, "CUSTOM_ACCELERON_MAINTENANCE_BURN_IN"} <= traits
     burn = new_arq(api, "burn")
-    assert api.patch(PATH, json=bind_body(burn, regions[1].rp_uuid, str(uuid.uuid4()))
-                     ).status_code == 202  # fmt: skip
+    assert (
+        api.patch(PATH, json=bind_body(burn, regions[1].rp_uuid, str(uuid.uuid4()))).status_code
+        == 202
+    )
     assert api.get(f"{PATH}/{burn}").json()["state"] == "Bound"
 
     # Drain: what is still bound; then back in service.
@@ -204,7 +219,10 @@ def test_maintenance_drain_and_tolerations(
     assert sorted(b["arq_uuid"] for b in binds) == sorted([held, burn])
     off = api.post(url, json={"maintenance": False}, headers=V2_13).json()
     assert (off["status"], off["maintenance_reason"], off["maintenance_since"]) == (
-        "enabled", None, None)  # fmt: skip
+        "enabled",
+        None,
+        None,
+    )
     synced.sync_pending()
     _, traits = PlacementClient(placement).get_traits(regions[1].rp_uuid)
     assert names.MAINTENANCE not in traits
@@ -218,8 +236,10 @@ def test_a_tolerating_profile_coming_or_going_marks_the_hosts_in_maintenance(
     tolerating nothing marks nothing."""
     device, regions = first_fpga(db)
     url = f"/v2/devices/{device.uuid}/maintenance"
-    assert api.post(url, json={"maintenance": True, "reason": "burn-in"},
-                    headers=V2_13).status_code == 200  # fmt: skip
+    assert (
+        api.post(url, json={"maintenance": True, "reason": "burn-in"}, headers=V2_13).status_code
+        == 200
+    )
     synced.sync_pending()
 
     def open_after_a_pass() -> list[bool]:
@@ -246,7 +266,9 @@ def test_one_region_in_maintenance(
     answer = api.post(url, json={"maintenance": True, "reason": "reflash"}, headers=V2_13)
     assert answer.status_code == 200, answer.text
     assert (answer.json()["status"], answer.json()["maintenance_reason"]) == (
-        "maintaining", "reflash")  # fmt: skip
+        "maintaining",
+        "reflash",
+    )
     synced.sync_pending()
     assert [reserved(placement, r.rp_uuid) for r in regions] == [False, True]
 
@@ -275,8 +297,12 @@ def test_the_agent_reports_a_fault_injected_in_the_fake_driver(
     fault = {"state": "unhealthy", "reason": "injected", "deployables": {}}
     Path(conf.fake.state_file).write_text(json.dumps({"devices": {address: {"health": fault}}}))
     assert agent.report_once()
-    listed = requests.get(f"{live_api}/v2/devices", headers=V2_13, timeout=10,
-                          params={"hostname": host, "health": "unhealthy"}).json()  # fmt: skip
+    listed = requests.get(
+        f"{live_api}/v2/devices",
+        headers=V2_13,
+        timeout=10,
+        params={"hostname": host, "health": "unhealthy"},
+    ).json()
     assert [(d["pci_address"], d["health_reason"]) for d in listed["devices"]] == [
         (address, "injected")
     ]

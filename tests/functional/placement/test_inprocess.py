@@ -33,8 +33,11 @@ def test_connections_are_kept_between_requests_and_keep_the_write_ahead_log(
     (20 requests open at most one more), and a new one still gets the pragmas."""
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "placement.db")],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     found = json.loads(done.stdout.splitlines()[-1])
     assert found == {"codes": [200], "opened": found["opened"], "mode": "wal"}
     assert found["opened"] <= 1, found

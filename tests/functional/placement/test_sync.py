@@ -40,18 +40,28 @@ def spellings(bare: str) -> tuple[str, str]:
 
 def region_uuid(db: Database, index: int = 0) -> str:
     with db.reader() as conn:
-        rows = conn.execute(
-            select(DEPLOYABLES.c.uuid).where(DEPLOYABLES.c.kind == "region").order_by(
-                DEPLOYABLES.c.id)
-        ).scalars().all()  # fmt: skip
+        rows = (
+            conn.execute(
+                select(DEPLOYABLES.c.uuid)
+                .where(DEPLOYABLES.c.kind == "region")
+                .order_by(DEPLOYABLES.c.id)
+            )
+            .scalars()
+            .all()
+        )
     return str(rows[index])
 
 
 def bump(db: Database, **device_values: Any) -> None:
     """Change the first FPGA as an operator or a report would, and mark the host changed."""
     with db.writer() as conn:
-        first = conn.execute(select(DEVICES.c.id).where(DEVICES.c.type == "FPGA")
-                             .order_by(DEVICES.c.pci_address)).scalars().first()  # fmt: skip
+        first = (
+            conn.execute(
+                select(DEVICES.c.id).where(DEVICES.c.type == "FPGA").order_by(DEVICES.c.pci_address)
+            )
+            .scalars()
+            .first()
+        )
         conn.execute(update(DEVICES).where(DEVICES.c.id == first).values(device_values))
         conn.execute(update(HOSTS).values(generation=HOSTS.c.generation + 1))
 
@@ -78,7 +88,10 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
     }
     _, traits = client.get_traits(region)
     assert traits == {
-        "OWNER_CYBORG", "CUSTOM_FPGA_INTEL", "CUSTOM_FPGA_INTEL_PAC_ARRIA10", "CUSTOM_PROGRAMMABLE",
+        "OWNER_CYBORG",
+        "CUSTOM_FPGA_INTEL",
+        "CUSTOM_FPGA_INTEL_PAC_ARRIA10",
+        "CUSTOM_PROGRAMMABLE",
         "CUSTOM_FPGA_INTEL_ARRIA10",  # spec 001's family trait: the family, not the product
         # Every id in both spellings: 32 hex digits, and spec 004's groups.
         *(f"CUSTOM_FPGA_INTEL_REGION_{i}" for i in spellings(REGION_ID)),
@@ -90,7 +103,7 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
         *(f"CUSTOM_FPGA_INTEL_FUNCTION_{i}" for i in spellings(SECOND_ID)),
         *(f"CUSTOM_FPGA_FUNCTION_INTEL_{i}" for i in spellings(SECOND_ID)),
         *(f"CUSTOM_FPGA_FUNCTION_ID_INTEL_{i}" for i in spellings(SECOND_ID)),
-    }  # fmt: skip
+    }
     provider = client.get_provider(region)
     assert provider is not None and provider.name.startswith(f"{HOST}_0000:")
 
@@ -143,8 +156,11 @@ def test_reprogramming_swaps_the_function_traits_in_one_call(
     new_function = "0123456789abcdef0123456789abcdef"
     new_id = new_function.upper()
     with db.writer() as conn:
-        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == region)
-                     .values(function_uuid=new_function))  # fmt: skip
+        conn.execute(
+            update(DEPLOYABLES)
+            .where(DEPLOYABLES.c.uuid == region)
+            .values(function_uuid=new_function)
+        )
         conn.execute(update(HOSTS).values(generation=HOSTS.c.generation + 1))
     counted.reset()
     sync.sync_pending()
@@ -200,8 +216,11 @@ def test_a_retired_provider_that_comes_back_is_usable_again(
     _, invs = PlacementClient(placement).get_inventories(region)
     assert invs["CUSTOM_ACCELERATOR_FPGA"].reserved == 0
     with db.reader() as conn:
-        retired = conn.execute(select(table(PlacementProvider).c.retired).where(
-            table(PlacementProvider).c.uuid == region)).scalar_one()  # fmt: skip
+        retired = conn.execute(
+            select(table(PlacementProvider).c.retired).where(
+                table(PlacementProvider).c.uuid == region
+            )
+        ).scalar_one()
     assert retired is False
     assert sync.sync_host(HOST, force=True).actions == []
 
@@ -287,10 +306,13 @@ def test_flat_mode_and_the_move_to_nested_providers(
     syncer(db, counted, nested=False).sync_host(HOST)
     _, invs = client.get_inventories(compute.uuid)
     assert {rc: i.total for rc, i in invs.items()} == {
-        "VCPU": 16, "CUSTOM_ACCELERATOR_FPGA": 6, "CUSTOM_ACCELERATOR_VGPU": 24,
-        "CUSTOM_ACCELERATOR_MIG": 5, "CUSTOM_ACCELERATOR_QAT": 4,
+        "VCPU": 16,
+        "CUSTOM_ACCELERATOR_FPGA": 6,
+        "CUSTOM_ACCELERATOR_VGPU": 24,
+        "CUSTOM_ACCELERATOR_MIG": 5,
+        "CUSTOM_ACCELERATOR_QAT": 4,
         "CUSTOM_ACCELERATOR_MEMORY_HBM": 4 * 9856 + 40192,
-    }  # fmt: skip
+    }
     _, traits = client.get_traits(compute.uuid)
     assert {"HW_CPU_X86_AVX2", "CUSTOM_FPGA_INTEL", "CUSTOM_PROGRAMMABLE"} <= traits
     assert [p.uuid for p in client.get_tree(compute.uuid)] == [compute.uuid]
@@ -315,8 +337,11 @@ def test_a_class_still_allocated_is_kept_reserved_until_it_is_free(
     standard = syncer(db, counted, standard_classes=True)
     result = standard.sync_host(HOST, force=True)
     assert result.errors == []
-    assert ("inventories", region, "kept CUSTOM_ACCELERATOR_FPGA fully reserved: still "
-            "allocated") in {(a.op, a.uuid, a.detail) for a in result.actions}  # fmt: skip
+    assert (
+        "inventories",
+        region,
+        "kept CUSTOM_ACCELERATOR_FPGA fully reserved: still allocated",
+    ) in {(a.op, a.uuid, a.detail) for a in result.actions}
     client = PlacementClient(placement)
 
     def inventories() -> dict[str, tuple[int, int]]:
@@ -335,8 +360,9 @@ def compute_node(placement: adapter.Adapter) -> str:
     """A compute node as Nova makes it, with Nova's own inventory and a trait."""
     client = PlacementClient(placement)
     compute = client.create_provider(str(uuid.uuid4()), HOST)
-    client.set_inventories(compute.uuid, {"VCPU": Inventory(total=16),
-                                          "MEMORY_MB": Inventory(total=65536)})  # fmt: skip
+    client.set_inventories(
+        compute.uuid, {"VCPU": Inventory(total=16), "MEMORY_MB": Inventory(total=65536)}
+    )
     client.set_traits(compute.uuid, ["HW_CPU_X86_AVX2"])
     return compute.uuid
 
@@ -380,9 +406,13 @@ def test_flat_mode_removes_a_class_once_its_allocations_are_gone(
     placement.delete(f"/allocations/{consumer}", microversion="1.39")
     flat.sync_host(HOST, force=True)
     assert set(client.get_inventories(compute)[1]) == {
-        "VCPU", "MEMORY_MB", "CUSTOM_ACCELERATOR_FPGA", "CUSTOM_ACCELERATOR_VGPU",
-        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_HBM",
-    }  # fmt: skip
+        "VCPU",
+        "MEMORY_MB",
+        "CUSTOM_ACCELERATOR_FPGA",
+        "CUSTOM_ACCELERATOR_VGPU",
+        "CUSTOM_ACCELERATOR_MIG",
+        "CUSTOM_ACCELERATOR_MEMORY_HBM",
+    }
 
 
 def test_placement_down_leaves_hosts_pending_until_it_answers(
@@ -404,19 +434,31 @@ def test_placement_down_leaves_hosts_pending_until_it_answers(
 def test_configured_functionality_traits_are_published(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
 ) -> None:
-    conf.set_override("functionality", {"pac arria10": "compute",
-                      "9926AB6D-6C92-5A68-AABC-A7D84C545738": "network"}, "placement")  # fmt: skip
+    conf.set_override(
+        "functionality",
+        {"pac arria10": "compute", "9926AB6D-6C92-5A68-AABC-A7D84C545738": "network"},
+        "placement",
+    )
     inventory.reconcile(db, report(conf))
-    Syncer(db, lambda: PlacementClient(counted), options_from_conf(conf),
-           create_compute_nodes=True).sync_host(HOST)  # fmt: skip
+    Syncer(
+        db, lambda: PlacementClient(counted), options_from_conf(conf), create_compute_nodes=True
+    ).sync_host(HOST)
     client = PlacementClient(placement)
     traits = [client.get_traits(region_uuid(db, i))[1] for i in range(4)]  # 2 cards x 2 regions
     functionality = {"CUSTOM_FPGA_COMPUTE", "CUSTOM_FPGA_NETWORK"}
     assert [t & functionality for t in traits] == [
-        {"CUSTOM_FPGA_COMPUTE"}, functionality, {"CUSTOM_FPGA_COMPUTE"}, functionality
-    ]  # fmt: skip
-    not_network = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_COMPUTE":
-                    "required", "trait:CUSTOM_FPGA_NETWORK": "forbidden"}]  # fmt: skip
+        {"CUSTOM_FPGA_COMPUTE"},
+        functionality,
+        {"CUSTOM_FPGA_COMPUTE"},
+        functionality,
+    ]
+    not_network = [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            "trait:CUSTOM_FPGA_COMPUTE": "required",
+            "trait:CUSTOM_FPGA_NETWORK": "forbidden",
+        }
+    ]
     found = client.get_allocation_candidates(profile_query(not_network).params())
     assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
         region_uuid(db, 0),
@@ -449,11 +491,13 @@ def test_standard_resource_classes_are_published_where_upstream_has_them(
     assert published["region0"] == {"FPGA": (2, 0, 2)}
     assert published["vgpu/nvidia-223"] == {"VGPU": (8, 0, 8)}
     assert set(published["mig/1g.10gb"]) == {  # no standard class: custom ones stay
-        "CUSTOM_ACCELERATOR_MIG", "CUSTOM_ACCELERATOR_MEMORY_HBM"
-    }  # fmt: skip
+        "CUSTOM_ACCELERATOR_MIG",
+        "CUSTOM_ACCELERATOR_MEMORY_HBM",
+    }
     assert published["vf_pool"] == {"CUSTOM_ACCELERATOR_QAT": (4, 0, 4)}
-    upstream_flavor = [{"resources:FPGA": "1", f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}":
-                        "required"}]  # fmt: skip
+    upstream_flavor = [
+        {"resources:FPGA": "1", f"trait:CUSTOM_FPGA_REGION_INTEL_{REGION_ID}": "required"}
+    ]
     found = client.get_allocation_candidates(profile_query(upstream_flavor).params())
     assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
         region_uuid(db, 0),
@@ -475,8 +519,12 @@ def test_memory_classes_in_nested_mode(
         "CUSTOM_ACCELERATOR_MEMORY_HBM": (4 * 9856, 0, 9856),  # per unit: max_unit
     }
     assert published["mig/3g.40gb"]["CUSTOM_ACCELERATOR_MEMORY_HBM"] == (40192, 0, 40192)
-    big = [{"resources:CUSTOM_ACCELERATOR_MIG": "1",
-            "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "20000"}]  # fmt: skip
+    big = [
+        {
+            "resources:CUSTOM_ACCELERATOR_MIG": "1",
+            "resources:CUSTOM_ACCELERATOR_MEMORY_HBM": "20000",
+        }
+    ]
     found = client.get_allocation_candidates(profile_query(big).params())
     h100 = report(conf).devices[3].pci_address
     assert {rp for r in found.requests for rp in r.mappings["device_profile_0"]} == {
@@ -484,13 +532,16 @@ def test_memory_classes_in_nested_mode(
     }
     # A driver that cannot tell the memory type: the class is named after the accelerator.
     with db.writer() as conn:
-        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.key == "mig/3g.40gb")
-                     .values(memory_type=None))  # fmt: skip
+        conn.execute(
+            update(DEPLOYABLES).where(DEPLOYABLES.c.key == "mig/3g.40gb").values(memory_type=None)
+        )
         conn.execute(update(HOSTS).values(generation=HOSTS.c.generation + 1))
     syncer(db, counted).sync_host(HOST)
     after = inventories_by_key(client, compute.uuid)["mig/3g.40gb"]
-    assert after == {"CUSTOM_ACCELERATOR_MIG": (1, 0, 1),
-                     "CUSTOM_ACCELERATOR_MEMORY_MIG": (40192, 0, 40192)}  # fmt: skip
+    assert after == {
+        "CUSTOM_ACCELERATOR_MIG": (1, 0, 1),
+        "CUSTOM_ACCELERATOR_MEMORY_MIG": (40192, 0, 40192),
+    }
 
 
 def test_a_device_whose_names_are_invalid_is_left_out_and_named(
@@ -502,8 +553,9 @@ def test_a_device_whose_names_are_invalid_is_left_out_and_named(
     [error] = result.errors
     assert "'Intel/Altera'" in error and "fake" in error
     with db.reader() as conn:
-        bad = conn.execute(select(DEVICES.c.pci_address).where(
-            DEVICES.c.vendor_name == "Intel/Altera")).scalar_one()  # fmt: skip
+        bad = conn.execute(
+            select(DEVICES.c.pci_address).where(DEVICES.c.vendor_name == "Intel/Altera")
+        ).scalar_one()
     assert f"{HOST} {bad}" in error
     client = PlacementClient(placement)
     compute = client.find_provider(HOST)
@@ -540,20 +592,34 @@ def test_spec_001_flavors_find_the_providers_acceleron_published(
     inventory.reconcile(db, report(conf))
     syncer(db, counted).sync_host(HOST)
     client = PlacementClient(placement)
-    daas = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10":
-             "required", "trait:CUSTOM_PROGRAMMABLE": "required"}]  # fmt: skip
+    daas = [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            "trait:CUSTOM_FPGA_INTEL_PAC_ARRIA10": "required",
+            "trait:CUSTOM_PROGRAMMABLE": "required",
+        }
+    ]
     found = client.get_allocation_candidates(profile_query(daas).params())
     assert len(found.requests) == 4  # 2 cards x 2 regions
-    afaas = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1",
-              f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}": "required"}]  # fmt: skip
+    afaas = [
+        {
+            "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+            f"trait:CUSTOM_FPGA_INTEL_FUNCTION_{FUNCTION_ID}": "required",
+        }
+    ]
     found = client.get_allocation_candidates(profile_query(afaas).params())
     regions = {rp for r in found.requests for rp in r.mappings["device_profile_0"]}
     with db.reader() as conn:
-        expected = set(conn.execute(select(DEPLOYABLES.c.uuid).where(
-            DEPLOYABLES.c.function_uuid == FUNCTION)).scalars())  # fmt: skip
+        expected = set(
+            conn.execute(
+                select(DEPLOYABLES.c.uuid).where(DEPLOYABLES.c.function_uuid == FUNCTION)
+            ).scalars()
+        )
     assert regions == expected and len(regions) == 2
-    two = [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}, {"resources:CUSTOM_ACCELERATOR_VGPU": "1",
-           "trait:CUSTOM_NVIDIA_1EB8_T4_2B": "required"}]  # fmt: skip
+    two = [
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1"},
+        {"resources:CUSTOM_ACCELERATOR_VGPU": "1", "trait:CUSTOM_NVIDIA_1EB8_T4_2B": "required"},
+    ]
     found = client.get_allocation_candidates(profile_query(two).params())
     assert found.requests and all(
         set(r.mappings) == {"device_profile_0", "device_profile_1"} for r in found.requests
@@ -571,8 +637,9 @@ def test_spec_001_afaas_flavors_in_spec_001_spelling_on_the_published_tree(
     inventory.reconcile(db, report(conf))
     programmed, blank = region_uuid(db, 0), region_uuid(db, 2)  # region0 of each card
     with db.writer() as conn:  # the second card's region0 holds no function yet
-        conn.execute(update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == blank)
-                     .values(function_uuid=None))  # fmt: skip
+        conn.execute(
+            update(DEPLOYABLES).where(DEPLOYABLES.c.uuid == blank).values(function_uuid=None)
+        )
     syncer(db, counted).sync_host(HOST)
     client = PlacementClient(placement)
     function = f"CUSTOM_FPGA_FUNCTION_INTEL_{FUNCTION_ID}"
@@ -609,14 +676,33 @@ def nested_card() -> Any:
     from acceleron.vocabulary import Deployable as Dep
     from acceleron.vocabulary import Device as Dev
 
-    vfs = Dep("region0/vfs", "vf_pool", 2, accelerator_type="FPGA_VF",
-              attach_handles=(AttachHandle("PCI", "0000:5e:00.2"),
-                              AttachHandle("PCI", "0000:5e:00.3")))  # fmt: skip
+    vfs = Dep(
+        "region0/vfs",
+        "vf_pool",
+        2,
+        accelerator_type="FPGA_VF",
+        attach_handles=(AttachHandle("PCI", "0000:5e:00.2"), AttachHandle("PCI", "0000:5e:00.3")),
+    )
     handle = AttachHandle("PCI", "0000:5e:00.1")
-    region = Dep("region0", "region", 1, programmable=True, region_type=REGION_TYPE,
-                 attach_handles=(handle,), children=(vfs,))  # fmt: skip
-    return Dev("0000:5e:00.0", "FPGA", "8086", "INTEL", "09c4", "PAC_ARRIA10", "intel_fpga",
-               deployables=(region,))  # fmt: skip
+    region = Dep(
+        "region0",
+        "region",
+        1,
+        programmable=True,
+        region_type=REGION_TYPE,
+        attach_handles=(handle,),
+        children=(vfs,),
+    )
+    return Dev(
+        "0000:5e:00.0",
+        "FPGA",
+        "8086",
+        "INTEL",
+        "09c4",
+        "PAC_ARRIA10",
+        "intel_fpga",
+        deployables=(region,),
+    )
 
 
 def test_a_nested_deployable_is_a_child_provider_of_its_region(

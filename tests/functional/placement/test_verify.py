@@ -24,8 +24,9 @@ DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
 OTHERS = ["other-host", "third-host"]
 
 
-def _synced(db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter,
-            hosts: tuple[str, ...] = (HOST,)) -> Syncer:  # fmt: skip
+def _synced(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, hosts: tuple[str, ...] = (HOST,)
+) -> Syncer:
     for host in hosts:
         inventory.reconcile(db, report(conf, host))
     sync = syncer(db, counted)
@@ -41,11 +42,14 @@ def _region(db: Database, host: str = HOST) -> str:
 
 def _regions(db: Database, host: str = HOST) -> list[str]:
     with db.reader() as conn:
-        return list(conn.execute(select(DEPLOYABLES.c.rp_uuid)
-                                 .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
-                                 .where(DEPLOYABLES.c.kind == "region",
-                                        DEVICES.c.hostname == host)
-                                 .order_by(DEPLOYABLES.c.id)).scalars())  # fmt: skip
+        return list(
+            conn.execute(
+                select(DEPLOYABLES.c.rp_uuid)
+                .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+                .where(DEPLOYABLES.c.kind == "region", DEVICES.c.hostname == host)
+                .order_by(DEPLOYABLES.c.id)
+            ).scalars()
+        )
 
 
 def _compute(db: Database, host: str = HOST) -> str:
@@ -57,8 +61,11 @@ def _compute(db: Database, host: str = HOST) -> str:
 
 def _tree_reads(counted: CountingAdapter) -> list[str]:
     """The trees read, by the uuid each GET named."""
-    return [c.query.removeprefix("in_tree=") for c in counted.calls
-            if c.method == "GET" and c.path == "/resource_providers"]  # fmt: skip
+    return [
+        c.query.removeprefix("in_tree=")
+        for c in counted.calls
+        if c.method == "GET" and c.path == "/resource_providers"
+    ]
 
 
 def test_a_quiet_host_is_verified_with_one_small_get(
@@ -185,8 +192,11 @@ def test_the_api_sync_thread_verifies_at_its_ticks(
         _, traits = client.get_traits(region)
         assert client.delete_provider(region)
         # made again, then its inventories and traits written: the last is the signal
-        wait_for(lambda: client.get_provider(region) is not None
-                 and client.get_traits(region)[1] == traits)  # fmt: skip
+        wait_for(
+            lambda: (
+                client.get_provider(region) is not None and client.get_traits(region)[1] == traits
+            )
+        )
 
 
 def test_without_a_reconciler_the_api_sync_thread_reads_what_moved(

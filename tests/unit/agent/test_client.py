@@ -108,8 +108,13 @@ def keystone(tmp_path: Path, **options: str) -> cfg.ConfigOpts:
 
 
 def test_keystone_mode_finds_the_api_in_the_catalog(tmp_path: Path) -> None:
-    conf = keystone(tmp_path, auth_url="http://keystone:5000/v3", username="acceleron",
-                    password="secret", project_name="service")  # fmt: skip
+    conf = keystone(
+        tmp_path,
+        auth_url="http://keystone:5000/v3",
+        username="acceleron",
+        password="secret",
+        project_name="service",
+    )
     client = connect(conf)
     assert client._adapter.auth is not None
     assert client._adapter.endpoint_override is None

@@ -124,8 +124,9 @@ def test_no_report_is_sent_when_a_driver_failed(
 def test_the_report_is_valid_and_says_who_sent_it(
     sysfs_tree: MakeTree, agent_conf: cfg.ConfigOpts
 ) -> None:
-    agent_conf.set_override("enabled_drivers", ["fake", "intel_fpga", "nvidia_gpu", "intel_qat"],
-                            group="agent")  # fmt: skip
+    agent_conf.set_override(
+        "enabled_drivers", ["fake", "intel_fpga", "nvidia_gpu", "intel_qat"], group="agent"
+    )
     scan = discovery.scan(load_drivers(agent_conf, sysfs_tree(SCENARIO_6_1)))
     report = discovery.build_report("fakehost", scan.devices)
     assert report.hostname == "fakehost"

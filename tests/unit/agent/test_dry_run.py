@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 import acceleron
-from acceleron import tree
+from acceleron import text_tree
 from acceleron.agent import discovery
 from acceleron.cli.main import main
 from acceleron.report import from_json
 from acceleron.vocabulary import AttachHandle, Deployable, Device
+from tests.fixtures.cards import gpu_spec
 from tests.fixtures.sysfs import SCENARIO_6_1
 
-MakeTree = Callable[[str], Path]
+MakeTree = Callable[..., Path]
 pytestmark = pytest.mark.usefixtures("keep_logging")
 
 
@@ -39,8 +40,12 @@ def test_a_tree_per_device_from_a_sysfs_root(
     sysfs_tree: MakeTree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = sysfs_tree(SCENARIO_6_1)
-    path = config(tmp_path, root=str(root), enabled_drivers="intel_fpga,nvidia_gpu,intel_qat",
-                  api_endpoint="http://127.0.0.1:1")  # fmt: skip
+    path = config(
+        tmp_path,
+        root=str(root),
+        enabled_drivers="intel_fpga,nvidia_gpu,intel_qat",
+        api_endpoint="http://127.0.0.1:1",
+    )
     code, out, err = dry_run(capsys, path)
     assert code == 0, err
     assert out.startswith(f"Host fakehost: 4 devices (agent {acceleron.__version__}, ")
@@ -58,6 +63,20 @@ def test_a_tree_per_device_from_a_sysfs_root(
     assert "── MDEV 6c4f8a2e-0d7b-4a57-9a4e-3f0c1b2d9e10  (in use)" in gpu
     qat = next(b for b in blocks if b.startswith("0000:3d:00.0"))
     assert "NUMA unknown  driver intel_qat" in qat.splitlines()[0]
+
+
+def test_a_device_behind_a_switch_says_so(
+    sysfs_tree: MakeTree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bridges = ["0000:5a:01.0", "0000:5b:00.0", "0000:5c:08.0"]
+    root = sysfs_tree({"devices": [gpu_spec("0000:5d:00.0", bridges=bridges)]})
+    path = config(tmp_path, root=str(root), enabled_drivers="nvidia_gpu")
+    code, out, err = dry_run(capsys, path)
+    assert code == 0, err
+    assert out.split("\n\n")[1].splitlines()[0] == (
+        "0000:5d:00.0  GPU  NVIDIA H100 (10de:2330)  NUMA 0  PCIe switch 0000:5b:00.0  "
+        "driver nvidia_gpu"
+    )
 
 
 def test_json_is_the_exact_report(
@@ -94,17 +113,29 @@ def test_an_unknown_driver_is_a_configuration_error(
 
 def test_the_tree_shows_every_field_an_operator_checks() -> None:
     region = Deployable(
-        key="region0", kind="region", num_accelerators=1, programmable=True,
-        region_type="ab" * 16, bitstream_id="0x2300041", function_uuids=("cd" * 16,),
-        memory_mb=8192, traits=("CUSTOM_FPGA_X",),
+        key="region0",
+        kind="region",
+        num_accelerators=1,
+        programmable=True,
+        region_type="ab" * 16,
+        bitstream_id="0x2300041",
+        function_uuids=("cd" * 16,),
+        memory_mb=8192,
+        traits=("CUSTOM_FPGA_X",),
         attach_handles=(AttachHandle("PCI", "0000:5e:00.1", in_use=True),),
         children=(Deployable(key="vf_pool", kind="vf_pool", num_accelerators=0),),
-    )  # fmt: skip
+    )
     device = Device(
-        pci_address="0000:5e:00.0", type="FPGA", vendor_id="8086", vendor_name="INTEL",
-        product_id="0b30", model="N3000", driver="intel_fpga", deployables=(region,),
-    )  # fmt: skip
-    text = tree.report(discovery.build_report("h1", [device]))
+        pci_address="0000:5e:00.0",
+        type="FPGA",
+        vendor_id="8086",
+        vendor_name="INTEL",
+        product_id="0b30",
+        model="N3000",
+        driver="intel_fpga",
+        deployables=(region,),
+    )
+    text = text_tree.report(discovery.build_report("h1", [device]))
     assert text.splitlines()[2:] == [
         "0000:5e:00.0  FPGA  INTEL N3000 (8086:0b30)  NUMA unknown  driver intel_fpga",
         "└── region0  region, 1 accelerator, programmable",

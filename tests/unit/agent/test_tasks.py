@@ -36,8 +36,14 @@ def test_an_api_gone_mid_fetch_leaves_the_task_unfinished(tmp_path: Path) -> Non
     seconds = done["result"].pop("phase_seconds")  # the API observes them
     assert set(seconds) == {"fetch", "verify", "program"}
     assert done == {
-        "state": "done", "result": {"bitstream_id": "b1", "function_uuid": "ab" * 16},
-    }  # fmt: skip
+        "state": "done",
+        "result": {
+            "bitstream_id": "b1",
+            "function_uuid": "ab" * 16,
+            "functions": ["ab" * 16],
+            "signature": {"verified": False, "reason": "unsigned"},
+        },
+    }
     assert api.updates[-1]["state"] == "done" and api.updates[-1]["phase"] == "report"
 
 
@@ -89,8 +95,14 @@ class Outage:
 
 def test_the_runner_probes_an_api_that_went_away_instead_of_sleeping(tmp_path: Path) -> None:
     """A backoff of a minute is cut short by the first probe that finds the API back."""
-    settings = tasks.Settings(hostname="h", cache_dir=tmp_path, journal=tmp_path / "j.json",
-                              backoff_initial=60, backoff_max=600, probe_interval=0.01)  # fmt: skip
+    settings = tasks.Settings(
+        hostname="h",
+        cache_dir=tmp_path,
+        journal=tmp_path / "j.json",
+        backoff_initial=60,
+        backoff_max=600,
+        probe_interval=0.01,
+    )
     api = Outage(down=3)
     work = tasks.TaskRunner(settings, [], api)  # type: ignore[arg-type]
     api.runner = work

@@ -53,11 +53,22 @@ class Gpu:
     retired_pending: int | None = 0
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corr, unc, pending, failed
     ecc_volatile_uncorrected: int | None = 0
+    # Its NVLinks: for each link, the bus id at its far end (a GPU's or an NVSwitch's,
+    # b"00000000:3C:00.0"; b"": NVML names none), or None for a link that is down; None:
+    # NotSupported (no NVLink). ``nvswitch``: its links lead to NVSwitches (their remote
+    # device type), else to GPUs.
+    nvlinks: list[bytes | None] | None = None
+    nvswitch: bool = False
+    # The NVLink fabric it joined: (cluster uuid bytes, clique id, state); None:
+    # NotSupported.
+    fabric: tuple[bytes, int, int] | None = None
 
 
 class FakeNvml:
     NVMLError = pynvml.NVMLError
     NVML_GPU_INSTANCE_PROFILE_COUNT = pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+    NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
+    c_nvmlGpuFabricInfo_v2_t = pynvml.c_nvmlGpuFabricInfo_v2_t
 
     def __init__(self, gpus: list[Gpu], init_error: int | None = None) -> None:
         self.gpus = gpus
@@ -68,9 +79,15 @@ class FakeNvml:
 
     def xid(self, index: int, xid: int, gpu_instance_id: int = 0xFFFFFFFF) -> None:
         """Inject a critical XID on GPU ``index`` (as nvmlEventSetWait would return it)."""
-        self.events.put(SimpleNamespace(device=index, eventType=8, eventData=xid,
-                                        gpuInstanceId=gpu_instance_id,
-                                        computeInstanceId=0xFFFFFFFF))  # fmt: skip
+        self.events.put(
+            SimpleNamespace(
+                device=index,
+                eventType=8,
+                eventData=xid,
+                gpuInstanceId=gpu_instance_id,
+                computeInstanceId=0xFFFFFFFF,
+            )
+        )
 
     def _gpu(self, handle: Any) -> Gpu:
         if isinstance(handle, tuple):
@@ -188,6 +205,48 @@ class FakeNvml:
         if value is None:
             raise error(NOT_SUPPORTED)
         return value
+
+    def _link(self, handle: Any, link: int) -> bytes | None:
+        links = self._gpu(handle).nvlinks
+        if links is None:
+            raise error(NOT_SUPPORTED)
+        if not 0 <= link < len(links):
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        return 0 if self._link(handle, link) is None else 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
+        remote = self._link(handle, link)
+        if remote is None:
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not remote:
+            raise error(NOT_SUPPORTED)
+        domain, bus, rest = remote.decode().split(":")
+        return SimpleNamespace(
+            busId=remote,
+            domain=int(domain, 16),
+            bus=int(bus, 16),
+            device=int(rest.split(".")[0], 16),
+        )
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+        self._link(handle, link)
+        switch = self._gpu(handle).nvswitch
+        return int(
+            pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH if switch else pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+        )
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int:
+        fabric = self._gpu(handle).fabric
+        if fabric is None:
+            raise error(NOT_SUPPORTED)
+        struct = info._obj  # what ctypes.byref() refers to, as the C call would fill it
+        cluster, clique, state = fabric
+        struct.clusterUuid[:] = list(cluster)
+        struct.cliqueId, struct.state, struct.status = clique, state, 0
+        return 0
 
     def nvmlEventSetCreate(self) -> Any:
         self.calls.append("event_set")

@@ -228,6 +228,11 @@ def test_corrupt_state_file_is_ignored(driver_conf: cfg.ConfigOpts, tmp_path: Pa
             "devices: [{type: GPU, pci_address: 0c:00.0}, {type: QAT, pci_address: '0C:00.0'}]",
             "device 2: pci_address 0000:0c:00.0 is named twice",
         ),
+        ("devices: [{type: GPU, count: 2, numa_node: [0]}]", "numa_node lists 1 values for 2"),
+        ("devices: [{type: GPU, numa_node: -1}]", "numa_node -1 is not a NUMA node number"),
+        ("devices: [{type: GPU, pcie_switch: sw0}]", "pcie_switch 'sw0' is not the PCI address"),
+        ("devices: [{type: GPU, count: 2, pcie_switch: ['0000:15:00.0', 7]}]", "pcie_switch 7"),
+        ("devices: [{type: GPU, nvlink_domain: ''}]", "nvlink_domain '' is not a name of 1"),
     ],
 )
 def test_bad_inventories(
@@ -235,6 +240,44 @@ def test_bad_inventories(
 ) -> None:
     with pytest.raises(DriverConfigError, match=message):
         inventory(driver_conf, tmp_path, text)
+
+
+HGX = Path(__file__).parents[3] / "cloud/templates/inventory-compute-hgx.yaml"
+
+
+def test_the_8_gpu_example_inventory(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
+    """Eight whole H200s: 0-3 on NUMA node 0 and 4-7 on node 1, two per PCIe switch, all
+    in one NVLink domain."""
+    devices = inventory(driver_conf, tmp_path, HGX.read_text()).discover()
+    assert [(d.product_id, d.model, d.type) for d in devices] == [("2335", "H200", "GPU")] * 8
+    assert [d.numa_node for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    switches = [d.pcie_switch for d in devices]
+    assert [switches.count(s) for s in switches] == [2] * 8
+    assert len(set(switches)) == 4 and switches == sorted(s or "" for s in switches)
+    assert {d.nvlink_domain for d in devices} == {"nvswitch-0"}
+    for device in devices:
+        (whole,) = device.deployables
+        assert (whole.kind, whole.num_accelerators, whole.memory_mb, whole.memory_type) == (
+            "device",
+            1,
+            143771,
+            "HBM",
+        )
+
+
+def test_topology_per_device_or_per_entry(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
+    text = """
+devices:
+  - {type: GPU, count: 2, numa_node: [1, null], pcie_switch: ["17:00.0", null]}
+  - {type: GPU, pci_address: "0000:8a:00.0", pcie_switch: "0000:89:00.0",
+     nvlink_domain: bridge-a}
+"""
+    devices = inventory(driver_conf, tmp_path, text).discover()
+    assert [(d.numa_node, d.pcie_switch, d.nvlink_domain) for d in devices] == [
+        (1, "0000:17:00.0", None),
+        (None, None, None),
+        (None, "0000:89:00.0", "bridge-a"),
+    ]
 
 
 def test_missing_inventory_file(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:

@@ -40,8 +40,14 @@ class Clock:
 
 
 def test_worst_keeps_the_worst_state_and_its_reasons() -> None:
-    verdict = worst([Health(), Health("degraded", "a"), Health("unhealthy", "b"),
-                     Health("unhealthy", "c", {"region0": Health("degraded", "d")})])  # fmt: skip
+    verdict = worst(
+        [
+            Health(),
+            Health("degraded", "a"),
+            Health("unhealthy", "b"),
+            Health("unhealthy", "c", {"region0": Health("degraded", "d")}),
+        ]
+    )
     assert verdict == Health("unhealthy", "b; c", {"region0": Health("degraded", "d")})
     assert worst([]) == Health()
     assert worst([Health("bogus", "x")]).state == "degraded"
@@ -77,10 +83,16 @@ def test_an_event_is_held_then_let_go() -> None:
 def test_aer_fatal_and_nonfatal_on_a_generic_pci_device(
     sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
 ) -> None:
-    driver_conf.set_override("device_spec", ['{"vendor_id": "1d0f", "product_id": "cd01"}'],
-                             group="pci")  # fmt: skip
-    card = {"bdf": "0000:a1:00.0", "vendor": "0x1d0f", "device": "0xcd01", "class": "0x120000",
-            "driver": "vfio-pci"}  # fmt: skip
+    driver_conf.set_override(
+        "device_spec", ['{"vendor_id": "1d0f", "product_id": "cd01"}'], group="pci"
+    )
+    card = {
+        "bdf": "0000:a1:00.0",
+        "vendor": "0x1d0f",
+        "device": "0xcd01",
+        "class": "0x120000",
+        "driver": "vfio-pci",
+    }
     root = sysfs_tree({"devices": [card]})
     driver = PciDriver(driver_conf, root)
     clock = Clock()
@@ -134,8 +146,13 @@ def test_qat_down_and_heartbeat(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpt
 
 def test_fpga_fme_errors(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     spec = pac("0000:5e:00.0")
-    spec["fpga"] = {**spec["fpga"], "fme": {**spec["fpga"]["fme"],
-                    "errors": {"catfatal_errors": "0x800", "first_error": "0x800"}}}  # fmt: skip
+    spec["fpga"] = {
+        **spec["fpga"],
+        "fme": {
+            **spec["fpga"]["fme"],
+            "errors": {"catfatal_errors": "0x800", "first_error": "0x800"},
+        },
+    }
     root = sysfs_tree({"devices": [spec]})
     driver = IntelFpgaDriver(driver_conf, root)
     (device,) = driver.discover()
@@ -200,9 +217,12 @@ def nvidia(conf: cfg.ConfigOpts, root: Path, lib: FakeNvml) -> NvidiaGpuDriver:
     ],
 )  # fmt: skip
 def test_nvml_memory_faults(
-    sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts, fault: dict[str, Any], state: str,
+    sysfs_tree: MakeTree,
+    driver_conf: cfg.ConfigOpts,
+    fault: dict[str, Any],
+    state: str,
     reason: str | None,
-) -> None:  # fmt: skip
+) -> None:
     lib = FakeNvml([h100(**fault)])
     driver = nvidia(driver_conf, sysfs_tree({"devices": [gpu_spec()]}), lib)
     (device,) = driver.discover()

@@ -170,9 +170,12 @@ def test_permission_denied_reads_as_unknown(
 def test_vf_gone_mid_scan(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     spec = pac(
         "0000:5e:00.0",
-        sriov={"totalvfs": 2, "vf_device": "09c5",
-               "vfs": ["0000:5e:00.1", {"bdf": "0000:5e:00.2", "gone": True}]},
-    )  # fmt: skip
+        sriov={
+            "totalvfs": 2,
+            "vf_device": "09c5",
+            "vfs": ["0000:5e:00.1", {"bdf": "0000:5e:00.2", "gone": True}],
+        },
+    )
     (device,) = discover(driver_conf, sysfs_tree({"devices": [spec]}))
     assert device.deployables == (region(["0000:5e:00.1"], (NLB,)),)
 
@@ -318,9 +321,16 @@ def test_program_runs_fpgaconf_with_the_segment(
     image.write_bytes(gbs.build(TYPE_A10, (NLB,), b"bits"))
     driver.program(device, "region0", image)
     assert json.loads(out.read_text()) == [
-        "--segment", "0x10000", "--bus", "0x5e", "--device", "0x00", "--function", "0x0",
+        "--segment",
+        "0x10000",
+        "--bus",
+        "0x5e",
+        "--device",
+        "0x00",
+        "--function",
+        "0x0",
         str(image),
-    ]  # fmt: skip
+    ]
 
 
 def test_program_refuses_another_region_type(

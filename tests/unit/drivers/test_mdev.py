@@ -20,8 +20,7 @@ PF = "sys/bus/pci/devices/0000:3b:00.0"
 def test_an_mdev_is_created_by_writing_its_uuid_and_removed_by_writing_1(
     sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts
 ) -> None:
-    types = {"nvidia-223": {"name": "GRID T4-2B", "available_instances": 1,
-                            "created": [CREATED]}}  # fmt: skip
+    types = {"nvidia-223": {"name": "GRID T4-2B", "available_instances": 1, "created": [CREATED]}}
     root = sysfs_tree({"devices": [gpu_spec(device="0x1eb8", mdev_types=types)]})
     driver = NvidiaGpuDriver(driver_conf, root)
     assert isinstance(driver, Mediated)
@@ -48,9 +47,13 @@ def test_a_vfio_vf_is_given_its_vgpu_type_and_freed(
     offers = ["1414 : NVIDIA H100-1-10C"]
     spec = gpu_spec(
         device="0x2331",
-        sriov={"totalvfs": 16, "vf_device": "2331", "vf_driver": "nvidia",
-               "vfs": [{"bdf": "0000:3b:00.5", "nvidia": {"creatable_vgpu_types": offers}}]},
-    )  # fmt: skip
+        sriov={
+            "totalvfs": 16,
+            "vf_device": "2331",
+            "vf_driver": "nvidia",
+            "vfs": [{"bdf": "0000:3b:00.5", "nvidia": {"creatable_vgpu_types": offers}}],
+        },
+    )
     root = sysfs_tree({"devices": [spec]})
     driver = NvidiaGpuDriver(driver_conf, root)
     (device,) = driver.discover()

@@ -155,8 +155,10 @@ def proc_gpu(root: Path, address: str, minor: int, gpu_instances: list[int]) -> 
     """What the NVIDIA driver shows in /proc for a GPU and its MIG GPU instances."""
     info = root / "proc/driver/nvidia/gpus" / address / "information"
     info.parent.mkdir(parents=True)
-    info.write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nBus Location: \t {address}\n"
-                    f"Device Minor: \t {minor}\nGPU Excluded:\t No\n")  # fmt: skip
+    info.write_text(
+        f"Model: \t\t NVIDIA H100 80GB HBM3\nBus Location: \t {address}\n"
+        f"Device Minor: \t {minor}\nGPU Excluded:\t No\n"
+    )
     mig = root / "proc/driver/nvidia/capabilities" / f"gpu{minor}" / "mig"
     mig.mkdir(parents=True)
     for gi in gpu_instances:
@@ -177,21 +179,29 @@ def test_mig_without_nvml_is_a_whole_gpu_with_a_warning(
     assert [[d.key for d in device.deployables] for device in devices] == [["device"]] * 2
     warnings = [r.getMessage() for r in caplog.records if "MIG" in r.getMessage()]
     assert len(warnings) == 1  # once, for the GPU in MIG mode only
-    assert warnings[0].startswith("GPU 0000:3b:00.0 is in MIG mode, but MIG instances can only "
-                                  "be read through NVML")  # fmt: skip
+    assert warnings[0].startswith(
+        "GPU 0000:3b:00.0 is in MIG mode, but MIG instances can only be read through NVML"
+    )
 
 
 def test_mdev_types_on_sriov_vfs(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     """Ampere before vGPU 17: each VF carries the types, one instance each."""
     free = {"nvidia-500": {"name": "NVIDIA A100-4C", "available_instances": 1}}
-    used = {"nvidia-500": {"name": "NVIDIA A100-4C", "available_instances": 0,
-                           "created": [CREATED]}}  # fmt: skip
+    used = {
+        "nvidia-500": {"name": "NVIDIA A100-4C", "available_instances": 0, "created": [CREATED]}
+    }
     spec = gpu_spec(
         device="0x20b5",
-        sriov={"totalvfs": 16, "vf_device": "20b5", "vf_driver": "nvidia",
-               "vfs": [{"bdf": "0000:3b:00.4", "mdev_types": used},
-                       {"bdf": "0000:3b:00.5", "mdev_types": free}]},
-    )  # fmt: skip
+        sriov={
+            "totalvfs": 16,
+            "vf_device": "20b5",
+            "vf_driver": "nvidia",
+            "vfs": [
+                {"bdf": "0000:3b:00.4", "mdev_types": used},
+                {"bdf": "0000:3b:00.5", "mdev_types": free},
+            ],
+        },
+    )
     (device,) = discover(driver_conf, sysfs_tree({"devices": [spec]}))
     (dep,) = device.deployables
     assert (dep.key, dep.num_accelerators, dep.traits) == (
@@ -213,12 +223,20 @@ def test_vendor_specific_vfio_vgpu(sysfs_tree: MakeTree, driver_conf: cfg.Config
     offers = ["1414 : NVIDIA H100-1-10C", "1415 : NVIDIA H100-2-20C"]
     spec = gpu_spec(
         device="0x2331",
-        sriov={"totalvfs": 16, "vf_device": "2331", "vf_driver": "nvidia",
-               "vfs": [{"bdf": "0000:3b:00.4", "nvidia": {"creatable_vgpu_types": [],
-                                                          "current_vgpu_type": 1414}},
-                       {"bdf": "0000:3b:00.5", "nvidia": {"creatable_vgpu_types": offers}},
-                       {"bdf": "0000:3b:00.6", "nvidia": {"creatable_vgpu_types": offers[:1]}}]},
-    )  # fmt: skip
+        sriov={
+            "totalvfs": 16,
+            "vf_device": "2331",
+            "vf_driver": "nvidia",
+            "vfs": [
+                {
+                    "bdf": "0000:3b:00.4",
+                    "nvidia": {"creatable_vgpu_types": [], "current_vgpu_type": 1414},
+                },
+                {"bdf": "0000:3b:00.5", "nvidia": {"creatable_vgpu_types": offers}},
+                {"bdf": "0000:3b:00.6", "nvidia": {"creatable_vgpu_types": offers[:1]}},
+            ],
+        },
+    )
     (device,) = discover(driver_conf, sysfs_tree({"devices": [spec]}))
     assert [(d.key, d.kind, d.num_accelerators, d.traits) for d in device.deployables] == [
         ("vgpu/nvidia-1414", "vgpu_type", 3, ("CUSTOM_NVIDIA_2331_H100_1_10C",)),
@@ -280,8 +298,10 @@ def test_vfs_appearing_later_add_vgpu_handles(
     offers = ["1414 : NVIDIA H100-1-10C"]
 
     def gpu(count: int) -> dict[str, Any]:
-        vfs = [{"bdf": f"0000:3b:00.{4 + i}", "nvidia": {"creatable_vgpu_types": offers}}
-               for i in range(count)]  # fmt: skip
+        vfs = [
+            {"bdf": f"0000:3b:00.{4 + i}", "nvidia": {"creatable_vgpu_types": offers}}
+            for i in range(count)
+        ]
         sriov = {"totalvfs": 16, "vf_device": "2331", "vf_driver": "nvidia", "vfs": vfs}
         return {"devices": [gpu_spec(device="0x2331", sriov=sriov)]}
 
@@ -369,9 +389,13 @@ def test_mig_instances(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> Non
         return AttachHandle(
             type="MIG",
             address=mig.uuid,
-            info={**PF_INFO, "gpu_uuid": gpu_uuid, "mig_uuid": mig.uuid,
-                  "gpu_instance_id": str(mig.gpu_instance_id)},
-        )  # fmt: skip
+            info={
+                **PF_INFO,
+                "gpu_uuid": gpu_uuid,
+                "mig_uuid": mig.uuid,
+                "gpu_instance_id": str(mig.gpu_instance_id),
+            },
+        )
 
     assert device.deployables == (
         Deployable(
@@ -450,7 +474,7 @@ def test_real_pynvml_has_everything_the_seam_uses() -> None:
     lib = nvml.load_pynvml()
     assert lib is not None
     members = [m for m in dir(nvml.NvmlLib) if m.startswith("nvml")]
-    assert len(members) == 24
+    assert len(members) == 28
     assert all(callable(getattr(lib, m)) for m in members)
     assert issubclass(lib.NVMLError, Exception)
     assert lib.NVML_GPU_INSTANCE_PROFILE_COUNT == 0x12

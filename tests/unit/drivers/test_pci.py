@@ -106,8 +106,9 @@ def test_vfs_appearing_later_join_the_pool(
     driver = PciDriver(driver_conf, root)
     assert shape(driver.discover()) == [("0000:18:00.0", "NIC", "INTEL", [("vf_pool", 0, [])])]
     vfs = ["0000:18:02.0", "0000:18:02.1"]
-    rebuild_sysfs(root, host_6_1(sriov={"totalvfs": 64, "vf_device": "154c", "vf_driver": "iavf",
-                                        "vfs": vfs}))  # fmt: skip
+    rebuild_sysfs(
+        root, host_6_1(sriov={"totalvfs": 64, "vf_device": "154c", "vf_driver": "iavf", "vfs": vfs})
+    )
     assert shape(driver.discover()) == [("0000:18:00.0", "NIC", "INTEL", [("vf_pool", 2, vfs)])]
 
 
@@ -164,14 +165,16 @@ def test_list_value_and_several_types(sysfs_tree: MakeTree, driver_conf: cfg.Con
         return {"bdf": bdf, "vendor": vendor, "device": device, "class": klass}
 
     root = sysfs_tree(
-        {"devices": [
-            dev("0000:01:00.0", "0x1002", "0x740f", "0x038000"),
-            dev("0000:02:00.0", "0x144d", "0xa808", "0x010802"),
-            dev("0000:03:00.0", "0x1ded", "0x8000", "0x120000"),
-            dev("0000:04:00.0", "0x19e5", "0xd801", "0x120000"),
-            dev("10000:05:00.0", "0x8086", "0x2030", "0x060400"),
-        ]}
-    )  # fmt: skip
+        {
+            "devices": [
+                dev("0000:01:00.0", "0x1002", "0x740f", "0x038000"),
+                dev("0000:02:00.0", "0x144d", "0xa808", "0x010802"),
+                dev("0000:03:00.0", "0x1ded", "0x8000", "0x120000"),
+                dev("0000:04:00.0", "0x19e5", "0xd801", "0x120000"),
+                dev("10000:05:00.0", "0x8086", "0x2030", "0x060400"),
+            ]
+        }
+    )
     value = [{"vendor_id": v} for v in ("1002", "144d", "1ded", "19e5")] + [
         {"address": "10000:*:*.*"}
     ]
@@ -188,11 +191,21 @@ def test_list_value_and_several_types(sysfs_tree: MakeTree, driver_conf: cfg.Con
 
 def test_gone_vf_is_left_out(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     root = sysfs_tree(
-        {"devices": [{"bdf": "0000:3d:00.0", "vendor": "0x8086", "device": "0x37c8",
-                      "class": "0x0b4000",
-                      "sriov": {"vf_device": "37c9",
-                                "vfs": ["0000:3d:01.0", {"bdf": "0000:3d:01.1", "gone": True}]}}]}
-    )  # fmt: skip
+        {
+            "devices": [
+                {
+                    "bdf": "0000:3d:00.0",
+                    "vendor": "0x8086",
+                    "device": "0x37c8",
+                    "class": "0x0b4000",
+                    "sriov": {
+                        "vf_device": "37c9",
+                        "vfs": ["0000:3d:01.0", {"bdf": "0000:3d:01.1", "gone": True}],
+                    },
+                }
+            ]
+        }
+    )
     assert shape(discover(driver_conf, root, {"address": "0000:3d:00.0"})) == [
         ("0000:3d:00.0", "QAT", "INTEL", [("vf_pool", 1, ["0000:3d:01.0"])])
     ]

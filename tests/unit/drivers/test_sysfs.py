@@ -200,9 +200,19 @@ def test_no_sys_at_all(tmp_path: Path) -> None:
 
 def test_missing_driver_link_and_iommu(sysfs_tree: MakeTree) -> None:
     root = sysfs_tree(
-        {"devices": [{"bdf": "0000:3b:00.0", "vendor": "0x10de", "device": "0x2331",
-                      "class": "0x030200", "driver": None, "iommu_group": None}]}
-    )  # fmt: skip
+        {
+            "devices": [
+                {
+                    "bdf": "0000:3b:00.0",
+                    "vendor": "0x10de",
+                    "device": "0x2331",
+                    "class": "0x030200",
+                    "driver": None,
+                    "iommu_group": None,
+                }
+            ]
+        }
+    )
     fn = sysfs.read_function(Sysfs(root), "0000:3b:00.0")
     assert fn is not None
     assert (fn.driver, fn.iommu_group, fn.numa_node) == (None, None, None)
@@ -210,12 +220,27 @@ def test_missing_driver_link_and_iommu(sysfs_tree: MakeTree) -> None:
 
 def test_vf_gone_mid_scan(sysfs_tree: MakeTree) -> None:
     root = sysfs_tree(
-        {"devices": [{"bdf": "0000:3d:00.0", "vendor": "0x8086", "device": "0x37c8",
-                      "class": "0x0b4000", "driver": "c6xx",
-                      "sriov": {"totalvfs": 16, "vf_device": "37c9",
-                                "vfs": ["0000:3d:01.0", {"bdf": "0000:3d:01.1", "gone": True},
-                                        "0000:3d:01.2"]}}]}
-    )  # fmt: skip
+        {
+            "devices": [
+                {
+                    "bdf": "0000:3d:00.0",
+                    "vendor": "0x8086",
+                    "device": "0x37c8",
+                    "class": "0x0b4000",
+                    "driver": "c6xx",
+                    "sriov": {
+                        "totalvfs": 16,
+                        "vf_device": "37c9",
+                        "vfs": [
+                            "0000:3d:01.0",
+                            {"bdf": "0000:3d:01.1", "gone": True},
+                            "0000:3d:01.2",
+                        ],
+                    },
+                }
+            ]
+        }
+    )
     fs = Sysfs(root)
     pf = sysfs.read_function(fs, "0000:3d:00.0")
     assert pf is not None
@@ -229,20 +254,41 @@ def test_vf_gone_mid_scan(sysfs_tree: MakeTree) -> None:
 
 def test_unreadable_ids_skip_that_device_only(sysfs_tree: MakeTree) -> None:
     root = sysfs_tree(
-        {"devices": [
-            {"bdf": "0000:3b:00.0", "vendor": "0x10de", "device": "0x2331", "class": "0x030200",
-             "unreadable": ["vendor"]},
-            {"bdf": "0000:3c:00.0", "vendor": "0x10de", "device": "0x2331", "class": "0x030200"},
-        ]}
-    )  # fmt: skip
+        {
+            "devices": [
+                {
+                    "bdf": "0000:3b:00.0",
+                    "vendor": "0x10de",
+                    "device": "0x2331",
+                    "class": "0x030200",
+                    "unreadable": ["vendor"],
+                },
+                {
+                    "bdf": "0000:3c:00.0",
+                    "vendor": "0x10de",
+                    "device": "0x2331",
+                    "class": "0x030200",
+                },
+            ]
+        }
+    )
     assert [fn.address for fn in sysfs.scan(Sysfs(root))] == ["0000:3c:00.0"]
 
 
 def test_five_digit_domain(sysfs_tree: MakeTree) -> None:
     root = sysfs_tree(
-        {"devices": [{"bdf": "10000:01:00.0", "vendor": "0x8086", "device": "0x4940",
-                      "class": "0x0b4000", "numa_node": 1}]}
-    )  # fmt: skip
+        {
+            "devices": [
+                {
+                    "bdf": "10000:01:00.0",
+                    "vendor": "0x8086",
+                    "device": "0x4940",
+                    "class": "0x0b4000",
+                    "numa_node": 1,
+                }
+            ]
+        }
+    )
     fs = Sysfs(root)
     assert sysfs.pci_addresses(fs) == ["10000:01:00.0"]
     fn = sysfs.read_function(fs, "10000:01:00.0")

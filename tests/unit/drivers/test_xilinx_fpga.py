@@ -64,9 +64,14 @@ def test_mgmt_and_user_pfs_are_one_device(
 
 def test_unbound_pfs_without_xrt_files(sysfs_tree: MakeTree, driver_conf: cfg.ConfigOpts) -> None:
     root = sysfs_tree(
-        {"devices": [pf("10000:3b:00.0", "0x5000", None), pf("10000:3b:00.1", "0x5001", None),
-                     pf("10000:3c:00.1", "0x5021", "xocl", files={"xclbinuuid": "0" * 32})]}
-    )  # fmt: skip
+        {
+            "devices": [
+                pf("10000:3b:00.0", "0x5000", None),
+                pf("10000:3b:00.1", "0x5001", None),
+                pf("10000:3c:00.1", "0x5021", "xocl", files={"xclbinuuid": "0" * 32}),
+            ]
+        }
+    )
     u200, u50 = XilinxFpgaDriver(driver_conf, root).discover()
     assert (u200.pci_address, u200.model) == ("10000:3b:00.0", "U200")
     region = u200.deployables[0]
@@ -106,8 +111,10 @@ def user_gone(device: Device) -> None:
     """What a card whose user PF is gone looks like: the management PF is never a handle."""
     assert (device.pci_address, device.model) == ("0000:d8:00.0", "U250")
     assert device.vendor_board_info == {
-        "management_address": "0000:d8:00.0", "user_address": None, "vbnv": "xilinx_u250"
-    }  # fmt: skip
+        "management_address": "0000:d8:00.0",
+        "user_address": None,
+        "vbnv": "xilinx_u250",
+    }
     assert device.deployables == (
         Deployable(
             key="region0",
@@ -116,10 +123,13 @@ def user_gone(device: Device) -> None:
             num_accelerators=0,
             programmable=True,
             region_type=SHELL.replace("-", ""),
-            attributes={"management_address": "0000:d8:00.0", "user_address": None,
-                        "logic_uuid": "aa" * 16},
+            attributes={
+                "management_address": "0000:d8:00.0",
+                "user_address": None,
+                "logic_uuid": "aa" * 16,
+            },
         ),
-    )  # fmt: skip
+    )
 
 
 def test_user_pf_missing(
@@ -168,8 +178,14 @@ def test_program_runs_xbmgmt_on_the_management_pf(
     image.write_bytes(b"xclbin2\0")
     driver.program(device, "region0", image)
     assert json.loads(out.read_text()) == [
-        "program", "--device", "0000:d8:00.0", "--user", str(image), "--note", "0000:d8:00.1",
-    ]  # fmt: skip
+        "program",
+        "--device",
+        "0000:d8:00.0",
+        "--user",
+        str(image),
+        "--note",
+        "0000:d8:00.1",
+    ]
     with pytest.raises(TargetNotFound, match="no region 'region1'"):
         driver.program(device, "region1", image)
 

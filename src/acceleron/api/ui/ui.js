@@ -4,7 +4,7 @@
 "use strict";
 
 const POLL_MS = 2000;
-const HEADERS = { "OpenStack-API-Version": "accelerator 2.8", Accept: "application/json" };
+const HEADERS = { "OpenStack-API-Version": "accelerator 2.17", Accept: "application/json" };
 let token = sessionStorage.getItem("acceleron-token");
 
 class Unauthorized extends Error {}
@@ -88,8 +88,9 @@ function renderTree(hosts, devices, deployables, functions) {
       const regions = deployables.filter((d) => d.device_uuid === device.uuid && d.kind !== "device");
       const node = el("details", { class: "device", "data-device": device.uuid, "data-key": `d:${device.uuid}` },
         el("summary", {}, `${device.type} ${device.model} `, el("code", {}, device.pci_address || ""), " ",
-          badge(device.health || "ok", (device.health || "ok") === "ok"), " ",
-          badge(device.status, device.status === "enabled")));
+          badge(device.health || "healthy", (device.health || "healthy") === "healthy"), " ",
+          badge(device.status, device.status === "enabled"),
+          device.cleaning ? " " : "", device.cleaning ? badge(`cleaning ${device.cleaning}`) : ""));
       node.open = first || open.has(`d:${device.uuid}`);
       const usage = {};
       for (const dep of regions) {
@@ -100,6 +101,8 @@ function renderTree(hosts, devices, deployables, functions) {
         usage[rc][1] += handles.length;
         const line = el("div", { class: "deployable", "data-uuid": dep.uuid },
           `${dep.kind} ${dep.name} `, badge(dep.availability, dep.availability === "available"));
+        if (dep.cleaning) line.append(" ", el("span", { class: "cleaning" }, badge(`cleaning ${dep.cleaning}`)));
+        if (dep.status === "maintaining") line.append(" ", badge(`maintenance: ${dep.maintenance_reason || ""}`, false));
         const held = functionsOf(dep, functions);
         if (held.length) line.append(" ", el("span", { class: "function" }, `function ${held.join(", ")}`));
         if (dep.program_phase) {

@@ -61,9 +61,10 @@ def upgrade() -> None:
         batch.create_index(batch.f("ix_hosts_rp_uuid"), ["rp_uuid"])
     conn = op.get_bind()
     rows = conn.execute(
-        sa.select(DEPLOYABLES.c.id, DEPLOYABLES.c.function_uuid, DEPLOYABLES.c.function_uuids)
-        .where(DEPLOYABLES.c.function_uuid.is_not(None))
-    ).all()  # fmt: skip
+        sa.select(
+            DEPLOYABLES.c.id, DEPLOYABLES.c.function_uuid, DEPLOYABLES.c.function_uuids
+        ).where(DEPLOYABLES.c.function_uuid.is_not(None))
+    ).all()
     several = [{"row_id": r.id} for r in rows if _several(r.function_uuid, r.function_uuids)]
     if several:
         conn.execute(

@@ -96,8 +96,11 @@ class Claimer:
             raise ClaimFailed(f"{_held_hint(response, consumer)}")
         claim = wait_claim(
             lambda: self._json("GET", f"/v2/claims/{consumer}", microversion=version),
-            response.json(), self.timeout, self.poll, progress,
-        )  # fmt: skip
+            response.json(),
+            self.timeout,
+            self.poll,
+            progress,
+        )
         if claim["state"] == "binding":
             self._release_claim(consumer)
             raise ClaimFailed(f"The binds of {consumer} did not end within {self.timeout:g} s.")

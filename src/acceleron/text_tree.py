@@ -11,7 +11,9 @@ gives its lines with connectors::
         └── PCI 0000:5e:00.2  (in use)
 
 :func:`report` is the host report's tree (the agent's dry run); the CLI builds its
-nodes from the API's views in cli/inventory.py.
+nodes from the API's views in cli/inventory.py. A device's line says where it sits
+(:func:`topology`): its NUMA node, and its PCIe switch and NVLink domain when it has
+them (``NUMA 1  PCIe switch 0000:b1:00.0  NVLink nvlink-0000:b3:00.0``).
 """
 
 from __future__ import annotations
@@ -66,12 +68,24 @@ def report(host: HostReport) -> str:
 
 
 def device_node(device: Device) -> Node:
-    numa = "unknown" if device.numa_node is None else str(device.numa_node)
     text = (
         f"{device.pci_address}  {device.type}  {device.vendor_name} {device.model} "
-        f"({device.vendor_id}:{device.product_id})  NUMA {numa}  driver {device.driver}"
+        f"({device.vendor_id}:{device.product_id})  "
+        f"{topology(device.numa_node, device.pcie_switch, device.nvlink_domain)}  "
+        f"driver {device.driver}"
     )
     return Node(text, [deployable_node(dep) for dep in device.deployables])
+
+
+def topology(numa_node: int | None, pcie_switch: str | None, nvlink_domain: str | None) -> str:
+    """Where a device sits, in words: ``NUMA 0  PCIe switch 0000:17:00.0  NVLink
+    nvlink-0000:18:00.0``; an unknown NUMA node says so, no switch or NVLink says nothing."""
+    words = [f"NUMA {'unknown' if numa_node is None else numa_node}"]
+    if pcie_switch:
+        words.append(f"PCIe switch {pcie_switch}")
+    if nvlink_domain:
+        words.append(f"NVLink {nvlink_domain}")
+    return "  ".join(words)
 
 
 def deployable_node(dep: Deployable) -> Node:

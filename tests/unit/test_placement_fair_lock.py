@@ -6,12 +6,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from acceleron.placement.inprocess import Turns, _one_at_a_time
+from acceleron.placement.inprocess import FairLock, _one_at_a_time
 from tests.fixtures.waiting import wait_for
 
 
 def test_requests_are_answered_in_the_order_they_came() -> None:
-    turns, entered, first_done = Turns(), [], threading.Event()
+    turns, entered, first_done = FairLock(), [], threading.Event()
 
     def app(environ: dict[str, Any], _start: Callable[..., Any]) -> Iterable[bytes]:
         entered.append(environ["n"])
@@ -32,21 +32,40 @@ def test_requests_are_answered_in_the_order_they_came() -> None:
     assert entered == [0, 1, 2, 3, 4, 5]
 
 
-def test_a_thread_coming_straight_back_waits_behind_those_waiting() -> None:
-    """What ``threading.Lock`` gets wrong: the thread that ends its turn takes the lock
-    again before a waiter wakes (a pass of back-to-back requests starved claims)."""
-    turns, order = Turns(), []
+def waiting(turns: FairLock, order: list[str]) -> threading.Thread:
+    """A thread waiting for its turn (the caller holds it), writing "waiter" in it."""
 
     def waiter() -> None:
         with turns:
             order.append("waiter")
 
     thread = threading.Thread(target=waiter)
+    thread.start()
+    wait_for(lambda: turns.waiting == 1)
+    return thread
+
+
+def test_a_thread_coming_straight_back_waits_behind_those_waiting() -> None:
+    """What ``threading.Lock`` gets wrong: the thread that ends its turn takes the lock
+    again before a waiter wakes (a pass of back-to-back requests starved claims)."""
+    turns, order = FairLock(), list[str]()
     with turns:
-        thread.start()
-        wait_for(lambda: turns.waiting == 1)
+        thread = waiting(turns, order)
     with turns:
         order.append("back at once")
     thread.join(10)
     assert order == ["waiter", "back at once"]
     assert turns.waiting == 0
+
+
+def test_the_thread_whose_turn_it_is_may_take_it_again() -> None:
+    """A thread sending requests in its turn (``placement.batch``) is not stopped by its
+    own turn; the turn passes on only once it let go of every take."""
+    turns, order = FairLock(), list[str]()
+    with turns:
+        thread = waiting(turns, order)
+        with turns:
+            order.append("again")
+        order.append("still mine")
+    thread.join(10)
+    assert order == ["again", "still mine", "waiter"]
