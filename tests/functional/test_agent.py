@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from tests.fixtures.host import agent_conf, make_agent
+from tests.fixtures.ports import free_port
 from tests.fixtures.waiting import wait_for
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
@@ -91,13 +91,6 @@ def test_a_report_the_api_refuses_is_logged_and_the_agent_goes_on(
 
 
 # -- the API is down when the agent starts --------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -12,6 +12,8 @@ from typing import Any
 
 from cloud.balancer import HttpBalancer
 
+from tests.fixtures.ports import free_port
+
 
 async def _answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     head = await reader.readuntil(b"\r\n\r\n")
@@ -44,12 +46,6 @@ class Dying:
         writer.close()  # linger 0: a reset, as the kernel sends for a killed process
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _call(balancer: HttpBalancer, method: str, body: bytes) -> tuple[int, bytes]:
     scope = {"type": "http", "method": method, "path": "/v2/accelerator_requests",
              "raw_path": b"/v2/accelerator_requests", "query_string": b"",
@@ -74,7 +70,7 @@ async def _scenario(method: str, body: bytes, order: str) -> tuple[int, bytes, i
     up = await asyncio.start_server(_answering, "127.0.0.1", 0)
     down = await asyncio.start_server(dying, "127.0.0.1", 0)
     ports = {"u": up.sockets[0].getsockname()[1], "d": down.sockets[0].getsockname()[1]}
-    balancer = HttpBalancer([ports[c] if c in ports else _free_port() for c in order])
+    balancer = HttpBalancer([ports[c] if c in ports else free_port() for c in order])
     try:
         status, answer = await _call(balancer, method, body)
     finally:
@@ -102,7 +98,7 @@ def test_concurrent_requests_each_try_every_replica() -> None:
 
     async def scenario() -> list[int]:
         up = await asyncio.start_server(_answering, "127.0.0.1", 0)
-        balancer = HttpBalancer([_free_port(), up.sockets[0].getsockname()[1]])
+        balancer = HttpBalancer([free_port(), up.sockets[0].getsockname()[1]])
         try:
             answers = await asyncio.gather(*(_call(balancer, "GET", b"") for _ in range(20)))
         finally:

@@ -24,7 +24,7 @@ from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.service import device_profiles
-from tests.fixtures.allinone import free_port
+from tests.fixtures.ports import free_port
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

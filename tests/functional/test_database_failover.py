@@ -52,9 +52,10 @@ from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.report import HostReport, to_json
 from tests.fixtures.databases import create_server_database, drop_server_database
-from tests.fixtures.dbservers import _wait_for_port, free_port, own_server
+from tests.fixtures.dbservers import _wait_for_port, own_server
 from tests.fixtures.galera import galera_cluster
 from tests.fixtures.host import Host, upload
+from tests.fixtures.ports import free_port
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.slow

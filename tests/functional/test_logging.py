@@ -27,7 +27,7 @@ from acceleron.api.app import create_app
 from acceleron.api.services import services
 from acceleron.cli.main import main
 from acceleron.db.session import Database
-from tests.fixtures.allinone import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.server import serve
 from tests.fixtures.waiting import wait_for
 

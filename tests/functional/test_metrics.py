@@ -23,8 +23,8 @@ from acceleron.api.app import create_app
 from acceleron.db.session import Database, StatementCounter
 from acceleron.placement.client import PlacementClient
 from acceleron.service import stats
-from tests.fixtures.allinone import free_port
 from tests.fixtures.host import Host, bind, profile, upload
+from tests.fixtures.ports import free_port
 from tests.fixtures.waiting import wait_for
 
 REGION0_TYPE = "ce48969398f05f33946d560708be108a"

@@ -21,8 +21,8 @@ from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from tests.fixtures import systemd
-from tests.fixtures.allinone import free_port
 from tests.fixtures.answers import error
+from tests.fixtures.ports import free_port
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.slow

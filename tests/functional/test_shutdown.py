@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fixtures.allinone import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.waiting import wait_for
 
 V27 = {"OpenStack-API-Version": "accelerator 2.7"}
