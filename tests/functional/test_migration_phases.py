@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from sqlalchemy import inspect, text
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.exceptions import SchemaOutOfDate, UpgradeInProgress
+from tests.fixtures.waiting import wait_for
 
 SPLIT = "0015"  # the last revision before the two phases
 
@@ -222,3 +224,40 @@ def test_two_upgrades_at_once_are_stopped(fresh_db: Database) -> None:
         assert migrate.state(holder).up_to_date
     finally:
         second.dispose()
+
+
+def test_an_expand_gives_way_to_the_running_release_in_a_deadlock(fresh_db: Database) -> None:
+    """``db upgrade --expand`` runs while the previous release serves. Its revisions
+    alter several tables in one transaction; a request of the running release holding
+    one (``devices``) and then reading another the upgrade already holds
+    (``deployables``) made a deadlock, and PostgreSQL ended one side: in the rolling
+    upgrade's run, a claim (503). The upgrade waits at most 200 ms for a lock, gives way
+    and runs again: the request goes on, and the upgrade completes after it."""
+    if fresh_db.backend != "postgresql":
+        pytest.skip("lock_timeout is PostgreSQL's (MariaDB's DDL is not transactional)")
+    migrate.upgrade(fresh_db, SPLIT)  # the previous release's schema
+    failed: list[BaseException] = []
+
+    def expand() -> None:
+        try:
+            migrate.expand(fresh_db)
+        except BaseException as error:
+            failed.append(error)
+
+    def waiting_for_devices() -> bool:
+        with fresh_db.engine.connect() as watcher:
+            return bool(watcher.scalar(text(WAITING)))
+
+    with fresh_db.engine.connect() as request:
+        request.execute(text("SELECT count(*) FROM devices"))  # holds it, as a read does
+        upgrading = threading.Thread(target=expand)
+        upgrading.start()
+        wait_for(waiting_for_devices)
+        request.execute(text("SELECT count(*) FROM deployables"))  # no deadlock
+        request.commit()
+    upgrading.join(timeout=120)
+    assert not upgrading.is_alive() and failed == []
+    assert not migrate.state(fresh_db).expand.pending
+
+
+WAITING = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'devices'::regclass"

@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 
 from alembic import command
@@ -152,6 +154,11 @@ def state(db: Database) -> Schema:
 # the second runs after it and finds its work done).
 UPGRADE_LOCK_KEY = 0x6163_6365_6C75_7067 & 0x7FFF_FFFF_FFFF_FFFF  # "accelupg", a bigint
 # MariaDB's named locks are the server's: the name holds the database's (64 characters).
+# PostgreSQL: how long the upgrade's DDL waits for a table's lock before the upgrade gives
+# way and is tried again (below deadlock_timeout), and for how long it is tried.
+LOCK_WAIT_MS = 200
+LOCK_GIVE_UP = 300.0
+LOCK_NOT_AVAILABLE = "55P03"
 UPGRADE_LOCK_NAME = "LEFT(CONCAT('acceleron_upgrade.', DATABASE()), 64)"
 _RUNNING = (
     "Another schema upgrade is running on this database ({how}): wait for it to end, "
@@ -200,17 +207,50 @@ def _lock(db: Database, connection: Connection) -> None:
 
 def upgrade(db: Database, revision: str = "heads", scripts: str = SCRIPTS) -> None:
     """Bring the schema up to ``revision``: both phases' newest by default; under the
-    upgrade lock."""
+    upgrade lock.
+
+    On PostgreSQL a revision's DDL waits at most ``LOCK_WAIT_MS`` for each table's lock,
+    then the upgrade (one transaction) gives way and is run again, for up to
+    ``LOCK_GIVE_UP`` seconds: a revision that alters several tables, run while the
+    previous release serves, otherwise met its transactions in a deadlock, and
+    PostgreSQL ended one of theirs (a claim answered 503 in the rolling upgrade's run).
+    Waiting less than ``deadlock_timeout`` (1 s), the upgrade is the one to yield."""
     conf = config(scripts)
-    with upgrade_lock(db) as connection:
-        before = MigrationContext.configure(connection).get_current_heads()
-        conf.attributes["connection"] = connection
-        command.upgrade(conf, revision)
-        after = MigrationContext.configure(connection).get_current_heads()
+    deadline = time.monotonic() + LOCK_GIVE_UP
+    for attempt in itertools.count(1):
+        try:
+            before, after = _upgrade_once(db, conf, revision)
+            break
+        except sa_exc.OperationalError as error:
+            if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            if time.monotonic() > deadline:
+                raise UpgradeInProgress(
+                    f"The schema upgrade could not take its tables' locks in {LOCK_GIVE_UP:.0f} "
+                    f"s ({attempt} tries): long transactions hold them. Run it again."
+                ) from error
+            LOG.info(
+                "The schema upgrade waited over %d ms for a table in use; trying again (%d)",
+                LOCK_WAIT_MS,
+                attempt,
+            )
+            time.sleep(min(0.05 * attempt, 1.0))
     if set(after) != set(before):
         LOG.info(
             "Database schema upgraded: %s -> %s", ", ".join(before) or "empty", ", ".join(after)
         )
+
+
+def _upgrade_once(db: Database, conf: Config, revision: str) -> tuple[list[str], list[str]]:
+    """One try of ``upgrade``, in one transaction: the heads before and after."""
+    with upgrade_lock(db) as connection:
+        if db.backend == "postgresql":
+            connection.execute(text(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}"))
+        before = list(MigrationContext.configure(connection).get_current_heads())
+        conf.attributes["connection"] = connection
+        command.upgrade(conf, revision)
+        after = list(MigrationContext.configure(connection).get_current_heads())
+    return before, after
 
 
 def _refuse_newer(schema: Schema) -> None:
