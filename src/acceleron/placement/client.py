@@ -538,6 +538,34 @@ class PlacementClient:
         body = self._put_guarded(uuid, path, make_body, generation, doing, repair, attempts)
         return int(body["resource_provider_generation"])
 
+    def reshape(self, inventories: Mapping[str, tuple[int, Mapping[str, Inventory]]]) -> None:
+        """Replace several providers' inventories in one transaction (``POST /reshaper``,
+        no allocation moved): all are written or none. ``inventories``: by provider,
+        the generation it was read at and its new inventories. PlacementGenerationConflict
+        when one changed since. The reshaper answers no generation: theirs are forgotten.
+        """
+        self.ensure_resource_classes({rc for _, invs in inventories.values() for rc in invs})
+        body = {
+            "inventories": {
+                uuid: {
+                    "resource_provider_generation": generation,
+                    "inventories": {rc: inv.to_json() for rc, inv in invs.items()},
+                }
+                for uuid, (generation, invs) in inventories.items()
+            },
+            "allocations": {},
+        }
+        doing = f"setting the inventories of {len(inventories)} providers at once"
+        response = self._send("POST", "/reshaper", body, doing)
+        for uuid in inventories:
+            self.forget(uuid)
+        if response.status_code == 409 and _error_detail(response)[1] == CONCURRENT_UPDATE:
+            raise PlacementGenerationConflict(
+                f"A provider changed while {doing}.", status=409, code=CONCURRENT_UPDATE
+            )
+        if response.status_code >= 400:
+            raise self._failure(response, doing)
+
     # Traits
 
     def get_traits(self, uuid: str) -> tuple[int, frozenset[str]]:

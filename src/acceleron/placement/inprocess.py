@@ -29,6 +29,7 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 # noauth2: the token "admin" carries the admin role.
 ADMIN_TOKEN = "admin"
+ROLES = {"X-Roles": "admin,member,reader,service"}
 DIRECT_ENDPOINT = "http://placement.in-process"
 
 _lock = threading.Lock()
@@ -287,4 +288,8 @@ def direct_adapter(
     transport.trust_env = False
     transport.mount(endpoint, WSGITransport(app))
     ks_session = session.Session(auth=token_endpoint.Token(endpoint, token), session=transport)
-    return adapter.Adapter(ks_session, service_type="placement", raise_exc=False)
+    # Placement's noauth2 takes the caller's roles from X-Roles: Acceleron calls as a
+    # service would (the reshaper is for services alone), and with the admin's.
+    return adapter.Adapter(
+        ks_session, service_type="placement", raise_exc=False, additional_headers=ROLES
+    )

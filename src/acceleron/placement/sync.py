@@ -22,10 +22,12 @@ are never touched. No database here: the caller keeps the record.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from acceleron.exceptions import (
     PlacementError,
+    PlacementGenerationConflict,
     PlacementProviderInUse,
     PlacementProviderNotFound,
 )
@@ -35,6 +37,9 @@ from acceleron.placement.tree import DesiredProvider
 # The digest recorded for a provider left short of what we want (a class we dropped is
 # kept while allocated): it matches no desired digest, so the next check converges it.
 UNSETTLED = ""
+# Reshapes tried while the host's providers keep changing, before one by one.
+RESHAPE_ATTEMPTS = 3
+LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +69,10 @@ class Action:
 class Result:
     actions: list[Action] = dataclasses.field(default_factory=list)
     known: dict[str, Known] = dataclasses.field(default_factory=dict)
-    # Pools created without their inventory yet (``defer_pools``): ``finish`` gives it.
+    # Pools created without their inventory yet (``defer_pools``): ``finish`` gives it,
+    # and retires the providers no longer wanted (deepest first) in the same write.
     deferred: list[DesiredProvider] = dataclasses.field(default_factory=list)
+    retiring: list[Known] = dataclasses.field(default_factory=list)
 
 
 def sync_tree(
@@ -82,7 +89,8 @@ def sync_tree(
     as the caller just read it from Placement (read here otherwise). ``defer_pools``:
     a pool created here gets its inventory only from ``finish``, once the caller has
     recorded its members: until then Placement offers it to nobody, so no bind can name
-    a pool whose members it cannot find.
+    a pool whose members it cannot find. The providers it replaces are retired by
+    ``finish`` too, and kept in ``known`` until then.
 
     PlacementProviderNotFound when the compute node provider is not in Placement (in a
     dry run it may be one the embedded mode has yet to create)."""
@@ -106,7 +114,11 @@ def sync_tree(
     wanted = {p.uuid for p in desired}
     stale = [k for uuid, k in known.items() if uuid not in wanted]
     for gone in _deepest_first(stale, actual):
-        _retire(client, gone, actual.get(gone.uuid), result, dry_run)
+        if result.deferred and gone.uuid in actual:
+            result.retiring.append(gone)
+            result.known[gone.uuid] = gone
+        else:
+            _retire(client, gone, actual.get(gone.uuid), result, dry_run)
     return result
 
 
@@ -150,15 +162,69 @@ def _sync_provider(
         result.known[want.uuid] = known
 
 
-def finish(client: PlacementClient, deferred: Sequence[DesiredProvider]) -> dict[str, Known]:
-    """The inventories of the pools ``sync_tree`` created without them; their records."""
-    known = {}
-    for want in deferred:
+def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
+    """Give the pools ``sync_tree`` created without inventory theirs and retire the
+    providers they replace, in one reshape (``POST /reshaper``, all or nothing): while a
+    host switches to pools, Placement offers each of its units throughout, and never
+    one twice. A provider changing meanwhile (a unit allocated) has it read and tried
+    again; where Placement refuses the reshape outright, the providers are retired
+    first and the pools given their inventory after, one by one."""
+    for _ in range(RESHAPE_ATTEMPTS):
+        try:
+            _swap(client, compute_uuid, result)
+            return
+        except PlacementGenerationConflict:
+            continue
+        except PlacementError as error:
+            if error.status not in (400, 403, 404, 406):
+                raise
+            LOG.warning("Placement refused a reshape (%s): switching one provider at a time", error)
+            break
+    for gone in result.retiring:
+        del result.known[gone.uuid]
+        _retire(client, gone, client.get_provider(gone.uuid), result, dry_run=False)
+    for want in result.deferred:
         client.set_inventories(want.uuid, want.inventories)
-        generation = client.generation(want.uuid)
-        if generation is not None:
-            known[want.uuid] = _known(want, generation, want.digest())
-    return known
+        _settle(client, want, result)
+
+
+def _swap(client: PlacementClient, compute_uuid: str, result: Result) -> None:
+    """``finish``'s reshape: the pools' inventories, the unused providers' emptied (then
+    deleted), and those still allocated kept fully reserved."""
+    found = {p.uuid: p for p in client.get_tree(compute_uuid)}
+    writes: dict[str, tuple[int, Mapping[str, Inventory]]] = {}
+    for want in result.deferred:
+        if want.uuid not in found:
+            raise PlacementProviderNotFound(f"Resource provider {want.uuid} does not exist.")
+        writes[want.uuid] = (found[want.uuid].generation, want.inventories)
+    used: dict[str, bool] = {}
+    for gone in result.retiring:
+        if gone.uuid not in found:
+            continue
+        generation, current = client.get_inventories(gone.uuid)
+        used[gone.uuid] = any(client.get_usages(gone.uuid).values())
+        if client.generation(gone.uuid) != generation:  # allocated between the two reads
+            raise PlacementGenerationConflict("changed", status=409)
+        emptied = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in current.items()}
+        if (emptied if used[gone.uuid] else {}) != current:
+            writes[gone.uuid] = (generation, emptied if used[gone.uuid] else {})
+    client.reshape(writes)
+    for want in result.deferred:
+        _settle(client, want, result)
+    for gone in result.retiring:
+        del result.known[gone.uuid]
+        if gone.uuid in used:
+            _retire(client, gone, found[gone.uuid], result, dry_run=False)
+
+
+def _settle(client: PlacementClient, want: DesiredProvider, result: Result) -> None:
+    """The record of a pool whose inventory was just written."""
+    generation = client.generation(want.uuid)
+    if generation is None:
+        found = client.get_provider(want.uuid)
+        generation = None if found is None else found.generation
+    if generation is not None:
+        result.known[want.uuid] = _known(want, generation, want.digest())
 
 
 def _known(want: DesiredProvider, generation: int, digest: str) -> Known:

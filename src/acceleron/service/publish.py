@@ -286,7 +286,7 @@ class Syncer:
             self._record(hostname, synced, compute, result.known, errors)
             _place(self.db, deployables, placed)
             if result.deferred:
-                result.known.update(finish(self.client, result.deferred))
+                finish(self.client, compute, result)
                 self._record(hostname, host.generation, compute, result.known, errors)
         if result.actions and not dry_run:
             done = Counter(action.op for action in result.actions)

@@ -524,9 +524,17 @@ class _RecordChecking(PlacementClient):
     def set_inventories(
         self, uuid: str, inventories: Mapping[str, Inventory], *, generation: int | None = None
     ) -> int:
+        self._note(uuid)
+        return super().set_inventories(uuid, inventories, generation=generation)
+
+    def reshape(self, inventories: Mapping[str, tuple[int, Mapping[str, Inventory]]]) -> None:
+        for uuid in inventories:
+            self._note(uuid)
+        super().reshape(inventories)
+
+    def _note(self, uuid: str) -> None:
         with self.db.reader() as conn:
             self.recorded[uuid] = pools.members(conn, uuid) is not None
-        return super().set_inventories(uuid, inventories, generation=generation)
 
 
 def test_a_new_pool_gets_its_inventory_once_its_members_are_recorded(
@@ -547,6 +555,78 @@ def test_a_new_pool_gets_its_inventory_once_its_members_are_recorded(
     pool = _pool(client, GPU, 8)
     assert pool is not None and checking.recorded[pool] is True
     assert _synced(db)
+
+
+class _FreeWatching(PlacementClient):
+    """A client that notes, after each write of inventories or deletion of a provider,
+    how many GPUs the host's providers offer (total less reserved less used)."""
+
+    def __init__(self, placement: adapter.Adapter) -> None:
+        super().__init__(placement)
+        self.reader = PlacementClient(placement)
+        self.free: list[int] = []
+
+    def set_inventories(
+        self, uuid: str, inventories: Mapping[str, Inventory], *, generation: int | None = None
+    ) -> int:
+        try:
+            return super().set_inventories(uuid, inventories, generation=generation)
+        finally:
+            self._note()
+
+    def update_inventories(self, uuid: str, *args: Any, **kwargs: Any) -> int:
+        try:
+            return super().update_inventories(uuid, *args, **kwargs)
+        finally:
+            self._note()
+
+    def reshape(self, inventories: Mapping[str, tuple[int, Mapping[str, Inventory]]]) -> None:
+        try:
+            super().reshape(inventories)
+        finally:
+            self._note()
+
+    def delete_provider(self, uuid: str) -> bool:
+        try:
+            return super().delete_provider(uuid)
+        finally:
+            self._note()
+
+    def _note(self) -> None:
+        compute = self.reader.find_provider(HOST)
+        assert compute is not None
+        free = 0
+        for provider in self.reader.get_tree(compute.uuid):
+            inventory = self.reader.get_inventories(provider.uuid)[1].get(GPU)
+            if inventory is not None:
+                used = self.reader.get_usages(provider.uuid).get(GPU, 0)
+                free += max(0, inventory.total - inventory.reserved - used)
+        self.free.append(free)
+
+
+def test_a_host_switched_to_pools_offers_its_free_gpus_throughout(
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path
+) -> None:
+    """The switch to pools under load: the pool's inventory and the retirement of the
+    per-device providers are one reshape, so Placement offers the 7 free GPUs of the
+    host at every step, neither none (claims and servers refused meanwhile: seen in
+    the rolling upgrade's run) nor 14 (a GPU offered twice)."""
+    _inventory(conf, tmp_path, HGX)
+    conf.set_override("pools", "false", "placement")
+    conf.set_override("methods", {"GPU": "none"}, "cleaning")
+    client = PlacementClient(placement)
+    with reporting_api(conf, db, placement) as api:
+        wait_for(lambda: _pool(client, GPU, 1) is not None and _synced(db))
+        device_profiles.create(db, name="gpu", groups=[{f"resources:{GPU}": "1"}])
+        arqs, _ = nova_boot(api, placement, "gpu", str(uuid.uuid4()))
+        assert arqs[0]["state"] == "Bound"
+    watching = _FreeWatching(placement)
+    options = dataclasses.replace(options_from_conf(conf), pools=True)
+    assert Syncer(db, lambda: watching, options).sync_host(HOST, force=True).errors == []
+    pool = _pool(client, GPU, 8)
+    assert pool is not None and client.get_inventories(pool)[1][GPU].reserved == 1
+    assert watching.free and set(watching.free) == {7}, watching.free
+    assert len(client.get_tree(client.find_provider(HOST).uuid)) == 3  # type: ignore[union-attr]
 
 
 FPGA = "CUSTOM_ACCELERATOR_FPGA"
