@@ -167,16 +167,17 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
     providers they replace, in one reshape (``POST /reshaper``, all or nothing): while a
     host switches to pools, Placement offers each of its units throughout, and never
     one twice. A provider changing meanwhile (a unit allocated) has it read and tried
-    again; where Placement refuses the reshape outright, the providers are retired
-    first and the pools given their inventory after, one by one."""
+    again (so is one deleted meanwhile: another API process may be switching the host
+    too); where Placement refuses the reshape outright, or the host kept changing, the
+    providers are retired first and the pools given their inventory after, one by one."""
     for _ in range(RESHAPE_ATTEMPTS):
         try:
             _swap(client, compute_uuid, result)
             return
-        except PlacementGenerationConflict:
-            continue
+        except (PlacementGenerationConflict, PlacementProviderNotFound):
+            continue  # changed meanwhile: another API process may be switching it too
         except PlacementError as error:
-            if error.status not in (400, 403, 404, 406):
+            if error.status not in (400, 403, 406):
                 raise
             LOG.warning("Placement refused a reshape (%s): switching one provider at a time", error)
             break

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -528,8 +528,8 @@ class _RecordChecking(PlacementClient):
         return super().set_inventories(uuid, inventories, generation=generation)
 
     def reshape(self, inventories: Mapping[str, tuple[int, Mapping[str, Inventory]]]) -> None:
-        for uuid in inventories:
-            self._note(uuid)
+        for provider in inventories:
+            self._note(provider)
         super().reshape(inventories)
 
     def _note(self, uuid: str) -> None:
@@ -627,6 +627,51 @@ def test_a_host_switched_to_pools_offers_its_free_gpus_throughout(
     assert pool is not None and client.get_inventories(pool)[1][GPU].reserved == 1
     assert watching.free and set(watching.free) == {7}, watching.free
     assert len(client.get_tree(client.find_provider(HOST).uuid)) == 3  # type: ignore[union-attr]
+
+
+class _Overtaken(PlacementClient):
+    """A client whose first read of a provider's usages lets ``other`` run first."""
+
+    def __init__(self, placement: adapter.Adapter, other: Callable[[], object]) -> None:
+        super().__init__(placement)
+        self.other: Callable[[], object] | None = other
+
+    def get_usages(self, uuid: str) -> dict[str, int]:
+        other, self.other = self.other, None
+        if other is not None:
+            other()
+        return super().get_usages(uuid)
+
+
+def test_a_switch_to_pools_overtaken_by_another_api_process_completes(
+    conf: cfg.ConfigOpts,
+    db: Database,
+    placement: adapter.Adapter,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two API processes may sync a host at once: one switches it to pools (deleting
+    the per-device providers) while the other reads them for its reshape. The second
+    reads the tree again and completes, rather than taking the vanished provider for
+    Placement refusing to reshape."""
+    _inventory(conf, tmp_path, HGX)
+    conf.set_override("pools", "false", "placement")
+    client = PlacementClient(placement)
+    with reporting_api(conf, db, placement):
+        wait_for(lambda: _pool(client, GPU, 1) is not None and _synced(db))
+    options = dataclasses.replace(options_from_conf(conf), pools=True)
+
+    def other() -> None:
+        first = Syncer(db, lambda: PlacementClient(placement), options)
+        assert first.sync_host(HOST, force=True).errors == []
+
+    overtaken = _Overtaken(placement, other)
+    assert Syncer(db, lambda: overtaken, options).sync_host(HOST, force=True).errors == []
+    assert "refused a reshape" not in caplog.text
+    pool = _pool(client, GPU, 8)
+    assert pool is not None and client.get_inventories(pool)[1][GPU].reserved == 0
+    assert len(client.get_tree(client.find_provider(HOST).uuid)) == 2  # type: ignore[union-attr]
+    assert _synced(db)
 
 
 FPGA = "CUSTOM_ACCELERATOR_FPGA"
