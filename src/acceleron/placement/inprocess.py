@@ -117,18 +117,17 @@ def _keep_connections(engine: Any) -> None:
     file database no pool (``NullPool``): Placement would open a connection, run its
     connect-time statements, and close it again, for every transaction of every
     request. Closing the last connection to a write-ahead log checkpoints it
-    (docs/benchmarks.md, "What the shortcuts save"). The new pool keeps the old one's
-    event listeners (the pragmas above, oslo.db's own)."""
-    old = engine.pool
-    engine.pool = pool.QueuePool(
-        old._creator,
-        pool_size=2,
-        max_overflow=8,
-        reset_on_return=old._reset_on_return,
-        _dispatch=old.dispatch,
-        dialect=old._dialect,
-    )
-    old.dispose()
+    (docs/benchmarks.md, "What the shortcuts save"). The new pool's connections are
+    made by the old one and detached from it: its connect listeners (the pragmas above,
+    oslo.db's own) have set each up."""
+    made_by = engine.pool
+
+    def connect() -> Any:
+        connection = made_by.connect()
+        connection.detach()  # the old pool forgets it: closing it is the new pool's
+        return connection.dbapi_connection
+
+    engine.pool = pool.QueuePool(connect, pool_size=2, max_overflow=8, dialect=engine.dialect)
 
 
 def _one_at_a_time(app: WSGIApp, turns: FairLock | None = None) -> WSGIApp:
