@@ -332,3 +332,25 @@ def test_traits_the_rule_an_operator_expects() -> None:
     for wrong in ("HW_CPU_X86_AVX3", "CUSTOM_", "CUSTOM_X.Y"):
         with pytest.raises(InvalidInput):
             dp.normalize_groups([{"resources:FPGA": "1", f"trait:{wrong}": "required"}], LIMITS)
+
+
+def test_a_group_of_n_fpga_regions_is_split_into_n_groups_of_one_in_its_place() -> None:
+    region = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "3",
+        "trait:CUSTOM_FPGA_INTEL": "required",
+        "accel:bitstream_id": "9e1c6f5e-2b0c-4a0e-9d1f-5a8f2b3c4d5e",
+    }
+    one = {**region, "resources:CUSTOM_ACCELERATOR_FPGA": "1"}
+    qat = {"resources:CUSTOM_ACCELERATOR_QAT": "2"}
+    assert dp.split_regions([qat, region, qat]) == [qat, one, one, one, qat]
+    assert dp.split_regions([{"resources:FPGA": "2"}]) == [{"resources:FPGA": "1"}] * 2
+
+
+def test_a_group_of_regions_with_another_class_or_of_one_region_is_kept() -> None:
+    beside = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "2",
+        "resources:CUSTOM_ACCELERATOR_MEMORY_DDR": "8",
+    }
+    single = {"resources:CUSTOM_ACCELERATOR_FPGA": "1"}
+    gpus = {"resources:CUSTOM_ACCELERATOR_GPU": "4"}
+    assert dp.split_regions([beside, single, gpus]) == [beside, single, gpus]

@@ -689,18 +689,25 @@ EIGHT_CARDS = {
 }
 
 
+@pytest.mark.parametrize("groups", [[{f"resources:{FPGA}": "1"}] * 8, [{f"resources:{FPGA}": "8"}]])
 def test_eight_regions_as_eight_groups_boot_through_nova_and_claim(
-    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path
+    conf: cfg.ConfigOpts,
+    db: Database,
+    placement: adapter.Adapter,
+    tmp_path: Path,
+    groups: list[dict[str, str]],
 ) -> None:
-    """An 8-card FPGA host keeps a provider per region. 8 regions as 8 groups of one:
-    Nova's query (in the embedded Placement's options) and its bind give the server the
-    8 regions, and once they are back a claim takes the 8 again."""
+    """An 8-card FPGA host keeps a provider per region. 8 regions as 8 groups of one,
+    or as one group of 8 (stored as 8 groups of one): Nova's query (in the embedded
+    Placement's options) and its bind give the server the 8 regions, and once they are
+    back a claim takes the 8 again."""
     _inventory(conf, tmp_path, EIGHT_CARDS)
     conf.set_override("methods", {"FPGA": "none"}, "cleaning")  # given back, free at once
     client = PlacementClient(placement)
     with reporting_api(conf, db, placement) as api:
         wait_for(lambda: _pool(client, FPGA, 1) is not None and _synced(db))
-        device_profiles.create(db, name="fpga-8x1", groups=[{f"resources:{FPGA}": "1"}] * 8)
+        made = device_profiles.create(db, name="fpga-8x1", groups=groups)
+        assert made.groups == [{f"resources:{FPGA}": "1"}] * 8
         instance = str(uuid.uuid4())
         arqs, patched = nova_boot(api, placement, "fpga-8x1", instance)
         assert patched.status_code == 202 and [a["state"] for a in arqs] == ["Bound"] * 8
