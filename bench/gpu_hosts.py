@@ -83,6 +83,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from acceleron.placement.client import Inventory
+from acceleron.service.device_profiles import split_regions
 from load import cpu_seconds, free_port, wait_ready
 from scale import PLACEMENT_DB_ENV
 
@@ -540,7 +541,9 @@ def asks() -> list[Ask]:
         )
     for n in (2, 4, 8):
         found.append(Ask(f"{n} FPGA, {n} groups of 1", "fpga", (group(FPGA, 1),) * n))
-        found.append(Ask(f"{n} FPGA, 1 group of {n}", "fpga", (group(FPGA, n),)))
+        # As a profile stores it: N groups of one (device_profiles.split_regions).
+        stored = tuple(split_regions([group(FPGA, n)]))
+        found.append(Ask(f"{n} FPGA, 1 group of {n} (stored as {n} of 1)", "fpga", stored))
     return found
 
 
