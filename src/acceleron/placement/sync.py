@@ -13,7 +13,10 @@ each provider it owns):
   written (a function trait swap is one ``PUT .../traits``);
 * a provider Acceleron no longer wants is deleted, or, while allocations still
   use it, kept with everything reserved (retired); a retired provider that is
-  wanted again (its device came back) is read and converged like a changed one.
+  wanted again (its device came back) is read and converged like a changed one;
+* new pools get their inventory, and the providers they replace are retired, in one
+  ``POST /reshaper`` (``finish``): a host switching to pools offers each unit
+  throughout.
 
 Providers Acceleron did not create (Nova's own children of the compute node)
 are never touched. No database here: the caller keeps the record.
