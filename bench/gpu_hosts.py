@@ -83,7 +83,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from acceleron.placement.client import Inventory
-from acceleron.service.device_profiles import split_regions
+from acceleron.scheduler.query import split_regions
 from load import cpu_seconds, free_port, wait_ready
 from scale import PLACEMENT_DB_ENV
 

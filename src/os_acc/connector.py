@@ -34,7 +34,12 @@ from acceleron.client.errors import detail
 from acceleron.client.http import AcceleronClient, ApiError, CallFailed
 from acceleron.exceptions import InvalidInput
 from acceleron.microversion import V2_11, V2_15
-from acceleron.scheduler.query import GROUP_PREFIX, groups_from_flavor, is_device_class
+from acceleron.scheduler.query import (
+    GROUP_PREFIX,
+    groups_from_flavor,
+    is_device_class,
+    split_regions,
+)
 from acceleron.uuids import parse
 from os_acc import operations
 
@@ -278,10 +283,10 @@ class Connector:
         if named:
             _refuse_inline_beside(named, request.groups)
             return named, ()
-        groups = [_profile_group(g) for g in request.groups]
+        groups, suffixes = inline_groups(request.groups, request.suffixes)
         if not groups:
             raise PlugFailed("The flavor asks for no accelerator: nothing to plug.")
-        return self._ensure_profile(groups), request.suffixes
+        return self._ensure_profile(groups), suffixes
 
     def _ensure_profile(self, groups: list[dict[str, str]]) -> str:
         """A profile named after its content: the same inline specs share one."""
@@ -518,6 +523,22 @@ def accelerator_state(
             if device.get(field) not in (good, None):
                 problems.append(f"device {device.get('pci_address')} is {device[field]}")
     return entry
+
+
+def inline_groups(
+    groups: Sequence[Mapping[str, str]], suffixes: Sequence[str]
+) -> tuple[list[dict[str, str]], tuple[str, ...]]:
+    """The device profile groups of a flavor's inline groups, and each one's flavor
+    suffix. A group of N FPGA regions is N groups of one, as a profile stores it
+    (``split_regions``), each with its flavor group's suffix: each maps to the provider
+    Nova chose for that group."""
+    found: list[dict[str, str]] = []
+    found_suffixes: list[str] = []
+    for group, suffix in zip(groups, suffixes, strict=True):
+        split = split_regions([_profile_group(group)])
+        found.extend(split)
+        found_suffixes.extend([suffix] * len(split))
+    return found, tuple(found_suffixes)
 
 
 def _profile_group(group: Mapping[str, str]) -> dict[str, str]:

@@ -9,6 +9,7 @@ import pytest
 from acceleron import uuids
 from acceleron.exceptions import InvalidInput
 from acceleron.placement import names
+from acceleron.scheduler import query
 from acceleron.service import device_profiles as dp
 
 LIMITS = dp.Limits(max_groups=4, max_accelerators=10)
@@ -342,8 +343,8 @@ def test_a_group_of_n_fpga_regions_is_split_into_n_groups_of_one_in_its_place() 
     }
     one = {**region, "resources:CUSTOM_ACCELERATOR_FPGA": "1"}
     qat = {"resources:CUSTOM_ACCELERATOR_QAT": "2"}
-    assert dp.split_regions([qat, region, qat]) == [qat, one, one, one, qat]
-    assert dp.split_regions([{"resources:FPGA": "2"}]) == [{"resources:FPGA": "1"}] * 2
+    assert query.split_regions([qat, region, qat]) == [qat, one, one, one, qat]
+    assert query.split_regions([{"resources:FPGA": "2"}]) == [{"resources:FPGA": "1"}] * 2
 
 
 def test_a_group_of_regions_with_another_class_or_of_one_region_is_kept() -> None:
@@ -353,4 +354,4 @@ def test_a_group_of_regions_with_another_class_or_of_one_region_is_kept() -> Non
     }
     single = {"resources:CUSTOM_ACCELERATOR_FPGA": "1"}
     gpus = {"resources:CUSTOM_ACCELERATOR_GPU": "4"}
-    assert dp.split_regions([beside, single, gpus]) == [beside, single, gpus]
+    assert query.split_regions([beside, single, gpus]) == [beside, single, gpus]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from os_acc import PlugFailed, UnsupportedOperation, operations
-from os_acc.connector import _profile_group, attachment, providers_by_group
+from os_acc.connector import _profile_group, attachment, inline_groups, providers_by_group
 from os_acc.operations import Action
 
 DOC = Path(__file__).parents[2] / "docs" / "instance-operations.md"
@@ -129,3 +129,15 @@ def test_inline_groups_keep_what_a_profile_takes() -> None:
         "resources:CUSTOM_ACCELERATOR_FPGA": "1",
         "accel:function_id": "abc",
     }
+
+
+def test_an_inline_group_of_n_regions_is_n_groups_each_with_its_flavor_suffix() -> None:
+    """As a profile stores it: each of the N groups maps to the provider Nova chose for
+    the flavor's group (a region with N accelerators)."""
+    regions = {"resources:CUSTOM_ACCELERATOR_FPGA": "2", "trait:CUSTOM_FPGA_INTEL": "required"}
+    qat = {"resources:CUSTOM_ACCELERATOR_QAT": "1"}
+    groups, suffixes = inline_groups([regions, qat], ("1", "2"))
+    one = {**regions, "resources:CUSTOM_ACCELERATOR_FPGA": "1"}
+    assert (groups, suffixes) == ([one, one, qat], ("1", "1", "2"))
+    chosen = providers_by_group({"1": ["rp-region"], "2": ["rp-qat"]}, {0, 1, 2}, suffixes)
+    assert chosen == {0: "rp-region", 1: "rp-region", 2: "rp-qat"}

@@ -259,6 +259,34 @@ def _suffix_order(suffix: str) -> tuple[int, int, str]:
     return (1, int(suffix), "") if suffix.isdigit() else (2, 0, suffix)
 
 
+# Each FPGA region is a provider of its own in Placement, with one accelerator: regions
+# are never pooled (their functions change with their tenants), and one group is served
+# by one provider.
+REGION_CLASSES = frozenset({"CUSTOM_ACCELERATOR_FPGA", "FPGA"})
+
+
+def split_regions(groups: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A profile's groups with each group asking for N FPGA regions (and no other class)
+    as N groups of one, in its place, with its traits and ``accel:`` keys: one group of
+    N had no candidate in Placement (its largest provider has 1), where N groups of one
+    have. A profile is stored so when created (docs/device-profiles.md). A group of one
+    stays as it is, and so does one that asks for another class beside (memory, say)."""
+    result: list[dict[str, str]] = []
+    for group in groups:
+        resources = [k for k in group if k.startswith("resources:")]
+        key = resources[0] if len(resources) == 1 else ""
+        amount = group.get(key, "")
+        if (
+            key.removeprefix("resources:") in REGION_CLASSES
+            and amount.isdigit()
+            and int(amount) > 1
+        ):
+            result.extend({**group, key: "1"} for _ in range(int(amount)))
+        else:
+            result.append(group)
+    return result
+
+
 def groups_from_flavor(extra_specs: Mapping[str, str]) -> FlavorRequest:
     """Spec 001's inline accelerator extra specs, read into device profile groups.
 

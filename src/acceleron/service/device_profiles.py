@@ -38,6 +38,7 @@ from acceleron.db.session import Database, ReadCache
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
 from acceleron.placement import names as placement_names
 from acceleron.placement import tree
+from acceleron.scheduler.query import split_regions
 from acceleron.service import fitting
 from acceleron.text import has_control
 from acceleron.uuids import is_uuid_like, parse
@@ -268,34 +269,6 @@ def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
             f"groups: the profile asks for {total} accelerators, at most "
             f"{limits.max_accelerators} are allowed ([device_profiles] max_accelerators)."
         )
-    return result
-
-
-# Each FPGA region is a provider of its own in Placement, with one accelerator: regions
-# are never pooled (their functions change with their tenants), and one group is served
-# by one provider.
-REGION_CLASSES = frozenset({"CUSTOM_ACCELERATOR_FPGA", "FPGA"})
-
-
-def split_regions(groups: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The groups of a profile being created, each group asking for N FPGA regions (and
-    no other class) kept as N groups of one, in its place, with its traits and ``accel:``
-    keys: one group of N had no candidate in Placement (its largest provider has 1),
-    where N groups of one have (docs/device-profiles.md). A group of one stays as it is,
-    and so does one that asks for another class beside (memory, say)."""
-    result: list[dict[str, str]] = []
-    for group in groups:
-        resources = [k for k in group if k.startswith("resources:")]
-        key = resources[0] if len(resources) == 1 else ""
-        amount = group.get(key, "")
-        if (
-            key.removeprefix("resources:") in REGION_CLASSES
-            and amount.isdigit()
-            and int(amount) > 1
-        ):
-            result.extend({**group, key: "1"} for _ in range(int(amount)))
-        else:
-            result.append(group)
     return result
 
 
