@@ -219,6 +219,11 @@ class PlacementClient:
         self._known_traits: set[str] = set()
         self._known_classes: set[str] = set()
 
+    @property
+    def adapter(self) -> ks_adapter.Adapter:
+        """The keystoneauth1 Adapter this client sends through."""
+        return self._adapter
+
     def batching(self, writes: batch.Writes) -> PlacementClient:
         """This client, its consumers' allocation writes (``put_allocations``,
         ``replace_allocations``) sent together with those of other threads made at the

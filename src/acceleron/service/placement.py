@@ -91,14 +91,40 @@ def _client_factory(conf: cfg.ConfigOpts) -> Callable[[], PlacementClient]:
 
         return embedded
 
-    def remote() -> PlacementClient:
-        session, auth = confmod.load_session(conf, "placement")
+    return _Remote(conf).client
+
+
+class _Remote:
+    """Clients of a remote Placement (``[placement]``): one auth plugin for the process,
+    whose token is asked of Keystone once and again only when it expires (the plugin
+    locks its own renewal), and a keystoneauth session per thread, keeping its
+    connections (a requests session is not shared between threads). A plugin of each
+    client's own asked Keystone for a token at every claim and every release."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self._lock = threading.Lock()
+        self._auth: list[Any] = []  # the plugin, once loaded (None: no auth_type)
+        self._local = threading.local()
+
+    def client(self) -> PlacementClient:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = ks_loading.load_session_from_conf_options(
+                self.conf, "placement", auth=self._plugin()
+            )
+            self._local.session = session
         adapter = ks_loading.load_adapter_from_conf_options(
-            conf, "placement", session=session, auth=auth, raise_exc=False
+            self.conf, "placement", session=session, auth=session.auth, raise_exc=False
         )
         return PlacementClient(adapter)
 
-    return remote
+    def _plugin(self) -> Any:
+        with self._lock:
+            if not self._auth:
+                confmod.register_keystoneauth(self.conf, "placement")
+                self._auth.append(ks_loading.load_auth_from_conf_options(self.conf, "placement"))
+            return self._auth[0]
 
 
 class PlacementService:
