@@ -72,6 +72,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 from keystoneauth1 import adapter, session, token_endpoint
@@ -85,7 +86,16 @@ from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import claim_survey
 from acceleron.service.claim_leases import ATTEMPTS
-from load import Url, all_in_one, call, checkout, cpu_seconds, report_fake_hosts, wait_synced
+from load import (
+    Url,
+    all_in_one,
+    call,
+    checkout,
+    cpu_seconds,
+    profiling,
+    report_fake_hosts,
+    wait_synced,
+)
 
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"  # what the fake region0 holds
 INVENTORY = """
@@ -319,6 +329,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="run each flow this many times, in turn (on shared cores: a "
                              "median, and how far the rounds spread)")  # fmt: skip
+    parser.add_argument("--profile", help="write the server's cProfile of the runs here "
+                        "(bench/profiled.py; read it with python -m pstats)")  # fmt: skip
     args = parser.parse_args()
     profiles, flows = args.profiles.split(","), args.flows.split(",")
     counts = [int(n) for n in args.clients.split(",")]
@@ -331,12 +343,14 @@ def main() -> None:
                 results.append({**r, "flow": f"{args.baseline[:7]}"})
     with contextlib.ExitStack() as stack:
         code = None if args.rev == "none" else stack.enter_context(checkout(args.rev))
-        url = stack.enter_context(all_in_one(config=CONFIG, source=code))
+        profile = Path(args.profile) if args.profile else None
+        url = stack.enter_context(all_in_one(config=CONFIG, source=code, profile=profile))
         roots = fill(url, args.hosts)
         candidates = candidates_queries(url, roots)
-        results += [run(url, name, n, args.seconds, flow, roots) for n in counts
-                    for name in profiles for _ in range(args.rounds)
-                    for flow in flows]  # fmt: skip
+        with profiling(url):  # the server's CPU over every flow's runs, with --profile
+            results += [run(url, name, n, args.seconds, flow, roots) for n in counts
+                        for name in profiles for _ in range(args.rounds)
+                        for flow in flows]  # fmt: skip
     print(f"\nallocation candidates for one FPGA region of function {FUNCTION[:8]}…, "
           f"{args.hosts} hosts, median of 10 (a server-side claim sends 1 to 4 in turn, "
           f"until one has candidates):")  # fmt: skip
