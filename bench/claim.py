@@ -329,8 +329,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="run each flow this many times, in turn (on shared cores: a "
                              "median, and how far the rounds spread)")  # fmt: skip
-    parser.add_argument("--profile", help="write the server's cProfile of the runs here "
-                        "(bench/profiled.py; read it with python -m pstats)")  # fmt: skip
+    parser.add_argument(
+        "--profile",
+        help="write a cProfile of the server's event loop thread over the runs here "
+        "(bench/profiled.py: the claims' own work, in worker threads, is not in it; "
+        "read it with python -m pstats)",
+    )
     args = parser.parse_args()
     profiles, flows = args.profiles.split(","), args.flows.split(",")
     counts = [int(n) for n in args.clients.split(",")]
