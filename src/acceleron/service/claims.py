@@ -46,6 +46,7 @@ from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
+from acceleron.db.clock import clock
 from acceleron.db.models import AcceleratorRequest, Claim, table, utcnow
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, Conflict, Disabled, InvalidInput, NotFound
@@ -55,7 +56,7 @@ from acceleron.scheduler import query
 from acceleron.service import arqs as arq_service
 from acceleron.service import binding, claim_end, cleaning, provenance, quotas
 from acceleron.service.claim_allocation import MaybeAllocated, allocate, allocations_of
-from acceleron.service.claim_leases import clock, lease, let_go, passed, record_step, token
+from acceleron.service.claim_leases import lease, let_go, passed, record_step, token
 from acceleron.service.device_profiles import could_exist
 from acceleron.uuids import parse
 
