@@ -100,6 +100,10 @@ class Host(TimestampMixin, Base):
     placement_errors: Mapped[list[Any]] = mapped_column(default=list)
     # The task format its agent last claimed tasks with ("1.2"): whether it cleans.
     task_format: Mapped[str | None] = mapped_column(String(16))
+    # Which API process publishes its pending change to Placement (a token), and until
+    # when (the database's time): one at a time (publish.Syncer.sync_pending).
+    sync_owner: Mapped[str | None] = mapped_column(String(32))
+    sync_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class Device(TimestampMixin, Base):

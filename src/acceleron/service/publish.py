@@ -26,8 +26,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select, update
 
+from acceleron.db.clock import clock
 from acceleron.db.models import (
     AcceleratorRequest,
     AttachHandle,
@@ -42,6 +43,8 @@ from acceleron.db.models import (
 from acceleron.db.session import Database
 from acceleron.exceptions import (
     AcceleronError,
+    DatabaseBusy,
+    DatabaseUnavailable,
     InvalidPlacementName,
     NotFound,
     PlacementError,
@@ -98,6 +101,23 @@ def held_through(conn: Connection, hostname: str) -> dict[int, dict[str, int]]:
 
 
 _PENDING = select(HOSTS.c.hostname).where(HOSTS.c.generation != HOSTS.c.synced_generation)
+# Seconds an API process holds a host it publishes: far longer than one host's sync
+# takes, short enough that the host of a process that stopped waits little.
+SYNC_LEASE = 60.0
+_TAKE = (
+    update(HOSTS)
+    .where(
+        HOSTS.c.hostname == bindparam("host"),
+        HOSTS.c.generation != HOSTS.c.synced_generation,
+        or_(HOSTS.c.sync_until.is_(None), HOSTS.c.sync_until <= clock()),
+    )
+    .values(sync_until=clock(SYNC_LEASE))
+)
+_GIVE_BACK = (
+    update(HOSTS)
+    .where(HOSTS.c.hostname == bindparam("host"), HOSTS.c.sync_owner == bindparam("mine"))
+    .values(sync_owner=None, sync_until=None)
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,10 +157,31 @@ class Syncer:
         self.create_compute_nodes = create_compute_nodes
 
     def sync_pending(self) -> list[HostSync]:
-        """Sync the hosts whose inventory changed since their last sync."""
+        """Sync the hosts whose inventory changed since their last sync, each taken by
+        this process first (``hosts.sync_owner``, a lease of ``SYNC_LEASE`` seconds in
+        the database's time): a host another API process is publishing is left to it,
+        and taken over once its lease has passed (that process stopped). The
+        verification and the operator's syncs (``sync_all``, ``sync_host``) take none."""
         with self.db.reader() as conn:
             hosts = list(conn.execute(_PENDING).scalars())
-        return [self._guarded(host, self.sync_host) for host in hosts]
+        return [done for host in hosts if (done := self._sync_taken(host)) is not None]
+
+    def _sync_taken(self, hostname: str) -> HostSync | None:
+        """``sync_host`` under the host's lease; None when another process holds it (or
+        has just published it)."""
+        mine = uuidlib.uuid4().hex
+        with self.db.writer() as conn:
+            taken = conn.execute(_TAKE.values(sync_owner=mine), {"host": hostname}).rowcount
+        if taken != 1:
+            return None
+        try:
+            return self._guarded(hostname, self.sync_host)
+        finally:
+            try:
+                with self.db.writer() as conn:
+                    conn.execute(_GIVE_BACK, {"host": hostname, "mine": mine})
+            except (DatabaseBusy, DatabaseUnavailable) as error:  # it passes by itself
+                LOG.warning("Cannot give back the sync lease of %s: %s", hostname, error)
 
     def hostnames(self) -> list[str]:
         with self.db.reader() as conn:

@@ -25,9 +25,9 @@ from acceleron.drivers import gbs
 from acceleron.placement.client import PlacementClient
 from acceleron.service import bind_tasks, device_profiles, inventory, tenancies
 from acceleron.service.publish import Syncer
-from tests.fixtures.fake_host import HOST, syncer
+from tests.fixtures.fake_host import HOST, host_report, syncer
 from tests.fixtures.placement import CountingAdapter
-from tests.functional.placement.test_health import bind_body, host_report
+from tests.functional.placement.test_health import bind_body
 
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 AGENT = {**LATEST, formats.HEADER: formats.OURS.header()}

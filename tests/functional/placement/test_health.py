@@ -5,7 +5,6 @@ the condition; the API shows it all from 2.13."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,12 @@ from sqlalchemy import select
 
 from acceleron.db.models import Deployable, Device, table
 from acceleron.db.session import Database
-from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
-from acceleron.report import HostReport
 from acceleron.service import device_profiles, inventory
 from acceleron.service.publish import Syncer
 from acceleron.vocabulary import Health
-from tests.fixtures.fake_host import HOST, syncer
+from tests.fixtures.fake_host import HOST, host_report, syncer
 from tests.fixtures.placement import CountingAdapter
 
 DEVICES, DEPLOYABLES = table(Device), table(Deployable)
@@ -33,16 +30,6 @@ V2_13 = {"OpenStack-API-Version": "accelerator 2.13"}
 V2_12_OLD = {"OpenStack-API-Version": "accelerator 2.9"}
 PATH = "/v2/accelerator_requests"
 FPGA = {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "trait:CUSTOM_PROGRAMMABLE": "required"}
-
-
-def host_report(conf: cfg.ConfigOpts, faults: dict[str, Health] | None = None) -> HostReport:
-    """The fake host's report, with ``faults`` (by PCI address) as the driver's verdicts."""
-    conf.set_override("host", HOST)
-    devices = [
-        dataclasses.replace(d, health=(faults or {}).get(d.pci_address, Health()))
-        for d in FakeDriver(conf, Path("/")).discover()
-    ]
-    return HostReport(HOST, "1", tuple(devices))
 
 
 def first_fpga(db: Database) -> Any:
