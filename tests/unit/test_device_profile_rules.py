@@ -354,4 +354,5 @@ def test_a_group_of_regions_with_another_class_or_of_one_region_is_kept() -> Non
     }
     single = {"resources:CUSTOM_ACCELERATOR_FPGA": "1"}
     gpus = {"resources:CUSTOM_ACCELERATOR_GPU": "4"}
-    assert query.split_regions([beside, single, gpus]) == [beside, single, gpus]
+    huge = {"resources:CUSTOM_ACCELERATOR_FPGA": "9" * 12}  # left whole: refused later
+    assert query.split_regions([beside, single, gpus, huge]) == [beside, single, gpus, huge]

@@ -263,6 +263,10 @@ def _suffix_order(suffix: str) -> tuple[int, int, str]:
 # are never pooled (their functions change with their tenants), and one group is served
 # by one provider.
 REGION_CLASSES = frozenset({"CUSTOM_ACCELERATOR_FPGA", "FPGA"})
+# A group of more regions is left whole: no host has so many, the API refuses the
+# group ([device_profiles] max_accelerators_per_group), and os_acc splits a flavor's
+# groups before the API sees them (no flavor makes unbounded work).
+SPLIT_AT_MOST = 256
 
 
 def split_regions(groups: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -278,8 +282,9 @@ def split_regions(groups: list[dict[str, str]]) -> list[dict[str, str]]:
         amount = group.get(key, "")
         if (
             key.removeprefix("resources:") in REGION_CLASSES
+            and amount.isascii()
             and amount.isdigit()
-            and int(amount) > 1
+            and 1 < int(amount) <= SPLIT_AT_MOST
         ):
             result.extend({**group, key: "1"} for _ in range(int(amount)))
         else:
