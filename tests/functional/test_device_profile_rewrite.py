@@ -75,8 +75,10 @@ def test_a_profile_that_would_break_stops_the_whole_rewrite(
     db: Database, second: list[dict[str, str]], fragment: str
 ) -> None:
     dp.create(db, name="fine", groups=OLD)
-    dp.create(db, name="broken", groups=second, limits=dp.Limits(max_accelerators_per_group=100))
-    limits = dp.Limits(max_accelerators=64, max_accelerators_per_group=100)
+    made = dp.Limits(max_accelerators_per_group=100, max_groups=100)  # 100 regions: 100 groups
+    dp.create(db, name="broken", groups=second, limits=made)
+    stored = groups(db, "broken")
+    limits = dp.Limits(max_accelerators=64, max_accelerators_per_group=100, max_groups=100)
     with pytest.raises(InvalidInput) as info:
         dp.rewrite_profiles(db, MAPPING, apply=True, limits=limits)
     assert info.value.message.startswith(
@@ -85,4 +87,4 @@ def test_a_profile_that_would_break_stops_the_whole_rewrite(
     assert fragment in info.value.message
     # "fine" was rewritten first in the same transaction: it is rolled back too.
     assert groups(db, "fine") == OLD
-    assert groups(db, "broken") == second
+    assert groups(db, "broken") == stored

@@ -272,6 +272,19 @@ def normalize_groups(groups: Any, limits: Limits) -> list[dict[str, str]]:
     return result
 
 
+def _split(groups: list[dict[str, str]], limits: Limits) -> list[dict[str, str]]:
+    """The groups as a profile stores them (``split_regions``), still within
+    ``max_groups``: a profile stored otherwise would be refused by a later rewrite."""
+    split = split_regions(groups)
+    if len(split) > limits.max_groups:
+        raise InvalidInput(
+            f"groups: {len(split)} groups once each group of N FPGA regions is N groups of "
+            f"one (each region is a provider of its own), at most {limits.max_groups} are "
+            f"allowed ([device_profiles] max_groups)."
+        )
+    return split
+
+
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidInput("name: a device profile needs a name.")
@@ -382,7 +395,7 @@ def create(
         uuid=ident,
         name=check_name(name),
         description=check_description(description),
-        groups=split_regions(normalize_groups(groups, limits)),
+        groups=_split(normalize_groups(groups, limits), limits),
         enabled=enabled,
         created_at=utcnow(),
         updated_at=None,

@@ -86,3 +86,19 @@ def test_names_are_case_sensitive_on_every_backend(api: TestClient) -> None:
     create(api, "profile")
     listed = api.get(PATH, params={"name": "profile"}).json()["device_profiles"]
     assert [p["name"] for p in listed] == ["profile"]
+
+
+def test_a_group_of_n_regions_is_shown_as_n_groups_within_max_groups(api: TestClient) -> None:
+    """Each FPGA region is a provider of its own: a group of N regions is stored, and
+    shown, as N groups of one (Placement serves a group from one provider); a profile
+    that would then pass ``[device_profiles] max_groups`` (32) is refused as it is made."""
+    regions = {"resources:CUSTOM_ACCELERATOR_FPGA": "3", "accel:function_id": FID}
+    made = api.post(PATH, json=[{"name": "three", "groups": [regions]}])
+    assert made.status_code == 201, made.text
+    one = {**regions, "resources:CUSTOM_ACCELERATOR_FPGA": "1"}
+    shown = api.get(f"{PATH}/{made.json()['uuid']}").json()["device_profile"]
+    assert shown["groups"] == made.json()["groups"] == [one] * 3
+    many = [{"resources:CUSTOM_ACCELERATOR_FPGA": "16"}] * 3  # 48 groups once split
+    status, _, detail = error(api.post(PATH, json=[{"name": "many", "groups": many}]))
+    assert status == 400
+    assert detail.startswith("groups: 48 groups once each group of N FPGA regions is N groups")
