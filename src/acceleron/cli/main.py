@@ -175,14 +175,16 @@ LOG_ARGUMENTS = (
 def _register_log_arguments(parser: argparse.ArgumentParser) -> None:
     """oslo.log's options for the commands that serve (api, agent, all-in-one) and those
     that log what they change (adopt cyborg): each sets its [DEFAULT] option."""
-    actions = parser._option_string_actions
-    actions["--log-file"].help = "Log to this file ([DEFAULT] log_file)."
-    log_file = actions["--log-file"]
-    log_file.option_strings = [*log_file.option_strings, "--logfile"]
-    actions["--logfile"] = actions["--log-file"]
-    actions[
-        "--debug"
-    ].help = "Show tracebacks on errors; a service logs at DEBUG ([DEFAULT] debug)."
+    # cliff's own --log-file and --debug, replaced (the parser resolves the conflict).
+    parser.add_argument(
+        "--log-file", "--logfile", dest="log_file", help="Log to this file ([DEFAULT] log_file)."
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False,
+        help="Show tracebacks on errors; a service logs at DEBUG ([DEFAULT] debug).",
+    )
     group = parser.add_argument_group(
         "Service logging (oslo.log's options, before the command: api, agent, all-in-one, "
         "adopt cyborg)"
@@ -253,12 +255,16 @@ class AcceleronApp(App):
     def build_option_parser(
         self, description: str | None, version: str | None, argparse_kwargs: Any = None
     ) -> argparse.ArgumentParser:
-        parser = super().build_option_parser(description, version, argparse_kwargs)
+        # An option added here replaces cliff's of the same name (--version, --log-file,
+        # --debug): argparse's own way to redefine one.
+        kwargs = {**(argparse_kwargs or {}), "conflict_handler": "resolve"}
+        parser = super().build_option_parser(description, version, kwargs)
         parser.__class__ = GlobalParser  # cliff makes a plain ArgumentParser
         # The program's name, whatever started the process (cliff takes sys.argv[0]).
         parser.prog = "acceleron"
-        shown: Any = parser._option_string_actions["--version"]
-        shown.version = f"acceleron {acceleron.__version__}"
+        parser.add_argument(
+            "--version", action="version", version=f"acceleron {acceleron.__version__}"
+        )
         parser.add_argument(
             "--config-file",
             action="append",
