@@ -30,3 +30,15 @@ def test_other_options_after_the_command_are_still_the_commands_or_global() -> N
         ["device", "list", "--os-url", "http://b", "-f", "json"]
     )
     assert options.os_url == "http://b" and rest == ["device", "list", "-f", "json"]
+
+
+def test_keystone_and_repeated_options_before_the_command_take_their_values() -> None:
+    # keystoneauth's options (loaded when an --os- option asks for Keystone), a repeated
+    # --config-file and --log-file each take the next word: the command starts after them.
+    argv = ["--os-auth-type", "password", "--os-auth-url", "http://k", "--config-file", "a"]
+    argv += ["--config-file", "b", "--log-file", "l", "--debug", "claim", "--timeout", "5"]
+    app = AcceleronApp(argv)
+    options, rest = app.parser.parse_known_args(argv)
+    assert rest == ["claim", "--timeout", "5"]
+    assert options.timeout != 5 and options.config_file == ["a", "b"]
+    assert (options.os_auth_url, options.log_file, options.debug) == ("http://k", "l", True)

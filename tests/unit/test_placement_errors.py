@@ -3,6 +3,7 @@ boilerplate, and an unknown trait or class named."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import requests
@@ -18,7 +19,7 @@ WEBOB = (
 def answer(status: int, body: object) -> requests.Response:
     response = requests.Response()
     response.status_code = status
-    response._content = json.dumps(body).encode() if not isinstance(body, bytes) else body
+    response.raw = io.BytesIO(json.dumps(body).encode() if not isinstance(body, bytes) else body)
     return response
 
 

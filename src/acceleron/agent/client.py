@@ -175,11 +175,6 @@ class ReportClient:
         return False
 
     @property
-    def _adapter(self) -> ks_adapter.Adapter:
-        """The keystoneauth adapter (its endpoint not looked up)."""
-        return self.api._adapter
-
-    @property
     def where(self) -> str:
         """The API's address for messages (the catalog's, until it has been looked up)."""
         return self.api.where

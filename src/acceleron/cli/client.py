@@ -85,7 +85,7 @@ def register_arguments(parser: argparse.ArgumentParser, argv: Sequence[str]) -> 
     loading.register_auth_argparse_arguments(parser, list(argv), default=default_auth)
 
 
-def _register_noauth_arguments(group: argparse._ArgumentGroup) -> None:
+def _register_noauth_arguments(group: Any) -> None:
     """The session options keystoneauth would add, without loading keystoneauth."""
     group.add_argument("--insecure", action="store_true", help="Do not verify TLS certificates.")
     for name, text in _TLS_FILES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import importlib
 import inspect
 import logging
@@ -98,11 +99,17 @@ class ExactCommandManager(CommandManager):
     runs "profile list"); this one runs only a name typed in full."""
 
     def find_command(self, argv: list[str]) -> tuple[type[Command], str, list[str]]:
-        for i in range(self._get_last_possible_command_index(argv), 0, -1):
+        for i in range(len(command_words(argv)), 0, -1):
             name = " ".join(argv[:i])
             if name in self.commands:
                 return self.commands[name].load(), name, argv[i:]
         raise ValueError(f"Unknown command {argv!r}")
+
+
+def command_words(argv: list[str]) -> list[str]:
+    """The words that may name the command: those before its first option."""
+    options = [i for i, word in enumerate(argv) if word.startswith("-")]
+    return argv[: options[0]] if options else argv
 
 
 def suggestions(words: list[str], names: list[str]) -> list[str]:
@@ -124,9 +131,21 @@ def suggestions(words: list[str], names: list[str]) -> list[str]:
 class GlobalParser(argparse.ArgumentParser):
     """The options before the command, and after it those the commands do not share:
     ``--timeout`` after a command is the command's (``claim``, ``deployable program``,
-    ``device drain``), not keystoneauth's HTTP timeout, which goes before the command."""
+    ``device drain``), not keystoneauth's HTTP timeout, which goes before the command.
+
+    Where the command begins is the first word that is neither an option nor an
+    option's value: the options that take a value are recorded as they are added
+    (``record_valued``), argparse having no public table of its options."""
 
     COMMANDS_OWN = ("--timeout",)
+    valued: set[str]
+
+    def record_valued(self) -> None:
+        """From now on, note each option added with a value to store or append (the
+        actions of every option that takes one here: cliff's, keystoneauth's, ours)."""
+        self.valued = set()
+        for name, kind in ((None, _Store), ("store", _Store), ("append", _Append)):
+            self.register("action", name, functools.partial(_noted, self.valued, kind))
 
     def parse_known_args(  # type: ignore[override]
         self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
@@ -149,14 +168,36 @@ class GlobalParser(argparse.ArgumentParser):
         return parsed, rest + commands_own
 
     def _command_start(self, argv: list[str]) -> int:
-        """Where the command's words begin: the first word that is not an option or an
-        option's value."""
         index = 0
         while index < len(argv) and argv[index].startswith("-"):
-            action = self._option_string_actions.get(argv[index])
-            takes_value = action is not None and action.nargs != 0 and "=" not in argv[index]
+            takes_value = argv[index] in self.valued
             index += 2 if takes_value else 1
         return index
+
+
+class _Store(argparse.Action):
+    """argparse's default action: the option's value, stored."""
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+
+
+class _Append(argparse.Action):
+    """argparse's ``append``: each value, added to a new list."""
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), values])
+
+
+def _noted(valued: set[str], kind: type[argparse.Action], **kwargs: Any) -> argparse.Action:
+    action = kind(**kwargs)
+    if action.nargs != 0:
+        valued.update(action.option_strings)
+    return action
 
 
 # oslo.log's command-line options, as every OpenStack service takes them: (names, dest,
@@ -260,6 +301,8 @@ class AcceleronApp(App):
         kwargs = {**(argparse_kwargs or {}), "conflict_handler": "resolve"}
         parser = super().build_option_parser(description, version, kwargs)
         parser.__class__ = GlobalParser  # cliff makes a plain ArgumentParser
+        assert isinstance(parser, GlobalParser)
+        parser.record_valued()
         # The program's name, whatever started the process (cliff takes sys.argv[0]).
         parser.prog = "acceleron"
         parser.add_argument(
@@ -305,7 +348,7 @@ class AcceleronApp(App):
         return result
 
     def unknown_command(self, argv: list[str]) -> int:
-        words = argv[: self.command_manager._get_last_possible_command_index(argv)]
+        words = command_words(argv)
         typed = " ".join(words) or " ".join(argv)
         self.stderr.write(f"'{typed}' is not a command: see 'acceleron help'.\n")
         close = suggestions(words, [name for name, _ in self.command_manager])

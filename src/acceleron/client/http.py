@@ -189,6 +189,11 @@ class AcceleronClient:
         return self.url or CATALOG
 
     @property
+    def configured_adapter(self) -> ks_adapter.Adapter:
+        """The adapter as configured: its endpoint not looked up yet."""
+        return self._adapter
+
+    @property
     def adapter(self) -> ks_adapter.Adapter:
         """The adapter, its endpoint looked up (for libraries that take one)."""
         self.resolve()

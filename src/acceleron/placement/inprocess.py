@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import io
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -267,7 +268,7 @@ class WSGITransport(BaseAdapter):
         response.status_code = answer.status_code
         response.reason = answer.status.partition(" ")[2]
         response.headers = CaseInsensitiveDict(answer.headerlist)
-        response._content = answer.body
+        response.raw = io.BytesIO(answer.body)  # what ``content`` reads, as from a socket
         response.url = request.url or ""
         response.request = request
         response.encoding = answer.charset

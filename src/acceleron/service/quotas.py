@@ -121,7 +121,8 @@ class ConfigLimits:
 class UnifiedLimits:
     """Keystone's unified limits through oslo.limit (``[oslo_limit]``: the endpoint and
     the credentials to read limits with). oslo.limit reads the global configuration, so
-    it is loaded from the same files as Acceleron's own. What Keystone answered is kept
+    it is loaded from the same files as Acceleron's own, and connects to Keystone once a
+    process: a change to ``[oslo_limit]`` applies at the next start. What Keystone answered is kept
     here for ``CACHE_SECONDS``, per project and classes: a changed limit applies within
     that time. oslo.limit's own cache is off: it keeps the limits that exist for the
     enforcer's lifetime and asks Keystone again, at every request, about a project with
@@ -138,7 +139,6 @@ class UnifiedLimits:
 
         files = list(conf.config_file or [])
         limit.CONF([], project="acceleron", default_config_files=files, default_config_dirs=[])
-        limit._SDK_CONNECTION = None  # oslo.limit's connection follows the files just read
         self._limit = limit
         self._enforcer: Any = None
         self._answers: dict[tuple[str, frozenset[str]], tuple[float, dict[str, int | None]]] = {}

@@ -79,8 +79,7 @@ def test_keystone_is_asked_once_per_project_within_the_cache_time(
 
 
 def test_keystone_away_is_a_503(api: TestClient, keystone: KeystoneLimits) -> None:
-    keystone.server.shutdown()
-    keystone.server.server_close()
+    keystone.away = True
     services(api.app).limits.forget()  # type: ignore[arg-type,attr-defined]  # nothing cached
     answer = create(api, "qat3", "p3")
     assert answer.status_code == 503, answer.text

@@ -88,9 +88,9 @@ def test_the_api_root_from_a_catalog_endpoint(endpoint: str, base: str) -> None:
 def test_noauth_sends_no_token_to_the_embedded_api_by_default(conf: cfg.ConfigOpts) -> None:
     client = connect(conf)
     assert client.where == "http://127.0.0.1:6666"
-    assert client._adapter.auth is None
-    assert client._adapter.service_type == "accelerator"
-    assert client._adapter.default_microversion == "2.5"
+    assert client.api.configured_adapter.auth is None
+    assert client.api.configured_adapter.service_type == "accelerator"
+    assert client.api.configured_adapter.default_microversion == "2.5"
 
 
 def test_api_endpoint_wins(conf: cfg.ConfigOpts) -> None:
@@ -116,9 +116,9 @@ def test_keystone_mode_finds_the_api_in_the_catalog(tmp_path: Path) -> None:
         project_name="service",
     )
     client = connect(conf)
-    assert client._adapter.auth is not None
-    assert client._adapter.endpoint_override is None
-    assert client._adapter.interface == ["internal", "public"]
+    assert client.api.configured_adapter.auth is not None
+    assert client.api.configured_adapter.endpoint_override is None
+    assert client.api.configured_adapter.interface == ["internal", "public"]
     assert client.where == "the catalog's accelerator API"
 
 
@@ -135,5 +135,5 @@ def test_auth_section_reuses_another_sections_credentials(tmp_path: Path) -> Non
         "username = acceleron\npassword = secret\nproject_name = service\n"
     )
     client = connect(confmod.load([], config_files=[str(path)]))
-    assert type(client._adapter.auth).__name__ == "Password"
+    assert type(client.api.configured_adapter.auth).__name__ == "Password"
     assert client.where == "the catalog's accelerator API"
