@@ -5,32 +5,35 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cliff import _argparse, command, lister, show
+from cliff import command, lister, show
 
 # Any command, lists and shows included (for type hints).
 AnyCommand = command.Command
 
 
-class HelpFormatter(_argparse.SmartHelpFormatter):
-    """A description's paragraphs are filled one by one; an indented paragraph (an
-    example) keeps its lines."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        paragraphs = []
-        for paragraph in text.strip("\n").split("\n\n"):
-            if paragraph.startswith(" "):
-                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
-            else:
-                paragraphs.append(super()._fill_text(paragraph, width, indent))
-        return "\n\n".join(paragraphs)
+def _filled(text: str) -> str:
+    """A description's paragraphs filled one by one to the terminal's width, as argparse
+    fills help; an indented paragraph (an example) keeps its lines."""
+    width = max(shutil.get_terminal_size().columns - 2, 20)
+    paragraphs = []
+    for paragraph in text.strip("\n").split("\n\n"):
+        if paragraph.startswith(" "):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(textwrap.fill(" ".join(paragraph.split()), width))
+    return "\n\n".join(paragraphs)
 
 
 def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.formatter_class = HelpFormatter
+    if parser.description:
+        parser.description = _filled(parser.description)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 

@@ -180,12 +180,21 @@ def test_every_route_asks_the_serving_app_for_overrides(api: TestClient) -> None
         assert route.dependency_overrides_provider is PROVIDER, route.path
 
 
-LIBRARIES = ("fastapi", "starlette", "pydantic", "pydantic_core")
+OURS = ("acceleron", "os_acc", "tests", "__future__")
+# Names public though they start with "_": namedtuple's and SQLAlchemy's Row methods
+# (named so to keep clear of field names), and the documented os._exit, sys._getframe.
+PUBLIC = frozenset({"_replace", "_asdict", "_fields", "_make", "_mapping", "_exit", "_getframe"})
+
+
+def _library(module: str) -> bool:
+    """Any module but ours: the standard library's and every dependency's."""
+    return bool(module) and module.split(".")[0] not in OURS
 
 
 def _private(name: str) -> bool:
     """A name a library keeps to itself: ``_x``, or one of pydantic's own dunders."""
-    return (name.startswith("_") and not name.startswith("__")) or name.startswith("__pydantic")
+    own = name.startswith("_") and not name.startswith("__") and name not in PUBLIC
+    return own or name.startswith("__pydantic")
 
 
 def _imports(tree: ast.AST) -> tuple[set[str], list[str]]:
@@ -196,14 +205,10 @@ def _imports(tree: ast.AST) -> tuple[set[str], list[str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in LIBRARIES:
+                if _library(alias.name):
                     names.add((alias.asname or alias.name).split(".")[0])
                     found += [f"import {alias.name}"] * _private_path(alias.name)
-        elif (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and (node.module or "").split(".")[0] in LIBRARIES
-        ):
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _library(node.module or ""):
             found += [f"from {node.module} import ..."] * _private_path(node.module or "")
             for alias in node.names:
                 names.add(alias.asname or alias.name)
@@ -237,8 +242,9 @@ def _by_name(node: ast.AST) -> str | None:
 
 
 def private_reads(source: str) -> list[str]:
-    """What ``source`` reads of FastAPI's, Starlette's or pydantic's private names: a
-    private module or name imported, an attribute ``_x`` of a name imported from them,
+    """What ``source`` reads of a library's private names (the standard library's and
+    every dependency's): a private module or name imported, an attribute ``_x`` of a name
+    imported from one,
     pydantic's own dunders, and any ``getattr``/``setattr``/``hasattr`` of a private
     name spelled as a string (a read that way names no object to tell whose it is)."""
     tree = ast.parse(source)
@@ -261,6 +267,8 @@ def test_the_check_finds_a_private_read() -> None:
     assert private_reads("from fastapi._compat import v2\n")
     assert private_reads("getattr(route, '_embed_body_fields', True)\n")
     assert private_reads("stand_in.__pydantic_complete__ = False\n")
+    assert private_reads("from oslo_limit import limit\nlimit._SDK_CONNECTION = None\n")
+    assert private_reads("import argparse\ndef f(g: argparse._ArgumentGroup) -> None: ...\n")
     assert not private_reads("from fastapi import FastAPI\nFastAPI.__name__\nself._own\n")
 
 
