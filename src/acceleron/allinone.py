@@ -25,7 +25,7 @@ from oslo_config import cfg
 from acceleron.agent import tasks
 from acceleron.agent.client import connect
 from acceleron.agent.loop import Agent, Settings
-from acceleron.api.app import Server, create_app
+from acceleron.api.app import UVICORN_OPTIONS, Server, create_app
 from acceleron.db import migrate
 from acceleron.db import session as db_session
 from acceleron.drivers import fake, load_drivers
@@ -65,8 +65,7 @@ def run(conf: cfg.ConfigOpts, sock: socket.socket) -> None:
         app,
         host=host,
         port=port,
-        log_config=None,
-        access_log=False,
+        **UVICORN_OPTIONS,
         timeout_graceful_shutdown=GRACE,
     )
     server = Server(config, app, on_stop=[agent.stop, runner.stop])

@@ -64,7 +64,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
     import uvicorn
 
     from acceleron import logs
-    from acceleron.api.app import Server, create_app
+    from acceleron.api.app import UVICORN_OPTIONS, Server, create_app
     from acceleron.db import migrate
     from acceleron.db import session as db_session
     from acceleron.exceptions import SchemaOutOfDate
@@ -90,8 +90,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
             host=host,
             port=port,
             workers=workers,
-            log_config=None,
-            access_log=False,
+            **UVICORN_OPTIONS,
             timeout_graceful_shutdown=conf.api.shutdown_timeout,
         )
     else:
@@ -100,8 +99,7 @@ def serve(conf: cfg.ConfigOpts, host: str, port: int, workers: int = 1) -> None:
             app,
             host=host,
             port=port,
-            log_config=None,
-            access_log=False,
+            **UVICORN_OPTIONS,
             timeout_graceful_shutdown=conf.api.shutdown_timeout,
         )
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl-C on at the end

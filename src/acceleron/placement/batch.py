@@ -3,11 +3,11 @@
 A claim writes its consumer's allocation (``PUT /allocations/{consumer}``), and its
 release writes the consumer's allocations anew, guarded by the generation it read.
 Each PUT costs Placement about the same whatever it carries (the request, its schema
-check, one transaction): on the all-in-one that was 21-27 ms of CPU a write, and the
-embedded Placement answers one request at a time, so concurrent claims queued behind
-each other's writes. ``POST /allocations`` writes several consumers in one transaction,
-each with its own consumer generation (None: a new consumer), all or nothing: 8
-consumers in one cost about 9 ms a consumer (docs/benchmark-runs.md, "Under contention").
+check, one transaction), and the embedded Placement answers one request at a time, so
+concurrent claims queued behind each other's writes. ``POST /allocations`` writes
+several consumers in one transaction, each with its own consumer generation (None: a
+new consumer), all or nothing, for a fraction of a PUT's cost a consumer (the figures:
+docs/benchmark-runs.md, "Under contention").
 
 ``Writes`` is a group commit: a write arriving while nothing is being sent is sent at
 once (alone, a plain PUT: nothing waits for company); those arriving meanwhile queue,
@@ -43,8 +43,8 @@ from acceleron.exceptions import AcceleronError, PlacementUnavailable
 
 LIMIT = 32  # consumers in one POST /allocations at most
 # Seconds a sending thread waits at most for the writes announced (``announced``): what a
-# batched write saves Placement (about 12 ms of CPU on the all-in-one) is worth more
-# than the wait where the process is short of CPU.
+# batched write saves Placement (docs/benchmark-runs.md, "Under contention") is worth
+# more than the wait where the process is short of CPU.
 LINGER = 0.01
 Body = dict[str, object]  # a consumer's body, as PUT /allocations/{consumer} takes it
 # Sends a batch (consumer -> body): True when written, False when Placement refused it

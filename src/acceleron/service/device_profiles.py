@@ -364,7 +364,7 @@ def _maintained_follow(conn: Connection, groups: Iterable[object]) -> None:
 
 _COLUMNS = [_TABLE.c[field] for field in Profile._fields]
 # The hot statements are built once: building a statement and its cache key on
-# every call costs more than running it (create: 480 us -> 200 us).
+# every call costs more than running it (docs/benchmark-runs.md).
 _SELECT = select(*_COLUMNS)
 _ALL = _SELECT.order_by(_TABLE.c.id)
 _BY_NAMES = _ALL.where(_TABLE.c.name.in_(bindparam("names", expanding=True)))
