@@ -4,27 +4,18 @@ it."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 import acceleron
 from acceleron.cli.main import main
+from tests.fixtures.ci import ci_module
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def release_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release", REPO / ".ci/release.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-release = release_module()
+release = ci_module("release")
 
 
 def tree(tmp_path: Path, version: str, changelog: str, install: str = "") -> Path:
