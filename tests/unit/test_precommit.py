@@ -1,5 +1,6 @@
-"""The commit hook CONTRIBUTING.md offers (`make hooks`): pre-commit is installed with
-the test extra, its configuration is valid, and each hook runs a tool the venv has."""
+"""The commit hooks CONTRIBUTING.md offers (`make hooks`): pre-commit is installed with
+the test extra, its configuration is valid, each hook runs a tool the venv has, and the
+commit-msg hook is installed beside the pre-commit one."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_the_configuration_is_valid_for_the_installed_pre_commit() -> None:
 
 def test_every_hook_runs_a_tool_of_the_venv() -> None:
     hooks = [hook for repo in yaml.safe_load(CONFIG.read_text())["repos"] for hook in repo["hooks"]]
-    assert {hook["id"] for hook in hooks} == {"ruff-check", "ruff-format", "mypy"}
+    assert {hook["id"] for hook in hooks} == {"ruff-check", "ruff-format", "mypy", "commit-subject"}
     for hook in hooks:
         tool = hook["entry"].split()[0]
         assert (
@@ -48,3 +49,5 @@ def test_make_hooks_installs_it() -> None:
         check=True,
     )
     assert done.stdout.splitlines()[-1] == ".venv/bin/pre-commit install"
+    config = yaml.safe_load(CONFIG.read_text())
+    assert config["default_install_hook_types"] == ["pre-commit", "commit-msg"]
