@@ -436,19 +436,19 @@ def free_handle(
     device vanished while held (lost) can go now: the host's next report is diffed in
     full, which removes it."""
     lost = conn.execute(_LOST, {"arq_id": arq.id}).first()
-    _destroy_mig(conn, arq)
+    mig_slot = _handle_of(conn, arq.id)
     cleaning.give_back(conn, arq, profile_group(arq), policy)
     conn.execute(_FREE, {"arq": arq.id, "now": utcnow()})
-    cleaning.start(conn, arq.deployable_id)
+    cleaning.start(conn, arq.deployable_id)  # a slice's memory is cleaned, then it goes
+    _destroy_mig(conn, arq, mig_slot)
     if lost is not None:
         inventory.forget_report(conn, lost.hostname)
     _held_elsewhere(conn, arq)
 
 
-def _destroy_mig(conn: Connection, arq: ArqRecord) -> None:
+def _destroy_mig(conn: Connection, arq: ArqRecord, handle: Row[Any] | None) -> None:
     """A slot handle of a partitionable GPU given back: the agent destroys the instance
-    made for it (if any: the task is idempotent) and no other."""
-    handle = _handle_of(conn, arq.id)
+    made for it (if any: the task is idempotent) and no other, after its cleaning."""
     if handle is None or handle.deployable_kind != mig_units.KIND or not arq.hostname:
         return
     tasks.create(

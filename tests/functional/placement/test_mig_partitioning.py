@@ -72,11 +72,16 @@ class Cloud:
     def driver(self) -> FakeDriver:
         return FakeDriver(self.host.conf, Path("/"))
 
+    def state(self) -> dict[str, Any]:
+        """The fake driver's state file, by PCI address."""
+        path = Path(self.host.conf.fake.state_file)
+        found: dict[str, Any] = json.loads(path.read_text())["devices"] if path.exists() else {}
+        return found
+
     def held(self, address: str) -> list[tuple[str, int]]:
         """What the fake GPU at ``address`` holds: (profile, start), Acceleron's or not."""
-        path = Path(self.host.conf.fake.state_file)
-        state = json.loads(path.read_text())["devices"] if path.exists() else {}
-        return sorted((i[0], int(i[1])) for i in state.get(address, {}).get("mig_instances", []))
+        held = self.state().get(address, {}).get("mig_instances", [])
+        return sorted((i[0], int(i[1])) for i in held)
 
     def boot(self, profile: str, on: str | None = None) -> dict[str, Any]:
         """What Nova does for a server with ``profile``: its query, a candidate allocated
@@ -223,6 +228,30 @@ def test_release_destroys_only_its_own_instance(cloud: Cloud) -> None:
     kept = int(second["attach_handle_info"]["gpu_instance_start"])
     cloud.release(first["uuid"], address, [("1g.10gb", kept)])
     assert cloud.arq(second["uuid"])["state"] == "Bound"
+    # The slice's memory was scrubbed before it went (a reset would be the whole GPU's).
+    slot = first["attach_handle_info"]["mig_uuid"]
+    cleaned = cloud.state().get(address, {}).get("cleaned", [])
+    assert {"deployable": units.KEY, "handles": [slot], "method": "scrub"} in cleaned
+
+
+def test_an_unhealthy_gpu_offers_no_units(cloud: Cloud) -> None:
+    """The driver says a GPU is unhealthy: its units are all reserved, Nova's query
+    offers only the other one."""
+    gpus = cloud.gpus()
+    sick, well = sorted(gpus)
+    state = cloud.state()
+    state.setdefault(sick, {})["health"] = {"state": "unhealthy", "reason": "XID 79"}
+    Path(cloud.host.conf.fake.state_file).write_text(json.dumps({"version": 1, "devices": state}))
+    cloud.host.report()
+    wait_for(lambda: cloud.inventory(gpus[sick])[units.COMPUTE_CLASS] == (7, 7))
+    assert cloud.inventory(gpus[sick]) == {
+        units.INSTANCE_CLASS: (7, 7),
+        units.COMPUTE_CLASS: (7, 7),
+        units.MEMORY_CLASS: (8, 8),
+    }
+    assert cloud.inventory(gpus[well])[units.COMPUTE_CLASS] == (7, 0)
+    bound = cloud.boot("mig-1g-10gb")
+    assert bound["state"] == "Bound" and bound["device_rp_uuid"] == gpus[well]
 
 
 def test_a_profile_another_product_has_finds_no_gpu_here(cloud: Cloud) -> None:
