@@ -7,6 +7,7 @@ with the planner's reason; the release destroys that instance and no other."""
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator
@@ -69,8 +70,20 @@ class Cloud:
         found = self.placement.get_inventories(rp)[1]
         return {rc: (found[rc].total, found[rc].reserved) for rc in UNITS}
 
-    def driver(self) -> FakeDriver:
-        return FakeDriver(self.host.conf, Path("/"))
+    def spoil(self, address: str, rp: str) -> None:
+        """Two 1g made on the GPU outside Acceleron, at slices 2 and 5: both 3g positions
+        partly taken; its provider reserves their units."""
+        driver = FakeDriver(self.host.conf, Path("/"))
+        device = next(d for d in driver.discover() if d.pci_address == address)
+        driver.make_mig(device, "1g.10gb", 2)
+        driver.make_mig(device, "1g.10gb", 5)
+        self.host.report()
+        wait_for(lambda: self.inventory(rp)[units.MEMORY_CLASS] == (8, 2))
+
+    def claim_state(self, consumer: str, project: str) -> str | None:
+        """The state of ``project``'s claim for ``consumer``; None when it sees none."""
+        shown = self.api.get(f"/v2/claims/{consumer}", headers={**LATEST, **member(project)})
+        return None if shown.status_code == 404 else str(shown.json()["state"])
 
     def state(self) -> dict[str, Any]:
         """The fake driver's state file, by PCI address."""
@@ -195,12 +208,7 @@ def test_units_but_no_valid_position_fail_the_bind_never_overlap(cloud: Cloud) -
     the other GPU, is bound."""
     gpus = cloud.gpus()
     spoiled, other = sorted(gpus)
-    driver = cloud.driver()
-    device = next(d for d in driver.discover() if d.pci_address == spoiled)
-    driver.make_mig(device, "1g.10gb", 2)
-    driver.make_mig(device, "1g.10gb", 5)
-    cloud.host.report()
-    wait_for(lambda: cloud.inventory(gpus[spoiled])[units.MEMORY_CLASS] == (8, 2))
+    cloud.spoil(spoiled, gpus[spoiled])
     assert cloud.inventory(gpus[spoiled]) == {
         units.INSTANCE_CLASS: (7, 2),
         units.COMPUTE_CLASS: (7, 2),
@@ -288,19 +296,38 @@ def test_a_claim_is_its_projects_alone(cloud: Cloud) -> None:
     body = {"device_profile_name": "mig-1g-10gb", "consumer_uuid": consumer}
     made = cloud.api.post("/v2/claims", json=body, headers={**LATEST, **member("p1")})
     assert made.status_code in (200, 201, 202), made.text
-    cloud.host.run_tasks(
-        lambda: (
-            cloud.api.get(f"/v2/claims/{consumer}", headers={**LATEST, **member("p1")}).json()[
-                "state"
-            ]
-            == "bound"
-        )
-    )
-    seen = cloud.api.get(f"/v2/claims/{consumer}", headers={**LATEST, **member("p2")})
-    assert seen.status_code == 404
+    cloud.host.run_tasks(lambda: cloud.claim_state(consumer, "p1") == "bound")
+    assert cloud.claim_state(consumer, "p2") is None
     ended = cloud.api.delete(f"/v2/claims/{consumer}", headers={**LATEST, **member("p2")})
     assert ended.status_code == 404
     assert sum(len(cloud.held(a)) for a in cloud.gpus()) == 1
     ended = cloud.api.delete(f"/v2/claims/{consumer}", headers={**LATEST, **member("p1")})
     assert ended.status_code == 204, ended.text
     cloud.host.run_tasks(lambda: sum(len(cloud.held(a)) for a in cloud.gpus()) == 0)
+
+
+def test_a_claim_takes_a_gpu_with_a_position_or_is_refused_with_the_reason(
+    cloud: Cloud,
+) -> None:
+    """One GPU spoiled for a 3g (1g at slices 2 and 5, outside Acceleron), the other
+    empty: two 3g claims land on the empty one, though Placement offers the spoiled one
+    as well; a third finds units only on the spoiled one, and is refused with the
+    planner's reason. Nothing overlapping is ever made."""
+    gpus = cloud.gpus()
+    spoiled, other = sorted(gpus)
+    cloud.spoil(spoiled, gpus[spoiled])
+    headers = {**LATEST, **member("p1")}
+    for consumer in (str(uuid.uuid4()), str(uuid.uuid4())):
+        body = {"device_profile_name": "mig-3g-40gb", "consumer_uuid": consumer}
+        made = cloud.api.post("/v2/claims", json=body, headers=headers)
+        assert made.status_code in (200, 201, 202), made.text
+        assert list(made.json()["allocations"]) == [gpus[other]]
+        cloud.host.run_tasks(
+            functools.partial(lambda c: cloud.claim_state(c, "p1") == "bound", consumer)
+        )
+    assert cloud.held(other) == [("3g.40gb", 0), ("3g.40gb", 4)]
+    body = {"device_profile_name": "mig-3g-40gb", "consumer_uuid": str(uuid.uuid4())}
+    refused = cloud.api.post("/v2/claims", json=body, headers=headers)
+    assert refused.status_code == 409, refused.text
+    assert "none where it may start ({0,4}:4)" in refused.text
+    assert cloud.held(spoiled) == [("1g.10gb", 2), ("1g.10gb", 5)]
