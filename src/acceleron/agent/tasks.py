@@ -436,11 +436,8 @@ class TaskRunner:
     # --- vGPUs ------------------------------------------------------------------------
 
     def _vgpu(self, task: Mapping[str, Any]) -> None:
-        params = task["params"]
-        driver, device = self._find(params["pci_address"])
-        if not isinstance(driver, Mediated):
-            raise TaskFailed(f"driver {driver.name} makes no vGPUs on {device.pci_address}")
-        handle = _handle(device, params["deployable"], params["mdev_uuid"])
+        driver, device, handle = self._target(task["params"], Mediated, "makes no vGPUs")
+        assert isinstance(driver, Mediated)
         if task["kind"] == "create_mdev":
             driver.create_mdev(device, handle)
         else:
@@ -452,10 +449,8 @@ class TaskRunner:
         """Make the instance a slot asks for, where the GPU allows (the driver reads the
         GPU's instances and asks the planner), or destroy the one made for it."""
         params = task["params"]
-        driver, device = self._find(params["pci_address"])
-        if not isinstance(driver, Partitionable):
-            raise TaskFailed(f"driver {driver.name} carves no GPU on {device.pci_address}")
-        handle = _handle(device, params["deployable"], params["slot"])
+        driver, device, handle = self._target(params, Partitionable, "carves no GPU")
+        assert isinstance(driver, Partitionable)
         if task["kind"] == "destroy_mig":
             driver.destroy_mig_instance(device, handle)
             LOG.info(
@@ -467,6 +462,17 @@ class TaskRunner:
         return {"instance": made}
 
     # --- looking things up ------------------------------------------------------------
+
+    def _target(
+        self, params: Mapping[str, Any], able: type, refusal: str
+    ) -> tuple[Driver, Device, AttachHandle]:
+        """The driver, device and attach handle a vGPU or MIG task names (``mdev_uuid``
+        or ``slot``); TaskFailed when the driver is not ``able``: it ``refusal``."""
+        driver, device = self._find(params["pci_address"])
+        if not isinstance(driver, able):
+            raise TaskFailed(f"driver {driver.name} {refusal} on {device.pci_address}")
+        address = params.get("slot") or params["mdev_uuid"]
+        return driver, device, _handle(device, params["deployable"], address)
 
     def _find(self, pci_address: str) -> tuple[Driver, Device]:
         """The driver that reports the device at ``pci_address``, and the device now."""

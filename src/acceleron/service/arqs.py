@@ -449,13 +449,26 @@ def free_handle(
 def _destroy_mig(conn: Connection, arq: ArqRecord, handle: Row[Any] | None) -> None:
     """A slot handle of a partitionable GPU given back: the agent destroys the instance
     made for it (if any: the task is idempotent) and no other, after its cleaning."""
-    if handle is None or handle.deployable_kind != mig_units.KIND or not arq.hostname:
+    if handle is not None and handle.deployable_kind == mig_units.KIND:
+        _undo_on_host(conn, arq, handle, "destroy_mig", mig_params)
+
+
+def _undo_on_host(
+    conn: Connection,
+    arq: ArqRecord,
+    handle: Row[Any],
+    kind: str,
+    params: Callable[[str, str, str], dict[str, str]],
+) -> None:
+    """A task for the host's agent to undo what a bind made of ``handle`` (an mdev, a
+    MIG instance); nothing when the request names no host."""
+    if not arq.hostname:
         return
     tasks.create(
         conn,
         hostname=arq.hostname,
-        kind="destroy_mig",
-        params=mig_params(handle.pci_address, handle.deployable_key, handle.address),
+        kind=kind,
+        params=params(handle.pci_address, handle.deployable_key, handle.address),
         deployable_id=handle.deployable_id,
     )
 
@@ -609,14 +622,8 @@ def release(
         return
     programming.cancel_for_arq(conn, arq.id)
     handle = _handle_of(conn, arq.id)
-    if handle is not None and needs_preparing(handle) and arq.hostname:
-        tasks.create(
-            conn,
-            hostname=arq.hostname,
-            kind="remove_mdev",
-            params=vgpu_params(handle.pci_address, handle.deployable_key, handle.address),
-            deployable_id=handle.deployable_id,
-        )
+    if handle is not None and needs_preparing(handle):
+        _undo_on_host(conn, arq, handle, "remove_mdev", vgpu_params)
     free_handle(conn, arq, policy)
     move(
         conn,
