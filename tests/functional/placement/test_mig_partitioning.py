@@ -321,7 +321,15 @@ def test_a_claim_takes_a_gpu_with_a_position_or_is_refused_with_the_reason(
         body = {"device_profile_name": "mig-3g-40gb", "consumer_uuid": consumer}
         made = cloud.api.post("/v2/claims", json=body, headers=headers)
         assert made.status_code in (200, 201, 202), made.text
-        assert list(made.json()["allocations"]) == [gpus[other]]
+        assert made.json()["allocations"] == {
+            gpus[other]: {
+                "resources": {
+                    units.INSTANCE_CLASS: 1,
+                    units.COMPUTE_CLASS: 3,
+                    units.MEMORY_CLASS: 4,
+                }
+            }
+        }
         cloud.host.run_tasks(
             functools.partial(lambda c: cloud.claim_state(c, "p1") == "bound", consumer)
         )

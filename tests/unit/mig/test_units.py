@@ -109,3 +109,13 @@ def test_the_provider_of_a_partitionable_gpu() -> None:
     device, dep = _rows(units.KIND, health="unhealthy")
     reserved = {rc: i.reserved for rc, i in tree.inventories(device, dep, options).items()}
     assert reserved == {units.INSTANCE_CLASS: 7, units.COMPUTE_CLASS: 7, units.MEMORY_CLASS: 8}
+
+
+def test_a_partitionable_gpu_is_never_in_a_pool() -> None:
+    """Each GPU has its own layout: with pools, it is still a provider of its own."""
+    device, dep = _rows(units.KIND)
+    extra = {"parent_id": None, "uuid": "6f0c0f55-96b4-4a8e-9a36-1f4e1fb3c2d1", "name": "h_mig"}
+    dep = types.SimpleNamespace(**vars(dep), **extra)
+    found = tree.desired_tree("h", "compute", [device], [dep], tree.Options(pools=True))
+    assert [p.uuid for p in found if units.COMPUTE_CLASS in p.inventories] == [dep.uuid]
+    assert not any(p.members for p in found)
