@@ -229,7 +229,14 @@ def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str
             f"groups[{index}] asks for no resource: every group needs at least one "
             f"'resources:<class>' entry."
         )
-    accelerators = sum(placement_names.accelerator_amounts(out).values())
+    amounts = placement_names.accelerator_amounts(out)
+    if mig_units.PROFILE_KEY in out and set(amounts) != {mig_units.INSTANCE_CLASS}:
+        raise InvalidInput(
+            f"groups[{index}] names a MIG instance ({mig_units.PROFILE_KEY}) and other "
+            f"accelerators ({', '.join(sorted(set(amounts) - {mig_units.INSTANCE_CLASS}))}): "
+            f"a group lands on one provider; ask for them in groups of their own."
+        )
+    accelerators = sum(amounts.values())
     if not accelerators:
         raise InvalidInput(
             f"groups[{index}] asks for no accelerator: every group needs one "

@@ -289,6 +289,11 @@ def test_an_unknown_profile_is_refused_naming_the_known_ones(cloud: Cloud) -> No
     ]
     response = cloud.api.post("/v2/device_profiles", json=clash)
     assert response.status_code == 400 and "leave it out" in response.text
+    group = {units.PROFILE_KEY: "1g.10gb", "resources:CUSTOM_ACCELERATOR_GPU": "1"}
+    both = [{"name": "both", "groups": [group]}]
+    response = cloud.api.post("/v2/device_profiles", json=both)
+    assert response.status_code == 400, response.text
+    assert "ask for them in groups of their own" in response.text
 
 
 def test_a_claim_is_its_projects_alone(cloud: Cloud) -> None:
