@@ -39,7 +39,12 @@ Version = tuple[int, int]
 # Report 1.1: each device's topology, ``pcie_switch`` and ``nvlink_domain``; the API
 # leaves what it recorded of them as it is when a report of 1.0 comes (its agent cannot
 # tell).
-REPORT_VERSION: Version = (1, 1)
+# Report 1.2: deployables of kind ``mig_gpu`` (a GPU partitioned on demand); an agent
+# writing for a reader of 1.1 leaves them out (``report.to_json``): that API would
+# refuse the kind, and its hosts' such GPUs are published once it is upgraded.
+REPORT_VERSION: Version = (1, 2)
+# The deployable kinds a report minor brought: left out for an older reader.
+KINDS_SINCE: Mapping[str, Version] = {"mig_gpu": (1, 2)}
 # Task 1.1: a program task names its request's project (``project_id``) and its
 # bitstream's signature properties (``bitstream.signature``), for hosts that require
 # signatures; an agent of 1.0 ignores them, one of 1.1 handed a 1.0 task sees no signature.

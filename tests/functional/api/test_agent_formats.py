@@ -21,11 +21,13 @@ from acceleron.agent.client import ReportClient, ReportRefused, connect
 from acceleron.agent.tasks import Settings, TaskRunner
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
-from acceleron.report import HostReport
+from acceleron.report import HostReport, to_json
 from acceleron.service import tasks
+from acceleron.vocabulary import Deployable, Device
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
 V2_8 = {"OpenStack-API-Version": "accelerator 2.8"}
+LATEST = {"OpenStack-API-Version": "accelerator latest"}
 HOST = "host-1"
 REPORT = formats.show(formats.REPORT_VERSION)  # what this API reads, newest minor
 
@@ -98,6 +100,23 @@ def test_the_version_document_says_the_formats(api: TestClient) -> None:
     )
 
 
+def test_a_partitionable_gpu_is_reported_from_1_2_and_left_out_before(api: TestClient) -> None:
+    """Report 1.2 brings the ``mig_gpu`` kind: written for a reader of 1.1 such a
+    deployable is left out (an API of 1.1 refuses the kind), and an API of 1.2 reads it."""
+    gpu = Device(
+        "0000:17:00.0", "GPU", "10de", "NVIDIA", "2330", "H100", "fake",
+        deployables=(Deployable("mig", "mig_gpu", 7, accelerator_type="MIG_INSTANCE"),),
+    )  # fmt: skip
+    report = HostReport(HOST, "9.0.0", (gpu,))
+    older = to_json(report, (1, 1))
+    assert older["report_minor"] == 1 and older["devices"][0]["deployables"] == []
+    for body, kinds in ((older, []), (to_json(report), ["mig_gpu"])):
+        answer = api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_5)
+        assert answer.status_code == 200, answer.text
+        shown = api.get("/v2/deployables", params={"hostname": HOST}, headers=LATEST)
+        assert [d["kind"] for d in shown.json()["deployables"]] == kinds
+
+
 # --- tasks ------------------------------------------------------------------------------
 
 
@@ -132,6 +151,18 @@ def test_an_older_agent_gets_only_the_kinds_it_knows(
     newer = claim(api, "report=1.0, task=1.1")
     assert [t["uuid"] for t in newer.json()["tasks"]] == [old, new]
     assert tasks.get(db, new).state == "running"
+
+
+def test_an_agent_of_task_format_1_2_gets_no_mig_tasks(api: TestClient, db: Database) -> None:
+    """Task format 1.3 brings make_mig and destroy_mig: an agent of 1.2 is handed
+    neither (they wait, pending), an agent of 1.3 both."""
+    clean = queue(db, "clean")
+    made, destroyed = queue(db, "make_mig"), queue(db, "destroy_mig")
+    older = claim(api, "report=1.1, task=1.2")
+    assert [t["uuid"] for t in older.json()["tasks"]] == [clean]
+    assert tasks.get(db, made).state == tasks.get(db, destroyed).state == "pending"
+    newer = claim(api, "report=1.1, task=1.3")
+    assert [t["uuid"] for t in newer.json()["tasks"]] == [clean, made, destroyed]
 
 
 def test_an_agent_of_another_task_major_is_409_naming_both(api: TestClient, db: Database) -> None:
