@@ -85,6 +85,16 @@ def to_json(report: HostReport, version: formats.Version | None = None) -> dict[
     return data
 
 
+def newest_kind(report: HostReport) -> formats.Version:
+    """The report format its deployables' kinds need (1.0 when every kind is older)."""
+    found = [
+        formats.KINDS_SINCE.get(d.kind, (1, 0))
+        for dev in report.devices
+        for d in walk(dev.deployables)
+    ]
+    return max(found, default=(1, 0))
+
+
 def _known_kinds(deployables: list[dict[str, Any]], version: formats.Version) -> list[Any]:
     """The deployables (and their children) of kinds a reader of ``version`` knows."""
     kept = []

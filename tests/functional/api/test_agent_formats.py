@@ -62,6 +62,13 @@ NEWER_REPORT: dict[str, Any] = {
 }
 
 
+# A GPU partitioned on demand: its deployable's kind came with report format 1.2.
+MIG_GPU = Device(
+    "0000:17:00.0", "GPU", "10de", "NVIDIA", "2330", "H100", "fake",
+    deployables=(Deployable("mig", "mig_gpu", 7, accelerator_type="MIG_INSTANCE"),),
+)  # fmt: skip
+
+
 def detail(response: Any) -> str:
     return str(response.json()["errors"][0]["detail"])
 
@@ -103,11 +110,7 @@ def test_the_version_document_says_the_formats(api: TestClient) -> None:
 def test_a_partitionable_gpu_is_reported_from_1_2_and_left_out_before(api: TestClient) -> None:
     """Report 1.2 brings the ``mig_gpu`` kind: written for a reader of 1.1 such a
     deployable is left out (an API of 1.1 refuses the kind), and an API of 1.2 reads it."""
-    gpu = Device(
-        "0000:17:00.0", "GPU", "10de", "NVIDIA", "2330", "H100", "fake",
-        deployables=(Deployable("mig", "mig_gpu", 7, accelerator_type="MIG_INSTANCE"),),
-    )  # fmt: skip
-    report = HostReport(HOST, "9.0.0", (gpu,))
+    report = HostReport(HOST, "9.0.0", (MIG_GPU,))
     older = to_json(report, (1, 1))
     assert older["report_minor"] == 1 and older["devices"][0]["deployables"] == []
     for body, kinds in ((older, []), (to_json(report), ["mig_gpu"])):
@@ -236,6 +239,19 @@ def test_a_newer_agent_writes_the_minor_the_api_reads(live: str, tmp_path: Path)
     assert b"uptime_seconds" not in sent[0] and minor in sent[0]
     # Its word on a task leaves out what task format 1.0 lacks (unknown to this API).
     assert newer.claim_tasks(HOST, 0) == []
+
+
+def test_a_fresh_agents_first_report_keeps_its_partitionable_gpus(
+    live: str, tmp_path: Path, api: TestClient
+) -> None:
+    """Before an answer says what the API reads, an agent writes the oldest minor; a
+    report holding a kind a newer minor brought asks the API's version document first,
+    so its first report does not leave the GPU out."""
+    fresh = client(live, tmp_path, formats.OURS)
+    assert fresh.theirs is None
+    fresh.report(HostReport(HOST, "9.0.0", (MIG_GPU,)))
+    shown = api.get("/v2/deployables", params={"hostname": HOST}, headers=LATEST)
+    assert [d["kind"] for d in shown.json()["deployables"]] == ["mig_gpu"]
 
 
 def test_an_agent_of_another_major_is_told_both_and_sends_nothing(
