@@ -18,7 +18,10 @@ import pytest
 from fastapi.testclient import TestClient
 from keystoneauth1 import adapter
 from oslo_config import cfg
+from sqlalchemy import select
 
+from acceleron.db.models import Task, table
+from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.mig import units
 from acceleron.placement.client import PlacementClient
@@ -40,15 +43,28 @@ devices:
     memory_type: HBM3
     mig: dynamic
 """
+TASKS = table(Task)
 UNITS = (units.INSTANCE_CLASS, units.COMPUTE_CLASS, units.MEMORY_CLASS)
 
 
 class Cloud:
     """The API (a test client, and served for the host's agent), Placement, the host."""
 
-    def __init__(self, api: TestClient, placement: adapter.Adapter, host: Host) -> None:
-        self.api, self.host = api, host
+    def __init__(
+        self, api: TestClient, placement: adapter.Adapter, host: Host, db: Database
+    ) -> None:
+        self.api, self.host, self.db = api, host, db
         self.placement = PlacementClient(placement)
+
+    def tasks(self, kind: str) -> list[str]:
+        """The states of the host's tasks of ``kind``, oldest first."""
+        with self.db.reader() as conn:
+            found = conn.execute(
+                select(TASKS.c.state)
+                .where(TASKS.c.hostname == self.host.name, TASKS.c.kind == kind)
+                .order_by(TASKS.c.id)
+            )
+            return [str(state) for state in found.scalars()]
 
     def gpus(self) -> dict[str, str]:
         """The host's partitionable GPUs' providers, by PCI address."""
@@ -137,20 +153,22 @@ class Cloud:
         """Nova deletes the request; the agent at work until the GPU holds ``left``."""
         gone = self.api.delete(f"/v2/accelerator_requests?arqs={arq}")
         assert gone.status_code == 204, gone.text
-        self.host.run_tasks(lambda: self.held(address) == left)
+        self.host.run_tasks(
+            lambda: self.held(address) == left and self.tasks("destroy_mig")[-1:] == ["done"]
+        )
         self.host.report()
 
 
 @pytest.fixture
 def cloud(
-    conf: cfg.ConfigOpts, db: Any, placement: adapter.Adapter, tmp_path: Path
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path
 ) -> Iterator[Cloud]:
     conf.set_override("methods", {"GPU": "none"}, "cleaning")
     with reporting_api(conf, db, placement) as api, serve(api.app) as url:  # type: ignore[arg-type]
         (tmp_path / "host").mkdir()
         host = Host(url, tmp_path / "host", inventory=GPUS)
         host.report()
-        found = Cloud(api, placement, host)
+        found = Cloud(api, placement, host, db)
         wait_for(
             lambda: (
                 len(gpus := found.gpus()) == 2
@@ -193,12 +211,12 @@ def test_a_3g_is_made_on_an_empty_gpu_and_destroyed_at_release(cloud: Cloud) -> 
     # Nova sends the same bind again: nothing more is made.
     again = cloud.api.patch("/v2/accelerator_requests", json=arq["body"])
     assert again.status_code == 202, again.text
-    cloud.host.run_tasks(lambda: True)
-    assert len(cloud.held(address)) == 1
+    assert cloud.tasks("make_mig") == ["done"] and len(cloud.held(address)) == 1
     cloud.release(arq["uuid"], address, [])
     assert cloud.held(other) == []
+    assert cloud.tasks("destroy_mig") == ["done"]
     gone = cloud.api.delete(f"/v2/accelerator_requests?arqs={arq['uuid']}")  # again: nothing
-    assert gone.status_code in (204, 404)
+    assert gone.status_code in (204, 404) and cloud.tasks("destroy_mig") == ["done"]
 
 
 def test_units_but_no_valid_position_fail_the_bind_never_overlap(cloud: Cloud) -> None:
@@ -216,9 +234,9 @@ def test_units_but_no_valid_position_fail_the_bind_never_overlap(cloud: Cloud) -
     }
     failed = cloud.boot("mig-3g-40gb", on=gpus[spoiled])
     assert failed["state"] == "BindFailed"
-    assert "no_valid_position" in failed["failure_reason"] or (
-        "none where it may start" in failed["failure_reason"]
-    ), failed["failure_reason"]
+    reason = failed["failure_reason"]
+    assert reason.startswith("make_mig failed on ") and "No GPU can take a 3g.40gb" in reason
+    assert "none where it may start ({0,4}:4); free memory slices" in reason, reason
     assert cloud.held(spoiled) == [("1g.10gb", 2), ("1g.10gb", 5)]  # nothing made
     bound = cloud.boot("mig-3g-40gb", on=gpus[other])
     assert bound["state"] == "Bound" and cloud.held(other) == [
