@@ -218,11 +218,18 @@ def _words(error: Exception) -> str:
 def _mig_layout(entry: Mapping[str, Any], programmed: Mapping[str, Any]) -> geometry.Layout:
     """The instances a ``mig: dynamic`` GPU holds: those made or destroyed since (the
     state file), else the inventory's."""
+    instances = [geometry.Instance(str(item[0]), int(item[1])) for item in _held(entry, programmed)]
+    return geometry.Layout.of(geometry.product(str(entry["product_id"]).lower()), instances)
+
+
+def _held(entry: Mapping[str, Any], programmed: Mapping[str, Any]) -> list[list[Any]]:
+    """The instances a ``mig: dynamic`` GPU holds as the state file keeps them (else as
+    the inventory lists them): ``[profile, start]``, and the slot handle it was made for
+    when Acceleron made it."""
     held = programmed.get(MIG_INSTANCES)
     if held is None:
         held = [[item["profile"], item["start"]] for item in entry.get("mig_instances") or []]
-    instances = [geometry.Instance(str(item[0]), int(item[1])) for item in held]
-    return geometry.Layout.of(geometry.product(str(entry["product_id"]).lower()), instances)
+    return [list(item) for item in held]
 
 
 def _check_topology(entry: Mapping[str, Any], key: str, where: str) -> None:
@@ -449,7 +456,7 @@ class FakeDriver:
         DriverError."""
         entry = self._dynamic(device)
         state = self._load_state()
-        held = self._held(entry, state, device.pci_address)
+        held = _held(entry, state.get(device.pci_address, {}))
         layout = _mig_layout(entry, state.get(device.pci_address, {}))
         found = next((item for item in held if item[2:] == [handle.address]), None)
         if found is not None:
@@ -467,7 +474,7 @@ class FakeDriver:
         slot holds none (destroyed already)."""
         entry = self._dynamic(device)
         state = self._load_state()
-        held = self._held(entry, state, device.pci_address)
+        held = _held(entry, state.get(device.pci_address, {}))
         kept = [item for item in held if item[2:] != [handle.address]]
         if len(kept) != len(held):
             state.setdefault(device.pci_address, {})[MIG_INSTANCES] = kept
@@ -487,7 +494,7 @@ class FakeDriver:
                 f"cannot make a {profile} instance on simulated GPU {device.pci_address}: "
                 f"{error.message}"
             ) from error
-        held = self._held(entry, state, device.pci_address)
+        held = _held(entry, state.get(device.pci_address, {}))
         held.append([profile, start, *([slot] if slot else [])])
         state.setdefault(device.pci_address, {})[MIG_INSTANCES] = held
         self._save_state(state)
@@ -497,7 +504,7 @@ class FakeDriver:
         """Simulate destroying the ``profile`` instance that starts at ``start``."""
         entry = self._dynamic(device)
         state = self._load_state()
-        held = self._held(entry, state, device.pci_address)
+        held = _held(entry, state.get(device.pci_address, {}))
         kept = [item for item in held if item[:2] != [profile, start]]
         if len(kept) == len(held):
             raise TargetNotFound(
@@ -506,15 +513,6 @@ class FakeDriver:
             )
         state.setdefault(device.pci_address, {})[MIG_INSTANCES] = kept
         self._save_state(state)
-
-    @staticmethod
-    def _held(entry: Mapping[str, Any], state: Mapping[str, Any], address: str) -> list[list[Any]]:
-        """The instances a GPU holds as the state file keeps them: ``[profile, start]``,
-        and the slot handle it was made for when Acceleron made it."""
-        held = state.get(address, {}).get(MIG_INSTANCES)
-        if held is None:
-            held = [[item["profile"], item["start"]] for item in entry.get("mig_instances") or []]
-        return [list(item) for item in held]
 
     def _dynamic(self, device: Device) -> Mapping[str, Any]:
         entry = {address: entry for address, entry, _ in self._placed()}.get(device.pci_address)

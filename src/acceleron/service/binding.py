@@ -7,9 +7,10 @@ requests of one bind in one transaction. Binding an ARQ:
 * claims the instance in ``instance_bindings`` (unique): a second, racing bind
   of the same instance fails in the database, not in a Python check;
 * ends ``Bound`` at once, or ``BindStarted`` with a task for the host's agent
-  when a region must be programmed or an mdev made; the task's end binds or
-  fails it (``bind_tasks.finish_task``), and ``bind_tasks.reap`` fails what outlives
-  ``bind_timeout``.
+  when a region must be programmed, an mdev made or a MIG instance carved (on a GPU
+  partitioned on demand, where the agent's planner finds a position: docs/mig.md);
+  the task's end binds or fails it (``bind_tasks.finish_task``), and
+  ``bind_tasks.reap`` fails what outlives ``bind_timeout``.
 """
 
 from __future__ import annotations
