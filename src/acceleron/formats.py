@@ -39,13 +39,20 @@ Version = tuple[int, int]
 # Report 1.1: each device's topology, ``pcie_switch`` and ``nvlink_domain``; the API
 # leaves what it recorded of them as it is when a report of 1.0 comes (its agent cannot
 # tell).
-REPORT_VERSION: Version = (1, 1)
+# Report 1.2: deployables of kind ``mig_gpu`` (a GPU partitioned on demand); an agent
+# writing for a reader of 1.1 leaves them out (``report.to_json``): that API would
+# refuse the kind, and its hosts' such GPUs are published once it is upgraded.
+REPORT_VERSION: Version = (1, 2)
+# The deployable kinds a report minor brought: left out for an older reader.
+KINDS_SINCE: Mapping[str, Version] = {"mig_gpu": (1, 2)}
 # Task 1.1: a program task names its request's project (``project_id``) and its
 # bitstream's signature properties (``bitstream.signature``), for hosts that require
 # signatures; an agent of 1.0 ignores them, one of 1.1 handed a 1.0 task sees no signature.
 # Task 1.2: ``clean`` tasks (a device, region or handle cleaned between tenants); an
 # agent of 1.1 is handed none, and its host's devices are not cleaned.
-TASK_VERSION: Version = (1, 2)
+# Task 1.3: ``make_mig`` and ``destroy_mig`` (a MIG instance made at bind on a GPU
+# partitioned on demand, destroyed at release); an agent of 1.2 is handed none.
+TASK_VERSION: Version = (1, 3)
 # The first version of the task format that has each task kind: an API hands a task only
 # to an agent whose task format has its kind.
 TASK_KINDS: Mapping[str, Version] = {
@@ -53,6 +60,8 @@ TASK_KINDS: Mapping[str, Version] = {
     "create_mdev": (1, 0),
     "remove_mdev": (1, 0),
     "clean": (1, 2),
+    "make_mig": (1, 3),
+    "destroy_mig": (1, 3),
 }
 # The fields of an agent's word on a task (``PUT /v2/tasks/{uuid}``), with the first task
 # format that has each: an agent leaves out those its API's format does not have.

@@ -80,7 +80,28 @@ def to_json(report: HostReport, version: formats.Version | None = None) -> dict[
         )
     data: dict[str, Any] = formats.trim(report, version)
     data["report_minor"] = version[1]
+    for device in data.get("devices") or ():
+        device["deployables"] = _known_kinds(device.get("deployables") or [], version)
     return data
+
+
+def newest_kind(report: HostReport) -> formats.Version:
+    """The report format its deployables' kinds need (1.0 when every kind is older)."""
+    found = [
+        formats.KINDS_SINCE.get(d.kind, (1, 0))
+        for dev in report.devices
+        for d in walk(dev.deployables)
+    ]
+    return max(found, default=(1, 0))
+
+
+def _known_kinds(deployables: list[dict[str, Any]], version: formats.Version) -> list[Any]:
+    """The deployables (and their children) of kinds a reader of ``version`` knows."""
+    kept = []
+    for dep in deployables:
+        if formats.KINDS_SINCE.get(str(dep.get("kind")), (0, 0)) <= version:
+            kept.append({**dep, "children": _known_kinds(dep.get("children") or [], version)})
+    return kept
 
 
 def to_bytes(report: HostReport, version: formats.Version | None = None) -> bytes:

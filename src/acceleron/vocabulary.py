@@ -51,7 +51,8 @@ WIDTHS = {
 # Device types (spec 004 "type"), as upstream names them, plus PCI for the generic driver.
 DEVICE_TYPES = ("FPGA", "GPU", "QAT", "AICHIP", "NIC", "SSD", "PCI")
 # Deployable kinds: the shapes of the tree.
-KINDS = ("device", "region", "vf_pool", "vgpu_type", "mig_profile")
+# mig_gpu: a GPU carved on demand, its MIG instances made at bind (acceleron.mig.units).
+KINDS = ("device", "region", "vf_pool", "vgpu_type", "mig_profile", "mig_gpu")
 # Attach handle types: PCI and MDEV as upstream; MIG is Acceleron's; TEST_PCI from the fake driver.
 HANDLE_TYPES = ("PCI", "MDEV", "MIG", "TEST_PCI")
 # Health states, best first: a device or deployable that is unhealthy takes no new work.

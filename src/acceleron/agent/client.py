@@ -44,7 +44,7 @@ from acceleron.client.http import (
 )
 from acceleron.exceptions import AcceleronError
 from acceleron.microversion import V2_5, V2_8
-from acceleron.report import HostReport, to_bytes
+from acceleron.report import HostReport, newest_kind, to_bytes
 
 LOG = logging.getLogger(__name__)
 MICROVERSION = V2_5  # host reports
@@ -181,7 +181,11 @@ class ReportClient:
 
     def report(self, report: HostReport) -> dict[str, Any]:
         """PUT the report, in the newest format the API reads; the API's answer (the
-        host) on 200."""
+        host) on 200. Before the API's formats are known, a report holding a deployable
+        kind an older minor leaves out asks the API's version document first: its first
+        report is not written without them."""
+        if self.theirs is None and newest_kind(report) > formats.UNVERSIONED:
+            self.api_formats()
         response = self.send(
             "PUT",
             f"/v2/hosts/{quote(report.hostname, safe='')}/report",

@@ -9,7 +9,9 @@ gets:
   requires it for the request's project, its signature: ``[bitstreams]
   verify_signatures``), **program** it through the driver, **report** what the
   region now holds;
-* ``create_mdev`` / ``remove_mdev``: make or remove the vGPU behind an attach handle.
+* ``create_mdev`` / ``remove_mdev``: make or remove the vGPU behind an attach handle;
+* ``make_mig`` / ``destroy_mig``: make the MIG instance a slot handle of a GPU carved on
+  demand asks for, where the GPU allows, or destroy the one made for it.
 
 Phases and progress go to the API while it works. The end of each task is written
 to a journal on disk before it is reported, so an agent restarted in the middle
@@ -48,7 +50,7 @@ from acceleron.agent.loop import backoff_delay
 from acceleron.bitstreams import certificates, signatures, transfer
 from acceleron.bitstreams.model import Bitstream
 from acceleron.drivers import command, gbs
-from acceleron.drivers.base import Cleanable, Driver, Mediated, Programmable
+from acceleron.drivers.base import Cleanable, Driver, Mediated, Partitionable, Programmable
 from acceleron.drivers.errors import CleaningUnsupported, DriverError
 from acceleron.drivers.sysfs import normalize_uuid, shared_scan
 from acceleron.exceptions import AcceleronError, BitstreamSignatureRefused
@@ -240,6 +242,8 @@ class TaskRunner:
                 return {"state": "done", "result": {}}
             if kind == "clean":
                 return {"state": "done", "result": self._clean(task)}
+            if kind in ("make_mig", "destroy_mig"):
+                return {"state": "done", "result": self._mig(task)}
             raise TaskFailed(
                 f"this agent (release {acceleron.__version__}, task format "
                 f"{formats.show(formats.TASK_VERSION)}) does not know tasks of "
@@ -432,17 +436,43 @@ class TaskRunner:
     # --- vGPUs ------------------------------------------------------------------------
 
     def _vgpu(self, task: Mapping[str, Any]) -> None:
-        params = task["params"]
-        driver, device = self._find(params["pci_address"])
-        if not isinstance(driver, Mediated):
-            raise TaskFailed(f"driver {driver.name} makes no vGPUs on {device.pci_address}")
-        handle = _handle(device, params["deployable"], params["mdev_uuid"])
+        driver, device, handle = self._target(task["params"], Mediated, "makes no vGPUs")
+        assert isinstance(driver, Mediated)
         if task["kind"] == "create_mdev":
             driver.create_mdev(device, handle)
         else:
             driver.remove_mdev(device, handle)
 
+    # --- MIG instances -----------------------------------------------------------------
+
+    def _mig(self, task: Mapping[str, Any]) -> dict[str, Any]:
+        """Make the instance a slot asks for, where the GPU allows (the driver reads the
+        GPU's instances and asks the planner), or destroy the one made for it."""
+        params = task["params"]
+        driver, device, handle = self._target(params, Partitionable, "carves no GPU")
+        assert isinstance(driver, Partitionable)
+        if task["kind"] == "destroy_mig":
+            driver.destroy_mig_instance(device, handle)
+            LOG.info(
+                "Destroyed the MIG instance of slot %s on %s", handle.address, device.pci_address
+            )
+            return {}
+        made = dict(driver.make_mig_instance(device, handle, params["profile"]))
+        LOG.info("Made MIG instance %s on %s", made, device.pci_address)
+        return {"instance": made}
+
     # --- looking things up ------------------------------------------------------------
+
+    def _target(
+        self, params: Mapping[str, Any], able: type, refusal: str
+    ) -> tuple[Driver, Device, AttachHandle]:
+        """The driver, device and attach handle a vGPU or MIG task names (``mdev_uuid``
+        or ``slot``); TaskFailed when the driver is not ``able``: it ``refusal``."""
+        driver, device = self._find(params["pci_address"])
+        if not isinstance(driver, able):
+            raise TaskFailed(f"driver {driver.name} {refusal} on {device.pci_address}")
+        address = params.get("slot") or params["mdev_uuid"]
+        return driver, device, _handle(device, params["deployable"], address)
 
     def _find(self, pci_address: str) -> tuple[Driver, Device]:
         """The driver that reports the device at ``pci_address``, and the device now."""

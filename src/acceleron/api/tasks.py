@@ -50,7 +50,9 @@ class Task_2_8(TypedDict):
 
     uuid: str
     hostname: str
-    kind: Annotated[str, Field(description="program, create_mdev or remove_mdev")]
+    kind: Annotated[
+        str, Field(description="program, create_mdev, remove_mdev, clean, make_mig or destroy_mig")
+    ]
     state: Annotated[str, Field(description="pending, running, done, failed or cancelled")]
     phase: str | None
     progress: int | None

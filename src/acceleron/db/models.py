@@ -168,7 +168,7 @@ class Deployable(TimestampMixin, Base):
     # Stable id inside the device (e.g. "region0", "vgpu/nvidia-222"): the diff key.
     key: Mapped[str] = mapped_column(String(W["key"]))
     name: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
-    # device, region, vf_pool, vgpu_type, mig_profile
+    # device, region, vf_pool, vgpu_type, mig_profile, mig_gpu
     kind: Mapped[str] = mapped_column(String(W["kind"]))
     num_accelerators: Mapped[int] = mapped_column(Integer, default=0)
     # What it accelerates (GPU, VGPU, MIG...; None: the device's type), for the class.

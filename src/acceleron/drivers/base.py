@@ -10,7 +10,7 @@ its ``root`` directory (``/`` on a real host, a fake sysfs tree in tests).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,6 +61,23 @@ class Mediated(Protocol):
     def create_mdev(self, device: Device, handle: AttachHandle) -> None: ...
 
     def remove_mdev(self, device: Device, handle: AttachHandle) -> None: ...
+
+
+@runtime_checkable
+class Partitionable(Protocol):
+    """A driver that carves GPUs on demand (a ``mig_gpu`` deployable): the MIG instance
+    (GPU and compute instance) a slot handle asks for is made where the GPU allows, and
+    destroyed at release. Both are idempotent; neither touches another slot's instance."""
+
+    def make_mig_instance(
+        self, device: Device, handle: AttachHandle, profile: str
+    ) -> Mapping[str, str]:
+        """Make a ``profile`` instance for the slot ``handle``; what the workload is
+        given of it (its uuid, profile and start, as the slot's info names them).
+        NoMigPlacement when the GPU has no position for it."""
+        ...
+
+    def destroy_mig_instance(self, device: Device, handle: AttachHandle) -> None: ...
 
 
 @runtime_checkable

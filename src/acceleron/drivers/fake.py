@@ -45,7 +45,7 @@ from acceleron.drivers.sysfs import (
     vendor_name,
 )
 from acceleron.exceptions import InvalidInput
-from acceleron.mig import geometry, planner
+from acceleron.mig import geometry, planner, units
 from acceleron.vocabulary import (
     DEGRADED,
     DEVICE_TYPES,
@@ -218,11 +218,18 @@ def _words(error: Exception) -> str:
 def _mig_layout(entry: Mapping[str, Any], programmed: Mapping[str, Any]) -> geometry.Layout:
     """The instances a ``mig: dynamic`` GPU holds: those made or destroyed since (the
     state file), else the inventory's."""
+    instances = [geometry.Instance(str(item[0]), int(item[1])) for item in _held(entry, programmed)]
+    return geometry.Layout.of(geometry.product(str(entry["product_id"]).lower()), instances)
+
+
+def _held(entry: Mapping[str, Any], programmed: Mapping[str, Any]) -> list[list[Any]]:
+    """The instances a ``mig: dynamic`` GPU holds as the state file keeps them (else as
+    the inventory lists them): ``[profile, start]``, and the slot handle it was made for
+    when Acceleron made it."""
     held = programmed.get(MIG_INSTANCES)
     if held is None:
         held = [[item["profile"], item["start"]] for item in entry.get("mig_instances") or []]
-    instances = [geometry.Instance(str(name), int(start)) for name, start in held]
-    return geometry.Layout.of(geometry.product(str(entry["product_id"]).lower()), instances)
+    return [list(item) for item in held]
 
 
 def _check_topology(entry: Mapping[str, Any], key: str, where: str) -> None:
@@ -433,11 +440,47 @@ class FakeDriver:
 
     def make_mig(self, device: Device, profile: str, start: int | None = None) -> int:
         """Simulate making a GPU instance of ``profile`` (with its compute instance) on a
-        GPU marked ``mig: dynamic``: at memory slice ``start``, or where the planner
-        puts it; answers the slice it starts at. It shows from the next scan on.
-        NoMigPlacement when the GPU has no room for the profile (its reason says whether
-        slices or a valid position are missing); DriverError when ``start`` is a
-        position the profile cannot take there."""
+        GPU marked ``mig: dynamic``, outside Acceleron (as an operator would): at memory
+        slice ``start``, or where the planner puts it; answers the slice it starts at. It
+        shows from the next scan on. NoMigPlacement when the GPU has no room for the
+        profile (its reason says whether slices or a valid position are missing);
+        DriverError when ``start`` is a position the profile cannot take there."""
+        return self._make(device, profile, start, None)
+
+    def make_mig_instance(
+        self, device: Device, handle: AttachHandle, profile: str
+    ) -> Mapping[str, str]:
+        """Make the instance of ``profile`` a slot handle asks for, where the planner
+        puts it on this GPU; its info (uuid, profile, start). Idempotent: a slot that
+        holds such an instance already answers it; one holding another profile is a
+        DriverError."""
+        entry = self._dynamic(device)
+        state = self._load_state()
+        held = _held(entry, state.get(device.pci_address, {}))
+        layout = _mig_layout(entry, state.get(device.pci_address, {}))
+        found = next((item for item in held if item[2:] == [handle.address]), None)
+        if found is not None:
+            if found[0] != profile:
+                raise DriverError(
+                    f"slot {handle.address} of simulated GPU {device.pci_address} holds a "
+                    f"{found[0]}, not a {profile}"
+                )
+            return _instance_info(layout.product, handle.address, geometry.Instance(*found[:2]))
+        start = self._make(device, profile, None, handle.address)
+        return _instance_info(layout.product, handle.address, geometry.Instance(profile, start))
+
+    def destroy_mig_instance(self, device: Device, handle: AttachHandle) -> None:
+        """Destroy the instance made for a slot handle, and no other; nothing when the
+        slot holds none (destroyed already)."""
+        entry = self._dynamic(device)
+        state = self._load_state()
+        held = _held(entry, state.get(device.pci_address, {}))
+        kept = [item for item in held if item[2:] != [handle.address]]
+        if len(kept) != len(held):
+            state.setdefault(device.pci_address, {})[MIG_INSTANCES] = kept
+            self._save_state(state)
+
+    def _make(self, device: Device, profile: str, start: int | None, slot: str | None) -> int:
         entry = self._dynamic(device)
         state = self._load_state()
         layout = _mig_layout(entry, state.get(device.pci_address, {}))
@@ -445,36 +488,37 @@ class FakeDriver:
             gpu = planner.Gpu(device.pci_address, layout)
             start = planner.best_fit([gpu], profile).instance.start
         try:
-            layout = layout.adding(geometry.Instance(profile, start))
+            layout.adding(geometry.Instance(profile, start))
         except InvalidInput as error:
             raise DriverError(
                 f"cannot make a {profile} instance on simulated GPU {device.pci_address}: "
                 f"{error.message}"
             ) from error
-        self._save_mig(state, device.pci_address, layout)
+        held = _held(entry, state.get(device.pci_address, {}))
+        held.append([profile, start, *([slot] if slot else [])])
+        state.setdefault(device.pci_address, {})[MIG_INSTANCES] = held
+        self._save_state(state)
         return start
 
     def destroy_mig(self, device: Device, profile: str, start: int) -> None:
         """Simulate destroying the ``profile`` instance that starts at ``start``."""
         entry = self._dynamic(device)
         state = self._load_state()
-        layout = _mig_layout(entry, state.get(device.pci_address, {}))
-        try:
-            layout = layout.removing(geometry.Instance(profile, start))
-        except InvalidInput as error:
-            raise TargetNotFound(f"simulated GPU {device.pci_address}: {error.message}") from error
-        self._save_mig(state, device.pci_address, layout)
+        held = _held(entry, state.get(device.pci_address, {}))
+        kept = [item for item in held if item[:2] != [profile, start]]
+        if len(kept) == len(held):
+            raise TargetNotFound(
+                f"simulated GPU {device.pci_address}: no {profile} instance starts at "
+                f"memory slice {start}."
+            )
+        state.setdefault(device.pci_address, {})[MIG_INSTANCES] = kept
+        self._save_state(state)
 
     def _dynamic(self, device: Device) -> Mapping[str, Any]:
         entry = {address: entry for address, entry, _ in self._placed()}.get(device.pci_address)
         if entry is None or "mig" not in entry:
             raise TargetNotFound(f"no simulated GPU marked mig: dynamic at {device.pci_address}")
         return entry
-
-    def _save_mig(self, state: dict[str, Any], address: str, layout: geometry.Layout) -> None:
-        held = [[i.profile, i.start] for i in layout.instances]
-        state.setdefault(address, {})[MIG_INSTANCES] = held
-        self._save_state(state)
 
     # -- state file ---------------------------------------------------------------
 
@@ -547,7 +591,7 @@ def _deployables(ctx: _Context, product_id: str) -> list[Deployable]:
     if "mig_profiles" in entry:
         return [_mig(ctx, product_id, item) for item in entry["mig_profiles"]]
     if "mig" in entry:
-        return _dynamic_mig(ctx, product_id)
+        return _dynamic_mig(ctx)
     if "vfs" in entry:
         handles = tuple(_test_pci(sub_address(ctx.address, i + 1)) for i in range(entry["vfs"]))
         return [Deployable("vf_pool", "vf_pool", len(handles), attach_handles=handles)]
@@ -663,49 +707,64 @@ def _mig_board_info(ctx: _Context) -> dict[str, Any]:
     }
 
 
-def _dynamic_mig(ctx: _Context, product_id: str) -> list[Deployable]:
-    """The instances a ``mig: dynamic`` GPU holds now: one ``mig/<profile>`` deployable
-    per profile, a MIG handle per instance (its uuid derived from where it starts)."""
+def _dynamic_mig(ctx: _Context) -> list[Deployable]:
+    """A ``mig: dynamic`` GPU as one partitionable deployable (``acceleron.mig.units``):
+    a slot handle per instance it can hold (one per compute slice), in use where an
+    instance is, whose info tells which (its profile, where it starts, its uuid)."""
     layout = _mig_layout(ctx.entry, ctx.programmed)
     gpu_uuid = f"GPU-{ctx.uuid('gpu')}"
-    memory_mb = ctx.entry.get("memory_mb")
-    deployables = []
-    for profile in layout.product.profiles:
-        starts = sorted(i.start for i in layout.instances if i.profile == profile.name)
-        if not starts:
-            continue
-        handles = tuple(
-            AttachHandle(
-                type="MIG",
-                address=(mig := f"MIG-{ctx.uuid('mig', profile.name, 'at', start)}"),
-                info={
-                    **pci_handle_info(ctx.address),
-                    "gpu_uuid": gpu_uuid,
-                    "mig_uuid": mig,
-                    "gpu_instance_profile_id": str(profile.id),
-                    "gpu_instance_start": str(start),
-                },
-            )
-            for start in starts
+    slots = _slot_addresses(ctx, layout.product)
+    held = _slotted(ctx.programmed, slots, layout)
+    handles = []
+    for number, slot in enumerate(slots):
+        info = {**pci_handle_info(ctx.address), "gpu_uuid": gpu_uuid, "mig_slot": str(number)}
+        instance = held.get(slot)
+        if instance is not None:
+            info.update(_instance_info(layout.product, slot, instance))
+        handles.append(
+            AttachHandle(type="MIG", address=slot, info=info, in_use=instance is not None)
         )
-        deployables.append(
-            Deployable(
-                key=f"mig/{profile.name}",
-                kind="mig_profile",
-                num_accelerators=len(handles),
-                accelerator_type="MIG",
-                memory_mb=(
-                    None
-                    if memory_mb is None
-                    else int(memory_mb) * profile.memory_slices // layout.product.memory_slices
-                ),
-                memory_type=_memory_type(ctx.entry),
-                traits=(_mig_trait(product_id, profile.name),),
-                attributes={"profile_id": profile.id, "placements": profile.placements},
-                attach_handles=handles,
-            )
+    return [
+        Deployable(
+            key=units.KEY,
+            kind=units.KIND,
+            num_accelerators=len(handles),
+            accelerator_type=units.ACCELERATOR_TYPE,
+            attributes={"mig_product": layout.product.name},
+            attach_handles=tuple(handles),
         )
-    return deployables
+    ]
+
+
+def _slot_addresses(ctx: _Context, product: geometry.Product) -> list[str]:
+    """The slot handles of a partitionable GPU: as many as it has compute slices. An
+    instance the fake makes for a slot has the slot's uuid as its MIG uuid."""
+    return [f"MIG-{ctx.uuid('mig-slot', n)}" for n in range(product.compute_slices)]
+
+
+def _slotted(
+    programmed: Mapping[str, Any], slots: Sequence[str], layout: geometry.Layout
+) -> dict[str, geometry.Instance]:
+    """Which instance each slot holds: those made for a slot there, the others (found
+    on the GPU, made outside Acceleron) in the free slots in order."""
+    made: dict[str, geometry.Instance] = {}
+    for item in programmed.get(MIG_INSTANCES) or []:
+        if len(item) > 2 and item[2] in slots:
+            made[str(item[2])] = geometry.Instance(str(item[0]), int(item[1]))
+    free = [slot for slot in slots if slot not in made]
+    others = [i for i in layout.instances if i not in made.values()]
+    return {**made, **dict(zip(free, others, strict=False))}
+
+
+def _instance_info(
+    product: geometry.Product, slot: str, instance: geometry.Instance
+) -> dict[str, str]:
+    return {
+        units.INFO_UUID: slot,
+        units.INFO_PROFILE: instance.profile,
+        "gpu_instance_profile_id": str(product.profile(instance.profile).id),
+        units.INFO_START: str(instance.start),
+    }
 
 
 def _test_pci(address: str) -> AttachHandle:

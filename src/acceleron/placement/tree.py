@@ -31,6 +31,8 @@ from typing import Any
 
 import orjson
 
+from acceleron.exceptions import InvalidInput
+from acceleron.mig import geometry, units
 from acceleron.placement import names
 from acceleron.placement.client import Inventory
 
@@ -54,6 +56,9 @@ class Options:
     tolerated: frozenset[str] = frozenset()
     # Nested mode: a host's identical leaf deployables as one provider (a pool).
     pools: bool = False
+    # By deployable id, the units of a partitionable GPU no request's allocation covers
+    # (instances found on it, or given back and not destroyed yet): reserved.
+    mig_taken: Mapping[int, units.Taken] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +154,8 @@ def deployable_traits(device: Any, dep: Any, options: Options) -> set[str]:
         )
     if dep.programmable:
         traits.add(names.PROGRAMMABLE)
+    if getattr(dep, "kind", None) == units.KIND and geometry.known(str(device.product_id)):
+        traits |= {units.PARTITIONABLE, units.product_trait(geometry.product(device.product_id))}
     traits |= _tolerated_maintenance(device, dep, options)
     return traits | _functionality_traits(device, dep, options, origin)
 
@@ -171,6 +178,8 @@ def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]
     """A deployable's inventory: its accelerators, and its memory when known."""
     if dep.num_accelerators <= 0:
         return {}
+    if getattr(dep, "kind", None) == units.KIND:
+        return _partitionable(device, dep, options)
     origin = _origin(device)
     kind = dep.accelerator_type or device.type
     total = dep.num_accelerators
@@ -189,6 +198,29 @@ def inventories(device: Any, dep: Any, options: Options) -> dict[str, Inventory]
         named = dep.memory_type or kind
         result[names.memory_class(named, origin=origin)] = Inventory(
             total=memory, reserved=dep.memory_mb * reserved, max_unit=dep.memory_mb
+        )
+    return result
+
+
+def _partitionable(device: Any, dep: Any, options: Options) -> dict[str, Inventory]:
+    """A GPU carved on demand (``acceleron.mig.units``): the instances it can hold, its
+    compute and memory slices; what no allocation covers reserved, all of it when it is
+    unusable. A GPU whose product has no MIG table offers no slices."""
+    try:
+        product = geometry.product(str(device.product_id))
+    except InvalidInput:
+        return {}
+    held = options.mig_taken.get(dep.id, units.Taken())
+    unusable = _unusable(device, dep, options)
+    cleaning = max(0, getattr(dep, "cleaning", 0) or 0)
+    result = {}
+    for rc, total, reserved in (
+        (units.INSTANCE_CLASS, dep.num_accelerators, held.instances + cleaning),
+        (units.COMPUTE_CLASS, product.compute_slices, held.compute),
+        (units.MEMORY_CLASS, product.memory_slices, held.memory),
+    ):
+        result[rc] = Inventory(
+            total=total, reserved=total if unusable else min(total, reserved), max_unit=total
         )
     return result
 
@@ -276,8 +308,13 @@ def _poolable(dep: Any, parents: set[int]) -> bool:
     pool it leaves empty is deleted, and Nova's compute service, which caches the
     providers under its compute node, then fails every build on that host
     (``ResourceProviderAllocationRetrievalFailed``) until it reads them again."""
-    if dep.programmable or dep.function_uuid or dep.region_type:
-        return False
+    if (
+        dep.programmable
+        or dep.function_uuid
+        or dep.region_type
+        or getattr(dep, "kind", None) == units.KIND
+    ):
+        return False  # a partitionable GPU: its own layout, so its own provider
     return dep.num_accelerators > 0 and dep.parent_id is None and dep.id not in parents
 
 

@@ -52,6 +52,7 @@ from acceleron.db.models import (
 )
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import Conflict, Disabled, Forbidden, InvalidInput, Locked, NotFound
+from acceleron.mig import units as mig_units
 from acceleron.placement import names
 from acceleron.service import cleaning, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
@@ -435,12 +436,41 @@ def free_handle(
     device vanished while held (lost) can go now: the host's next report is diffed in
     full, which removes it."""
     lost = conn.execute(_LOST, {"arq_id": arq.id}).first()
+    mig_slot = _handle_of(conn, arq.id)
     cleaning.give_back(conn, arq, profile_group(arq), policy)
     conn.execute(_FREE, {"arq": arq.id, "now": utcnow()})
-    cleaning.start(conn, arq.deployable_id)
+    cleaning.start(conn, arq.deployable_id)  # a slice's memory is cleaned, then it goes
+    _destroy_mig(conn, arq, mig_slot)
     if lost is not None:
         inventory.forget_report(conn, lost.hostname)
     _held_elsewhere(conn, arq)
+
+
+def _destroy_mig(conn: Connection, arq: ArqRecord, handle: Row[Any] | None) -> None:
+    """A slot handle of a partitionable GPU given back: the agent destroys the instance
+    made for it (if any: the task is idempotent) and no other, after its cleaning."""
+    if handle is not None and handle.deployable_kind == mig_units.KIND:
+        _undo_on_host(conn, arq, handle, "destroy_mig", mig_params)
+
+
+def _undo_on_host(
+    conn: Connection,
+    arq: ArqRecord,
+    handle: Row[Any],
+    kind: str,
+    params: Callable[[str, str, str], dict[str, str]],
+) -> None:
+    """A task for the host's agent to undo what a bind made of ``handle`` (an mdev, a
+    MIG instance); nothing when the request names no host."""
+    if not arq.hostname:
+        return
+    tasks.create(
+        conn,
+        hostname=arq.hostname,
+        kind=kind,
+        params=params(handle.pci_address, handle.deployable_key, handle.address),
+        deployable_id=handle.deployable_id,
+    )
 
 
 _PROVIDER = select(PROVIDERS.c.hostname, PROVIDERS.c.retired, PROVIDERS.c.owned).where(
@@ -543,6 +573,12 @@ def vgpu_params(pci_address: str, key: str, address: str) -> dict[str, str]:
     return {"pci_address": pci_address, "deployable": key, "mdev_uuid": address}
 
 
+def mig_params(pci_address: str, key: str, slot: str) -> dict[str, str]:
+    """What the agent's ``make_mig`` and ``destroy_mig`` tasks name: the GPU, its
+    partitionable deployable and the slot handle the instance is made for."""
+    return {"pci_address": pci_address, "deployable": key, "slot": slot}
+
+
 BY_ID = VIEW.where(ARQS.c.id == bindparam("arq_id"))
 
 
@@ -553,7 +589,12 @@ HOLDING = ("BindStarted", "Bound")  # the states in which a request holds a hand
 
 
 _HANDLE_OF = (
-    select(HANDLES, DEVICES.c.pci_address, DEPLOYABLES.c.key.label("deployable_key"))
+    select(
+        HANDLES,
+        DEVICES.c.pci_address,
+        DEPLOYABLES.c.key.label("deployable_key"),
+        DEPLOYABLES.c.kind.label("deployable_kind"),
+    )
     .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
     .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
     .where(HANDLES.c.arq_id == bindparam("arq_id"))
@@ -581,14 +622,8 @@ def release(
         return
     programming.cancel_for_arq(conn, arq.id)
     handle = _handle_of(conn, arq.id)
-    if handle is not None and needs_preparing(handle) and arq.hostname:
-        tasks.create(
-            conn,
-            hostname=arq.hostname,
-            kind="remove_mdev",
-            params=vgpu_params(handle.pci_address, handle.deployable_key, handle.address),
-            deployable_id=handle.deployable_id,
-        )
+    if handle is not None and needs_preparing(handle):
+        _undo_on_host(conn, arq, handle, "remove_mdev", vgpu_params)
     free_handle(conn, arq, policy)
     move(
         conn,

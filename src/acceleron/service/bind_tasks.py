@@ -16,13 +16,14 @@ from sqlalchemy import Connection, func, select, update
 from acceleron import metrics
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.context import RequestContext
-from acceleron.db.models import AcceleratorRequest, Deployable, Host, table, utcnow
+from acceleron.db.models import AcceleratorRequest, AttachHandle, Deployable, Host, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock
 from acceleron.exceptions import Conflict, InUse, InvalidInput
 from acceleron.service import arqs, binding, cleaning, inventory, programming, provenance, tasks
 
 LOG = logging.getLogger(__name__)
 ARQS, DEPLOYABLES, HOSTS = table(AcceleratorRequest), table(Deployable), table(Host)
+HANDLES = table(AttachHandle)
 PROGRAM_PHASES = ("fetch", "verify", "program")  # what an agent's program task reports
 
 
@@ -203,9 +204,27 @@ def _bind_end(
     if task.state == "failed":
         reason = f"{task.kind} failed on {task.hostname}: {task.error}"
         return binding.fail(conn, arq.id, reason, policy)
+    if task.kind == "make_mig":
+        _made(conn, arq.id, task.result or {})
     if _open_tasks(conn, arq.id) or cleaning.holds_up(conn, arq.id):
         return []
     return _bound(conn, arq, task.kind)
+
+
+def _made(conn: Connection, arq_id: int, result: Mapping[str, Any]) -> None:
+    """The MIG instance the agent made for a request: its slot handle's info says which
+    (its uuid, profile and start), as the workload is given it, before the host's next
+    report says so too."""
+    made = {k: str(v) for k, v in (result.get("instance") or {}).items()}
+    if not made:
+        return
+    handle = conn.execute(select(HANDLES).where(HANDLES.c.arq_id == arq_id)).first()
+    if handle is not None:
+        conn.execute(
+            update(HANDLES)
+            .where(HANDLES.c.id == handle.id)
+            .values(attach_info={**(handle.attach_info or {}), **made}, updated_at=utcnow())
+        )
 
 
 @retry_on_deadlock

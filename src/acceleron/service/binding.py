@@ -7,9 +7,10 @@ requests of one bind in one transaction. Binding an ARQ:
 * claims the instance in ``instance_bindings`` (unique): a second, racing bind
   of the same instance fails in the database, not in a Python check;
 * ends ``Bound`` at once, or ``BindStarted`` with a task for the host's agent
-  when a region must be programmed or an mdev made; the task's end binds or
-  fails it (``bind_tasks.finish_task``), and ``bind_tasks.reap`` fails what outlives
-  ``bind_timeout``.
+  when a region must be programmed, an mdev made or a MIG instance carved (on a GPU
+  partitioned on demand, where the agent's planner finds a position: docs/mig.md);
+  the task's end binds or fails it (``bind_tasks.finish_task``), and
+  ``bind_tasks.reap`` fails what outlives ``bind_timeout``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from acceleron.exceptions import (
     NotFound,
     Unhealthy,
 )
+from acceleron.mig import units as mig_units
 from acceleron.placement import names, tree
 from acceleron.scheduler import weigher
 from acceleron.service import (
@@ -696,7 +698,12 @@ def _bind_one(conn: Connection, p: _Prepared) -> list[arqs.Resolved]:
     if busy:
         arqs.move(conn, arq, "BindStarted", **values)
         return fail(conn, arq.id, f"{dep.name} cannot be programmed now: {busy}")
-    if _queue_work(conn, arq.id, b.hostname, dep, handle, program) or waits:
+    group = arqs.profile_group(arq)
+    refused = mig_refusal(dep, group)
+    if refused:
+        arqs.move(conn, arq, "BindStarted", **values)
+        return fail(conn, arq.id, refused)
+    if _queue_work(conn, arq.id, b.hostname, dep, handle, program, group) or waits:
         phase = "cleaning" if waits else "queued"  # a clean task runs before its own
         arqs.move(conn, arq, "BindStarted", **{**values, "phase": phase})
         arqs.refresh_deployable(conn, dep.id)
@@ -720,10 +727,24 @@ def _queue_work(
     dep: Row[Any],
     handle: arqs.Handle,
     program: Bitstream | None,
+    group: Mapping[str, str],
 ) -> bool:
     """Tasks the host's agent must finish before the bind ends; whether there are any."""
     if program is not None:
         programming.queue(conn, dep, program, arq_id)
+    if dep.kind == mig_units.KIND:  # the MIG instance made where the agent's planner says
+        tasks.create(
+            conn,
+            hostname=hostname,
+            kind="make_mig",
+            params={
+                **arqs.mig_params(dep.pci_address, dep.key, handle.address),
+                "profile": group[mig_units.PROFILE_KEY],
+            },
+            arq_id=arq_id,
+            deployable_id=dep.id,
+        )
+        return True
     prepare = arqs.needs_preparing(handle)
     if prepare:
         tasks.create(
@@ -735,6 +756,17 @@ def _queue_work(
             deployable_id=dep.id,
         )
     return program is not None or prepare
+
+
+def mig_refusal(dep: Row[Any], group: Mapping[str, str]) -> str | None:
+    """Why a request cannot be bound to a partitionable GPU (None: it can): its group
+    names no MIG profile (``accel:mig_profile``) to make."""
+    if dep.kind != mig_units.KIND or mig_units.PROFILE_KEY in group:
+        return None
+    return (
+        f"{dep.name} is a GPU partitioned on demand: the request's device profile group "
+        f"must name the MIG instance to make ({mig_units.PROFILE_KEY})"
+    )
 
 
 def observe_bind(started: dt.datetime | None, outcome: str) -> None:

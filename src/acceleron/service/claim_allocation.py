@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Row, select, union
@@ -20,6 +20,7 @@ from acceleron.exceptions import (
     AllocationConflict,
     Conflict,
     NoCapacity,
+    NoMigPlacement,
     NotProvided,
     PlacementError,
     PlacementUnavailable,
@@ -27,7 +28,7 @@ from acceleron.exceptions import (
 from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
-from acceleron.service import claim_view, fitting
+from acceleron.service import claim_view, fitting, mig_layouts
 from acceleron.service.claim_leases import ATTEMPTS, record_step
 from acceleron.service.claim_survey import (
     Survey,
@@ -75,21 +76,22 @@ def allocate(
             raise fit.refusal()
     wanted = wanted_functions(groups, store, claim.project_id)
     found = survey(db, groups, wanted, hostname)
+    choose = _Chooser(db, groups, fits, wanted)
     viewed = options if options is not None and options.nested and nested else None
     for attempt in range(1, ATTEMPTS + 1):
         view = None  # read again after a conflict: the claims made meanwhile are in it
         if viewed is not None:
             view = claim_view.read(db, found.holder_trees | found.trees, viewed)
-        best = (
-            None
-            if view is None
-            else _chosen(view.candidates(query.profile_groups(steered)), fits, wanted)
-        )
+        best = None if view is None else choose(view.candidates(query.profile_groups(steered)))
         direct = best is not None
         if best is None:
-            best = _queried(placement, steered, found, fits, wanted, view)
-        if best is None:
-            raise _nothing_free(db, steered, hostname, options, view, placement)
+            best = _queried(placement, steered, found, choose, view)
+        if best is None:  # the planner's reason, where only positions were missing
+            raise (
+                choose.unplaced[-1]
+                if choose.unplaced
+                else _nothing_free(db, steered, hostname, options, view, placement)
+            )
         host = _hostname(db, best, placement)
         with db.writer() as conn:  # recorded first: whoever undoes the claim looks for it
             record_step(conn, claim, "placing", allocations=allocations_of(best))
@@ -122,6 +124,24 @@ def allocate(
     raise Conflict(f"Other consumers took the capacity {ATTEMPTS} times: try again.")
 
 
+@dataclasses.dataclass
+class _Chooser:
+    """The best of some candidates, among those whose MIG slices have a position on
+    their GPUs (``mig_layouts``); why the others had none, in ``unplaced``."""
+
+    db: Database
+    groups: Sequence[Mapping[str, str]]
+    fits: Sequence[fitting.Fit | None]
+    wanted: Mapping[str, frozenset[str]]
+    unplaced: list[NoMigPlacement] = dataclasses.field(default_factory=list)
+
+    def __call__(self, candidates: Candidates) -> AllocationRequest | None:
+        placed = mig_layouts.positioned(self.db, candidates, self.groups)
+        if placed.refusal is not None:
+            self.unplaced.append(placed.refusal)
+        return _chosen(placed.candidates, self.fits, self.wanted)
+
+
 def _chosen(
     candidates: Candidates, fits: Sequence[fitting.Fit | None], wanted: Mapping[str, frozenset[str]]
 ) -> AllocationRequest | None:
@@ -132,8 +152,7 @@ def _queried(
     placement: PlacementClient,
     groups: Sequence[Mapping[str, str]],
     found: Survey,
-    fits: Sequence[fitting.Fit | None],
-    wanted: Mapping[str, frozenset[str]],
+    choose: Callable[[Candidates], AllocationRequest | None],
     view: claim_view.View | None,
 ) -> AllocationRequest | None:
     """The best candidate of the first candidate query that has one; what each answer
@@ -142,7 +161,7 @@ def _queried(
         answer = placement.get_allocation_candidates(params)
         if view is not None:
             claim_view.settle_stale(view, answer)
-        best = _chosen(answer, fits, wanted)
+        best = choose(answer)
         if best is not None:
             return best
     return None

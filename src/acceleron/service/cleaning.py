@@ -41,6 +41,7 @@ from acceleron.bitstreams.model import Query, fold_uuid
 from acceleron.conf import CLEANING_METHODS
 from acceleron.db.models import AttachHandle, Deployable, Device, Host, table, utcnow
 from acceleron.exceptions import ConfigError
+from acceleron.mig import units as mig_units
 from acceleron.service import programming, provenance, tasks, tenancies
 from acceleron.service.tasks import TaskRecord
 
@@ -125,7 +126,7 @@ def give_back(conn: Connection, arq: Any, group: Mapping[str, str], policy: Poli
         return  # none held, or taken while being cleaned: the request never used it
     if arq.state != "Bound" and arq.phase not in TOUCHING:
         return  # its bind never reached the device
-    method = policy.method(held.accelerator_type or held.device_type, group)
+    method = _method(held, group, policy)
     why = _skipped(held, method, policy)
     if why is not None:
         tenancies.record(conn, held, arq, method, tenancies.SKIPPED, why)
@@ -133,6 +134,16 @@ def give_back(conn: Connection, arq: Any, group: Mapping[str, str], policy: Poli
     tenancies.record(conn, held, arq, method, tenancies.PENDING)
     conn.execute(update(HANDLES).where(HANDLES.c.id == held.id).values(cleaning=WAITING))
     recount_unclean(conn, held.deployable_id, held.hostname)
+
+
+def _method(held: Any, group: Mapping[str, str], policy: Policy) -> str:
+    """The cleaning of what ``held`` gives back. The slot of a GPU partitioned on demand
+    is a MIG slice (the ``MIG`` type's cleaning) and is scrubbed rather than reset: a
+    reset is the whole GPU's, under its other slices' workloads."""
+    if held.kind != mig_units.KIND:
+        return policy.method(held.accelerator_type or held.device_type, group)
+    method = policy.method("MIG", group)
+    return "scrub" if method == "reset" else method
 
 
 def _skipped(held: Any, method: str, policy: Policy) -> str | None:

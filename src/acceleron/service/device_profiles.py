@@ -36,6 +36,7 @@ from acceleron.db.models import (
 )
 from acceleron.db.session import Database, ReadCache
 from acceleron.exceptions import DuplicateName, InUse, InvalidInput, NotFound
+from acceleron.mig import units as mig_units
 from acceleron.placement import names as placement_names
 from acceleron.placement import tree
 from acceleron.scheduler.query import split_regions
@@ -156,6 +157,14 @@ def _check_affinity(value: str, where: str) -> str:
     return folded
 
 
+def _check_mig_profile(value: str, where: str) -> str:
+    try:
+        mig_units.find(value.strip())
+    except InvalidInput as error:
+        raise InvalidInput(f"{where}: {error.message}") from error
+    return value.strip()
+
+
 # The accel: keys of spec 002 ("Valid accel keys") and how each value is checked.
 ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     "bitstream_id": _check_uuid_value,
@@ -170,6 +179,8 @@ ACCEL_KEYS: dict[str, Callable[[str, str], str]] = {
     # The unit the profile's accelerators must share (numa, pcie_switch, nvlink):
     # docs/device-profiles.md.
     "affinity": _check_affinity,
+    # A MIG instance of this profile, made at bind on a partitionable GPU: docs/mig.md.
+    "mig_profile": _check_mig_profile,
 }
 
 
@@ -212,12 +223,20 @@ def normalize_group(group: Mapping[str, Any], index: int) -> tuple[dict[str, str
                 f"are translated."
             )
         out[new_key] = new_value
+    out = mig_units.expand(out, f"groups[{index}]")
     if not any(k.startswith("resources:") for k in out):
         raise InvalidInput(
             f"groups[{index}] asks for no resource: every group needs at least one "
             f"'resources:<class>' entry."
         )
-    accelerators = sum(placement_names.accelerator_amounts(out).values())
+    amounts = placement_names.accelerator_amounts(out)
+    if mig_units.PROFILE_KEY in out and set(amounts) != {mig_units.INSTANCE_CLASS}:
+        raise InvalidInput(
+            f"groups[{index}] names a MIG instance ({mig_units.PROFILE_KEY}) and other "
+            f"accelerators ({', '.join(sorted(set(amounts) - {mig_units.INSTANCE_CLASS}))}): "
+            f"a group lands on one provider; ask for them in groups of their own."
+        )
+    accelerators = sum(amounts.values())
     if not accelerators:
         raise InvalidInput(
             f"groups[{index}] asks for no accelerator: every group needs one "

@@ -52,6 +52,7 @@ from acceleron.exceptions import (
     PlacementUnavailable,
     UnknownHost,
 )
+from acceleron.mig import units
 from acceleron.placement import names, tree
 from acceleron.placement.client import PlacementClient, Provider
 from acceleron.placement.sync import (
@@ -89,6 +90,30 @@ _HELD = (
     .where(DEVICES.c.hostname == bindparam("host"), ARQS.c.device_rp_uuid.is_not(None))
     .group_by(HANDLES.c.deployable_id, ARQS.c.device_rp_uuid)
 )
+
+
+# The instances on a host's partitionable GPUs that no request holds: found there, or
+# given back and not destroyed yet (acceleron.mig.units).
+_UNHELD_MIG = (
+    select(HANDLES.c.deployable_id, HANDLES.c.attach_info)
+    .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
+    .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+    .where(
+        DEVICES.c.hostname == bindparam("host"),
+        DEPLOYABLES.c.kind == units.KIND,
+        HANDLES.c.host_in_use.is_(True),
+        HANDLES.c.arq_id.is_(None),
+    )
+)
+
+
+def mig_taken(conn: Connection, hostname: str) -> dict[int, units.Taken]:
+    """By partitionable GPU of the host, the units its instances that no request holds
+    take: what its provider reserves."""
+    infos: dict[int, list[dict[str, Any]]] = {}
+    for dep, info in conn.execute(_UNHELD_MIG, {"host": hostname}):
+        infos.setdefault(int(dep), []).append(dict(info or {}))
+    return {dep: units.taken(found) for dep, found in infos.items()}
 
 
 def held_through(conn: Connection, hostname: str) -> dict[int, dict[str, int]]:
@@ -307,10 +332,15 @@ class Syncer:
                 or (self.keep_pools and any(k.owned.get("members") for k in known.values()))
             )
             held = held_through(conn, hostname) if pooled else {}
+            partitioned = (
+                mig_taken(conn, hostname) if any(d.kind == units.KIND for d in deployables) else {}
+            )
         compute, created = self.compute_node(host, dry_run=dry_run)
         if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
             self.client.ensure_traits([names.MAINTENANCE])
-        options = dataclasses.replace(self.options, tolerated=tolerated, pools=pooled)
+        options = dataclasses.replace(
+            self.options, tolerated=tolerated, pools=pooled, mig_taken=partitioned
+        )
         try:
             result, errors, placed = self._publish(
                 hostname, compute, devices, deployables, known, dry_run, options, read, held

@@ -54,7 +54,7 @@ class TaskRecord(NamedTuple):
 
 
 TASKS = table(Task)
-KINDS = ("program", "create_mdev", "remove_mdev", "clean")
+KINDS = ("program", "create_mdev", "remove_mdev", "clean", "make_mig", "destroy_mig")
 STATES = ("pending", "running", "done", "failed", "cancelled")
 OPEN = ("pending", "running")
 IS_OPEN = or_(*(TASKS.c.state == s for s in OPEN))  # no IN list to expand per call

@@ -21,11 +21,13 @@ from acceleron.agent.client import ReportClient, ReportRefused, connect
 from acceleron.agent.tasks import Settings, TaskRunner
 from acceleron.api.app import create_app
 from acceleron.db.session import Database
-from acceleron.report import HostReport
+from acceleron.report import HostReport, to_json
 from acceleron.service import tasks
+from acceleron.vocabulary import Deployable, Device
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
 V2_8 = {"OpenStack-API-Version": "accelerator 2.8"}
+LATEST = {"OpenStack-API-Version": "accelerator latest"}
 HOST = "host-1"
 REPORT = formats.show(formats.REPORT_VERSION)  # what this API reads, newest minor
 
@@ -58,6 +60,13 @@ NEWER_REPORT: dict[str, Any] = {
     "uptime_seconds": 12,
     "devices": [{**OLD_REPORT["devices"][0], "firmware": {"version": "3"}}],
 }
+
+
+# A GPU partitioned on demand: its deployable's kind came with report format 1.2.
+MIG_GPU = Device(
+    "0000:17:00.0", "GPU", "10de", "NVIDIA", "2330", "H100", "fake",
+    deployables=(Deployable("mig", "mig_gpu", 7, accelerator_type="MIG_INSTANCE"),),
+)  # fmt: skip
 
 
 def detail(response: Any) -> str:
@@ -98,6 +107,19 @@ def test_the_version_document_says_the_formats(api: TestClient) -> None:
     )
 
 
+def test_a_partitionable_gpu_is_reported_from_1_2_and_left_out_before(api: TestClient) -> None:
+    """Report 1.2 brings the ``mig_gpu`` kind: written for a reader of 1.1 such a
+    deployable is left out (an API of 1.1 refuses the kind), and an API of 1.2 reads it."""
+    report = HostReport(HOST, "9.0.0", (MIG_GPU,))
+    older = to_json(report, (1, 1))
+    assert older["report_minor"] == 1 and older["devices"][0]["deployables"] == []
+    for body, kinds in ((older, []), (to_json(report), ["mig_gpu"])):
+        answer = api.put(f"/v2/hosts/{HOST}/report", json=body, headers=V2_5)
+        assert answer.status_code == 200, answer.text
+        shown = api.get("/v2/deployables", params={"hostname": HOST}, headers=LATEST)
+        assert [d["kind"] for d in shown.json()["deployables"]] == kinds
+
+
 # --- tasks ------------------------------------------------------------------------------
 
 
@@ -132,6 +154,18 @@ def test_an_older_agent_gets_only_the_kinds_it_knows(
     newer = claim(api, "report=1.0, task=1.1")
     assert [t["uuid"] for t in newer.json()["tasks"]] == [old, new]
     assert tasks.get(db, new).state == "running"
+
+
+def test_an_agent_of_task_format_1_2_gets_no_mig_tasks(api: TestClient, db: Database) -> None:
+    """Task format 1.3 brings make_mig and destroy_mig: an agent of 1.2 is handed
+    neither (they wait, pending), an agent of 1.3 both."""
+    clean = queue(db, "clean")
+    made, destroyed = queue(db, "make_mig"), queue(db, "destroy_mig")
+    older = claim(api, "report=1.1, task=1.2")
+    assert [t["uuid"] for t in older.json()["tasks"]] == [clean]
+    assert tasks.get(db, made).state == tasks.get(db, destroyed).state == "pending"
+    newer = claim(api, "report=1.1, task=1.3")
+    assert [t["uuid"] for t in newer.json()["tasks"]] == [clean, made, destroyed]
 
 
 def test_an_agent_of_another_task_major_is_409_naming_both(api: TestClient, db: Database) -> None:
@@ -205,6 +239,19 @@ def test_a_newer_agent_writes_the_minor_the_api_reads(live: str, tmp_path: Path)
     assert b"uptime_seconds" not in sent[0] and minor in sent[0]
     # Its word on a task leaves out what task format 1.0 lacks (unknown to this API).
     assert newer.claim_tasks(HOST, 0) == []
+
+
+def test_a_fresh_agents_first_report_keeps_its_partitionable_gpus(
+    live: str, tmp_path: Path, api: TestClient
+) -> None:
+    """Before an answer says what the API reads, an agent writes the oldest minor; a
+    report holding a kind a newer minor brought asks the API's version document first,
+    so its first report does not leave the GPU out."""
+    fresh = client(live, tmp_path, formats.OURS)
+    assert fresh.theirs is None
+    fresh.report(HostReport(HOST, "9.0.0", (MIG_GPU,)))
+    shown = api.get("/v2/deployables", params={"hostname": HOST}, headers=LATEST)
+    assert [d["kind"] for d in shown.json()["deployables"]] == ["mig_gpu"]
 
 
 def test_an_agent_of_another_major_is_told_both_and_sends_nothing(

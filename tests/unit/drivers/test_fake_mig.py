@@ -12,7 +12,7 @@ from acceleron.drivers.errors import DriverConfigError, DriverError, TargetNotFo
 from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import NoMigPlacement
 from acceleron.mig.geometry import NO_FREE_SLICES, NO_VALID_POSITION
-from acceleron.vocabulary import Device
+from acceleron.vocabulary import AttachHandle, Device
 
 H200 = """
 devices:
@@ -45,25 +45,40 @@ def gpu(fake: FakeDriver, index: int = 0) -> Device:
     return fake.discover()[index]
 
 
-def test_a_dynamic_gpu_reports_the_instances_it_holds(
+def held(device: Device) -> list[tuple[str, int]]:
+    """The instances a partitionable GPU's slot handles say it holds."""
+    (dep,) = device.deployables
+    return sorted(
+        (h.info["mig_profile"], int(h.info["gpu_instance_start"]))
+        for h in dep.attach_handles
+        if h.in_use
+    )
+
+
+def slot(device: Device, number: int) -> AttachHandle:
+    return device.deployables[0].attach_handles[number]
+
+
+def test_a_dynamic_gpu_is_one_partitionable_deployable_of_slots(
     driver_conf: cfg.ConfigOpts, tmp_path: Path
 ) -> None:
     fake = driver(driver_conf, tmp_path)
     first, second, h100 = fake.discover()
-    (held,) = first.deployables
-    assert (held.key, held.kind, held.num_accelerators, held.traits) == (
-        "mig/1g.18gb",
-        "mig_profile",
-        2,
-        ("CUSTOM_NVIDIA_2335_MIG_1G_18GB",),
+    (dep,) = first.deployables
+    assert (dep.key, dep.kind, dep.num_accelerators, dep.accelerator_type) == (
+        "mig",
+        "mig_gpu",
+        7,  # one slot per compute slice: the most instances an H200 holds
+        "MIG_INSTANCE",
     )
-    assert held.memory_mb == 143771 // 8 and held.memory_type == "HBM"
-    assert held.attributes == {"profile_id": 19, "placements": "{0,1,2,3,4,5,6}:1"}
-    assert [(h.type, h.info["gpu_instance_start"]) for h in held.attach_handles] == [
-        ("MIG", "2"),
-        ("MIG", "5"),
-    ]
-    assert all(h.address.startswith("MIG-") for h in held.attach_handles)
+    assert dep.attributes == {"mig_product": "H200 141GB"}
+    # The instances found on it sit in the first slots, in use; the others are free.
+    assert [h.in_use for h in dep.attach_handles] == [True, True] + [False] * 5
+    assert held(first) == [("1g.18gb", 2), ("1g.18gb", 5)]
+    assert {h.type for h in dep.attach_handles} == {"MIG"}
+    assert dep.attach_handles[0].info["gpu_instance_profile_id"] == "19"
+    assert dep.attach_handles[0].info["mig_uuid"] == dep.attach_handles[0].address
+    assert "mig_profile" not in dep.attach_handles[2].info
     assert first.vendor_board_info == {
         "memory_mb": 143771,
         "mig": "dynamic",
@@ -71,8 +86,8 @@ def test_a_dynamic_gpu_reports_the_instances_it_holds(
         "mig_free_memory_slices": "0-1, 3-4, 6-7",
         "mig_free_compute_slices": 5,
     }
-    # Each GPU of the entry has its own instances (the same at start), with its own uuids.
-    assert second.deployables[0].attach_handles[0].address != held.attach_handles[0].address
+    # Each GPU of the entry has its own slots (the same instances at start).
+    assert slot(second, 0).address != slot(first, 0).address
     assert [d.key for d in h100.deployables] == ["mig/1g.10gb"]
     assert "mig" not in h100.vendor_board_info
 
@@ -86,9 +101,11 @@ def test_enough_slices_but_no_valid_position_on_the_fake(
     with pytest.raises(NoMigPlacement) as refused:
         fake.make_mig(gpu(fake), "3g.71gb")
     assert refused.value.reason == NO_VALID_POSITION
+    with pytest.raises(NoMigPlacement):
+        fake.make_mig_instance(gpu(fake), slot(gpu(fake), 2), "3g.71gb")
     with pytest.raises(DriverError, match=re.escape("overlaps the 1g.18gb at 5")):
         fake.make_mig(gpu(fake), "3g.71gb", 4)
-    assert [d.key for d in gpu(fake).deployables] == ["mig/1g.18gb"]
+    assert held(gpu(fake)) == [("1g.18gb", 2), ("1g.18gb", 5)]
 
 
 def test_instances_made_and_destroyed_show_in_the_next_scan(
@@ -97,8 +114,7 @@ def test_instances_made_and_destroyed_show_in_the_next_scan(
     fake = driver(driver_conf, tmp_path)
     assert fake.make_mig(gpu(fake), "2g.35gb") == 0  # the only 2g position left
     assert fake.make_mig(gpu(fake), "1g.18gb", 6) == 6
-    keys = {d.key: d.num_accelerators for d in gpu(fake).deployables}
-    assert keys == {"mig/2g.35gb": 1, "mig/1g.18gb": 3}
+    assert held(gpu(fake)) == [("1g.18gb", 2), ("1g.18gb", 5), ("1g.18gb", 6), ("2g.35gb", 0)]
     assert gpu(fake).vendor_board_info["mig_free_memory_slices"] == "3-4, 7"
     with pytest.raises(NoMigPlacement) as refused:
         fake.make_mig(gpu(fake), "2g.35gb")  # 3 memory and 2 compute slices free, but
@@ -112,13 +128,35 @@ def test_instances_made_and_destroyed_show_in_the_next_scan(
     assert fake.make_mig(gpu(fake), "3g.71gb") == 4
     # A new driver (the agent restarted) reads the same instances from the state file.
     again = FakeDriver(driver_conf, tmp_path)
-    assert {d.key for d in gpu(again).deployables} == {"mig/1g.18gb", "mig/2g.35gb", "mig/3g.71gb"}
+    assert held(gpu(again)) == [("1g.18gb", 2), ("2g.35gb", 0), ("3g.71gb", 4)]
     # The second GPU of the entry was not touched.
-    assert [d.num_accelerators for d in gpu(again, 1).deployables] == [2]
-    with pytest.raises(
-        TargetNotFound, match=re.escape("No 1g.18gb instance starts at memory slice 5")
-    ):
+    assert held(gpu(again, 1)) == [("1g.18gb", 2), ("1g.18gb", 5)]
+    with pytest.raises(TargetNotFound, match=re.escape("no 1g.18gb instance starts at memory")):
         fake.destroy_mig(gpu(fake), "1g.18gb", 5)
+
+
+def test_a_slots_instance_is_made_once_and_destroyed_alone(
+    driver_conf: cfg.ConfigOpts, tmp_path: Path
+) -> None:
+    """Made for a slot where the planner says, again for the same slot: the same one;
+    destroyed: that one only, and twice is nothing."""
+    fake = driver(driver_conf, tmp_path, H200.replace("count: 2", "count: 1"))
+    free = slot(gpu(fake), 4)
+    made = fake.make_mig_instance(gpu(fake), free, "1g.18gb")
+    assert made == {
+        "mig_uuid": free.address,
+        "mig_profile": "1g.18gb",
+        "gpu_instance_profile_id": "19",
+        "gpu_instance_start": "3",  # best fit: between the two, spoiling nothing more
+    }
+    assert fake.make_mig_instance(gpu(fake), free, "1g.18gb") == made
+    with pytest.raises(DriverError, match=re.escape("holds a 1g.18gb, not a 2g.35gb")):
+        fake.make_mig_instance(gpu(fake), free, "2g.35gb")
+    assert slot(gpu(fake), 4).in_use and slot(gpu(fake), 4).info["gpu_instance_start"] == "3"
+    fake.destroy_mig_instance(gpu(fake), slot(gpu(fake), 4))
+    fake.destroy_mig_instance(gpu(fake), slot(gpu(fake), 4))
+    assert held(gpu(fake)) == [("1g.18gb", 2), ("1g.18gb", 5)]
+    assert not slot(gpu(fake), 4).in_use
 
 
 def test_only_dynamic_gpus_are_carved(driver_conf: cfg.ConfigOpts, tmp_path: Path) -> None:
