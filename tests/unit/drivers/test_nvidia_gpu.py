@@ -474,10 +474,14 @@ def test_real_pynvml_has_everything_the_seam_uses() -> None:
     lib = nvml.load_pynvml()
     assert lib is not None
     members = [m for m in dir(nvml.NvmlLib) if m.startswith("nvml")]
-    assert len(members) == 28
+    assert len(members) == 38
     assert all(callable(getattr(lib, m)) for m in members)
     assert issubclass(lib.NVMLError, Exception)
     assert lib.NVML_GPU_INSTANCE_PROFILE_COUNT == 0x12
+    assert lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT == 9
+    for kind in ("c_nvmlGpuInstance_t", "c_nvmlComputeInstance_t"):
+        assert getattr(lib, kind)  # the handle types NVML fills arrays of
+    assert lib.c_nvmlGpuInstancePlacement_t(4, 4).size == 4
     # Without the NVIDIA library (this machine, CI) NVML is simply unavailable.
     snap = nvml.snapshot(lib)
     assert snap is None or all(g.address.count(":") == 2 for g in snap.gpus)
