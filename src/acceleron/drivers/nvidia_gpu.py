@@ -149,7 +149,7 @@ class NvidiaGpuDriver(CleanedByReset):
             for gpu in gpus
         }
         for gpu in gpus:
-            if self._named(gpu.address) and gpu.mig_enabled:  # one deployable: the GPU's
+            if gpu.mig_enabled and self._carved_product(gpu):  # one deployable: the GPU's
                 self._instances[gpu.address] = dict.fromkeys(
                     self._instances[gpu.address], units.KEY
                 )
@@ -157,7 +157,8 @@ class NvidiaGpuDriver(CleanedByReset):
 
     def discover(self) -> list[Device]:
         gpus = {fn.address: fn for fn in scan(self.sysfs) if classify(fn) == NVIDIA_GPU}
-        snap = self._snapshot([a for a, fn in gpus.items() if fn.driver == "nvidia"])
+        with self._carving_lock:  # never a GPU half carved
+            snap = self._snapshot([a for a, fn in gpus.items() if fn.driver == "nvidia"])
         from_nvml = snap.by_address() if snap else {}
         self._cross_check(gpus, from_nvml, snap is not None)
         version = snap.driver_version if snap else None
@@ -256,6 +257,9 @@ class NvidiaGpuDriver(CleanedByReset):
             )
             return None
         product = geometry.product(gpu.product_id)
+        if gpu.gpu_instances is None:
+            self._not_carved(gpu.address, "does not let NVML list its GPU instances")
+            return None
         try:
             nvidia_mig.layout(product, gpu.gpu_instances)
         except InvalidInput as error:

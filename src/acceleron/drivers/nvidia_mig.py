@@ -162,7 +162,7 @@ def deployable(
     gpu: nvml.NvmlGpu, product: geometry.Product, slots: Sequence[str], recorded: Mapping[str, Held]
 ) -> Deployable:
     """The GPU as one partitionable deployable, a slot handle per instance it can hold."""
-    held = slotted(recorded, slots, gpu.gpu_instances)
+    held = slotted(recorded, slots, gpu.gpu_instances or ())
     handles = []
     for number, slot in enumerate(slots):
         info = {**pci_handle_info(gpu.address), "gpu_uuid": gpu.uuid, "mig_slot": str(number)}

@@ -151,7 +151,8 @@ class NvmlGpu:
     # ``nvlink_domains``.
     nvlink_peers: tuple[str, ...] = ()
     fabric: str | None = None
-    gpu_instances: tuple[GpuInstance, ...] = ()  # under MIG: its GPU instances
+    # Under MIG: its GPU instances (None: NVML could not list them).
+    gpu_instances: tuple[GpuInstance, ...] | None = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -421,13 +422,13 @@ def _migs(lib: NvmlLib, handle: Any) -> tuple[MigInstance, ...]:
 
 def _try_instances(
     lib: NvmlLib, handle: Any, profiles: Sequence[MigProfile], migs: Sequence[MigInstance]
-) -> tuple[GpuInstance, ...]:
-    """``gpu_instances``, or none when NVML cannot list them (logged)."""
+) -> tuple[GpuInstance, ...] | None:
+    """``gpu_instances``, or None when NVML cannot list them."""
     try:
         return gpu_instances(lib, handle, profiles, migs)
     except lib.NVMLError as error:
-        LOG.warning("NVML cannot list the GPU instances of a GPU in MIG mode: %s", error)
-        return ()
+        LOG.debug("NVML cannot list the GPU instances of a GPU in MIG mode: %s", error)
+        return None
 
 
 def gpu_instances(
@@ -442,7 +443,11 @@ def gpu_instances(
     found = []
     for profile in profiles:
         for instance in _instance_handles(
-            lib.nvmlDeviceGetGpuInstances, lib.c_nvmlGpuInstance_t, handle, profile
+            lib.nvmlDeviceGetGpuInstances,
+            lib.c_nvmlGpuInstance_t,
+            handle,
+            profile.profile_id,
+            profile.instance_count,
         ):
             info = lib.nvmlGpuInstanceGetInfo(instance)
             found.append(
@@ -457,12 +462,14 @@ def gpu_instances(
     return tuple(sorted(found, key=lambda i: (i.start, i.id)))
 
 
-def _instance_handles(list_them: Any, kind: Any, parent: Any, profile: MigProfile) -> list[Any]:
+def _instance_handles(
+    list_them: Any, kind: Any, parent: Any, profile_id: int, most: int
+) -> list[Any]:
     """The handles ``nvmlDeviceGetGpuInstances`` (or ``nvmlGpuInstanceGetComputeInstances``)
     lists for one profile: an array as long as the most the profile allows, filled."""
-    array = (kind * max(1, profile.instance_count))()
+    array = (kind * max(1, int(most)))()
     count = ctypes.c_uint(0)
-    list_them(parent, profile.profile_id, array, ctypes.byref(count))
+    list_them(parent, profile_id, array, ctypes.byref(count))
     return [array[i] for i in range(count.value)]
 
 
@@ -491,43 +498,32 @@ def session(lib: NvmlLib) -> Iterator[None]:
         _try(lib, lib.nvmlShutdown)
 
 
+def _compute_profiles(lib: NvmlLib, gpu_instance: Any) -> list[Any]:
+    """The compute instance profiles NVML offers in a GPU instance, each id once."""
+    found: dict[int, Any] = {}
+    for index in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        get = lib.nvmlGpuInstanceGetComputeInstanceProfileInfo
+        info = _try(lib, get, gpu_instance, index, ENGINE_SHARED)
+        if info is not None:
+            found.setdefault(int(info.id), info)
+    return list(found.values())
+
+
 def compute_profile(lib: NvmlLib, gpu_instance: Any, slices: int) -> int | None:
     """The id of the compute instance profile of ``slices`` compute slices (the GPU
     instance's own, for one compute instance as large as it), None when NVML offers none."""
-    for index in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-        info = _try(
-            lib,
-            lib.nvmlGpuInstanceGetComputeInstanceProfileInfo,
-            gpu_instance,
-            index,
-            ENGINE_SHARED,
-        )
-        if info is not None and int(info.sliceCount) == slices:
-            return int(info.id)
-    return None
+    profiles = _compute_profiles(lib, gpu_instance)
+    return next((int(i.id) for i in profiles if int(i.sliceCount) == slices), None)
 
 
 def compute_instances(lib: NvmlLib, gpu_instance: Any) -> list[Any]:
     """Every compute instance of a GPU instance, of every compute instance profile."""
-    found: list[Any] = []
-    seen: set[int] = set()
-    for index in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-        info = _try(
-            lib,
-            lib.nvmlGpuInstanceGetComputeInstanceProfileInfo,
-            gpu_instance,
-            index,
-            ENGINE_SHARED,
-        )
-        if info is None or int(info.id) in seen:
-            continue
-        seen.add(int(info.id))
-        profile = MigProfile("", int(info.id), int(info.instanceCount), None, None)
-        found += _instance_handles(
-            lib.nvmlGpuInstanceGetComputeInstances, lib.c_nvmlComputeInstance_t, gpu_instance,
-            profile,
-        )  # fmt: skip
-    return found
+    list_them, kind = lib.nvmlGpuInstanceGetComputeInstances, lib.c_nvmlComputeInstance_t
+    return [
+        ci
+        for info in _compute_profiles(lib, gpu_instance)
+        for ci in _instance_handles(list_them, kind, gpu_instance, int(info.id), info.instanceCount)
+    ]
 
 
 def _mig_profile(lib: NvmlLib, mig: Any) -> str | None:
