@@ -14,13 +14,16 @@ import pynvml  # type: ignore[import-untyped]
 import pytest
 from oslo_config import cfg
 
+from acceleron.agent import tasks
 from acceleron.drivers.errors import DriverError, TargetNotFound
 from acceleron.drivers.fake import FakeDriver
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver
 from acceleron.exceptions import NoMigPlacement
 from acceleron.mig import geometry, units
+from acceleron.service import arqs
 from acceleron.vocabulary import AttachHandle, Deployable, Device
 from tests.fixtures.cards import gpu_spec
+from tests.fixtures.tasks import Api
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Gpu, h100
 
 MakeTree = Callable[..., Path]
@@ -364,3 +367,33 @@ def test_nvml_failing_is_a_driver_error(conf: cfg.ConfigOpts, root: Path) -> Non
     host.lib.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     with pytest.raises(DriverError, match="NVML"):
         host.driver.make_mig_instance(device, slot, "1g.10gb")
+
+
+# -- through the agent's tasks ---------------------------------------------------------
+
+
+def test_the_agents_mig_tasks_carve_the_nvidia_gpu(conf: cfg.ConfigOpts, root: Path) -> None:
+    """``make_mig`` and ``destroy_mig`` as the API queues them, run by the agent's task
+    runner on this driver: the instance's info is the task's result; a GPU with the
+    slices but no position fails the task with the planner's reason."""
+    lib = carved_h100()
+    host = Host(conf, root, lib)
+    api = Api(b"")
+    runner = tasks.TaskRunner(tasks.Settings.from_conf(conf), [host.driver], api)  # type: ignore[arg-type]
+
+    def task(uuid: str, kind: str, slot: int, **more: str) -> dict[str, Any]:
+        params = arqs.mig_params(ADDRESS, units.KEY, host.slot(slot).address)
+        runner.execute({"uuid": uuid, "kind": kind, "params": {**params, **more}})
+        return dict(api.updates[-1])
+
+    made = task("t1", "make_mig", 0, profile="1g.10gb")
+    assert made["state"] == "done"
+    assert made["result"]["instance"] == {
+        k: host.slot(0).info[k] for k in made["result"]["instance"]
+    }
+    assert host.layout() == {6: "1g.10gb"}
+    lib.carve(0, "1g.10gb", 2)  # by hand: 3g positions both partly taken
+    refused = task("t2", "make_mig", 1, profile="3g.40gb")
+    assert refused["state"] == "failed" and "none where it may start" in refused["error"]
+    assert task("t3", "destroy_mig", 0)["state"] == "done"
+    assert host.layout() == {2: "1g.10gb"}
