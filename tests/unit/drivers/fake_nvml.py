@@ -93,6 +93,7 @@ class Gpu:
     fabric: tuple[bytes, int, int] | None = None
     gpu_instances: dict[int, GpuInstance] = dataclasses.field(default_factory=dict)
     compute_instance_error: int | None = None  # an NVML error making a compute instance
+    list_error: int | None = None  # an NVML error listing its GPU instances
 
 
 class _RecordedNvml:
@@ -386,6 +387,8 @@ class FakeNvml(_RecordedNvml):
     ) -> int:
         gpu = self._gpu(handle)
         self._product(gpu)
+        if gpu.list_error is not None:
+            raise error(gpu.list_error)
         found = [
             _gi_handle(handle, g.id)
             for g in gpu.gpu_instances.values()

@@ -18,10 +18,11 @@ from acceleron.agent import tasks
 from acceleron.drivers.errors import DriverError, TargetNotFound
 from acceleron.drivers.fake import FakeDriver
 from acceleron.drivers.nvidia_gpu import NvidiaGpuDriver
+from acceleron.drivers.nvml import XidEvent
 from acceleron.exceptions import NoMigPlacement
 from acceleron.mig import geometry, units
 from acceleron.service import arqs
-from acceleron.vocabulary import AttachHandle, Deployable, Device
+from acceleron.vocabulary import AttachHandle, Deployable, Device, Health
 from tests.fixtures.cards import gpu_spec
 from tests.fixtures.tasks import Api
 from tests.unit.drivers.fake_nvml import H100_PROFILES, FakeNvml, Gpu, h100
@@ -367,6 +368,32 @@ def test_nvml_failing_is_a_driver_error(conf: cfg.ConfigOpts, root: Path) -> Non
     host.lib.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     with pytest.raises(DriverError, match="NVML"):
         host.driver.make_mig_instance(device, slot, "1g.10gb")
+
+
+def test_an_xid_in_one_of_its_instances_is_the_partitionable_gpus(
+    conf: cfg.ConfigOpts, root: Path
+) -> None:
+    """A critical XID NVML scopes to a GPU instance of a GPU carved on demand is the
+    ``mig_gpu`` deployable's (health per slice is not told apart yet)."""
+    host = Host(conf, root, carved_h100())
+    host.make(0, "2g.20gb")
+    device = host.device()
+    (gi,) = host.lib.gpus[0].gpu_instances
+    assert host.driver.xid(XidEvent(ADDRESS, 94, gi))
+    verdict = host.driver.health(device)
+    assert verdict.deployables == {
+        units.KEY: Health("unhealthy", f"GPU {ADDRESS}: XID 94 in GPU instance {gi}")
+    }
+
+
+def test_a_gpu_whose_instances_nvml_cannot_list_is_published_as_today(
+    conf: cfg.ConfigOpts, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lib = carved_h100(list_error=pynvml.NVML_ERROR_NO_PERMISSION)
+    with caplog.at_level(logging.WARNING):
+        (device,) = NvidiaGpuDriver(conf, root, lib).discover()
+    assert [d.kind for d in device.deployables] == []  # no MIG device: no profile either
+    assert "does not let NVML list its GPU instances" in caplog.text
 
 
 # -- through the agent's tasks ---------------------------------------------------------
