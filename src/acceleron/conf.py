@@ -833,6 +833,21 @@ NVIDIA_GPU_OPTS: list[cfg.Opt] = [
         "ECC rate (92), contained and uncontained ECC errors (94, 95). Others (13, 31, 43: "
         "an application's own faults) do not.",
     ),
+    cfg.ListOpt(
+        "dynamic_mig",
+        default=[],
+        help="GPUs carved on demand: PCI addresses (e.g. 0000:3b:00.0), or all. Each such "
+        "GPU in MIG mode whose product has a MIG table (H100, H200) is reported as one "
+        "partitionable GPU: its MIG instances are made at bind where the planner puts "
+        "them and destroyed at release (docs/mig.md). Others are reported as before, with "
+        "a warning. Empty: none.",
+    ),
+    cfg.StrOpt(
+        "mig_slots_file",
+        default="$state_path/nvidia-mig-slots.json",
+        help="Where the NVIDIA driver records which slot of a GPU carved on demand holds "
+        "which GPU instance, so that a restart finds them in their slots.",
+    ),
 ]
 
 _OPTS: list[tuple[str | None, list[cfg.Opt]]] = [

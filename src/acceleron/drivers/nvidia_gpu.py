@@ -6,6 +6,9 @@ sees but sysfs does not is still reported, and either side's extras are logged.
 
 What a GPU offers, first match wins:
 
+* MIG enabled (NVML), and the GPU carved on demand (``[nvidia_gpu] dynamic_mig``): one
+  ``mig_gpu`` deployable, a slot handle per instance it can hold; the instances are made
+  and destroyed as requests ask (``acceleron.drivers.nvidia_mig``).
 * MIG enabled (NVML): one ``mig/<profile>`` deployable per profile with existing
   MIG devices; handles of type MIG (the ``MIG-...`` uuid).
 * vGPU types (sysfs): one ``vgpu/<type>`` deployable per type, across the three
@@ -27,18 +30,20 @@ the NVLink fabric it joined: ``nvml.nvlink_domains``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from oslo_config import cfg
 
-from acceleron.drivers import mdev, memory, nvml
+from acceleron.drivers import mdev, memory, nvidia_mig, nvml
+from acceleron.drivers.errors import DriverConfigError, DriverError, TargetNotFound
 from acceleron.drivers.health import EventHold, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
@@ -48,6 +53,7 @@ from acceleron.drivers.sysfs import (
     classify,
     make_device,
     model_name,
+    normalize_bdf,
     passed_through,
     pci_handle,
     pci_handle_info,
@@ -56,6 +62,8 @@ from acceleron.drivers.sysfs import (
     trait_part,
     virtual_functions,
 )
+from acceleron.exceptions import InvalidInput
+from acceleron.mig import geometry, units
 from acceleron.vocabulary import DEGRADED, UNHEALTHY, AttachHandle, Deployable, Device, Health
 
 LOG = logging.getLogger(__name__)
@@ -114,6 +122,12 @@ class NvidiaGpuDriver(CleanedByReset):
         self._lost: set[str] = set()
         self._instances: dict[str, dict[int, str]] = {}  # GPU -> GPU instance id -> key
         self._watch_stop: threading.Event | None = None
+        dynamic = [a.strip() for a in conf.nvidia_gpu.dynamic_mig if a.strip()]
+        self._dynamic_all = "all" in dynamic
+        self._dynamic = {_address(a) for a in dynamic if a != "all"}
+        self._dynamic_warned: set[str] = set()
+        self.slot_map = nvidia_mig.SlotMap(Path(conf.nvidia_gpu.mig_slots_file))
+        self._carving_lock = threading.Lock()
 
     def _lib(self) -> nvml.NvmlLib | None:
         if not self.conf.nvidia_gpu.use_nvml:
@@ -134,11 +148,17 @@ class NvidiaGpuDriver(CleanedByReset):
             }
             for gpu in gpus
         }
+        for gpu in gpus:
+            if gpu.mig_enabled and self._carved_product(gpu):  # one deployable: the GPU's
+                self._instances[gpu.address] = dict.fromkeys(
+                    self._instances[gpu.address], units.KEY
+                )
         return snap
 
     def discover(self) -> list[Device]:
         gpus = {fn.address: fn for fn in scan(self.sysfs) if classify(fn) == NVIDIA_GPU}
-        snap = self._snapshot([a for a, fn in gpus.items() if fn.driver == "nvidia"])
+        with self._carving_lock:  # never a GPU half carved
+            snap = self._snapshot([a for a, fn in gpus.items() if fn.driver == "nvidia"])
         from_nvml = snap.by_address() if snap else {}
         self._cross_check(gpus, from_nvml, snap is not None)
         version = snap.driver_version if snap else None
@@ -191,13 +211,15 @@ class NvidiaGpuDriver(CleanedByReset):
             numa_node=gpu.numa_node,
             vendor_board_info=_board(gpu, version),
             deployables=tuple(
-                _mig(gpu) if gpu.mig_enabled else [_whole(gpu.address, gpu, gpu.product_id)]
+                self._mig(gpu) if gpu.mig_enabled else [_whole(gpu.address, gpu, gpu.product_id)]
             ),
         )
 
     def _deployables(self, fn: PciFunction, gpu: nvml.NvmlGpu | None) -> list[Deployable]:
         if gpu is not None and gpu.mig_enabled:
-            return _mig(gpu)
+            return self._mig(gpu)
+        if fn.address in self._dynamic:
+            self._not_carved(fn.address, "is not in MIG mode (or NVML does not describe it)")
         vfs = virtual_functions(self.sysfs, fn)
         vgpus = self._mdev_types(fn, [fn, *vfs]) + self._vfio_types(fn, vfs)
         if vgpus:
@@ -205,6 +227,92 @@ class NvidiaGpuDriver(CleanedByReset):
         if gpu is None:
             self._warn_mig_without_nvml(fn)
         return [_whole(fn.address, gpu, fn.device, in_use=passed_through(fn))]
+
+    # -- MIG -------------------------------------------------------------------
+
+    def _named(self, address: str) -> bool:
+        """Whether ``[nvidia_gpu] dynamic_mig`` names the GPU (or says all)."""
+        return self._dynamic_all or address in self._dynamic
+
+    def _mig(self, gpu: nvml.NvmlGpu) -> list[Deployable]:
+        """A GPU in MIG mode: carved on demand where configured and it can be (one
+        ``mig_gpu`` deployable), else its MIG instances by profile."""
+        product = self._carved_product(gpu)
+        if product is None:
+            return _mig(gpu)
+        slots = nvidia_mig.slot_addresses(self.conf.host, gpu.address, product)
+        recorded = self.slot_map.of(gpu.address)
+        return [nvidia_mig.deployable(gpu, product, slots, recorded)]
+
+    def _carved_product(self, gpu: nvml.NvmlGpu) -> geometry.Product | None:
+        """The MIG table of a GPU in MIG mode to carve on demand; None (with a warning,
+        once) when it has none, or holds instances the table does not allow."""
+        if not self._named(gpu.address):
+            return None
+        if not geometry.known(gpu.product_id):
+            self._not_carved(
+                gpu.address,
+                f"({gpu.name}, PCI id {gpu.product_id}) has no MIG table: Acceleron knows "
+                f"{geometry.tables()}",
+            )
+            return None
+        product = geometry.product(gpu.product_id)
+        if gpu.gpu_instances is None:
+            self._not_carved(gpu.address, "does not let NVML list its GPU instances")
+            return None
+        try:
+            nvidia_mig.layout(product, gpu.gpu_instances)
+        except InvalidInput as error:
+            self._not_carved(gpu.address, f"holds GPU instances the table does not allow: {error}")
+            return None
+        return product
+
+    def _not_carved(self, address: str, why: str) -> None:
+        if address in self._dynamic_warned:
+            return
+        self._dynamic_warned.add(address)
+        LOG.warning(
+            "GPU %s %s; [nvidia_gpu] dynamic_mig names it, but it is reported as before, "
+            "not carved on demand",
+            address,
+            why,
+        )
+
+    @contextlib.contextmanager
+    def _carving(self, device: Device, handle: AttachHandle) -> Iterator[nvidia_mig.Carver]:
+        """What carves the slot ``handle`` of a GPU carved on demand, NVML initialised;
+        one slot at a time. NVML's errors become DriverError."""
+        if not any(d.kind == units.KIND for d in device.deployables) or not self._named(
+            device.pci_address
+        ):
+            raise TargetNotFound(f"GPU {device.pci_address} is not carved on demand here")
+        product = geometry.product(device.product_id)
+        slots = nvidia_mig.slot_addresses(self.conf.host, device.pci_address, product)
+        if handle.address not in slots:
+            raise TargetNotFound(f"GPU {device.pci_address} has no MIG slot {handle.address}")
+        lib = self._lib()
+        if lib is None:
+            raise DriverError(f"GPU {device.pci_address}: carving MIG instances needs NVML")
+        with self._carving_lock:
+            try:
+                with nvml.session(lib):
+                    yield nvidia_mig.Carver(lib, device.pci_address, product, slots, self.slot_map)
+            except lib.NVMLError as error:
+                raise DriverError(f"GPU {device.pci_address}: NVML: {error}") from error
+
+    def make_mig_instance(
+        self, device: Device, handle: AttachHandle, profile: str
+    ) -> Mapping[str, str]:
+        """Make a ``profile`` instance for the slot ``handle`` where the planner puts
+        it on this GPU; its info. Idempotent. NoMigPlacement when there is no position."""
+        with self._carving(device, handle) as carver:
+            return carver.make(handle.address, profile)
+
+    def destroy_mig_instance(self, device: Device, handle: AttachHandle) -> None:
+        """Destroy the instance made for the slot ``handle``, none other; nothing when it
+        holds none. DriverError, nothing destroyed, while a process runs on it."""
+        with self._carving(device, handle) as carver:
+            carver.destroy(handle.address)
 
     def _warn_mig_without_nvml(self, fn: PciFunction) -> None:
         """Once per GPU: MIG instances exist (the driver's /proc says so) but only NVML
@@ -335,6 +443,15 @@ class NvidiaGpuDriver(CleanedByReset):
 
     def remove_mdev(self, device: Device, handle: AttachHandle) -> None:
         mdev.remove(self.sysfs, handle)
+
+
+def _address(text: str) -> str:
+    try:
+        return normalize_bdf(text)
+    except ValueError as error:
+        raise DriverConfigError(
+            f"[nvidia_gpu] dynamic_mig: {text!r} is neither a PCI address nor all"
+        ) from error
 
 
 class _VgpuType:

@@ -9,13 +9,14 @@ failing to answer is left out of the snapshot, never the scan.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import importlib
 import logging
 import threading
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 from acceleron.drivers.sysfs import format_bdf, normalize_bdf
@@ -38,6 +39,7 @@ NVLINK_DEVICE_TYPE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 # the NVSwitches are not on the host's PCI bus): the GPUs of a host that reach one are
 # taken to share it.
 NVSWITCH = "nvswitch"
+ENGINE_SHARED = 0  # NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
 _NO_ADDRESS = "0000:00:00.0"  # a far end NVML fills with zeros: no address known
 
 
@@ -76,6 +78,31 @@ class NvmlLib(Protocol):
     def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> Any: ...
     def nvmlEventSetFree(self, event_set: Any) -> None: ...
 
+    # GPU and compute instances (a GPU carved on demand: ``acceleron.drivers.nvidia_mig``).
+    c_nvmlGpuInstance_t: Any
+    c_nvmlComputeInstance_t: Any
+    c_nvmlGpuInstancePlacement_t: Any
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT: int
+
+    def nvmlDeviceGetGpuInstances(
+        self, handle: Any, profile_id: int, instances: Any, count: Any
+    ) -> Any: ...
+    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gpu_instance_id: int) -> Any: ...
+    def nvmlGpuInstanceGetInfo(self, gpu_instance: Any) -> Any: ...
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profile_id: int, placement: Any
+    ) -> Any: ...
+    def nvmlGpuInstanceDestroy(self, gpu_instance: Any) -> Any: ...
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gpu_instance: Any, profile: int, engine_profile: int
+    ) -> Any: ...
+    def nvmlGpuInstanceCreateComputeInstance(self, gpu_instance: Any, profile_id: int) -> Any: ...
+    def nvmlGpuInstanceGetComputeInstances(
+        self, gpu_instance: Any, profile_id: int, instances: Any, count: Any
+    ) -> Any: ...
+    def nvmlComputeInstanceDestroy(self, compute_instance: Any) -> Any: ...
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class MigProfile:
@@ -92,6 +119,18 @@ class MigInstance:
     profile: str | None  # the profile name, None when NVML does not say
     gpu_instance_id: int | None
     memory_mb: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInstance:
+    """A GPU instance as ``nvmlGpuInstanceGetInfo`` describes it, with the uuid of its
+    MIG device (None while it has no compute instance)."""
+
+    id: int
+    profile_id: int  # the id nvidia-smi prints (``acceleron.mig.geometry.Profile.id``)
+    start: int  # the memory slice it starts at (its placement)
+    size: int  # memory slices
+    mig_uuid: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +151,8 @@ class NvmlGpu:
     # ``nvlink_domains``.
     nvlink_peers: tuple[str, ...] = ()
     fabric: str | None = None
+    # Under MIG: its GPU instances (None: NVML could not list them).
+    gpu_instances: tuple[GpuInstance, ...] | None = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +234,7 @@ def _gpu(lib: NvmlLib, index: int) -> NvmlGpu | None:
     mig_mode = _try(lib, lib.nvmlDeviceGetMigMode, handle)
     mig_enabled = bool(mig_mode) and mig_mode[0] == 1
     profiles = _profiles(lib, handle) if mig_enabled else ()
+    migs = _migs(lib, handle) if mig_enabled else ()
     return NvmlGpu(
         address=pci_address(pci),
         product_id=f"{(int(pci.pciDeviceId) >> 16) & 0xFFFF:04x}",
@@ -202,10 +244,11 @@ def _gpu(lib: NvmlLib, index: int) -> NvmlGpu | None:
         numa_node=_numa(lib, handle),
         mig_enabled=mig_enabled,
         profiles=profiles,
-        migs=_migs(lib, handle) if mig_enabled else (),
+        migs=migs,
         faults=_faults(lib, handle),
         nvlink_peers=_nvlink_peers(lib, handle),
         fabric=_fabric(lib, handle),
+        gpu_instances=_try_instances(lib, handle, profiles, migs) if mig_enabled else (),
     )
 
 
@@ -375,6 +418,112 @@ def _migs(lib: NvmlLib, handle: Any) -> tuple[MigInstance, ...]:
             )
         )
     return tuple(migs)
+
+
+def _try_instances(
+    lib: NvmlLib, handle: Any, profiles: Sequence[MigProfile], migs: Sequence[MigInstance]
+) -> tuple[GpuInstance, ...] | None:
+    """``gpu_instances``, or None when NVML cannot list them."""
+    try:
+        return gpu_instances(lib, handle, profiles, migs)
+    except lib.NVMLError as error:
+        LOG.debug("NVML cannot list the GPU instances of a GPU in MIG mode: %s", error)
+        return None
+
+
+def gpu_instances(
+    lib: NvmlLib, handle: Any, profiles: Sequence[MigProfile], migs: Sequence[MigInstance]
+) -> tuple[GpuInstance, ...]:
+    """The GPU's GPU instances, of every profile, by placement; each with the uuid of
+    the first of ``migs`` (its MIG devices) in it."""
+    uuids: dict[int, str] = {}
+    for mig in migs:
+        if mig.gpu_instance_id is not None:
+            uuids.setdefault(mig.gpu_instance_id, mig.uuid)
+    found = []
+    for profile in profiles:
+        for instance in _instance_handles(
+            lib.nvmlDeviceGetGpuInstances,
+            lib.c_nvmlGpuInstance_t,
+            handle,
+            profile.profile_id,
+            profile.instance_count,
+        ):
+            info = lib.nvmlGpuInstanceGetInfo(instance)
+            found.append(
+                GpuInstance(
+                    id=int(info.id),
+                    profile_id=int(info.profileId),
+                    start=int(info.placement.start),
+                    size=int(info.placement.size),
+                    mig_uuid=uuids.get(int(info.id)),
+                )
+            )
+    return tuple(sorted(found, key=lambda i: (i.start, i.id)))
+
+
+def _instance_handles(
+    list_them: Any, kind: Any, parent: Any, profile_id: int, most: int
+) -> list[Any]:
+    """The handles ``nvmlDeviceGetGpuInstances`` (or ``nvmlGpuInstanceGetComputeInstances``)
+    lists for one profile: an array as long as the most the profile allows, filled."""
+    array = (kind * max(1, int(most)))()
+    count = ctypes.c_uint(0)
+    list_them(parent, profile_id, array, ctypes.byref(count))
+    return [array[i] for i in range(count.value)]
+
+
+def read_instances(lib: NvmlLib, handle: Any) -> tuple[GpuInstance, ...]:
+    """The GPU instances of the GPU ``handle`` now (``gpu_instances``)."""
+    return gpu_instances(lib, handle, _profiles(lib, handle), _migs(lib, handle))
+
+
+def mig_handles(lib: NvmlLib, handle: Any, gpu_instance_id: int) -> list[Any]:
+    """The MIG device handles (one per compute instance) of a GPU instance."""
+    found = []
+    for index in range(_try(lib, lib.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mig = _try(lib, lib.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+        if mig is not None and _try(lib, lib.nvmlDeviceGetGpuInstanceId, mig) == gpu_instance_id:
+            found.append(mig)
+    return found
+
+
+@contextlib.contextmanager
+def session(lib: NvmlLib) -> Iterator[None]:
+    """NVML initialised for the calls inside, shut down after (NVML counts them)."""
+    lib.nvmlInit()
+    try:
+        yield
+    finally:
+        _try(lib, lib.nvmlShutdown)
+
+
+def _compute_profiles(lib: NvmlLib, gpu_instance: Any) -> list[Any]:
+    """The compute instance profiles NVML offers in a GPU instance, each id once."""
+    found: dict[int, Any] = {}
+    for index in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        get = lib.nvmlGpuInstanceGetComputeInstanceProfileInfo
+        info = _try(lib, get, gpu_instance, index, ENGINE_SHARED)
+        if info is not None:
+            found.setdefault(int(info.id), info)
+    return list(found.values())
+
+
+def compute_profile(lib: NvmlLib, gpu_instance: Any, slices: int) -> int | None:
+    """The id of the compute instance profile of ``slices`` compute slices (the GPU
+    instance's own, for one compute instance as large as it), None when NVML offers none."""
+    profiles = _compute_profiles(lib, gpu_instance)
+    return next((int(i.id) for i in profiles if int(i.sliceCount) == slices), None)
+
+
+def compute_instances(lib: NvmlLib, gpu_instance: Any) -> list[Any]:
+    """Every compute instance of a GPU instance, of every compute instance profile."""
+    list_them, kind = lib.nvmlGpuInstanceGetComputeInstances, lib.c_nvmlComputeInstance_t
+    return [
+        ci
+        for info in _compute_profiles(lib, gpu_instance)
+        for ci in _instance_handles(list_them, kind, gpu_instance, int(info.id), info.instanceCount)
+    ]
 
 
 def _mig_profile(lib: NvmlLib, mig: Any) -> str | None:

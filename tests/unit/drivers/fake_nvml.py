@@ -2,16 +2,29 @@
 
 Errors are pynvml's own classes, so the driver's ``except lib.NVMLError`` is the
 same code path as on a host.
+
+GPU and compute instances are simulated with NVML's rules: a GPU instance is made only
+at a placement its profile allows (``acceleron.mig.geometry``'s table stands for the
+GPU's), refused with INVALID_ARGUMENT otherwise and INSUFFICIENT_RESOURCES where it
+would overlap another or go over a limit; each compute instance is a MIG device
+(``migs``), destroyed only while no process runs on it (IN_USE), and a GPU instance only
+once its compute instances are gone. Handles of GPU and compute instances are integers,
+in ctypes arrays of ``c_void_p`` where NVML fills arrays.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import queue
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml  # type: ignore[import-untyped]
+
+from acceleron.exceptions import InvalidInput
+from acceleron.mig import geometry
 
 
 def error(code: int) -> Exception:
@@ -29,6 +42,22 @@ class Mig:
     profile: str
     gpu_instance_id: int
     memory_mb: int
+    processes: list[int] = dataclasses.field(default_factory=list)  # pids running on it
+
+
+@dataclasses.dataclass
+class GpuInstance:
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    compute: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # compute instance id -> (its compute instance profile id, its slot in ``migs``)
+
+
+# Compute instance profile index (= id) -> compute slices, as a Hopper GPU instance
+# offers them (NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE ... _7_SLICE).
+CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
 
 
 @dataclasses.dataclass
@@ -62,13 +91,22 @@ class Gpu:
     # The NVLink fabric it joined: (cluster uuid bytes, clique id, state); None:
     # NotSupported.
     fabric: tuple[bytes, int, int] | None = None
+    gpu_instances: dict[int, GpuInstance] = dataclasses.field(default_factory=dict)
+    compute_instance_error: int | None = None  # an NVML error making a compute instance
+    list_error: int | None = None  # an NVML error listing its GPU instances
 
 
-class FakeNvml:
+class _RecordedNvml:
+    """What FakeNvml answers of GPUs, their MIG devices, health, NVLinks and events."""
+
     NVMLError = pynvml.NVMLError
     NVML_GPU_INSTANCE_PROFILE_COUNT = pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
     NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
     c_nvmlGpuFabricInfo_v2_t = pynvml.c_nvmlGpuFabricInfo_v2_t
+    c_nvmlGpuInstance_t = ctypes.c_void_p
+    c_nvmlComputeInstance_t = ctypes.c_void_p
+    c_nvmlGpuInstancePlacement_t = pynvml.c_nvmlGpuInstancePlacement_t
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
 
     def __init__(self, gpus: list[Gpu], init_error: int | None = None) -> None:
         self.gpus = gpus
@@ -293,3 +331,183 @@ H100_PROFILES = {
     7: (20, "1g.10gb+me", 1, 9856, 1),
     9: (15, "1g.20gb", 4, 19968, 3),
 }
+
+
+# -- GPU and compute instances ----------------------------------------------------------
+
+
+def _gi_handle(index: int, gi: int) -> int:
+    return (index + 1) << 16 | (gi + 1)
+
+
+def _ci_handle(index: int, gi: int, ci: int) -> int:
+    return (index + 1) << 16 | (gi + 1) << 8 | (ci + 1)
+
+
+def _fill(array: Any, count: Any, handles: list[int]) -> int:
+    if len(array) < len(handles):
+        raise error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+    for i, handle in enumerate(handles):
+        array[i] = handle
+    count._obj.value = len(handles)  # what ctypes.byref() refers to
+    return 0
+
+
+class FakeNvml(_RecordedNvml):
+    """The stand-in for pynvml: recorded GPUs, whose GPU and compute instances can be
+    made and destroyed."""
+
+    def _gi(self, handle: int) -> tuple[int, Gpu, GpuInstance]:
+        index, gi = (handle >> 16) - 1, (handle & 0xFF) - 1
+        gpu = self._gpu(index)
+        if gi not in gpu.gpu_instances:
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return index, gpu, gpu.gpu_instances[gi]
+
+    def _product(self, gpu: Gpu) -> geometry.Product:
+        if gpu.mig_mode != 1:
+            raise error(NOT_SUPPORTED)
+        try:
+            return geometry.product(f"{gpu.pci_device_id >> 16 & 0xFFFF:04x}")
+        except InvalidInput:
+            raise error(NOT_SUPPORTED) from None
+
+    def _layout(self, gpu: Gpu, product: geometry.Product) -> geometry.Layout:
+        by_id = {p.id: p for p in product.profiles}
+        return geometry.Layout.of(
+            product,
+            (
+                geometry.Instance(by_id[g.profile_id].name, g.start)
+                for g in gpu.gpu_instances.values()
+            ),
+        )
+
+    def nvmlDeviceGetGpuInstances(
+        self, handle: Any, profile_id: int, array: Any, count: Any
+    ) -> int:
+        gpu = self._gpu(handle)
+        self._product(gpu)
+        if gpu.list_error is not None:
+            raise error(gpu.list_error)
+        found = [
+            _gi_handle(handle, g.id)
+            for g in gpu.gpu_instances.values()
+            if g.profile_id == profile_id
+        ]
+        return _fill(array, count, found)
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gpu_instance_id: int) -> int:
+        if gpu_instance_id not in self._gpu(handle).gpu_instances:
+            raise error(NOT_FOUND)
+        return _gi_handle(handle, gpu_instance_id)
+
+    def nvmlGpuInstanceGetInfo(self, gpu_instance: int) -> Any:
+        _, _, gi = self._gi(gpu_instance)
+        placement = SimpleNamespace(start=gi.start, size=gi.size)
+        return SimpleNamespace(id=gi.id, profileId=gi.profile_id, placement=placement)
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profile_id: int, placement: Any
+    ) -> int:
+        gpu = self._gpu(handle)
+        product = self._product(gpu)
+        asked = placement._obj
+        profile = next((p for p in product.profiles if p.id == profile_id), None)
+        if profile is None or asked.start not in profile.starts:
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if asked.size != profile.memory_slices:
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        try:
+            self._layout(gpu, product).adding(geometry.Instance(profile.name, asked.start))
+        except InvalidInput:
+            raise error(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES) from None
+        gi = next(n for n in range(1, 64) if n not in gpu.gpu_instances)
+        gpu.gpu_instances[gi] = GpuInstance(gi, profile_id, asked.start, asked.size)
+        self.calls.append(f"create_gi {profile.name}@{asked.start}")
+        return _gi_handle(handle, gi)
+
+    def nvmlGpuInstanceDestroy(self, gpu_instance: int) -> int:
+        _, gpu, gi = self._gi(gpu_instance)
+        if gi.compute:
+            raise error(pynvml.NVML_ERROR_IN_USE)
+        del gpu.gpu_instances[gi.id]
+        self.calls.append(f"destroy_gi {gi.id}")
+        return 0
+
+    def _gi_slices(self, gpu: Gpu, gi: GpuInstance) -> int:
+        product = self._product(gpu)
+        return next(p.compute_slices for p in product.profiles if p.id == gi.profile_id)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gpu_instance: int, profile: int, engine_profile: int
+    ) -> Any:
+        _, gpu, gi = self._gi(gpu_instance)
+        slices = CI_SLICES.get(profile)
+        if slices is None or slices > self._gi_slices(gpu, gi):
+            raise error(NOT_SUPPORTED)
+        return SimpleNamespace(
+            id=profile, sliceCount=slices, instanceCount=self._gi_slices(gpu, gi) // slices
+        )
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gpu_instance: int, profile_id: int) -> int:
+        index, gpu, gi = self._gi(gpu_instance)
+        if gpu.compute_instance_error is not None:
+            raise error(gpu.compute_instance_error)
+        slices = CI_SLICES.get(profile_id)
+        if slices is None or slices > self._gi_slices(gpu, gi):
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        taken = sum(CI_SLICES[p] for p, _ in gi.compute.values())
+        if taken + slices > self._gi_slices(gpu, gi):
+            raise error(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        ci = next(n for n in range(8) if n not in gi.compute)
+        slot = next(n for n in range(7) if n not in gpu.migs)
+        name = next(p.name for p in self._product(gpu).profiles if p.id == gi.profile_id)
+        mig_uuid = (
+            f"MIG-{uuid.uuid5(uuid.NAMESPACE_OID, f'{gpu.uuid}/{gi.id}/{ci}/{len(self.calls)}')}"
+        )
+        gpu.migs[slot] = Mig(mig_uuid, name, gi.id, 0)
+        gi.compute[ci] = (profile_id, slot)
+        self.calls.append(f"create_ci {gi.id}/{ci}")
+        return _ci_handle(index, gi.id, ci)
+
+    def nvmlGpuInstanceGetComputeInstances(
+        self, gpu_instance: int, profile_id: int, array: Any, count: Any
+    ) -> int:
+        index, _, gi = self._gi(gpu_instance)
+        found = [_ci_handle(index, gi.id, c) for c, (p, _) in gi.compute.items() if p == profile_id]
+        return _fill(array, count, found)
+
+    def nvmlComputeInstanceDestroy(self, compute_instance: int) -> int:
+        gpu_instance = (compute_instance & ~0xFFFF) | (compute_instance >> 8 & 0xFF)
+        _, gpu, gi = self._gi(gpu_instance)
+        ci = (compute_instance & 0xFF) - 1
+        if ci not in gi.compute:
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        slot = gi.compute[ci][1]
+        if gpu.migs[slot].processes:
+            raise error(pynvml.NVML_ERROR_IN_USE)
+        del gpu.migs[slot]
+        del gi.compute[ci]
+        self.calls.append(f"destroy_ci {gi.id}/{ci}")
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        if not isinstance(handle, tuple):
+            self._gpu(handle)
+            return []
+        mig = self.gpus[handle[0]].migs[handle[1]]
+        return [SimpleNamespace(pid=pid, usedGpuMemory=0) for pid in mig.processes]
+
+    def carve(self, index: int, profile: str, start: int) -> Mig:
+        """Make a GPU instance and its compute instance as an operator would
+        (``nvidia-smi mig -cgi <profile> -C``); its MIG device."""
+        gpu = self.gpus[index]
+        chosen = self._product(gpu).profile(profile)
+        placement = pynvml.c_nvmlGpuInstancePlacement_t(start, chosen.memory_slices)
+        gi = self.nvmlDeviceCreateGpuInstanceWithPlacement(
+            index, chosen.id, ctypes.byref(placement)
+        )
+        ci_profile = next(p for p, n in CI_SLICES.items() if n == chosen.compute_slices)
+        self.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile)
+        gi_id = (gi & 0xFF) - 1
+        return next(m for m in gpu.migs.values() if m.gpu_instance_id == gi_id)

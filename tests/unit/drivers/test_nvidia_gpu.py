@@ -474,10 +474,14 @@ def test_real_pynvml_has_everything_the_seam_uses() -> None:
     lib = nvml.load_pynvml()
     assert lib is not None
     members = [m for m in dir(nvml.NvmlLib) if m.startswith("nvml")]
-    assert len(members) == 28
+    assert len(members) == 38
     assert all(callable(getattr(lib, m)) for m in members)
     assert issubclass(lib.NVMLError, Exception)
     assert lib.NVML_GPU_INSTANCE_PROFILE_COUNT == 0x12
+    assert lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT == 9
+    assert lib.c_nvmlComputeInstance_t is not None
+    assert lib.c_nvmlGpuInstancePlacement_t(4, 4).size == 4
+    assert len((lib.c_nvmlGpuInstance_t * 7)()) == 7  # what NVML fills
     # Without the NVIDIA library (this machine, CI) NVML is simply unavailable.
     snap = nvml.snapshot(lib)
     assert snap is None or all(g.address.count(":") == 2 for g in snap.gpus)
