@@ -104,6 +104,11 @@ def acceleron_config(cloud: Cloud, limits_endpoint: str) -> Path:
     return render("acceleron.conf", RUN / "acceleron" / "acceleron.conf", values)
 
 
+# The compute whose inventory gains a GPU carved on demand (cloud/templates/
+# inventory-mig.yaml) in a nested cloud of the checkout.
+MIG_HOST = "compute-1"
+
+
 def write_configs(cloud: Cloud) -> None:
     values = variables(cloud)
     render("keystone.conf", RUN / "keystone" / "keystone.conf", values)
@@ -137,7 +142,10 @@ def write_configs(cloud: Cloud) -> None:
             {**values, "host": host},
         )
         inventory = "inventory-cyborg.yaml" if cloud.cyborg else f"inventory-{host}.yaml"
-        render(inventory, RUN / "acceleron" / host / "inventory.yaml", values)
+        written = render(inventory, RUN / "acceleron" / host / "inventory.yaml", values)
+        if host == MIG_HOST and cloud.nested and not (cloud.cyborg or cloud.release):
+            mig = (CLOUD / "templates" / "inventory-mig.yaml").read_text()
+            written.write_text(written.read_text().rstrip("\n") + "\n" + mig)
     shutil.copy(VENVS / "glance" / "etc" / "glance" / "glance-api-paste.ini", RUN / "glance")
     shutil.copy(VENVS / "nova" / "etc" / "nova" / "api-paste.ini", RUN / "nova")
     computes = [f"nova/{host}/instances" for host in COMPUTES]
