@@ -83,7 +83,7 @@ WAIT = 180.0  # seconds any one step may take before the start is given up
 REGISTERED_LIMITS = {
     **{
         f"class:CUSTOM_ACCELERATOR_{kind}": 100
-        for kind in ("FPGA", "QAT", "VGPU", "GPU", "MIG", "MEMORY")
+        for kind in ("FPGA", "QAT", "VGPU", "GPU", "MIG", "MIG_INSTANCE", "MEMORY")
     },
     "class:FPGA": 100,  # cyborg-tempest-plugin's profiles ask for resources:FPGA
 }
