@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -38,7 +35,7 @@ from typing import Any
 from oslo_config import cfg
 
 import acceleron
-from acceleron import formats, metrics
+from acceleron import formats, json_file, metrics
 from acceleron.agent.client import (
     ApiUnavailable,
     ApiUnreachable,
@@ -87,23 +84,10 @@ class Journal:
             entries.pop(uuid, None)
             entries[uuid] = dict(outcome)
             kept = dict(list(entries.items())[-self.keep :])
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(
-                "w", dir=self.path.parent, prefix=".tasks-", delete=False
-            ) as tmp:
-                json.dump(kept, tmp)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            os.replace(tmp.name, self.path)
+            json_file.replace(self.path, kept)
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as error:
-            LOG.warning("Ignoring the unreadable task journal %s: %s", self.path, error)
-            return {}
+        data = json_file.load(self.path, "task journal")
         return data if isinstance(data, dict) else {}
 
 

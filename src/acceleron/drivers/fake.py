@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
-import os
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +29,7 @@ from typing import Any
 import yaml
 from oslo_config import cfg
 
+from acceleron import json_file
 from acceleron.drivers import gbs, memory
 from acceleron.drivers.errors import BitstreamError, DriverConfigError, DriverError, TargetNotFound
 from acceleron.drivers.nvidia_gpu import vgpu_trait
@@ -523,13 +521,7 @@ class FakeDriver:
     # -- state file ---------------------------------------------------------------
 
     def _load_state(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as error:
-            LOG.warning("ignoring unreadable fake driver state %s: %s", self.state_file, error)
-            return {}
+        data = json_file.load(self.state_file, "fake driver state")
         return data.get("devices", {}) if isinstance(data, dict) else {}
 
     def _record(self, address: str, key: str, bitstream: Path, header: gbs.GbsHeader) -> None:
@@ -542,12 +534,7 @@ class FakeDriver:
         self._save_state(state)
 
     def _save_state(self, state: Mapping[str, Any]) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=self.state_file.parent, prefix=".fake-state-", delete=False
-        ) as tmp:
-            json.dump({"version": 1, "devices": state}, tmp, indent=2, sort_keys=True)
-        os.replace(tmp.name, self.state_file)
+        json_file.replace(self.state_file, {"version": 1, "devices": state})
 
 
 def _sha256(path: Path) -> str:

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import logging
-import os
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from acceleron import json_file
 from acceleron.drivers import nvml
 from acceleron.drivers.errors import DriverError
 from acceleron.drivers.sysfs import pci_handle_info
@@ -73,13 +71,7 @@ class SlotMap:
         self.path = path
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as error:
-            LOG.warning("ignoring the unreadable MIG slot map %s: %s", self.path, error)
-            return {}
+        data = json_file.load(self.path, "MIG slot map")
         gpus = data.get("gpus") if isinstance(data, dict) else None
         return gpus if isinstance(gpus, dict) else {}
 
@@ -102,12 +94,7 @@ class SlotMap:
             slots.pop(slot, None)
         else:
             slots[slot] = dataclasses.asdict(held)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=self.path.parent, prefix=".mig-slots-", delete=False
-        ) as tmp:
-            json.dump({"version": 1, "gpus": gpus}, tmp, indent=2, sort_keys=True)
-        os.replace(tmp.name, self.path)
+        json_file.replace(self.path, {"version": 1, "gpus": gpus})
 
 
 def slotted(
