@@ -28,6 +28,9 @@ LATEST = {"OpenStack-API-Version": "accelerator latest"}
 MIB = 1 << 20
 
 
+# A live server each, and seconds of a client's silence waited out by design: make
+# test's, not make check's.
+pytestmark = pytest.mark.slow
 PATIENCE = 2.0  # [api] client_timeout of the API these tests talk to
 
 

@@ -95,6 +95,7 @@ def attribute(browser: Any, css: str, name: str) -> str | None:
     return None if found is None else str(found)
 
 
+@pytest.mark.slow  # a browser: make test's, not make check's
 @needs_chromium
 def test_the_tree_renders_and_programming_progress_moves(
     live_api: str, tmp_path: Path, browser: Any
