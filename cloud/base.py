@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -109,6 +110,16 @@ def venv(name: str) -> Path:
     or when its lock changed (Nova's also gets Acceleron for the weigher)."""
     lock = CLOUD / "requirements" / f"{name}.txt"
     path = VENVS / name
+    VENVS.mkdir(parents=True, exist_ok=True)
+    # One process at a time makes it (make test's adoption tests and make e2e's clouds
+    # run at once in CI): another waits, then finds it made.
+    with open(VENVS / f".{name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _make_venv(name, lock, path)
+    return path
+
+
+def _make_venv(name: str, lock: Path, path: Path) -> None:
     stamp = path / ".cloud-stamp"
     digest = hashlib.sha256(lock.read_bytes() + sys.version.encode()).hexdigest()
     if not (stamp.exists() and stamp.read_text() == digest):
@@ -143,7 +154,6 @@ def venv(name: str) -> Path:
                 str(REPO),
             ]
         )
-    return path
 
 
 def run(argv: Sequence[str], env: Mapping[str, str] | None = None, what: str = "") -> str:
