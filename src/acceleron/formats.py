@@ -42,7 +42,10 @@ Version = tuple[int, int]
 # Report 1.2: deployables of kind ``mig_gpu`` (a GPU partitioned on demand); an agent
 # writing for a reader of 1.1 leaves them out (``report.to_json``): that API would
 # refuse the kind, and its hosts' such GPUs are published once it is upgraded.
-REPORT_VERSION: Version = (1, 2)
+# Report 1.3: health scoped to one attach handle (``Health.handles``: the GPU instance in
+# one slot of a GPU carved on demand); an agent writing for a reader of 1.2 folds such a
+# verdict into its deployable's (``report.to_json``): the whole GPU, as that API knew it.
+REPORT_VERSION: Version = (1, 3)
 # The deployable kinds a report minor brought: left out for an older reader.
 KINDS_SINCE: Mapping[str, Version] = {"mig_gpu": (1, 2)}
 # Task 1.1: a program task names its request's project (``project_id``) and its

@@ -27,9 +27,20 @@ from acceleron import formats
 from acceleron.exceptions import InvalidInput
 from acceleron.failfast import FailFast
 from acceleron.text import has_control
-from acceleron.vocabulary import DEVICE_TYPES, HANDLE_TYPES, KINDS, WIDTHS, Device, walk
+from acceleron.vocabulary import (
+    DEVICE_TYPES,
+    HANDLE_TYPES,
+    HEALTH_STATES,
+    KINDS,
+    WIDTHS,
+    Device,
+    Health,
+    walk,
+)
 
 REPORT_VERSION, REPORT_MINOR = formats.REPORT_VERSION
+HANDLE_HEALTH_SINCE: formats.Version = (1, 3)  # ``Health.handles``
+_RANK = {state: index for index, state in enumerate(HEALTH_STATES)}  # best first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +89,31 @@ def to_json(report: HostReport, version: formats.Version | None = None) -> dict[
             f"a report of format {formats.show(report.version)} cannot be "
             f"written as {formats.show(version)}"
         )
+    if version < HANDLE_HEALTH_SINCE:
+        report = dataclasses.replace(
+            report,
+            devices=tuple(
+                dataclasses.replace(d, health=_handles_folded(d.health)) for d in report.devices
+            ),
+        )
     data: dict[str, Any] = formats.trim(report, version)
     data["report_minor"] = version[1]
     for device in data.get("devices") or ():
         device["deployables"] = _known_kinds(device.get("deployables") or [], version)
     return data
+
+
+def _handles_folded(health: Health) -> Health:
+    """A device's health with each deployable's handle verdicts folded into the
+    deployable's own (the worst state, with its reasons): what a reader before report
+    1.3, which has no handle health, is told."""
+    parts = {}
+    for key, part in health.deployables.items():
+        found = [part, *part.handles.values()]
+        state = max((h.state for h in found), key=lambda s: _RANK.get(s, 1))
+        reasons = [h.reason for h in found if h.state == state and h.reason]
+        parts[key] = Health(state, "; ".join(dict.fromkeys(reasons)) or None)
+    return dataclasses.replace(health, deployables=parts)
 
 
 def newest_kind(report: HostReport) -> formats.Version:

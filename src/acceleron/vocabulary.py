@@ -65,11 +65,16 @@ class Health:
     """What the hardware says about a device's health: ``healthy``, ``degraded`` (it
     works, an operator should look) or ``unhealthy`` (nothing new may land on it), with
     the reason. ``deployables`` holds the faults scoped to one deployable by its key (an
-    FPGA port's region, a MIG profile whose GPU instance failed)."""
+    FPGA port's region, a MIG profile whose GPU instance failed); a deployable's
+    ``handles`` those scoped to one of its attach handles by its address (the GPU
+    instance in one slot of a GPU carved on demand: report format 1.3)."""
 
     state: str = HEALTHY
     reason: str | None = None
     deployables: Annotated[Mapping[str, Health], FailFast] = dataclasses.field(default_factory=dict)
+    handles: Annotated[Mapping[str, Health], FailFast] = dataclasses.field(
+        default_factory=dict, metadata={"since": (1, 3)}
+    )
 
 
 @dataclasses.dataclass(frozen=True)

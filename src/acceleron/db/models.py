@@ -262,6 +262,10 @@ class AttachHandle(TimestampMixin, Base):
     state: Mapped[str] = mapped_column(String(16), default="present")  # present, lost
     # None: it may be handed out; waiting, cleaning or failed: not (service/cleaning.py).
     cleaning: Mapped[str | None] = mapped_column(String(16))
+    # The driver's verdict on this handle alone (the GPU instance in one slot of a GPU
+    # carved on demand): an unhealthy one is handed out to no request (expand_0007).
+    health: Mapped[str] = mapped_column(String(16), default="healthy", server_default="healthy")
+    health_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class DeviceProfile(TimestampMixin, Base):

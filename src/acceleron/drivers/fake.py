@@ -345,19 +345,15 @@ class FakeDriver:
     def health(self, device: Device) -> Health:
         """The inventory's ``health`` for the device, unless the state file injects a
         fault: ``{"devices": {"<address>": {"health": {"state": ..., "reason": ...,
-        "deployables": {"<key>": {"state": ..., "reason": ...}}}}}}`` (what tests write to
-        break a device)."""
+        "deployables": {"<key>": {"state": ..., "reason": ..., "handles": {"<address>":
+        {"state": ..., "reason": ...}}}}}}}}`` (what tests write to break a device, a
+        deployable, or one attach handle: the GPU instance in one slot)."""
         entry = {address: entry for address, entry, _ in self._placed()}.get(device.pci_address)
         if entry is None:
             return Health(UNHEALTHY, f"no simulated device at {device.pci_address}")
         injected = self._load_state().get(device.pci_address, {}).get("health")
         if isinstance(injected, dict):
-            parts = injected.get("deployables") or {}
-            return Health(
-                _state(injected.get("state")),
-                injected.get("reason"),
-                {k: Health(_state(v.get("state")), v.get("reason")) for k, v in parts.items()},
-            )
+            return _injected(injected)
         state = _state(entry.get("health"))
         return Health(state, None if state == HEALTHY else "set in the fake inventory")
 
@@ -759,6 +755,18 @@ def _test_pci(address: str) -> AttachHandle:
 
 
 _OLD_WORDS = {"ok": HEALTHY, "failed": UNHEALTHY}
+
+
+def _injected(found: Mapping[str, Any]) -> Health:
+    """A health injected in the state file, with its deployables' and handles' own."""
+    parts = found.get("deployables") or {}
+    handles = found.get("handles") or {}
+    return Health(
+        _state(found.get("state")),
+        found.get("reason"),
+        {key: _injected(part) for key, part in parts.items()},
+        {address: _injected(part) for address, part in handles.items()},
+    )
 
 
 def _state(word: Any) -> str:

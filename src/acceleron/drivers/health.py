@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from acceleron.drivers.sysfs import PCI_DEVICES, Sysfs, normalize_hex_id, read_function
@@ -39,20 +39,27 @@ def rank(state: str) -> int:
 
 def worst(found: Iterable[Health]) -> Health:
     """One verdict from several checks: the worst state, with the reasons of every
-    check in that state; the per-deployable verdicts merged the same way."""
+    check in that state; the per-deployable and per-handle verdicts merged the same way."""
     found = list(found)
     state = max((h.state for h in found), key=rank, default=HEALTHY)
     reasons = [h.reason for h in found if h.state == state and h.reason]
-    parts: dict[str, list[Health]] = {}
-    for health in found:
-        for key, part in health.deployables.items():
-            parts.setdefault(key, []).append(part)
-    deployables = {key: worst(items) for key, items in parts.items()}
     return Health(
         state=state if state in _RANK else DEGRADED,
         reason="; ".join(dict.fromkeys(reasons)) or None,
-        deployables={k: v for k, v in deployables.items() if v.state != HEALTHY},
+        deployables=_merged(h.deployables for h in found),
+        handles=_merged(h.handles for h in found),
     )
+
+
+def _merged(scopes: Iterable[Mapping[str, Health]]) -> dict[str, Health]:
+    """Several checks' verdicts of one scope (by deployable key, or by handle address),
+    merged by key; those with nothing wrong left out."""
+    parts: dict[str, list[Health]] = {}
+    for scope in scopes:
+        for key, part in scope.items():
+            parts.setdefault(key, []).append(part)
+    merged = {key: worst(items) for key, items in parts.items()}
+    return {k: v for k, v in merged.items() if v.state != HEALTHY or v.handles}
 
 
 class EventHold:
@@ -127,11 +134,14 @@ def hex_value(text: str | None) -> int | None:
         return None
 
 
-def scoped(key: str, found: Iterable[Health]) -> Health:
-    """Verdicts that belong to one deployable, as a device-level Health holding them."""
+def scoped(key: str, found: Iterable[Health], handle: str | None = None) -> Health:
+    """Verdicts that belong to one deployable (or, ``handle``, to one of its attach
+    handles by its address), as a device-level Health holding them."""
     part = worst(found)
     if part.state == HEALTHY:
         return Health()
+    if handle is not None:
+        part = Health(handles={handle: part})
     return Health(deployables={key: part})
 
 

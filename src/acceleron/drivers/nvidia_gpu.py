@@ -121,6 +121,8 @@ class NvidiaGpuDriver(CleanedByReset):
         self._faults: dict[str, nvml.GpuFaults] = {}
         self._lost: set[str] = set()
         self._instances: dict[str, dict[int, str]] = {}  # GPU -> GPU instance id -> key
+        # A GPU carved on demand -> GPU instance id -> the slot handle holding it.
+        self._slots: dict[str, dict[int, str]] = {}
         self._watch_stop: threading.Event | None = None
         dynamic = [a.strip() for a in conf.nvidia_gpu.dynamic_mig if a.strip()]
         self._dynamic_all = "all" in dynamic
@@ -148,11 +150,18 @@ class NvidiaGpuDriver(CleanedByReset):
             }
             for gpu in gpus
         }
+        self._slots = {}
         for gpu in gpus:
-            if gpu.mig_enabled and self._carved_product(gpu):  # one deployable: the GPU's
+            product = self._carved_product(gpu) if gpu.mig_enabled else None
+            if product is not None:  # one deployable, the GPU's; a handle per slot
                 self._instances[gpu.address] = dict.fromkeys(
                     self._instances[gpu.address], units.KEY
                 )
+                slots = nvidia_mig.slot_addresses(self.conf.host, gpu.address, product)
+                held = nvidia_mig.slotted(
+                    self.slot_map.of(gpu.address), slots, gpu.gpu_instances or ()
+                )
+                self._slots[gpu.address] = {i.id: slot for slot, i in held.items()}
         return snap
 
     def discover(self) -> list[Device]:
@@ -393,7 +402,8 @@ class NvidiaGpuDriver(CleanedByReset):
         bus), a failed row remapping or uncorrectable ECC errors since the driver loaded
         (unhealthy), remapped rows or retired pages pending a reset (degraded), and the
         critical XIDs seen in the hold time, scoped to the MIG profile of the GPU
-        instance NVML names."""
+        instance NVML names (on a GPU carved on demand, to the slot handle holding it:
+        that instance's units alone are taken out)."""
         address = device.pci_address
         found = [pci_health(self.sysfs, device, self.events), *self.events.active(address)]
         if address in self._lost:
@@ -408,14 +418,16 @@ class NvidiaGpuDriver(CleanedByReset):
         if event.xid not in self.critical_xids:
             LOG.info("GPU %s: XID %d (not critical here)", event.address, event.xid)
             return False
-        key = None
+        key = slot = None
         if event.gpu_instance_id is not None:
             key = self._instances.get(event.address, {}).get(event.gpu_instance_id)
+            slot = self._slots.get(event.address, {}).get(event.gpu_instance_id)
         where = f" in GPU instance {event.gpu_instance_id}" if key else ""
         verdict = Health(UNHEALTHY, f"GPU {event.address}: XID {event.xid}{where}")
         LOG.warning("%s", verdict.reason)
-        signal = f"xid{event.xid}/{key or ''}"
-        self.events.event(event.address, signal, scoped(key, [verdict]) if key else verdict)
+        signal = f"xid{event.xid}/{key or ''}/{slot or ''}"
+        found = scoped(key, [verdict], slot) if key else verdict
+        self.events.event(event.address, signal, found)
         return True
 
     def start_watch(self, notify: Callable[[], None]) -> None:

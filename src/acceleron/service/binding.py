@@ -62,6 +62,7 @@ from acceleron.service import (
     quotas,
     tasks,
 )
+from acceleron.vocabulary import UNHEALTHY
 
 LOG = logging.getLogger(__name__)
 ARQS, HANDLES = table(AcceleratorRequest), table(AttachHandle)
@@ -84,6 +85,7 @@ def _handles(being_cleaned: bool) -> Select[Any]:
             HANDLES.c.arq_id.is_(None),
             HANDLES.c.host_in_use.is_(False),
             HANDLES.c.state == "present",
+            HANDLES.c.health != UNHEALTHY,
             HANDLES.c.cleaning == cleaning.CLEANING
             if being_cleaned
             else HANDLES.c.cleaning.is_(None),

@@ -164,15 +164,31 @@ def _deployable_values(
         "region_type": dep.region_type,
         **function_values(functions),
     }
-    values.update(_health_values(device.health.deployables.get(dep.key)))
+    health = device.health.deployables.get(dep.key)
+    values.update(_health_values(health and _with_handles(health)))
     # The hardware rarely knows which image it holds: None means "keep what we recorded".
     if dep.bitstream_id is not None:
         values["bitstream_id"] = dep.bitstream_id
     return values
 
 
+def _with_handles(health: vocabulary.Health) -> vocabulary.Health:
+    """A deployable's verdict, degraded at least while one of its handles is not
+    healthy (its reasons named by slot): its handles' faults take out only those
+    handles, and the deployable shows an operator where to look."""
+    faults = [f"{address}: {h.reason or h.state}" for address, h in health.handles.items()]
+    if not faults or health.state != vocabulary.HEALTHY:
+        return health
+    return vocabulary.Health(
+        vocabulary.DEGRADED, "attach handles not healthy: " + "; ".join(faults)
+    )
+
+
 def _handle_values(
-    host: str, where: tuple[str, str], handle: vocabulary.AttachHandle
+    host: str,
+    where: tuple[str, str],
+    handle: vocabulary.AttachHandle,
+    health: vocabulary.Health | None,
 ) -> dict[str, Any]:
     return {
         "uuid": names.provider_uuid(host, where[0], f"{where[1]}#{handle.address}"),
@@ -181,6 +197,7 @@ def _handle_values(
         "attach_info": dict(handle.info),
         "host_in_use": handle.in_use,
         "state": "present",
+        **_health_values(health),
     }
 
 
@@ -222,8 +239,10 @@ def desired_state(report: HostReport) -> Desired:
             where = (address, dep.key)
             want.deployables[where] = _deployable_values(host, device, dep)
             want.parents[where] = parent
+            scoped = device.health.deployables.get(dep.key, vocabulary.Health()).handles
             for handle in dep.attach_handles:
-                want.handles[(*where, handle.address)] = _handle_values(host, where, handle)
+                values = _handle_values(host, where, handle, scoped.get(handle.address))
+                want.handles[(*where, handle.address)] = values
             for path, value in _flatten(dep.attributes):
                 want.attributes[(*where, path)] = {"key": path[-1], "value": value}
     return want
@@ -276,7 +295,7 @@ _DEPLOYABLE_COLUMNS = (
     "health",
     "health_reason",
 )
-_HANDLE_COLUMNS = ("type", "attach_info", "host_in_use", "state")
+_HANDLE_COLUMNS = ("type", "attach_info", "host_in_use", "state", "health", "health_reason")
 
 
 @dataclasses.dataclass

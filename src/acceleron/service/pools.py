@@ -32,6 +32,7 @@ from sqlalchemy import Connection, func, select
 
 from acceleron.db.models import AttachHandle, Deployable, Device, PlacementProvider, table
 from acceleron.exceptions import InvalidInput, NoCapacity
+from acceleron.vocabulary import UNHEALTHY
 
 DEPLOYABLES, DEVICES, HANDLES = table(Deployable), table(Device), table(AttachHandle)
 PROVIDERS = table(PlacementProvider)
@@ -92,6 +93,7 @@ _FREE = (
         HANDLES.c.arq_id.is_(None),
         HANDLES.c.host_in_use.is_(False),
         HANDLES.c.state == "present",
+        HANDLES.c.health != UNHEALTHY,
         HANDLES.c.cleaning.is_(None),
     )
     .group_by(HANDLES.c.deployable_id)

@@ -65,6 +65,7 @@ from acceleron.placement.sync import (
     sync_tree,
 )
 from acceleron.placement.sync import Result as SyncResult
+from acceleron.vocabulary import UNHEALTHY
 
 LOG = logging.getLogger(__name__)
 HOSTS, DEVICES, DEPLOYABLES = table(Host), table(Device), table(Deployable)
@@ -92,8 +93,10 @@ _HELD = (
 )
 
 
-# The instances on a host's partitionable GPUs that no request holds: found there, or
-# given back and not destroyed yet (acceleron.mig.units).
+# The slots of a host's partitionable GPUs that no request holds and that take units:
+# those holding an instance (found there, or given back and not destroyed yet), and
+# unhealthy ones (a slot whose instance failed: its instance unit, and its slices while
+# the instance is there) (acceleron.mig.units).
 _UNHELD_MIG = (
     select(HANDLES.c.deployable_id, HANDLES.c.attach_info)
     .join(DEPLOYABLES, DEPLOYABLES.c.id == HANDLES.c.deployable_id)
@@ -101,15 +104,15 @@ _UNHELD_MIG = (
     .where(
         DEVICES.c.hostname == bindparam("host"),
         DEPLOYABLES.c.kind == units.KIND,
-        HANDLES.c.host_in_use.is_(True),
+        HANDLES.c.host_in_use.is_(True) | (HANDLES.c.health == UNHEALTHY),
         HANDLES.c.arq_id.is_(None),
     )
 )
 
 
 def mig_taken(conn: Connection, hostname: str) -> dict[int, units.Taken]:
-    """By partitionable GPU of the host, the units its instances that no request holds
-    take: what its provider reserves."""
+    """By partitionable GPU of the host, the units its slots that no request holds take
+    (``_UNHELD_MIG``): what its provider reserves."""
     infos: dict[int, list[dict[str, Any]]] = {}
     for dep, info in conn.execute(_UNHELD_MIG, {"host": hostname}):
         infos.setdefault(int(dep), []).append(dict(info or {}))

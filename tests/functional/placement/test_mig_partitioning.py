@@ -7,6 +7,7 @@ with the planner's reason; the release destroys that instance and no other."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import uuid
@@ -20,13 +21,16 @@ from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
 
-from acceleron.db.models import Task, table
+from acceleron import report
+from acceleron.db.models import AttachHandle, Task, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.mig import units
 from acceleron.placement.client import PlacementClient
+from acceleron.report import HostReport
 from acceleron.scheduler import query
 from acceleron.service import device_profiles
+from acceleron.vocabulary import Device, Health
 from tests.fixtures.arqs import member
 from tests.fixtures.fake_host import LATEST, reporting_api
 from tests.fixtures.host import Host
@@ -43,7 +47,8 @@ devices:
     memory_type: HBM3
     mig: dynamic
 """
-TASKS = table(Task)
+TASKS, HANDLES = table(Task), table(AttachHandle)
+_XID = {"state": "unhealthy", "reason": "XID 94"}
 UNITS = (units.INSTANCE_CLASS, units.COMPUTE_CLASS, units.MEMORY_CLASS)
 
 
@@ -142,6 +147,44 @@ class Cloud:
         assert patched.status_code == 202, patched.text
         self.host.run_tasks(lambda: self.arq(arq["uuid"])["state"] in ("Bound", "BindFailed"))
         return {**self.arq(arq["uuid"]), "body": body}
+
+    def deployable(self, address: str) -> dict[str, Any]:
+        """The partitionable deployable of the GPU at ``address``, with its handles."""
+        devices = self.api.get("/v2/devices", headers=LATEST).json()["devices"]
+        device = next(d["uuid"] for d in devices if d["pci_address"] == address)
+        found = self.api.get(
+            "/v2/deployables", params={"hostname": self.host.name}, headers=LATEST
+        ).json()["deployables"]
+        gpu = next(d for d in found if d["device_uuid"] == device and d["kind"] == units.KIND)
+        shown: dict[str, Any] = self.api.get(
+            f"/v2/deployables/{gpu['uuid']}", headers=LATEST
+        ).json()
+        return shown
+
+    def slot(self, arq: dict[str, Any]) -> str:
+        """The address of the slot handle a bound request holds."""
+        with self.db.reader() as conn:
+            return str(
+                conn.execute(
+                    select(HANDLES.c.address).where(HANDLES.c.uuid == arq["attach_handle_uuid"])
+                ).scalar_one()
+            )
+
+    def slot_health(self, address: str, slot: str) -> str:
+        """The health recorded for one slot handle of the GPU at ``address``."""
+        self.host.report()
+        with self.db.reader() as conn:
+            return str(
+                conn.execute(select(HANDLES.c.health).where(HANDLES.c.address == slot)).scalar_one()
+            )
+
+    def inject(self, address: str, health: dict[str, Any]) -> None:
+        """The fake driver's health of the GPU at ``address`` (healthy when empty)."""
+        state = self.state()
+        state.setdefault(address, {})["health"] = health
+        Path(self.host.conf.fake.state_file).write_text(
+            json.dumps({"version": 1, "devices": state})
+        )
 
     def arq(self, arq: str) -> dict[str, Any]:
         found: dict[str, Any] = self.api.get(
@@ -278,6 +321,48 @@ def test_an_unhealthy_gpu_offers_no_units(cloud: Cloud) -> None:
     assert cloud.inventory(gpus[well])[units.COMPUTE_CLASS] == (7, 0)
     bound = cloud.boot("mig-1g-10gb")
     assert bound["state"] == "Bound" and bound["device_rp_uuid"] == gpus[well]
+
+
+def test_a_failed_instance_takes_out_its_own_slot_alone(cloud: Cloud) -> None:
+    """A fault inside one GPU instance (the driver scopes it to the slot holding it) takes
+    out that slot alone: the GPU shows degraded naming the slot, the request holding it
+    stays bound; once released and destroyed, the slot's instance unit stays reserved
+    while the fault lasts, the GPU's slices are offered, and the next bind there takes
+    another slot. The fault gone, the slot is offered again."""
+    arq = cloud.boot("mig-1g-10gb")
+    rp = arq["device_rp_uuid"]
+    address = next(a for a, found in cloud.gpus().items() if found == rp)
+    slot = cloud.slot(arq)
+    cloud.inject(address, {"deployables": {units.KEY: {"handles": {slot: _XID}}}})
+    wait_for(lambda: cloud.slot_health(address, slot) == "unhealthy")
+    gpu = cloud.deployable(address)
+    assert gpu["health"] == "degraded" and f"{slot}: XID 94" in gpu["health_reason"], gpu
+    assert cloud.arq(arq["uuid"])["state"] == "Bound"
+    assert cloud.inventory(rp)[units.COMPUTE_CLASS] == (7, 0)  # its slice is allocated
+    cloud.release(arq["uuid"], address, [])
+    left = {units.INSTANCE_CLASS: (7, 1), units.COMPUTE_CLASS: (7, 0), units.MEMORY_CLASS: (8, 0)}
+    wait_for(lambda: cloud.inventory(rp) == left)  # once the instance is destroyed
+    again = cloud.boot("mig-1g-10gb", on=rp)
+    assert again["state"] == "Bound" and cloud.slot(again) != slot
+    cloud.inject(address, {})
+    wait_for(lambda: cloud.slot_health(address, slot) == "healthy")
+    wait_for(lambda: cloud.inventory(rp)[units.INSTANCE_CLASS] == (7, 0))
+    assert cloud.deployable(address)["health"] == "healthy"
+
+
+def test_a_report_for_an_older_api_folds_a_slots_fault_into_its_gpu() -> None:
+    """An agent writing for an API of report format 1.2 (no health per handle) tells it
+    the whole GPU is unhealthy, as that API knew such a fault."""
+    slot = str(uuid.uuid4())
+    scoped = Health(deployables={units.KEY: Health(handles={slot: Health("unhealthy", "XID")})})
+    device = Device("0000:3b:00.0", "GPU", "10de", "NVIDIA", "2330", "H100", "fake")
+    found = HostReport("h", "1", (dataclasses.replace(device, health=scoped),))
+    (written,) = report.to_json(found, (1, 2))["devices"]
+    assert written["health"]["deployables"] == {
+        units.KEY: {"state": "unhealthy", "reason": "XID", "deployables": {}}
+    }
+    (newest,) = report.to_json(found)["devices"]
+    assert newest["health"]["deployables"][units.KEY]["handles"][slot]["state"] == "unhealthy"
 
 
 def test_a_profile_another_product_has_finds_no_gpu_here(cloud: Cloud) -> None:

@@ -78,5 +78,10 @@ def test_discovery_check_command(
     }
     assert main(args) == 0
     (device,) = json.loads(capsys.readouterr().out)["intel_qat"]
-    assert device["health"] == {"state": "healthy", "reason": None, "deployables": {}}
+    assert device["health"] == {
+        "state": "healthy",
+        "reason": None,
+        "deployables": {},
+        "handles": {},
+    }
     assert device["deployables"][0]["attach_handles"][3]["address"] == "0000:3d:01.3"

@@ -370,20 +370,23 @@ def test_nvml_failing_is_a_driver_error(conf: cfg.ConfigOpts, root: Path) -> Non
         host.driver.make_mig_instance(device, slot, "1g.10gb")
 
 
-def test_an_xid_in_one_of_its_instances_is_the_partitionable_gpus(
+def test_an_xid_in_one_of_its_instances_is_the_slot_holding_it(
     conf: cfg.ConfigOpts, root: Path
 ) -> None:
-    """A critical XID NVML scopes to a GPU instance of a GPU carved on demand is the
-    ``mig_gpu`` deployable's (health per slice is not told apart yet)."""
+    """A critical XID NVML scopes to a GPU instance of a GPU carved on demand is the slot
+    handle's holding that instance: the ``mig_gpu`` deployable itself stays healthy."""
     host = Host(conf, root, carved_h100())
-    host.make(0, "2g.20gb")
+    host.make(2, "2g.20gb")
+    host.make(0, "1g.10gb")
     device = host.device()
-    (gi,) = host.lib.gpus[0].gpu_instances
+    slot = host.slot(2).address
+    instances = host.lib.gpus[0].gpu_instances
+    (gi,) = (n for n, found in instances.items() if found.profile_id == 14)  # the 2g
     assert host.driver.xid(XidEvent(ADDRESS, 94, gi))
     verdict = host.driver.health(device)
-    assert verdict.deployables == {
-        units.KEY: Health("unhealthy", f"GPU {ADDRESS}: XID 94 in GPU instance {gi}")
-    }
+    reason = f"GPU {ADDRESS}: XID 94 in GPU instance {gi}"
+    assert verdict.deployables == {units.KEY: Health(handles={slot: Health("unhealthy", reason)})}
+    assert verdict.state == "healthy"
 
 
 def test_a_gpu_whose_instances_nvml_cannot_list_is_published_as_today(
