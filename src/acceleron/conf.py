@@ -842,6 +842,16 @@ NVIDIA_GPU_OPTS: list[cfg.Opt] = [
         "them and destroyed at release (docs/mig.md). Others are reported as before, with "
         "a warning. Empty: none.",
     ),
+    cfg.ListOpt(
+        "dynamic_mig_vgpu",
+        default=[],
+        help="Of the GPUs carved on demand (dynamic_mig), those whose slices go to VMs: "
+        "PCI addresses, or all. Each slot of such a GPU is one of its SR-IOV virtual "
+        "functions (enable them: sriov_numvfs), and a bind makes the GPU instance, then "
+        "gives the virtual function the MIG-backed vGPU type of the instance's profile "
+        "(NVIDIA's vGPU manager): Nova attaches the virtual function. Empty: none, the "
+        "slices go to containers and jobs (their MIG uuid).",
+    ),
     cfg.StrOpt(
         "mig_slots_file",
         default="$state_path/nvidia-mig-slots.json",

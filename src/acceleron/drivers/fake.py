@@ -112,7 +112,7 @@ def built_in_functions() -> list[str]:
 _DEVICE_KEYS = {
     "type", "count", "vendor_id", "product_id", "vendor_name", "model", "numa_node",
     "pcie_switch", "nvlink_domain", "memory_mb", "memory_type", "health", "regions",
-    "vgpu_types", "mig_profiles", "vfs", "pci_address", "mig", "mig_instances",
+    "vgpu_types", "mig_profiles", "vfs", "pci_address", "mig", "mig_instances", "mig_vgpu",
 }  # fmt: skip
 # Where a device sits: one value for every device of the entry, or with ``count`` a list
 # of one value per device.
@@ -194,9 +194,12 @@ def _check_mig(entry: Mapping[str, Any], where: str) -> None:
     (``acceleron.mig.geometry``), holding ``mig_instances`` at start (none if left out)
     that the table allows."""
     if "mig" not in entry:
-        if "mig_instances" in entry:
-            raise DriverConfigError(f"{where}: mig_instances needs mig: dynamic")
+        for key in ("mig_instances", "mig_vgpu"):
+            if key in entry:
+                raise DriverConfigError(f"{where}: {key} needs mig: dynamic")
         return
+    if not isinstance(entry.get("mig_vgpu", False), bool):
+        raise DriverConfigError(f"{where}: mig_vgpu is true or false")
     if entry["mig"] != "dynamic" or entry["type"] != "GPU":
         raise DriverConfigError(f"{where}: mig takes one value, dynamic, and on a GPU only")
     if not geometry.known(str(entry.get("product_id", ""))):
@@ -445,7 +448,8 @@ class FakeDriver:
         self, device: Device, handle: AttachHandle, profile: str
     ) -> Mapping[str, str]:
         """Make the instance of ``profile`` a slot handle asks for, where the planner
-        puts it on this GPU; its info (uuid, profile, start). Idempotent: a slot that
+        puts it on this GPU; its info (uuid, profile, start; on a virtual function, the
+        MIG-backed vGPU type made on it with the instance). Idempotent: a slot that
         holds such an instance already answers it; one holding another profile is a
         DriverError."""
         entry = self._dynamic(device)
@@ -459,9 +463,15 @@ class FakeDriver:
                     f"slot {handle.address} of simulated GPU {device.pci_address} holds a "
                     f"{found[0]}, not a {profile}"
                 )
-            return _instance_info(layout.product, handle.address, geometry.Instance(*found[:2]))
-        start = self._make(device, profile, None, handle.address)
-        return _instance_info(layout.product, handle.address, geometry.Instance(profile, start))
+            instance = geometry.Instance(*found[:2])
+        else:
+            instance = geometry.Instance(profile, self._make(device, profile, None, handle.address))
+        vf = handle.address if entry.get("mig_vgpu") else None
+        mig_uuid = handle.address  # a slot's own uuid; a virtual function's, its number's
+        if vf is not None:
+            ctx = _Context(self.conf.host, device.pci_address, entry, {}, 0)
+            mig_uuid = ctx.uuid("mig-slot", handle.info.get("mig_slot", ""))
+        return _instance_info(layout.product, mig_uuid, instance, vf)
 
     def destroy_mig_instance(self, device: Device, handle: AttachHandle) -> None:
         """Destroy the instance made for a slot handle, and no other; nothing when the
@@ -693,19 +703,31 @@ def _mig_board_info(ctx: _Context) -> dict[str, Any]:
 def _dynamic_mig(ctx: _Context) -> list[Deployable]:
     """A ``mig: dynamic`` GPU as one partitionable deployable (``acceleron.mig.units``):
     a slot handle per instance it can hold (one per compute slice), in use where an
-    instance is, whose info tells which (its profile, where it starts, its uuid)."""
+    instance is, whose info tells which (its profile, where it starts, its uuid). With
+    ``mig_vgpu`` the slots are the GPU's SR-IOV virtual functions, for VMs: an instance
+    made for one comes with the MIG-backed vGPU type on it (``units.INFO_VGPU``)."""
     layout = _mig_layout(ctx.entry, ctx.programmed)
     gpu_uuid = f"GPU-{ctx.uuid('gpu')}"
     slots = _slot_addresses(ctx, layout.product)
     held = _slotted(ctx.programmed, slots, layout)
     handles = []
     for number, slot in enumerate(slots):
-        info = {**pci_handle_info(ctx.address), "gpu_uuid": gpu_uuid, "mig_slot": str(number)}
+        vf = slot if ctx.entry.get("mig_vgpu") else None
+        info = {
+            **pci_handle_info(vf or ctx.address),
+            "gpu_uuid": gpu_uuid,
+            "mig_slot": str(number),
+        }
         instance = held.get(slot)
         if instance is not None:
-            info.update(_instance_info(layout.product, slot, instance))
+            info.update(_instance_info(layout.product, ctx.uuid("mig-slot", number), instance, vf))
         handles.append(
-            AttachHandle(type="MIG", address=slot, info=info, in_use=instance is not None)
+            AttachHandle(
+                type="TEST_PCI" if vf else "MIG",
+                address=slot,
+                info=info,
+                in_use=instance is not None,
+            )
         )
     return [
         Deployable(
@@ -721,7 +743,10 @@ def _dynamic_mig(ctx: _Context) -> list[Deployable]:
 
 def _slot_addresses(ctx: _Context, product: geometry.Product) -> list[str]:
     """The slot handles of a partitionable GPU: as many as it has compute slices. An
-    instance the fake makes for a slot has the slot's uuid as its MIG uuid."""
+    instance the fake makes for a slot has the slot's uuid as its MIG uuid. With
+    ``mig_vgpu``, its first virtual functions."""
+    if ctx.entry.get("mig_vgpu"):
+        return [sub_address(ctx.address, n + 1) for n in range(product.compute_slices)]
     return [f"MIG-{ctx.uuid('mig-slot', n)}" for n in range(product.compute_slices)]
 
 
@@ -740,14 +765,20 @@ def _slotted(
 
 
 def _instance_info(
-    product: geometry.Product, slot: str, instance: geometry.Instance
+    product: geometry.Product, mig_uuid: str, instance: geometry.Instance, vf: str | None
 ) -> dict[str, str]:
-    return {
-        units.INFO_UUID: slot,
+    """What a slot holding ``instance`` tells of it; on a virtual function (``vf``), the
+    MIG-backed vGPU type made on it too."""
+    profile = product.profile(instance.profile)
+    info = {
+        units.INFO_UUID: f"MIG-{mig_uuid.removeprefix('MIG-')}",
         units.INFO_PROFILE: instance.profile,
-        "gpu_instance_profile_id": str(product.profile(instance.profile).id),
+        "gpu_instance_profile_id": str(profile.id),
         units.INFO_START: str(instance.start),
     }
+    if vf is not None:
+        info[units.INFO_VGPU] = f"NVIDIA {product.name.split()[0]}{units.vgpu_suffix(profile)}"
+    return info
 
 
 def _test_pci(address: str) -> AttachHandle:

@@ -47,6 +47,7 @@ from acceleron.drivers.errors import DriverConfigError, DriverError, TargetNotFo
 from acceleron.drivers.health import EventHold, pci_health, scoped, worst
 from acceleron.drivers.sysfs import (
     NVIDIA_GPU,
+    PCI_DEVICES,
     CleanedByReset,
     PciFunction,
     Sysfs,
@@ -57,6 +58,7 @@ from acceleron.drivers.sysfs import (
     passed_through,
     pci_handle,
     pci_handle_info,
+    read_function,
     scan,
     still_present,
     trait_part,
@@ -100,6 +102,7 @@ _HBM = ("1db1", "1db4", "1db5", "20b0", "20b2", "20b5", "20f1", "20b7", "2321", 
         "2335", "233b", "2342")  # fmt: skip
 MEMORY = {**dict.fromkeys(_GDDR, "GDDR"), **dict.fromkeys(_HBM, "HBM")}
 _SLOTS = uuid.UUID("6a1c3f2e-8d4b-5e7f-9a0b-1c2d3e4f5a6b")  # namespace of free mdev uuids
+_CURRENT_VGPU = "nvidia/current_vgpu_type"  # a virtual function's vGPU type id, 0: none
 
 
 class NvidiaGpuDriver(CleanedByReset):
@@ -122,11 +125,14 @@ class NvidiaGpuDriver(CleanedByReset):
         self._lost: set[str] = set()
         self._instances: dict[str, dict[int, str]] = {}  # GPU -> GPU instance id -> key
         # A GPU carved on demand -> GPU instance id -> the slot handle holding it.
-        self._slots: dict[str, dict[int, str]] = {}
+        self._held_in: dict[str, dict[int, str]] = {}
         self._watch_stop: threading.Event | None = None
         dynamic = [a.strip() for a in conf.nvidia_gpu.dynamic_mig if a.strip()]
         self._dynamic_all = "all" in dynamic
         self._dynamic = {_address(a) for a in dynamic if a != "all"}
+        for_vms = [a.strip() for a in conf.nvidia_gpu.dynamic_mig_vgpu if a.strip()]
+        self._for_vms_all = "all" in for_vms
+        self._for_vms = {_address(a) for a in for_vms if a != "all"}
         self._dynamic_warned: set[str] = set()
         self.slot_map = nvidia_mig.SlotMap(Path(conf.nvidia_gpu.mig_slots_file))
         self._carving_lock = threading.Lock()
@@ -150,18 +156,18 @@ class NvidiaGpuDriver(CleanedByReset):
             }
             for gpu in gpus
         }
-        self._slots = {}
+        self._held_in = {}
         for gpu in gpus:
             product = self._carved_product(gpu) if gpu.mig_enabled else None
             if product is not None:  # one deployable, the GPU's; a handle per slot
                 self._instances[gpu.address] = dict.fromkeys(
                     self._instances[gpu.address], units.KEY
                 )
-                slots = nvidia_mig.slot_addresses(self.conf.host, gpu.address, product)
+                slots = self._slots(gpu.address, product) or []
                 held = nvidia_mig.slotted(
                     self.slot_map.of(gpu.address), slots, gpu.gpu_instances or ()
                 )
-                self._slots[gpu.address] = {i.id: slot for slot, i in held.items()}
+                self._held_in[gpu.address] = {i.id: slot for slot, i in held.items()}
         return snap
 
     def discover(self) -> list[Device]:
@@ -247,11 +253,42 @@ class NvidiaGpuDriver(CleanedByReset):
         """A GPU in MIG mode: carved on demand where configured and it can be (one
         ``mig_gpu`` deployable), else its MIG instances by profile."""
         product = self._carved_product(gpu)
-        if product is None:
+        slots = None if product is None else self._slots(gpu.address, product)
+        if product is None or slots is None:
             return _mig(gpu)
-        slots = nvidia_mig.slot_addresses(self.conf.host, gpu.address, product)
         recorded = self.slot_map.of(gpu.address)
-        return [nvidia_mig.deployable(gpu, product, slots, recorded)]
+        vgpus = self._vgpus(slots) if self._carved_for_vms(gpu.address) else None
+        return [nvidia_mig.deployable(gpu, product, slots, recorded, vgpus)]
+
+    def _carved_for_vms(self, address: str) -> bool:
+        """Whether ``[nvidia_gpu] dynamic_mig_vgpu`` names the GPU (or says all)."""
+        return self._for_vms_all or address in self._for_vms
+
+    def _slots(self, address: str, product: geometry.Product) -> list[str] | None:
+        """The slot handles' addresses of a GPU carved on demand: stable uuids; for VMs,
+        its first SR-IOV virtual functions, one a compute slice (None, with a warning
+        once, when it has fewer)."""
+        if not self._carved_for_vms(address):
+            return nvidia_mig.slot_addresses(self.conf.host, address, product)
+        pf = read_function(self.sysfs, address)
+        vfs = [] if pf is None else [vf.address for vf in virtual_functions(self.sysfs, pf)]
+        if len(vfs) < product.compute_slices:
+            self._not_carved(
+                address,
+                f"has {len(vfs)} virtual functions for its {product.compute_slices} slots "
+                f"(dynamic_mig_vgpu: enable SR-IOV, sriov_numvfs)",
+            )
+            return None
+        return vfs[: product.compute_slices]
+
+    def _vgpus(self, vfs: Sequence[str]) -> dict[str, str]:
+        """The vGPU type id each virtual function has now (those that have one)."""
+        found = {}
+        for vf in vfs:
+            current = self.sysfs.read_int(self.sysfs.path(PCI_DEVICES, vf, _CURRENT_VGPU))
+            if current:
+                found[vf] = str(current)
+        return found
 
     def _carved_product(self, gpu: nvml.NvmlGpu) -> geometry.Product | None:
         """The MIG table of a GPU in MIG mode to carve on demand; None (with a warning,
@@ -296,7 +333,7 @@ class NvidiaGpuDriver(CleanedByReset):
         ):
             raise TargetNotFound(f"GPU {device.pci_address} is not carved on demand here")
         product = geometry.product(device.product_id)
-        slots = nvidia_mig.slot_addresses(self.conf.host, device.pci_address, product)
+        slots = self._slots(device.pci_address, product) or []
         if handle.address not in slots:
             raise TargetNotFound(f"GPU {device.pci_address} has no MIG slot {handle.address}")
         lib = self._lib()
@@ -313,13 +350,49 @@ class NvidiaGpuDriver(CleanedByReset):
         self, device: Device, handle: AttachHandle, profile: str
     ) -> Mapping[str, str]:
         """Make a ``profile`` instance for the slot ``handle`` where the planner puts
-        it on this GPU; its info. Idempotent. NoMigPlacement when there is no position."""
+        it on this GPU; its info. On a GPU carved for VMs the slot is a virtual function,
+        given the MIG-backed vGPU type of ``profile`` once the instance is made (the
+        instance undone when it cannot be). Idempotent. NoMigPlacement when there is no
+        position."""
         with self._carving(device, handle) as carver:
-            return carver.make(handle.address, profile)
+            made = dict(carver.make(handle.address, profile))
+        if handle.type != "PCI":
+            return made
+        try:
+            return {**made, units.INFO_VGPU: self._give_vgpu(handle, profile)}
+        except DriverError:
+            with self._carving(device, handle) as carver:
+                carver.destroy(handle.address)
+            raise
+
+    def _give_vgpu(self, handle: AttachHandle, profile: str) -> str:
+        """Give the virtual function ``handle`` the MIG-backed vGPU type of ``profile``
+        (NVIDIA names it ``... -3-40C`` for a 3g.40gb); its type id."""
+        vf = handle.address
+        suffix = units.vgpu_suffix(units.find(profile)[1])
+        current = self.sysfs.read(self.sysfs.path(PCI_DEVICES, vf, _CURRENT_VGPU))
+        offers = _creatable(
+            self.sysfs.read(self.sysfs.path(PCI_DEVICES, vf, "nvidia/creatable_vgpu_types"))
+        )
+        chosen = [i for i, label in (offers or {}).items() if label.endswith(suffix)]
+        if current not in (None, "0") and (current in chosen or not offers):
+            return current  # given already (a type in use is no longer offered)
+        if not chosen:
+            raise DriverError(
+                f"VF {vf} offers no MIG-backed vGPU type for a {profile} (one ending "
+                f"{suffix}): it offers {sorted((offers or {}).values())}; is NVIDIA's vGPU "
+                f"manager loaded?"
+            )
+        given = dataclasses.replace(handle, info={**handle.info, "vgpu_type": chosen[0]})
+        mdev.create(self.sysfs, given)
+        return chosen[0]
 
     def destroy_mig_instance(self, device: Device, handle: AttachHandle) -> None:
-        """Destroy the instance made for the slot ``handle``, none other; nothing when it
+        """Destroy the instance made for the slot ``handle``, none other (on a GPU carved
+        for VMs, its virtual function freed of its vGPU type first); nothing when it
         holds none. DriverError, nothing destroyed, while a process runs on it."""
+        if handle.type == "PCI":
+            mdev.remove(self.sysfs, handle)
         with self._carving(device, handle) as carver:
             carver.destroy(handle.address)
 
@@ -421,7 +494,7 @@ class NvidiaGpuDriver(CleanedByReset):
         key = slot = None
         if event.gpu_instance_id is not None:
             key = self._instances.get(event.address, {}).get(event.gpu_instance_id)
-            slot = self._slots.get(event.address, {}).get(event.gpu_instance_id)
+            slot = self._held_in.get(event.address, {}).get(event.gpu_instance_id)
         where = f" in GPU instance {event.gpu_instance_id}" if key else ""
         verdict = Health(UNHEALTHY, f"GPU {event.address}: XID {event.xid}{where}")
         LOG.warning("%s", verdict.reason)

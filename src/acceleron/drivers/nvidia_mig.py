@@ -146,18 +146,37 @@ def instance_info(product: geometry.Product, found: nvml.GpuInstance) -> dict[st
 
 
 def deployable(
-    gpu: nvml.NvmlGpu, product: geometry.Product, slots: Sequence[str], recorded: Mapping[str, Held]
+    gpu: nvml.NvmlGpu,
+    product: geometry.Product,
+    slots: Sequence[str],
+    recorded: Mapping[str, Held],
+    vgpus: Mapping[str, str] | None = None,
 ) -> Deployable:
-    """The GPU as one partitionable deployable, a slot handle per instance it can hold."""
+    """The GPU as one partitionable deployable, a slot handle per instance it can hold.
+    ``vgpus``: for a GPU carved for VMs, whose slots are its virtual functions (PCI
+    handles), the vGPU type id each has now."""
     held = slotted(recorded, slots, gpu.gpu_instances or ())
     handles = []
     for number, slot in enumerate(slots):
-        info = {**pci_handle_info(gpu.address), "gpu_uuid": gpu.uuid, "mig_slot": str(number)}
+        vf = slot if vgpus is not None else None
+        info = {
+            **pci_handle_info(vf or gpu.address),
+            "gpu_uuid": gpu.uuid,
+            "mig_slot": str(number),
+        }
         instance = held.get(slot)
         if instance is not None:
             info.update(instance_info(product, instance))
+        given = None if vgpus is None else vgpus.get(slot)
+        if given is not None:
+            info[units.INFO_VGPU] = given
         handles.append(
-            AttachHandle(type="MIG", address=slot, info=info, in_use=instance is not None)
+            AttachHandle(
+                type="PCI" if vf else "MIG",
+                address=slot,
+                info=info,
+                in_use=instance is not None,
+            )
         )
     return Deployable(
         key=units.KEY,

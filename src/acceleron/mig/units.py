@@ -38,11 +38,24 @@ PARTITIONABLE = "CUSTOM_MIG_PARTITIONABLE"
 PROFILE_KEY = "accel:mig_profile"
 # What a slot handle's attach_handle_info says of the instance it holds.
 INFO_PROFILE, INFO_START, INFO_UUID = "mig_profile", "gpu_instance_start", "mig_uuid"
+# A slot that is one of the GPU's SR-IOV virtual functions (a GPU carved for VMs): the
+# MIG-backed vGPU type made on it with its instance, what the VM is given.
+INFO_VGPU = "vgpu_type"
 
 
 def product_trait(product: geometry.Product) -> str:
     """``CUSTOM_MIG_H100_80GB``: the product whose profile a request names."""
     return "CUSTOM_MIG_" + re.sub(r"[^A-Z0-9]+", "_", product.name.upper()).strip("_")
+
+
+def vgpu_suffix(profile: geometry.Profile) -> str:
+    """How a MIG-backed vGPU type of ``profile`` ends its name: its compute slices, its
+    memory in GB and the compute series, ``-3-40C`` for a 3g.40gb (NVIDIA's types read
+    ``NVIDIA H100XM-3-40C``), ``-1-10CME`` for a 1g.10gb+me."""
+    found = re.fullmatch(r"(\d+)g\.(\d+)gb(\+me)?", profile.name)
+    if found is None:
+        raise InvalidInput(f"MIG profile {profile.name!r} has no vGPU type name.")
+    return f"-{found[1]}-{found[2]}C{'ME' if found[3] else ''}"
 
 
 def find(name: str) -> tuple[geometry.Product, geometry.Profile]:

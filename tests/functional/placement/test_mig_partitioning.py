@@ -7,6 +7,7 @@ with the planner's reason; the release destroys that instance and no other."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -202,14 +203,14 @@ class Cloud:
         self.host.report()
 
 
-@pytest.fixture
-def cloud(
-    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path
+@contextlib.contextmanager
+def _cloud(
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path, gpus: str
 ) -> Iterator[Cloud]:
     conf.set_override("methods", {"GPU": "none"}, "cleaning")
     with reporting_api(conf, db, placement) as api, serve(api.app) as url:  # type: ignore[arg-type]
         (tmp_path / "host").mkdir()
-        host = Host(url, tmp_path / "host", inventory=GPUS)
+        host = Host(url, tmp_path / "host", inventory=gpus)
         host.report()
         found = Cloud(api, placement, host, db)
         wait_for(
@@ -223,6 +224,33 @@ def cloud(
                 db, name=f"mig-{name.replace('.', '-')}", groups=[{units.PROFILE_KEY: name}]
             )
         yield found
+
+
+@pytest.fixture
+def cloud(
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path
+) -> Iterator[Cloud]:
+    with _cloud(conf, db, placement, tmp_path, GPUS) as found:
+        yield found
+
+
+def test_a_gpu_carved_for_vms_binds_a_virtual_function_with_its_vgpu(
+    conf: cfg.ConfigOpts, db: Database, placement: adapter.Adapter, tmp_path: Path
+) -> None:
+    """``mig_vgpu``: each slot is one of the GPU's virtual functions. Nova's bind makes
+    the instance, then the MIG-backed vGPU type on the VF: the request's handle is that
+    VF (a PCI function Nova attaches), naming the instance and the vGPU type. Its
+    release frees the VF and destroys the instance."""
+    with _cloud(conf, db, placement, tmp_path, GPUS + "    mig_vgpu: true\n") as cloud:
+        arq = cloud.boot("mig-3g-40gb")
+        assert arq["state"] == "Bound", arq
+        info = arq["attach_handle_info"]
+        assert arq["attach_handle_type"] == "TEST_PCI" and info["function"] != "0", info
+        assert (info["mig_profile"], info["vgpu_type"]) == ("3g.40gb", "NVIDIA H100-3-40C")
+        assert info["mig_uuid"].startswith("MIG-")
+        address = next(a for a, rp in cloud.gpus().items() if rp == arq["device_rp_uuid"])
+        assert cloud.held(address) == [("3g.40gb", int(info["gpu_instance_start"]))]
+        cloud.release(arq["uuid"], address, [])
 
 
 def test_a_partitionable_gpu_is_one_provider_of_mig_units(cloud: Cloud) -> None:

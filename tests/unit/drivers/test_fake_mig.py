@@ -172,6 +172,11 @@ def test_only_dynamic_gpus_are_carved(driver_conf: cfg.ConfigOpts, tmp_path: Pat
         ("{type: QAT, product_id: '2335', mig: dynamic}", "on a GPU only"),
         ("{type: GPU, product_id: '1eb8', mig: dynamic}", "needs a product_id with a MIG table"),
         ("{type: GPU, product_id: '2335', mig_instances: []}", "mig_instances needs mig"),
+        ("{type: GPU, product_id: '2335', mig_vgpu: true}", "mig_vgpu needs mig: dynamic"),
+        (
+            "{type: GPU, product_id: '2335', mig: dynamic, mig_vgpu: 'yes'}",
+            "mig_vgpu is true or false",
+        ),
         (
             "{type: GPU, product_id: '2335', mig: dynamic, mig_profiles: []}",
             "mig_profiles and mig cannot be combined",

@@ -427,3 +427,76 @@ def test_the_agents_mig_tasks_carve_the_nvidia_gpu(conf: cfg.ConfigOpts, root: P
     assert refused["state"] == "failed" and "none where it may start" in refused["error"]
     assert task("t3", "destroy_mig", 0)["state"] == "done"
     assert host.layout() == {2: "1g.10gb"}
+
+
+# -- carved for VMs: each slot one of its virtual functions ---------------------------
+
+VFS = [f"0000:3b:00.{n}" for n in range(1, 8)] + ["0000:3b:01.0"]
+# What NVIDIA's vGPU manager offers on a VF of an H100 in MIG mode: MIG-backed types.
+MIG_TYPES = ["1061 : NVIDIA H100XM-1-10C", "1062 : NVIDIA H100XM-2-20C",
+             "1063 : NVIDIA H100XM-3-40C", "1064 : NVIDIA H100XM-7-80C"]  # fmt: skip
+
+
+def vm_root(sysfs_tree: MakeTree, vfs: list[str], types: list[str] = MIG_TYPES) -> Path:
+    """The GPU with SR-IOV virtual functions that take MIG-backed vGPU types."""
+    sriov = {
+        "totalvfs": 16,
+        "vf_device": "0x2330",
+        "vf_driver": "nvidia",
+        "vfs": [{"bdf": vf, "nvidia": {"creatable_vgpu_types": types}} for vf in vfs],
+    }
+    return sysfs_tree({"devices": [gpu_spec(ADDRESS, sriov=sriov)]})
+
+
+def current_type(root: Path, vf: str) -> str:
+    return (root / "sys/bus/pci/devices" / vf / "nvidia/current_vgpu_type").read_text().strip()
+
+
+def test_a_gpu_carved_for_vms_has_its_virtual_functions_for_slots(
+    conf: cfg.ConfigOpts, sysfs_tree: MakeTree
+) -> None:
+    conf.set_override("dynamic_mig_vgpu", ["all"], group="nvidia_gpu")
+    host = Host(conf, vm_root(sysfs_tree, VFS), carved_h100())
+    handles = host.gpu().attach_handles
+    assert [(h.type, h.address) for h in handles] == [("PCI", vf) for vf in VFS[:7]]
+    assert handles[0].info["function"] == "1" and handles[0].info["gpu_uuid"]
+
+
+def test_a_bind_makes_the_instance_then_the_vgpu_on_its_virtual_function(
+    conf: cfg.ConfigOpts, sysfs_tree: MakeTree
+) -> None:
+    """The GPU instance at the planner's position, then the VF given the MIG-backed type
+    of its profile; again: the same. The release frees the VF first, then destroys."""
+    conf.set_override("dynamic_mig_vgpu", [ADDRESS], group="nvidia_gpu")
+    root = vm_root(sysfs_tree, VFS)
+    host = Host(conf, root, carved_h100())
+    made = host.make(0, "3g.40gb")
+    assert made[units.INFO_VGPU] == "1063" and current_type(root, VFS[0]) == "1063"
+    assert host.layout() == {int(made[units.INFO_START]): "3g.40gb"}
+    assert host.slot(0).in_use and host.slot(0).info[units.INFO_VGPU] == "1063"
+    assert host.make(0, "3g.40gb") == made  # Nova's retry: nothing more
+    assert len(host.lib.gpus[0].gpu_instances) == 1
+    host.destroy(0)
+    assert current_type(root, VFS[0]) == "0" and host.layout() == {}
+
+
+def test_a_virtual_function_without_the_type_leaves_nothing_made(
+    conf: cfg.ConfigOpts, sysfs_tree: MakeTree
+) -> None:
+    conf.set_override("dynamic_mig_vgpu", ["all"], group="nvidia_gpu")
+    root = vm_root(sysfs_tree, VFS, types=["1061 : NVIDIA H100XM-1-10C"])
+    host = Host(conf, root, carved_h100())
+    with pytest.raises(DriverError, match=r"offers no MIG-backed vGPU type for a 3g\.40gb"):
+        host.make(0, "3g.40gb")
+    assert host.layout() == {} and current_type(root, VFS[0]) == "0"
+
+
+def test_too_few_virtual_functions_is_not_carved_for_vms(
+    conf: cfg.ConfigOpts, sysfs_tree: MakeTree, caplog: pytest.LogCaptureFixture
+) -> None:
+    conf.set_override("dynamic_mig_vgpu", ["all"], group="nvidia_gpu")
+    host = Host(conf, vm_root(sysfs_tree, VFS[:3]), carved_h100())
+    with caplog.at_level(logging.WARNING):
+        kinds = [d.kind for d in host.device().deployables]
+    assert units.KIND not in kinds
+    assert "has 3 virtual functions for its 7 slots" in caplog.text
