@@ -56,6 +56,7 @@ from acceleron.mig import units as mig_units
 from acceleron.placement import names
 from acceleron.service import cleaning, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
+from acceleron.service.inventory import HANDLES_NOT_HEALTHY
 from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class ArqRecord(NamedTuple):
     deployable_health_reason: str | None
     device_health: str | None
     device_health_reason: str | None
+    attach_handle_health: str | None
+    attach_handle_health_reason: str | None
 
 
 class Handle(NamedTuple):
@@ -166,6 +169,8 @@ _JOINED = {
     "deployable_health_reason": _HEALTH_DEP.c.health_reason,
     "device_health": _HEALTH_DEV.c.health,
     "device_health_reason": _HEALTH_DEV.c.health_reason,
+    "attach_handle_health": HANDLES.c.health,
+    "attach_handle_health_reason": HANDLES.c.health_reason,
 }
 VIEW = (
     select(*(_JOINED[f].label(f) if f in _JOINED else ARQS.c[f] for f in ArqRecord._fields))
@@ -177,13 +182,19 @@ VIEW = (
 
 
 def health_of(arq: ArqRecord) -> dict[str, Any] | None:
-    """The health of what a request is bound to (its deployable, with its device's): the
-    condition shown on a request whose device fails under it; None when not bound."""
+    """The health of what a request is bound to (its deployable, with its device's and
+    its attach handle's): the condition shown on a request whose device fails under it;
+    None when not bound. A deployable degraded only by its handles' faults
+    (``inventory.HANDLES_NOT_HEALTHY``: another slot's) counts as its handle does."""
     if arq.state not in ("BindStarted", "Bound") or arq.device_health is None:
         return None
+    deployable = (arq.deployable_health, arq.deployable_health_reason)
+    if (arq.deployable_health_reason or "").startswith(HANDLES_NOT_HEALTHY):
+        deployable = ("healthy", None)
     found = [
         (arq.device_health, arq.device_health_reason),
-        (arq.deployable_health, arq.deployable_health_reason),
+        deployable,
+        (arq.attach_handle_health or "healthy", arq.attach_handle_health_reason),
     ]
     rank = {"healthy": 0, "degraded": 1, "unhealthy": 2}
     state = max((s for s, _ in found), key=lambda s: rank.get(s or "", 1))

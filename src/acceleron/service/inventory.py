@@ -172,6 +172,10 @@ def _deployable_values(
     return values
 
 
+# How a deployable's health reason begins when only its handles' faults degrade it.
+HANDLES_NOT_HEALTHY = "attach handles not healthy: "
+
+
 def _with_handles(health: vocabulary.Health) -> vocabulary.Health:
     """A deployable's verdict, degraded at least while one of its handles is not
     healthy (its reasons named by slot): its handles' faults take out only those
@@ -179,9 +183,7 @@ def _with_handles(health: vocabulary.Health) -> vocabulary.Health:
     faults = [f"{address}: {h.reason or h.state}" for address, h in health.handles.items()]
     if not faults or health.state != vocabulary.HEALTHY:
         return health
-    return vocabulary.Health(
-        vocabulary.DEGRADED, "attach handles not healthy: " + "; ".join(faults)
-    )
+    return vocabulary.Health(vocabulary.DEGRADED, HANDLES_NOT_HEALTHY + "; ".join(faults))
 
 
 def _handle_values(

@@ -359,14 +359,20 @@ def test_a_failed_instance_takes_out_its_own_slot_alone(cloud: Cloud) -> None:
     another slot. The fault gone, the slot is offered again."""
     arq = cloud.boot("mig-1g-10gb")
     rp = arq["device_rp_uuid"]
+    neighbour = cloud.boot("mig-1g-10gb", on=rp)
     address = next(a for a, found in cloud.gpus().items() if found == rp)
     slot = cloud.slot(arq)
     cloud.inject(address, {"deployables": {units.KEY: {"handles": {slot: _XID}}}})
     wait_for(lambda: cloud.slot_health(address, slot) == "unhealthy")
     gpu = cloud.deployable(address)
     assert gpu["health"] == "degraded" and f"{slot}: XID 94" in gpu["health_reason"], gpu
-    assert cloud.arq(arq["uuid"])["state"] == "Bound"
-    assert cloud.inventory(rp)[units.COMPUTE_CLASS] == (7, 0)  # its slice is allocated
+    shown = cloud.arq(arq["uuid"])
+    assert shown["state"] == "Bound"
+    assert shown["health"] == {"state": "unhealthy", "reason": "XID 94"}
+    assert cloud.arq(neighbour["uuid"])["health"] == {"state": "healthy", "reason": None}
+    start = int(arq["attach_handle_info"]["gpu_instance_start"])
+    cloud.release(neighbour["uuid"], address, [("1g.10gb", start)])
+    wait_for(lambda: cloud.inventory(rp)[units.COMPUTE_CLASS] == (7, 0))  # its slice: allocated
     cloud.release(arq["uuid"], address, [])
     left = {units.INSTANCE_CLASS: (7, 1), units.COMPUTE_CLASS: (7, 0), units.MEMORY_CLASS: (8, 0)}
     wait_for(lambda: cloud.inventory(rp) == left)  # once the instance is destroyed
