@@ -11,10 +11,9 @@ each provider it owns):
 * a provider whose generation and digest match the record costs nothing; one
   that changed (ours or someone else's doing) is read, and only what differs is
   written (a function trait swap is one ``PUT .../traits``);
-* a provider Acceleron no longer wants is kept with everything reserved (retired),
-  and deleted by a later pass once no allocation uses it (a scheduler may be about to
-  allocate from a candidate naming it); a retired provider that is wanted again (its
-  device came back) is read and converged like a changed one;
+* a provider Acceleron no longer wants is deleted, or, while allocations still
+  use it, kept with everything reserved (retired); a retired provider that is
+  wanted again (its device came back) is read and converged like a changed one;
 * new pools get their inventory, and the providers they replace are retired, in one
   ``POST /reshaper`` (``finish``): a host switching to pools offers each unit
   throughout.
@@ -194,27 +193,32 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
 
 
 def _swap(client: PlacementClient, compute_uuid: str, result: Result) -> None:
-    """``finish``'s reshape: the pools' inventories, and the providers they replace fully
-    reserved (retired: deleted by a later pass once nothing uses them, ``_retire``)."""
+    """``finish``'s reshape: the pools' inventories, the unused providers' emptied (then
+    deleted), and those still allocated kept fully reserved."""
     found = {p.uuid: p for p in client.get_tree(compute_uuid)}
     writes: dict[str, tuple[int, Mapping[str, Inventory]]] = {}
     for want in result.deferred:
         if want.uuid not in found:
             raise PlacementProviderNotFound(f"Resource provider {want.uuid} does not exist.")
         writes[want.uuid] = (found[want.uuid].generation, want.inventories)
-    kept = [gone for gone in result.retiring if gone.uuid in found]
-    for gone in kept:
+    used: dict[str, bool] = {}
+    for gone in result.retiring:
+        if gone.uuid not in found:
+            continue
         generation, current = client.get_inventories(gone.uuid)
-        reserved = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in current.items()}
-        if reserved != current:
-            writes[gone.uuid] = (generation, reserved)
+        used[gone.uuid] = any(client.get_usages(gone.uuid).values())
+        if client.generation(gone.uuid) != generation:  # allocated between the two reads
+            raise PlacementGenerationConflict("changed", status=409)
+        emptied = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in current.items()}
+        if (emptied if used[gone.uuid] else {}) != current:
+            writes[gone.uuid] = (generation, emptied if used[gone.uuid] else {})
     client.reshape(writes)
     for want in result.deferred:
         _settle(client, want, result)
     for gone in result.retiring:
         del result.known[gone.uuid]
-    for gone in kept:
-        _retire(client, gone, found[gone.uuid], result, dry_run=False)
+        if gone.uuid in used:
+            _retire(client, gone, found[gone.uuid], result, dry_run=False)
 
 
 def _settle(client: PlacementClient, want: DesiredProvider, result: Result) -> None:
@@ -345,16 +349,11 @@ def _retire(
     result: Result,
     dry_run: bool,
 ) -> None:
-    """Retire a provider we no longer want: fully reserved first, deleted by a later pass
-    once nothing uses it. A scheduler may hold a candidate naming it (Nova reads
-    candidates, then writes the allocation): a provider fully reserved refuses that
-    allocation (409) and Nova tries its next candidate, where one deleted meanwhile
-    makes it a 400 after which Placement keeps the instance's consumer record, and Nova's
-    next try for that instance fails on the consumer's generation."""
+    """Delete a provider we no longer want; keep it fully reserved while it is used."""
     if actual is None:
         return  # deleted behind our back: nothing left to do
     used = {rc: n for rc, n in client.get_usages(gone.uuid).items() if n}
-    if not used and gone.retired:
+    if not used:
         result.actions.append(Action("delete", gone.uuid, gone.name))
         if not dry_run:
             try:
@@ -364,8 +363,7 @@ def _retire(
                 pass
         else:
             return
-    why = f"in use: {used}" if used else "deleted by a later pass"
-    result.actions.append(Action("retire", gone.uuid, gone.name, why))
+    result.actions.append(Action("retire", gone.uuid, gone.name, f"in use: {used}"))
     if dry_run:
         result.known[gone.uuid] = gone
         return

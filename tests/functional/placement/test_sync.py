@@ -237,12 +237,7 @@ def test_providers_acceleron_did_not_create_are_left_alone(
     novas = client.create_provider(str(uuid.uuid4()), f"{HOST}_pgpu_0000:81:00.0", compute.uuid)
     client.set_traits(novas.uuid, ["CUSTOM_NOVA_OWNED"])
     inventory.reconcile(db, HostReport(HOST, "1.0", ()))
-    sync.sync_pending()  # ours retired: fully reserved, for a scheduler holding a candidate
-    retired = [p.uuid for p in client.get_tree(compute.uuid)][1:]
-    assert novas.uuid in retired and len(retired) > 1
-    for uuid_ in set(retired) - {novas.uuid}:
-        assert all(i.reserved == i.total for i in client.get_inventories(uuid_)[1].values())
-    sync.sync_host(HOST, force=True)  # a later pass deletes them
+    sync.sync_pending()
     assert client.get_provider(novas.uuid) is not None
     assert [p.uuid for p in client.get_tree(compute.uuid)] == [compute.uuid, novas.uuid]
 
