@@ -635,6 +635,19 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         "report also starts one at once).",
     ),
     cfg.IntOpt(
+        "retired_provider_delay",
+        default=900,
+        min=0,
+        help="Seconds a provider Acceleron no longer wants is kept, fully reserved and "
+        "moved out of its compute node's tree, before a later pass deletes it. Nova's "
+        "compute service reads allocations of every provider it cached under its compute "
+        "node at each build, and fails the build (ResourceProviderAllocationRetrievalFailed) "
+        "for one deleted since; it drops one moved out of the tree at its next refresh "
+        "([compute] resource_provider_association_refresh, 300 s by default). Keep this "
+        "above that refresh. A provider still allocated is kept in the tree, reserved, "
+        "until it is not.",
+    ),
+    cfg.IntOpt(
         "verify_interval",
         default=600,
         min=0,

@@ -25,6 +25,7 @@ are never touched. No database here: the caller keeps the record.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -58,6 +59,8 @@ class Known:
     # Flat mode: the resource classes and traits Acceleron put on the compute node; a
     # pool: its members (deployable ids, ``members``).
     owned: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    # When the record last changed (UTC): for a retired one, since when it is so.
+    since: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +90,7 @@ def sync_tree(
     dry_run: bool = False,
     read: Sequence[Provider] | None = None,
     defer_pools: bool = False,
+    retire_after: float = 0.0,
 ) -> Result:
     """Make the providers under ``compute_uuid`` match ``desired``; ``read``: its tree
     as the caller just read it from Placement (read here otherwise). ``defer_pools``:
@@ -103,6 +107,12 @@ def sync_tree(
         raise PlacementProviderNotFound(
             f"Compute node provider {compute_uuid} is not in Placement."
         )
+    wanted = {p.uuid for p in desired}
+    for uuid, gone in known.items():  # retired out of the tree, and wanted again: back in
+        if uuid in wanted and uuid not in actual and gone.retired and gone.parent_uuid is None:
+            back = client.get_provider(uuid)
+            if back is not None:
+                actual[uuid] = back
     result = Result()
     for provider in desired:
         _sync_provider(
@@ -114,15 +124,28 @@ def sync_tree(
             dry_run,
             defer_pools,
         )
-    wanted = {p.uuid for p in desired}
     stale = [k for uuid, k in known.items() if uuid not in wanted]
     for gone in _deepest_first(stale, actual):
         if result.deferred and gone.uuid in actual:
             result.retiring.append(gone)
             result.known[gone.uuid] = gone
         else:
-            _retire(client, gone, actual.get(gone.uuid), result, dry_run)
+            parent = _with_children(actual, result)
+            _retire(client, gone, actual.get(gone.uuid), result, dry_run, retire_after, parent)
     return result
+
+
+def _with_children(actual: Mapping[str, Provider], result: Result) -> set[str]:
+    """The providers of the tree that still have a child in it (those a pass moved out
+    or deleted no longer count)."""
+    left = {uuid for uuid in actual if _still_in_tree(uuid, result)}
+    return {p.parent_uuid for uuid, p in actual.items() if uuid in left and p.parent_uuid}
+
+
+def _still_in_tree(uuid: str, result: Result) -> bool:
+    kept = result.known.get(uuid)
+    deleted = any(a.op == "delete" and a.uuid == uuid for a in result.actions)
+    return not deleted and (kept is None or kept.parent_uuid is not None)
 
 
 def _sync_provider(
@@ -348,22 +371,38 @@ def _retire(
     actual: Provider | None,
     result: Result,
     dry_run: bool,
+    retire_after: float = 0.0,
+    parents: set[str] | frozenset[str] = frozenset(),
 ) -> None:
-    """Delete a provider we no longer want; keep it fully reserved while it is used."""
+    """Retire a provider we no longer want: fully reserved; once nothing uses it and it
+    has no child left in the tree (``parents``), moved out of its compute node's tree;
+    deleted by a later pass ``retire_after`` seconds after that. Nova's compute service
+    reads the allocations of every provider it cached under its compute node at each
+    build: one deleted while cached fails its builds until its next refresh, where one
+    moved out of the tree is dropped at that refresh. Fully reserved, it refuses the
+    allocation of a candidate read before (409: Nova takes its next one)."""
+    if actual is None and gone.retired and gone.parent_uuid is None:
+        actual = client.get_provider(gone.uuid)  # moved out of the tree by a pass before
     if actual is None:
         return  # deleted behind our back: nothing left to do
     used = {rc: n for rc, n in client.get_usages(gone.uuid).items() if n}
-    if not used:
+    move_out = not used and gone.uuid not in parents and actual.parent_uuid is not None
+    if used or gone.uuid in parents:
+        why = f"in use: {used}" if used else "its children are still in the tree"
+    elif move_out:
+        why = "moved out of the tree"
+    elif not _due(gone, retire_after):
+        why = f"out of the tree: deleted {retire_after:.0f} s after"
+    else:
         result.actions.append(Action("delete", gone.uuid, gone.name))
-        if not dry_run:
-            try:
-                client.delete_provider(gone.uuid)
-                return
-            except PlacementProviderInUse:  # allocated since we looked
-                pass
-        else:
+        if dry_run:
             return
-    result.actions.append(Action("retire", gone.uuid, gone.name, f"in use: {used}"))
+        try:
+            client.delete_provider(gone.uuid)
+            return
+        except PlacementProviderInUse:
+            why = "allocated since it was read"
+    result.actions.append(Action("retire", gone.uuid, gone.name, why))
     if dry_run:
         result.known[gone.uuid] = gone
         return
@@ -371,8 +410,22 @@ def _retire(
     reserved = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in inventories.items()}
     if reserved != inventories:
         client.set_inventories(gone.uuid, reserved)
+    retired = dataclasses.replace(gone, retired=True)
+    if move_out:
+        client.move_provider(gone.uuid, gone.name, None)
+        retired = dataclasses.replace(retired, parent_uuid=None, since=None)
     generation = client.generation(gone.uuid) or gone.generation
-    result.known[gone.uuid] = dataclasses.replace(gone, generation=generation, retired=True)
+    result.known[gone.uuid] = dataclasses.replace(retired, generation=generation)
+
+
+def _due(gone: Known, retire_after: float) -> bool:
+    """Whether a retired provider out of its tree has waited ``retire_after`` seconds."""
+    if not gone.retired or gone.parent_uuid is not None:
+        return False
+    if retire_after <= 0 or gone.since is None:
+        return retire_after <= 0
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return (now - gone.since).total_seconds() >= retire_after
 
 
 # --- flat mode ------------------------------------------------------------------------

@@ -139,6 +139,7 @@ class PlacementService:
         self.mode = conf.placement.mode
         self.db = db
         self._options = options_from_conf(conf)
+        self._retire_after = float(conf.placement.retired_provider_delay)
         self._pools = conf.placement.pools  # auto, true, false
         self._pools_setting = self._pools  # as configured (auto becomes true when it flips)
         # When auto last found the contract phase pending (monotonic; negative: never).
@@ -216,6 +217,7 @@ class PlacementService:
             keep_pools=self._pools_setting == "auto",
             create_compute_nodes=self.mode == "embedded",
             lock=self._lock,
+            retire_after=self._retire_after,
         )
 
     def check_host(self, hostname: str) -> None:

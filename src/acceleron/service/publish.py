@@ -171,8 +171,11 @@ class Syncer:
         lock: threading.Lock | None = None,
         pools: Callable[[], bool] | None = None,
         keep_pools: bool = False,
+        retire_after: float = 0.0,
     ) -> None:
         self.db = db
+        # Seconds a provider no longer wanted is kept out of its tree before deletion.
+        self.retire_after = retire_after
         self.client = client_factory()
         self.options = options
         # Whether pools are published now ([placement] pools = auto asks the schema).
@@ -394,7 +397,14 @@ class Syncer:
             return flat, errors, {}
         desired, errors = _desired(hostname, compute, devices, deployables, options, held)
         synced = sync_tree(
-            self.client, compute, desired, known, dry_run=dry_run, read=read, defer_pools=True
+            self.client,
+            compute,
+            desired,
+            known,
+            dry_run=dry_run,
+            read=read,
+            defer_pools=True,
+            retire_after=self.retire_after,
         )
         return synced, errors, _providers_of(hostname, devices, deployables, desired)
 
@@ -520,9 +530,10 @@ def verify_slice(hostnames: Iterable[str], tick: int, ticks: int) -> list[str]:
 def _moved(row: Row[Any], actual: Provider | None, generations: bool = True) -> bool:
     """Whether Placement may hold a provider otherwise than the sync recorded it: gone,
     moved, at another generation (with ``generations``), never settled; a retired one
-    still there (the sync deletes it once nothing uses it)."""
+    still in the tree, or moved out of it (the sync deletes it once nothing uses it and
+    its delay has passed)."""
     if row.retired:
-        return actual is not None
+        return actual is not None or row.parent_uuid is None
     return (
         actual is None
         or (generations and actual.generation != row.generation)
@@ -540,6 +551,7 @@ def _known(row: Row[Any]) -> Known:
         row.digest,
         row.retired,
         owned=row.owned or {},
+        since=row.updated_at or row.created_at,
     )
 
 

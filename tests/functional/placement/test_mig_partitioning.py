@@ -27,7 +27,7 @@ from acceleron.db.models import AttachHandle, Task, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.mig import units
-from acceleron.placement.client import PlacementClient
+from acceleron.placement.client import AllocationRequest, PlacementClient
 from acceleron.report import HostReport
 from acceleron.scheduler import query
 from acceleron.service import device_profiles
@@ -55,6 +55,8 @@ UNITS = (units.INSTANCE_CLASS, units.COMPUTE_CLASS, units.MEMORY_CLASS)
 
 class Cloud:
     """The API (a test client, and served for the host's agent), Placement, the host."""
+
+    GROUP = f"{query.GROUP_PREFIX}0"
 
     def __init__(
         self, api: TestClient, placement: adapter.Adapter, host: Host, db: Database
@@ -123,14 +125,18 @@ class Cloud:
         (the one on provider ``on``, else the first), the request created and bound to
         its group's provider; the host's agent at work until the bind ends. The request."""
         shown = self.api.get(f"/v2/device_profiles?name={profile}").json()["device_profiles"][0]
-        candidates = self.placement.get_allocation_candidates(
-            query.profile_query(shown["groups"], limit=1000).params()
-        )
-        chosen = next(
-            c
-            for c in candidates.requests
-            if on is None or list(c.mappings[f"{query.GROUP_PREFIX}0"]) == [on]
-        )
+        params = query.profile_query(shown["groups"], limit=1000).params()
+
+        def offered() -> AllocationRequest | None:
+            """The candidate on ``on`` (else the first), once Placement offers one: a
+            report's sync may be writing that provider's reservations at this moment."""
+            found = self.placement.get_allocation_candidates(params).requests
+            mapped = (c for c in found if on is None or list(c.mappings[self.GROUP]) == [on])
+            return next(mapped, None)
+
+        wait_for(lambda: offered() is not None)
+        chosen = offered()
+        assert chosen is not None
         instance = str(uuid.uuid4())
         self.placement.put_allocations(instance, chosen.allocations, project_id="p", user_id="u")
         created = self.api.post("/v2/accelerator_requests", json={"device_profile_name": profile})

@@ -391,6 +391,7 @@ def test_an_existing_per_device_tree_moves_to_pools_with_allocations_held(
     _inventory(conf, tmp_path, HGX)
     conf.set_override("pools", "false", "placement")
     conf.set_override("methods", {"GPU": "none"}, "cleaning")  # given back, free at once
+    conf.set_override("retired_provider_delay", 0, "placement")
     client = PlacementClient(placement)
     with reporting_api(conf, db, placement) as api:
         wait_for(lambda: _pool(client, GPU, 1) is not None and _synced(db))
@@ -438,7 +439,11 @@ def test_an_existing_per_device_tree_moves_to_pools_with_allocations_held(
         assert not _synced(db)  # the unit held through the old provider is back: to publish
         synced = api.post("/v2/placement/sync", json={"host": HOST}, headers=LATEST)
         assert synced.status_code == 200, synced.text
-        assert client.get_provider(old) is None
+        moved = client.get_provider(old)  # unused now: out of the tree, fully reserved
+        assert moved is not None and moved.parent_uuid is None
+        synced = api.post("/v2/placement/sync", json={"host": HOST}, headers=LATEST)
+        assert synced.status_code == 200, synced.text
+        assert client.get_provider(old) is None  # a later pass deletes it (delay 0 here)
         assert client.get_provider(late) is not None  # still held: kept, fully reserved
         assert client.get_inventories(pool)[1][GPU].reserved == 1  # the late server's GPU
 

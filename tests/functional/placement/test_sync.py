@@ -199,7 +199,14 @@ def test_a_vanished_provider_with_allocations_is_reserved_then_deleted(
     _, invs = client.get_inventories(region)
     assert invs["CUSTOM_ACCELERATOR_FPGA"].reserved == invs["CUSTOM_ACCELERATOR_FPGA"].total
     placement.delete(f"/allocations/{consumer}", microversion="1.39")
-    result = sync.sync_host(HOST, force=True)
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    result = sync.sync_host(HOST, force=True)  # unused: out of the tree, still there
+    assert ("retire", region) in {(a.op, a.uuid) for a in result.actions}
+    assert region not in {p.uuid for p in client.get_tree(compute.uuid)}
+    moved = client.get_provider(region)
+    assert moved is not None and moved.parent_uuid is None
+    result = sync.sync_host(HOST, force=True)  # a later pass ([placement] delay 0 here)
     assert ("delete", region) in {(a.op, a.uuid) for a in result.actions}
     assert client.get_provider(region) is None
 
