@@ -76,6 +76,13 @@ def nova(placement: adapter.Adapter, pool: str, consumer: str, amount: int) -> N
         client.replace_allocations(consumer, now, wanted)
 
 
+def compute_node(db: Database) -> str:
+    """host-1's compute node provider: the root of its tree, as the view reads it."""
+    with db.reader() as conn:
+        found = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == HOST)).scalar_one()
+    return str(found)
+
+
 def used(placement: adapter.Adapter, pool: str) -> int:
     return PlacementClient(placement).get_usages(pool).get(QAT, 0)
 
@@ -129,11 +136,7 @@ def test_a_choice_placement_refuses_falls_back_to_the_candidate_query_and_a_stal
 
 
 def test_a_claim_being_released_holds_its_unit_in_the_view_until_placement_lets_it_go(
-    db: Database,
-    conf: cfg.ConfigOpts,
-    placement: adapter.Adapter,
-    pool: str,
-    published: dict[str, Any],
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
 ) -> None:
     """A release ends the claim's requests first, then drops its allocation: between the
     two, its unit is still Placement's, and the view counts it so. A claim meanwhile is
@@ -149,7 +152,7 @@ def test_a_claim_being_released_holds_its_unit_in_the_view_until_placement_lets_
     with pytest.raises(NoCapacity):
         claim(db, conf, counted)
     assert counted.count("PUT", "/allocations/") == 0
-    assert not claim_view.read(db, [published["compute"]]).stale
+    assert not claim_view.read(db, [compute_node(db)]).stale
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
@@ -222,12 +225,11 @@ def test_a_stale_mark_is_every_api_process_s(
     conf: cfg.ConfigOpts,
     placement: adapter.Adapter,
     pool: str,
-    published: dict[str, Any],
 ) -> None:
     """Another API process (a process of its own, on the same database) marks the pool
     stale: this one's view sees it, and claims here ask Placement's candidate query
     about it at once; an answer showing the view right settles it for both."""
-    root = published["compute"]
+    root = compute_node(db)
     marked = subprocess.run(
         [sys.executable, "-c", OTHER_PROCESS, database_url, root, pool],
         capture_output=True,
@@ -264,16 +266,12 @@ db.dispose()
 
 
 def test_a_host_reported_again_is_read_as_its_sync_published_it_again(
-    db: Database,
-    conf: cfg.ConfigOpts,
-    placement: adapter.Adapter,
-    pool: str,
-    published: dict[str, Any],
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
 ) -> None:
     """What the sync published is recorded with the generation it published: a report
     that changes the host takes it out of the view until the sync has published the
     change, then the view reads the new record (the QAT card gone, its pool with it)."""
-    root = published["compute"]
+    root = compute_node(db)
     before = claim_view.read(db, [root]).summaries
     assert before[pool].resources[QAT].capacity == 4 and len(before) > 1
     devices = FakeDriver(conf, Path("/")).discover()
