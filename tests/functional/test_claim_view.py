@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from keystoneauth1 import adapter
 from oslo_config import cfg
-from sqlalchemy import func, select, update
+from sqlalchemy import func, null, select, update
 
 from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, Deployable, Host, table
 from acceleron.db.session import Database
@@ -285,3 +285,17 @@ def test_a_host_reported_again_is_read_as_its_sync_published_it_again(
         host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
     assert host.published["generation"] == host.generation == host.synced_generation
     assert sorted(host.published["providers"]) == sorted(after)
+
+
+def test_a_host_an_earlier_release_synced_is_recorded_by_the_verification(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    """An earlier release's sync recorded nothing for the view: the view leaves the host
+    to Placement's query until the verification, with nothing else to repair, records
+    what is published."""
+    root = compute_node(db)
+    with db.writer() as conn:
+        conn.execute(update(HOSTS).values(published=null()))
+    assert claim_view.read(db, [root]).summaries == {}
+    Syncer(db, lambda: PlacementClient(placement), options_from_conf(conf)).verify()
+    assert claim_view.read(db, [root]).summaries[pool].resources[QAT].capacity == 4
