@@ -8,28 +8,34 @@ capacity is given twice. A class nothing provides is refused in its own words.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from keystoneauth1 import adapter
 from oslo_config import cfg
-from sqlalchemy import func, select, update
+from sqlalchemy import func, null, select, update
 
-from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, Deployable, table
+from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, Deployable, Host, table
 from acceleron.db.session import Database
+from acceleron.drivers.fake import FakeDriver
 from acceleron.exceptions import AcceleronError, AllocationConflict, NoCapacity, NotProvided
 from acceleron.placement.batch import Writes
 from acceleron.placement.client import PlacementClient
-from acceleron.service import claim_view, claims, device_profiles
+from acceleron.report import HostReport
+from acceleron.service import claim_view, claims, device_profiles, inventory
 from acceleron.service.placement import options_from_conf
-from tests.fixtures.arqs import ADMIN, held
+from acceleron.service.publish import Syncer
+from tests.fixtures.arqs import ADMIN, HOST, held
 from tests.fixtures.placement import CountingAdapter
 
 DEPLOYABLES, HANDLES, CLAIMS = table(Deployable), table(AttachHandle), table(Claim)
-ARQS = table(AcceleratorRequest)
+ARQS, HOSTS = table(AcceleratorRequest), table(Host)
 QAT = "CUSTOM_ACCELERATOR_QAT"
 CANDIDATES = "/allocation_candidates"
 
@@ -38,10 +44,7 @@ pytestmark = pytest.mark.placement
 
 @pytest.fixture
 def pool(db: Database, published: Any) -> str:
-    """The provider of host-1's QAT VF pool (4 handles), and a profile "qat" of one; a
-    fresh Placement, whose providers (their uuids made from their names, as earlier
-    tests') nothing marked stale yet."""
-    claim_view.clear()
+    """The provider of host-1's QAT VF pool (4 handles), and a profile "qat" of one."""
     device_profiles.create(db, name="qat", groups=[{f"resources:{QAT}": "1"}])
     with db.reader() as conn:
         return str(conn.execute(select(DEPLOYABLES.c.uuid)
@@ -71,6 +74,13 @@ def nova(placement: adapter.Adapter, pool: str, consumer: str, amount: int) -> N
         client.put_allocations(consumer, wanted, project_id="p1", user_id="u1")
     else:
         client.replace_allocations(consumer, now, wanted)
+
+
+def compute_node(db: Database) -> str:
+    """host-1's compute node provider: the root of its tree, as the view reads it."""
+    with db.reader() as conn:
+        found = conn.execute(select(HOSTS.c.rp_uuid).where(HOSTS.c.hostname == HOST)).scalar_one()
+    return str(found)
 
 
 def used(placement: adapter.Adapter, pool: str) -> int:
@@ -142,7 +152,7 @@ def test_a_claim_being_released_holds_its_unit_in_the_view_until_placement_lets_
     with pytest.raises(NoCapacity):
         claim(db, conf, counted)
     assert counted.count("PUT", "/allocations/") == 0
-    assert not claim_view.read(db, [], options_from_conf(conf)).stale
+    assert not claim_view.read(db, [compute_node(db)]).stale
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
@@ -207,3 +217,85 @@ def test_a_class_nothing_provides_is_refused_as_such(
                     options=options_from_conf(conf))  # fmt: skip
     assert refused.value.message.startswith("No host provides FPGA: ")
     assert "in use" not in refused.value.message
+
+
+def test_a_stale_mark_is_every_api_process_s(
+    db: Database,
+    database_url: str,
+    conf: cfg.ConfigOpts,
+    placement: adapter.Adapter,
+    pool: str,
+) -> None:
+    """Another API process (a process of its own, on the same database) marks the pool
+    stale: this one's view sees it, and claims here ask Placement's candidate query
+    about it at once; an answer showing the view right settles it for both."""
+    root = compute_node(db)
+    marked = subprocess.run(
+        [sys.executable, "-c", OTHER_PROCESS, database_url, root, pool],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert marked.returncode == 0, marked.stderr
+    assert marked.stdout.split() == ["before:", "after:", pool]  # its own view saw it too
+    assert claim_view.read(db, [root]).stale == {pool}
+    counted = CountingAdapter(placement)
+    claim(db, conf, counted)  # asked at once: no PUT Placement would refuse first
+    assert counted.count("GET", CANDIDATES) == 1 and counted.count("PUT", "/allocations/") == 1
+    assert not claim_view.read(db, [root]).stale  # the answer matched the view: settled
+    other = Database(database_url)
+    try:
+        assert not claim_view.read(other, [root]).stale
+    finally:
+        other.dispose()
+
+
+# A second API process: its view of the host before and after it marks the pool stale.
+OTHER_PROCESS = """
+import sys
+from acceleron.db.session import Database
+from acceleron.service import claim_view
+url, root, pool = sys.argv[1:]
+db = Database(url)
+print("before:", *sorted(claim_view.read(db, [root]).stale))
+claim_view.mark_stale(db, [pool])
+print("after:", *sorted(claim_view.read(db, [root]).stale))
+db.dispose()
+"""
+
+
+def test_a_host_reported_again_is_read_as_its_sync_published_it_again(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    """What the sync published is recorded with the generation it published: a report
+    that changes the host takes it out of the view until the sync has published the
+    change, then the view reads the new record (the QAT card gone, its pool with it)."""
+    root = compute_node(db)
+    before = claim_view.read(db, [root]).summaries
+    assert before[pool].resources[QAT].capacity == 4 and len(before) > 1
+    devices = FakeDriver(conf, Path("/")).discover()
+    inventory.reconcile(db, HostReport(HOST, "1", tuple(d for d in devices if d.type != "QAT")))
+    assert claim_view.read(db, [root]).summaries == {}  # not in Placement yet
+    syncer = Syncer(db, lambda: PlacementClient(placement), options_from_conf(conf))
+    syncer.sync_host(HOST)
+    after = claim_view.read(db, [root]).summaries
+    assert pool not in after and after == {rp: s for rp, s in before.items() if rp != pool}
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
+    assert host.published["generation"] == host.generation == host.synced_generation
+    assert sorted(host.published["providers"]) == sorted(after)
+
+
+def test_a_host_an_earlier_release_synced_is_recorded_by_the_verification(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, pool: str
+) -> None:
+    """An earlier release's sync recorded nothing for the view: the view leaves the host
+    to Placement's query until the verification, with nothing else to repair, records
+    what is published."""
+    root = compute_node(db)
+    with db.writer() as conn:
+        conn.execute(update(HOSTS).values(published=null()))
+    assert claim_view.read(db, [root]).summaries == {}
+    Syncer(db, lambda: PlacementClient(placement), options_from_conf(conf)).verify()
+    assert claim_view.read(db, [root]).summaries[pool].resources[QAT].capacity == 4

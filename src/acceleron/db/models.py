@@ -104,6 +104,9 @@ class Host(TimestampMixin, Base):
     # when (the database's time): one at a time (publish.Syncer.sync_pending).
     sync_owner: Mapped[str | None] = mapped_column(String(32))
     sync_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # What that sync published, as a claim's view reads it (service.claim_view.published):
+    # the generation published, and each provider with accelerators.
+    published: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Device(TimestampMixin, Base):
@@ -297,7 +300,8 @@ class AcceleratorRequest(TimestampMixin, Base):
     )
     device_profile_group_id: Mapped[int] = mapped_column(Integer)
     hostname: Mapped[str | None] = mapped_column(String(NAME_LEN))
-    device_rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN))
+    # The provider it was allocated on: a claim's view counts what each one holds.
+    device_rp_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
     instance_uuid: Mapped[str | None] = mapped_column(String(UUID_LEN), index=True)
     deployable_id: Mapped[int | None] = mapped_column(
         ForeignKey("deployables.id", ondelete="SET NULL")
@@ -459,6 +463,9 @@ class PlacementProvider(TimestampMixin, Base):
     # Flat mode: the resource classes and traits Acceleron added to the compute node.
     owned: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[str | None] = mapped_column(Text)
+    # Until when claims ask Placement's candidate query about it rather than trust
+    # Acceleron's view of it (the database's time; service.claim_view.mark_stale).
+    stale_until: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class Adopted(Base):

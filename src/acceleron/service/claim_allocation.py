@@ -77,15 +77,15 @@ def allocate(
     wanted = wanted_functions(groups, store, claim.project_id)
     found = survey(db, groups, wanted, hostname)
     choose = _Chooser(db, groups, fits, wanted)
-    viewed = options if options is not None and options.nested and nested else None
+    viewed = options is not None and options.nested and nested
     for attempt in range(1, ATTEMPTS + 1):
         view = None  # read again after a conflict: the claims made meanwhile are in it
-        if viewed is not None:
-            view = claim_view.read(db, found.holder_trees | found.trees, viewed)
+        if viewed:
+            view = claim_view.read(db, found.holder_trees | found.trees)
         best = None if view is None else choose(view.candidates(query.profile_groups(steered)))
         direct = best is not None
         if best is None:
-            best = _queried(placement, steered, found, choose, view)
+            best = _queried(db, placement, steered, found, choose, view)
         if best is None:  # the planner's reason, where only positions were missing
             raise (
                 choose.unplaced[-1]
@@ -115,8 +115,8 @@ def allocate(
                 "Allocation conflict (attempt %d of %d, %s): %s", attempt, ATTEMPTS, how, error
             )
             if direct:  # the view was behind there: Placement's query chooses from now on
-                claim_view.mark_stale(best.allocations)
-                viewed = None
+                claim_view.mark_stale(db, best.allocations)
+                viewed = False
             else:
                 time.sleep(0.02 * attempt)
             continue
@@ -149,6 +149,7 @@ def _chosen(
 
 
 def _queried(
+    db: Database,
     placement: PlacementClient,
     groups: Sequence[Mapping[str, str]],
     found: Survey,
@@ -160,7 +161,7 @@ def _queried(
     for params in candidate_queries(groups, found):
         answer = placement.get_allocation_candidates(params)
         if view is not None:
-            claim_view.settle_stale(view, answer)
+            claim_view.settle_stale(db, view, answer)
         best = choose(answer)
         if best is not None:
             return best

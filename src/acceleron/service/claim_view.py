@@ -1,14 +1,16 @@
 """Acceleron's own view of where a claim may land, without Placement's candidate query.
 
-Acceleron published every provider of a host (``placement.tree``: inventory, reserved,
-traits) and knows what is held on each: the attach handles its requests hold, what
-the claims being made asked for, and what the claims being ended still hold in
-Placement once their requests are gone (a release drops its allocation last: counted
-free before that, the unit drew claims Placement refused, 409, under contention).
-From that a claim can choose among the hosts the survey picked and write its
-allocation with one ``PUT /allocations/{consumer}``:
-Placement itself refuses an allocation beyond a provider's capacity (409), so a view
-that is behind never allocates twice, it only chooses badly.
+Each host's Placement sync records what it published (``hosts.published``, written with
+the synced generation: ``published``): its providers with accelerators, their capacity
+(total less reserved), traits and parent. Acceleron also knows what is held on each
+provider: the attach handles its requests hold (through the provider they were
+allocated on), what the claims being made asked for, and what the claims being ended
+still hold in Placement once their requests are gone (a release drops its allocation
+last: counted free before that, the unit drew claims Placement refused, 409, under
+contention). From that a claim can choose among the hosts the survey picked and write
+its allocation with one ``PUT /allocations/{consumer}``: Placement itself refuses an
+allocation beyond a provider's capacity (409), so a view that is behind never allocates
+twice, it only chooses badly.
 
 The view is behind where another consumer (Nova, between its allocation and its bind;
 anyone writing to Placement) holds capacity on Acceleron's providers. Such a provider
@@ -17,38 +19,37 @@ Placement's answer to a candidate query shows more used than the view counts; a 
 asks Placement's candidate query about a stale provider until an answer of Placement
 shows the view right again (``settle_stale``), or for ``STALE_FOR`` seconds. A host whose
 last report is not in Placement yet is not in the view either.
+
+No process-wide state: the marks are the providers' ``stale_until`` (the database's
+time), read with what is held on each, so every API process sees one process's mark.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select
+from sqlalchemy import Connection, bindparam, case, func, or_, select, update
 
+from acceleron.db.clock import clock
 from acceleron.db.models import (
+    AcceleratorRequest,
     AttachHandle,
     Claim,
-    Deployable,
-    Device,
     Host,
     PlacementProvider,
     table,
 )
 from acceleron.db.session import Database
-from acceleron.exceptions import InvalidPlacementName
 from acceleron.placement import names, tree
 from acceleron.placement.client import AllocationRequest, Candidates, Capacity, ProviderSummary
 from acceleron.scheduler.query import RequestGroup
 
-DEPLOYABLES, DEVICES, HOSTS = table(Deployable), table(Device), table(Host)
-HANDLES, CLAIMS = table(AttachHandle), table(Claim)
-PROVIDERS = table(PlacementProvider)
-# How long a host stays stale when nothing settles it (seconds).
+HOSTS, HANDLES, ARQS = table(Host), table(AttachHandle), table(AcceleratorRequest)
+CLAIMS, PROVIDERS = table(Claim), table(PlacementProvider)
+# How long a provider stays stale when nothing settles it (seconds).
 STALE_FOR = 60.0
 # How many allocation requests the view offers the weigher at most (as a candidate
 # query's ``limit``).
@@ -58,9 +59,6 @@ REQUESTS_LIMIT = 20
 # than any claim can wait for. Past it the view offers what it found (maybe nothing),
 # and the claim asks Placement's candidate query, which caps its own work.
 SEARCH_STEPS = 20_000
-
-_stale: dict[str, float] = {}  # compute node provider -> until when (monotonic)
-_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,161 +162,86 @@ def _alike(one: RequestGroup, other: RequestGroup) -> bool:
     )
 
 
-def read(db: Database, roots: Iterable[str], options: tree.Options) -> View:
+def read(db: Database, roots: Iterable[str]) -> View:
     """The view of the hosts whose compute node providers are ``roots``: the providers
-    with accelerators of those whose last report is in Placement (those marked stale
-    among them: ``View.stale``). Only accelerator classes are in it (what a request
-    holds of a memory class is Placement's to know): a group asking for another finds
-    no room here. A host's providers are rendered once per generation of its report."""
+    with accelerators of those whose last report is in Placement, as their sync
+    published them (``hosts.published``), with what is used of each (those marked stale
+    among them: ``View.stale``). Only accelerator classes are in it (what a request holds
+    of a memory class is Placement's to know): a group asking for another finds no room
+    here."""
     with db.reader() as conn:
-        hosts = conn.execute(_SYNCED.where(HOSTS.c.rp_uuid.in_(sorted(set(roots))))).all()
-        found = {host.hostname: _rendered.get(_key(host, options)) for host in hosts}
-        missing = [host for host in hosts if found[host.hostname] is None]
-        if missing:
-            found.update(_render(conn, missing, options))
-        published = [p for p in found.values() if p is not None]
-        held = _held(conn, [d for p in published for d in p.providers])
-        placing = _placing(conn)
-    summaries: dict[str, ProviderSummary] = {}
-    for host in published:
-        used: dict[str, int] = {}
-        for deployable, rp in host.providers.items():
-            used[rp] = used.get(rp, 0) + held.get(deployable, 0)
-        for rp, summary in host.summaries.items():
-            asked = placing.get(rp, {})
-            resources = {
-                rc: Capacity(c.capacity, used.get(rp, 0) + asked.get(rc, 0))
+        hosts = conn.execute(_SYNCED, {"roots": sorted(set(roots))}).all()
+        published = {rp: s for host in hosts for rp, s in _published(host).items()}
+        providers = conn.execute(_USED, {"providers": sorted(published)}).all()
+        placing = _placing(conn) if published else {}
+    used = {rp: n for rp, _, n in providers}
+    summaries = {
+        rp: dataclasses.replace(
+            summary,
+            resources={
+                rc: Capacity(c.capacity, used.get(rp, 0) + placing.get(rp, {}).get(rc, 0))
                 for rc, c in summary.resources.items()
+            },
+        )
+        for rp, summary in published.items()
+    }
+    return View(summaries, frozenset(rp for rp, stale, _ in providers if stale))
+
+
+def published(generation: int, providers: Iterable[tree.DesiredProvider]) -> dict[str, Any]:
+    """What the sync of a host's ``generation`` published, as the view reads it (written
+    to ``hosts.published`` with the synced generation): each provider with accelerators,
+    its accelerator classes' capacity (total less reserved), traits and parent."""
+    found = {}
+    for p in providers:
+        capacity = {
+            rc: inv.total - inv.reserved
+            for rc, inv in p.inventories.items()
+            if names.is_accelerator_class(rc)
+        }
+        if capacity:
+            found[p.uuid] = {
+                "capacity": capacity,
+                "traits": sorted(p.traits),
+                "parent": p.parent_uuid,
             }
-            summaries[rp] = dataclasses.replace(summary, resources=resources)
-    return View(summaries, frozenset(rp for rp in summaries if _is_stale(rp)))
+    return {"generation": generation, "providers": found}
 
 
-@dataclasses.dataclass(frozen=True)
-class _Published:
-    """A host's providers with accelerators as the sync renders them (nothing used yet),
-    and the provider of each of its deployables (by id)."""
-
-    summaries: Mapping[str, ProviderSummary]
-    providers: Mapping[int, str]
+def _published(host: Any) -> dict[str, ProviderSummary]:
+    """The host's providers with accelerators, nothing used yet; none when its last sync
+    is not one of this release (it wrote nothing, or what an earlier generation had)."""
+    record = host.published or {}
+    if record.get("generation") != host.generation:
+        return {}
+    return {
+        rp: ProviderSummary(
+            {rc: Capacity(int(n), 0) for rc, n in p["capacity"].items()},
+            frozenset(p["traits"]),
+            p["parent"],
+            host.rp_uuid,
+        )
+        for rp, p in record["providers"].items()
+    }
 
 
 # Hosts whose providers are as their last report says (the sync published it).
-_SYNCED = select(
-    HOSTS.c.id, HOSTS.c.created_at, HOSTS.c.hostname, HOSTS.c.rp_uuid, HOSTS.c.generation
-).where(HOSTS.c.rp_uuid.is_not(None), HOSTS.c.generation == HOSTS.c.synced_generation)
-RENDERED_KEPT = 4096  # hosts' renderings kept (all of them dropped past that)
-_rendered: dict[tuple[Any, ...], _Published] = {}
-
-
-def _key(host: Any, options: tree.Options) -> tuple[Any, ...]:
-    """A host's report as rendered: its row (a host removed and reported again is a new
-    one), the generation of its report, its compute node and the sync's options."""
-    functionality = tuple(sorted(options.functionality.items()))
-    return (
-        host.id,
-        host.created_at,
-        host.hostname,
-        host.rp_uuid,
-        host.generation,
-        options.standard_classes,
-        functionality,
-        options.pools,
-    )
-
-
-def _render(
-    conn: Connection, hosts: Sequence[Any], options: tree.Options
-) -> dict[str, _Published | None]:
-    """The providers of ``hosts``, rendered from their rows as the sync does (None for a
-    host the sync could not render whole: Placement's query knows better), kept."""
-    devices = conn.execute(
-        select(DEVICES).where(DEVICES.c.hostname.in_([h.hostname for h in hosts]))
-    ).all()
-    deployables = conn.execute(
-        select(DEPLOYABLES).where(DEPLOYABLES.c.device_id.in_([d.id for d in devices]))
-    ).all()
-    recorded: dict[str, set[str]] = {}
-    for hostname, uuid in conn.execute(
-        select(PROVIDERS.c.hostname, PROVIDERS.c.uuid).where(
-            PROVIDERS.c.hostname.in_([h.hostname for h in hosts]),
-            PROVIDERS.c.retired.is_(False),
+_SYNCED = select(HOSTS.c.rp_uuid, HOSTS.c.generation, HOSTS.c.published).where(
+    HOSTS.c.rp_uuid.in_(bindparam("roots", expanding=True)),
+    HOSTS.c.generation == HOSTS.c.synced_generation,
+)
+# The view's providers: whether each is stale, and how many handles requests hold that
+# were allocated on it (Placement counts them there, a pool's included).
+_USED = (
+    select(PROVIDERS.c.uuid, PROVIDERS.c.stale_until > clock(), func.count(HANDLES.c.id))
+    .select_from(
+        PROVIDERS.outerjoin(ARQS, ARQS.c.device_rp_uuid == PROVIDERS.c.uuid).outerjoin(
+            HANDLES, HANDLES.c.arq_id == ARQS.c.id
         )
-    ):
-        recorded.setdefault(hostname, set()).add(uuid)
-    rendered: dict[str, _Published | None] = {}
-    with _lock:
-        if len(_rendered) + len(hosts) > RENDERED_KEPT:
-            _rendered.clear()
-    for host in hosts:
-        mine = [d for d in devices if d.hostname == host.hostname]
-        ids = {d.id for d in mine}
-        published = _host(host, mine, [d for d in deployables if d.device_id in ids], options)
-        if published is not None and not set(published.summaries) <= recorded.get(
-            host.hostname, set()
-        ):
-            published = None  # published in another shape (pools switched): Placement knows
-        rendered[host.hostname] = published
-        if published is not None:
-            with _lock:
-                _rendered[_key(host, options)] = published
-    return rendered
-
-
-def _host(
-    host: Any, devices: Sequence[Any], deployables: Sequence[Any], options: tree.Options
-) -> _Published | None:
-    """The host's providers with accelerators, as the sync publishes them, with their
-    accelerator class's capacity (total less reserved)."""
-    try:
-        providers = tree.desired_tree(host.hostname, host.rp_uuid, devices, deployables, options)
-    except InvalidPlacementName:
-        return None
-    of: dict[int, str] = {}
-    classes: dict[str, set[str]] = {}
-    by_id = {d.id: d for d in devices}
-    pooled = {member: p.uuid for p in providers for member in p.members}
-    for dep in deployables:
-        device = by_id[dep.device_id]
-        whole = dep.kind == "device"  # its inventory is on the device's provider
-        rp = names.provider_uuid(host.hostname, device.pci_address) if whole else dep.uuid
-        rp = pooled.get(dep.id, rp)  # or on its pool
-        of[dep.id] = rp
-        classes.setdefault(rp, set()).update(_accelerator_classes(device, dep, options))
-    summaries = {}
-    for provider in providers:
-        resources = {
-            rc: Capacity(inv.total - inv.reserved, 0)
-            for rc, inv in provider.inventories.items()
-            if rc in classes.get(provider.uuid, ())
-        }
-        if resources:
-            summaries[provider.uuid] = ProviderSummary(
-                resources, provider.traits, provider.parent_uuid, host.rp_uuid
-            )
-    return _Published(summaries, of)
-
-
-def _accelerator_classes(device: Any, dep: Any, options: tree.Options) -> set[str]:
-    """The deployable's accelerator class, as the sync names it (none without any)."""
-    if dep.num_accelerators <= 0:
-        return set()
-    where = f"{device.hostname} {device.pci_address}"
-    origin = names.Origin(driver=device.driver_name, device=where)
-    kind = dep.accelerator_type or device.type
-    return {names.accelerator_class(kind, standard=options.standard_classes, origin=origin)}
-
-
-def _held(conn: Connection, deployable_ids: Sequence[int]) -> dict[int, int]:
-    """How many handles requests hold, by deployable."""
-    if not deployable_ids:
-        return {}
-    rows = conn.execute(
-        select(HANDLES.c.deployable_id, func.count())
-        .where(HANDLES.c.deployable_id.in_(deployable_ids), HANDLES.c.arq_id.is_not(None))
-        .group_by(HANDLES.c.deployable_id)
-    ).all()
-    return {int(d): int(n) for d, n in rows}
+    )
+    .where(PROVIDERS.c.uuid.in_(bindparam("providers", expanding=True)))
+    .group_by(PROVIDERS.c.uuid, PROVIDERS.c.stale_until)
+)
 
 
 # Claims whose allocation Placement may hold while no request of theirs holds a handle:
@@ -348,18 +271,24 @@ def _placing(conn: Connection) -> dict[str, dict[str, int]]:
 # --- stale providers -------------------------------------------------------------------
 
 
-def mark_stale(providers: Iterable[str]) -> None:
-    """The view of these providers may be behind Placement: claims ask Placement's
-    candidate query about them for ``STALE_FOR`` seconds, or until settled."""
-    until = time.monotonic() + STALE_FOR
-    with _lock:
-        for rp in providers:
-            _stale[rp] = until
+def mark_stale(db: Database, providers: Iterable[str], right: Iterable[str] = ()) -> None:
+    """The view of ``providers`` may be behind Placement: claims ask Placement's candidate
+    query about them for ``STALE_FOR`` seconds (the database's time), or until settled;
+    that of ``right`` is right again. One write, in every API process's view at once."""
+    stale = sorted(set(providers))
+    changed = sorted({*stale, *right})
+    if changed:
+        with db.writer() as conn:
+            conn.execute(
+                update(PROVIDERS)
+                .where(PROVIDERS.c.uuid.in_(changed))
+                .values(stale_until=case((PROVIDERS.c.uuid.in_(stale), clock(STALE_FOR)))),
+            )
 
 
-def settle_stale(view: View, answer: Candidates) -> None:
+def settle_stale(db: Database, view: View, answer: Candidates) -> None:
     """Compare what a candidate query says is used on the view's providers with what the
-    view counts: providers with more used are stale, the others right again."""
+    view counts: providers with more used are stale, the stale others right again."""
     behind: list[str] = []
     right: list[str] = []
     for rp, summary in answer.summaries.items():
@@ -371,22 +300,4 @@ def settle_stale(view: View, answer: Candidates) -> None:
             c.used > counted[rc].used for rc, c in summary.resources.items() if rc in counted
         )
         (behind if more else right).append(rp)
-    mark_stale(behind)
-    with _lock:
-        for rp in right:
-            _stale.pop(rp, None)
-
-
-def clear() -> None:
-    """Believe the view everywhere again (a fresh Placement: tests, benchmarks)."""
-    with _lock:
-        _stale.clear()
-
-
-def _is_stale(rp: str) -> bool:
-    with _lock:
-        until = _stale.get(rp)
-        if until is not None and until <= time.monotonic():
-            del _stale[rp]
-            return False
-        return until is not None
+    mark_stale(db, behind, view.stale.intersection(right))

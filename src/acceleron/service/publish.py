@@ -65,6 +65,7 @@ from acceleron.placement.sync import (
     sync_tree,
 )
 from acceleron.placement.sync import Result as SyncResult
+from acceleron.service import claim_view
 from acceleron.vocabulary import UNHEALTHY
 
 LOG = logging.getLogger(__name__)
@@ -265,7 +266,9 @@ class Syncer:
         if not host.rp_uuid:
             return self.sync_host(hostname, force=True)
         read = self.client.get_tree(str(host.rp_uuid))  # empty when the compute node is gone
-        if self._as_recorded(hostname, str(host.rp_uuid), read, generations):
+        # Synced by an earlier release, which recorded nothing for claims' views: again.
+        unrecorded = (host.published or {}).get("generation") != host.synced_generation
+        if not unrecorded and self._as_recorded(hostname, str(host.rp_uuid), read, generations):
             return HostSync(hostname, [], skipped=True)
         return self.sync_host(hostname, force=True, read=read)
 
@@ -348,7 +351,7 @@ class Syncer:
             self.options, tolerated=tolerated, pools=pooled, mig_taken=partitioned
         )
         try:
-            result, errors, placed = self._publish(
+            result, errors, placed, desired = self._publish(
                 hostname, compute, devices, deployables, known, dry_run, options, read, held
             )
         except PlacementProviderNotFound as error:
@@ -360,11 +363,12 @@ class Syncer:
             # a server Placement allocates on one finds its devices at bind. Until that
             # inventory is given, the host is not synced (a failure leaves it to redo).
             synced = -1 if result.deferred else host.generation
-            self._record(hostname, synced, compute, result.known, errors)
+            seen = claim_view.published(host.generation, desired)
+            self._record(hostname, synced, compute, result.known, errors, seen)
             _place(self.db, deployables, placed)
             if result.deferred:
                 finish(self.client, compute, result)
-                self._record(hostname, host.generation, compute, result.known, errors)
+                self._record(hostname, host.generation, compute, result.known, errors, seen)
         if result.actions and not dry_run:
             done = Counter(action.op for action in result.actions)
             LOG.info(
@@ -387,14 +391,14 @@ class Syncer:
         options: tree.Options,
         read: Sequence[Provider] | None = None,
         held: dict[int, dict[str, int]] | None = None,
-    ) -> tuple[SyncResult, list[str], dict[int, str]]:
+    ) -> tuple[SyncResult, list[str], dict[int, str], list[tree.DesiredProvider]]:
         """The nested tree or the flat contribution, synced; the devices left out
-        (``read``: the tree as just read, for the nested one); and the provider of each
-        deployable published in a nested tree (by id)."""
+        (``read``: the tree as just read, for the nested one); the provider of each
+        deployable published in a nested tree (by id), and that tree."""
         if not options.nested:
             good, errors = _publishable(hostname, devices, deployables, options)
             flat = self._sync_flat(compute, good, deployables, known.get(compute), dry_run, options)
-            return flat, errors, {}
+            return flat, errors, {}, []
         desired, errors = _desired(hostname, compute, devices, deployables, options, held)
         synced = sync_tree(
             self.client,
@@ -406,7 +410,7 @@ class Syncer:
             defer_pools=True,
             retire_after=self.retire_after,
         )
-        return synced, errors, _providers_of(hostname, devices, deployables, desired)
+        return synced, errors, _providers_of(hostname, devices, deployables, desired), desired
 
     def _recheck_compute_node(
         self, hostname: str, compute: str, error: PlacementError, dry_run: bool
@@ -490,15 +494,20 @@ class Syncer:
         compute: str,
         known: dict[str, Known],
         errors: Sequence[str],
+        published: dict[str, Any],
     ) -> None:
         """What the sync wrote; ``errors``: the devices it left out, and why (the host is
-        not synced while there are any, though its next pass has nothing new to try)."""
+        not synced while there are any, though its next pass has nothing new to try);
+        ``published``: what claims' views read of it (``claim_view.published``)."""
         with self.db.writer() as conn:
             conn.execute(
                 update(HOSTS)
                 .where(HOSTS.c.hostname == hostname)
                 .values(
-                    synced_generation=generation, rp_uuid=compute, placement_errors=list(errors)
+                    synced_generation=generation,
+                    rp_uuid=compute,
+                    placement_errors=list(errors),
+                    published=published,
                 )
             )
             _store_known(conn, hostname, known)
