@@ -23,11 +23,13 @@ For each number of hosts:
    the API alone (its own periodic work: the Placement sync's passes and spread
    verification, the reconciler), then with every agent polling for tasks, then polling
    and reporting. The CPU time (user + system) of the API's processes, Placement's and
-   PostgreSQL's (every ``postgres`` process of the machine) in each window; a window's
-   cost less the one before is what the agents' polls, then their reports, cost. Each
-   is given per host per interval (ms), beside the share of a core it takes. The API's
-   reconciler lists every provider once a pass (every 300 s by default): windows that
-   do not span whole passes differ by whether they caught one (``--window 300``);
+   PostgreSQL's (the backends serving the run's two databases; and every ``postgres``
+   process of the machine, other users' included) in each window; a window's cost less
+   the one before is what the agents' polls, then their reports, cost. Each is given
+   per host per interval (ms), beside the share of a core it takes. The API's
+   reconciler reads every host once per ``[reconciler] interval`` (300 s), a slice
+   every 5 s: ``--window 300`` spans whole rounds (before, one listing of every
+   provider a pass: windows differed by whether they caught one);
 3. **beside the load**, in a fourth window with the agents polling and reporting: a
    claim and its release, Nova's create + bind of one QAT VF (``POST`` then ``PATCH``,
    the request deleted after), and Nova's Placement query for one H200, each one at a
@@ -102,9 +104,20 @@ def _processes() -> dict[int, tuple[int, float, str]]:
     return found
 
 
-def cpu_of(roots: dict[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each named process tree (a server and its workers), and
-    of every ``postgres`` process (``postgresql``)."""
+def _serves(pid: int, prefix: str) -> bool:
+    """Whether ``pid`` is a PostgreSQL backend connected to a database named ``prefix``..."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return f" {prefix}" in title
+
+
+def cpu_of(roots: dict[str, int], prefix: str = "") -> dict[str, float]:
+    """CPU seconds so far of each named process tree (a server and its workers), of the
+    PostgreSQL backends serving the databases named ``prefix``... (``postgresql``: a
+    backend that ended within a window takes its CPU with it), and of every
+    ``postgres`` process of the machine (``postgresql (machine)``: other users' too)."""
     table = _processes()
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _) in table.items():
@@ -117,7 +130,14 @@ def cpu_of(roots: dict[str, int]) -> dict[str, float]:
             total += table[pid][1] if pid in table else 0.0
             stack.extend(children.get(pid, []))
         totals[name] = total
-    totals["postgresql"] = sum(cpu for _, cpu, name in table.values() if name == "postgres")
+    totals["postgresql (machine)"] = sum(
+        cpu for _, cpu, name in table.values() if name == "postgres"
+    )
+    totals["postgresql"] = sum(
+        cpu
+        for pid, (_, cpu, name) in table.items()
+        if name == "postgres" and prefix and _serves(pid, prefix)
+    )
     return totals
 
 
@@ -319,6 +339,7 @@ def load_average() -> str:
 def steady(
     agents: Agents,
     roots: dict[str, int],
+    prefix: str,
     window: float,
     polls: bool,
     reports: bool,
@@ -326,7 +347,7 @@ def steady(
 ) -> tuple[dict[str, float], Any]:
     """The processes' CPU seconds over one window with the agents doing what is asked;
     what ``beside`` returned (run in a thread meanwhile)."""
-    before = cpu_of(roots)
+    before = cpu_of(roots, prefix)
     until = time.monotonic() + window
 
     async def main() -> Any:
@@ -340,7 +361,7 @@ def steady(
         return results[0]
 
     found = asyncio.run(main())
-    after = cpu_of(roots)
+    after = cpu_of(roots, prefix)
     return {k: after[k] - before[k] for k in after}, found
 
 
@@ -401,10 +422,10 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
                 "Nova's query, 1 H200": timed(share, nova_query(placement)),
             }
 
-        alone, _ = steady(agents, roots, args.window, polls=False, reports=False)
-        polling, _ = steady(agents, roots, args.window, polls=True, reports=False)
-        everything, _ = steady(agents, roots, args.window, polls=True, reports=True)
-        _, beside = steady(agents, roots, args.window, True, True, side)
+        alone, _ = steady(agents, roots, prefix, args.window, polls=False, reports=False)
+        polling, _ = steady(agents, roots, prefix, args.window, polls=True, reports=False)
+        everything, _ = steady(agents, roots, prefix, args.window, polls=True, reports=True)
+        _, beside = steady(agents, roots, prefix, args.window, True, True, side)
         print(
             f"steady state, {args.window:g} s windows; load {load_average()}; agents: "
             f"{agents.polls} polls, {agents.reported} reports, {agents.failures} failed"
@@ -417,7 +438,7 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         ]
         for label, window, base in rows:
             cells = []
-            for proc in ("api", "placement", "postgresql"):
+            for proc in ("api", "placement", "postgresql", "postgresql (machine)"):
                 spent = window[proc] - (base[proc] if base else 0.0)
                 per_host = spent / hosts / intervals * 1000
                 cells.append(
