@@ -30,6 +30,7 @@ from tests.fixtures.arqs import ADMIN, HOST, held
 from tests.fixtures.fake_host import report
 from tests.fixtures.placement import CountingAdapter
 from tests.fixtures.server import serve
+from tests.fixtures.waiting import wait_for
 
 HANDLES, HOSTS = table(AttachHandle), table(Host)
 DEPLOYABLES, DEVICES, PROVIDERS = table(Deployable), table(Device), table(PlacementProvider)
@@ -372,3 +373,29 @@ def test_a_leak_outside_the_first_slice_is_freed_within_the_bound(
     assert latest <= grace + 2 * interval
     assert held(placement, allocation) == {}
     assert passes.run() == []
+
+
+def test_the_apis_passes_go_round_the_hosts_and_free_a_leak(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    placement: adapter.Adapter,
+    published: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API's own passes, a slice each tick (ticks made short here): a leak on a host
+    of a later slice is freed once its host's slice has seen it twice."""
+    from acceleron.api import workers
+
+    more_hosts(db, conf, placement)
+    monkeypatch.setattr(workers, "VERIFY_TICK", 0.25)  # 1 s: four ticks of 0.25 s
+    conf.set_override("mode", "remote", group="placement")
+    conf.set_override("interval", 1, group="reconciler")
+    conf.set_override("grace", 0, group="reconciler")
+    leaked = str(uuid.uuid4())
+    allocate(placement, leaked, {region_of(db, "host-2"): {FPGA: 1}})
+    counted = CountingAdapter(placement)
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(counted))
+    with TestClient(app):
+        wait_for(lambda: held(placement, leaked) == {}, seconds=60)
+    assert not any(c.path == "/resource_providers" and not c.query for c in counted.calls)
