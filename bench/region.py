@@ -34,7 +34,7 @@ For each number of hosts:
    claim and its release, Nova's create + bind of one QAT VF (``POST`` then ``PATCH``,
    the request deleted after), and Nova's Placement query for one H200, each one at a
    time, back to back, with their p50/p95;
-4. the databases' sizes (``pg_database_size``).
+4. the servers' resident memory and the databases' sizes (``pg_database_size``).
 
 A cost per host that grows with the hosts is a pass that reads them all. The machine's
 load is printed beside the figures: on a small shared machine the agents, both servers
@@ -139,6 +139,30 @@ def cpu_of(roots: dict[str, int], prefix: str = "") -> dict[str, float]:
         if name == "postgres" and prefix and _serves(pid, prefix)
     )
     return totals
+
+
+def rss_of(roots: dict[str, int]) -> dict[str, tuple[float, int]]:
+    """Resident memory (MiB) of each named process tree, and how many processes it has."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found = {}
+    for name, root in roots.items():
+        stack, total, count = [root], 0.0, 0
+        while stack:
+            pid = stack.pop()
+            stack.extend(children.get(pid, []))
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+                    count += 1
+        found[name] = (total, count)
+    return found
 
 
 # --- the light agents ----------------------------------------------------------------------
@@ -447,6 +471,11 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
             print(f"  {label:<28} per host per interval: " + "; ".join(cells))
         for label, taken in beside.items():
             print(f"  beside it: {label:<24} p50/p95 {percentiles(taken)}")
+        memory = rss_of({**roots, "agents (this process)": os.getpid()})
+        print(
+            "memory (resident): "
+            + ", ".join(f"{k} {mib:.0f} MiB ({n} processes)" for k, (mib, n) in memory.items())
+        )
         sizes = database_sizes(urls)
         print(
             "databases: "
