@@ -165,6 +165,14 @@ def rss_of(roots: dict[str, int]) -> dict[str, tuple[float, int]]:
     return found
 
 
+def own_rss() -> float:
+    """This process's resident memory (MiB), its children left out."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 # --- the light agents ----------------------------------------------------------------------
 
 
@@ -471,10 +479,11 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
             print(f"  {label:<28} per host per interval: " + "; ".join(cells))
         for label, taken in beside.items():
             print(f"  beside it: {label:<24} p50/p95 {percentiles(taken)}")
-        memory = rss_of({**roots, "agents (this process)": os.getpid()})
+        memory = rss_of(roots)
         print(
             "memory (resident): "
             + ", ".join(f"{k} {mib:.0f} MiB ({n} processes)" for k, (mib, n) in memory.items())
+            + f", agents (this process alone) {own_rss():.0f} MiB"
         )
         sizes = database_sizes(urls)
         print(
