@@ -113,23 +113,29 @@ def _serves(pid: int, prefix: str) -> bool:
     return f" {prefix}" in title
 
 
+def _tree(table: dict[int, tuple[int, float, str]], root: int) -> list[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    stack, found = [root], []
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
 def cpu_of(roots: dict[str, int], prefix: str = "") -> dict[str, float]:
     """CPU seconds so far of each named process tree (a server and its workers), of the
     PostgreSQL backends serving the databases named ``prefix``... (``postgresql``: a
     backend that ended within a window takes its CPU with it), and of every
     ``postgres`` process of the machine (``postgresql (machine)``: other users' too)."""
     table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    totals = {}
-    for name, root in roots.items():
-        stack, total = [root], 0.0
-        while stack:
-            pid = stack.pop()
-            total += table[pid][1] if pid in table else 0.0
-            stack.extend(children.get(pid, []))
-        totals[name] = total
+    totals = {
+        name: sum(table[pid][1] for pid in _tree(table, root) if pid in table)
+        for name, root in roots.items()
+    }
     totals["postgresql (machine)"] = sum(
         cpu for _, cpu, name in table.values() if name == "postgres"
     )
@@ -144,15 +150,10 @@ def cpu_of(roots: dict[str, int], prefix: str = "") -> dict[str, float]:
 def rss_of(roots: dict[str, int]) -> dict[str, tuple[float, int]]:
     """Resident memory (MiB) of each named process tree, and how many processes it has."""
     table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in table.items():
-        children.setdefault(parent, []).append(pid)
     found = {}
     for name, root in roots.items():
-        stack, total, count = [root], 0.0, 0
-        while stack:
-            pid = stack.pop()
-            stack.extend(children.get(pid, []))
+        total, count = 0.0, 0
+        for pid in _tree(table, root):
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
