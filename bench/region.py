@@ -23,16 +23,18 @@ For each number of hosts:
    the API alone (its own periodic work: the Placement sync's passes and spread
    verification, the reconciler), then with every agent polling for tasks, then polling
    and reporting. The CPU time (user + system) of the API's processes, Placement's and
-   PostgreSQL's (every ``postgres`` process of the machine) in each window; a window's
-   cost less the one before is what the agents' polls, then their reports, cost. Each
-   is given per host per interval (ms), beside the share of a core it takes. The API's
-   reconciler lists every provider once a pass (every 300 s by default): windows that
-   do not span whole passes differ by whether they caught one (``--window 300``);
+   PostgreSQL's (the backends serving the run's two databases; and every ``postgres``
+   process of the machine, other users' included) in each window; a window's cost less
+   the one before is what the agents' polls, then their reports, cost. Each is given
+   per host per interval (ms), beside the share of a core it takes. The API's
+   reconciler reads every host once per ``[reconciler] interval`` (300 s), a slice
+   every 5 s: ``--window 300`` spans whole rounds (before, one listing of every
+   provider a pass: windows differed by whether they caught one);
 3. **beside the load**, in a fourth window with the agents polling and reporting: a
    claim and its release, Nova's create + bind of one QAT VF (``POST`` then ``PATCH``,
    the request deleted after), and Nova's Placement query for one H200, each one at a
    time, back to back, with their p50/p95;
-4. the databases' sizes (``pg_database_size``).
+4. the servers' resident memory and the databases' sizes (``pg_database_size``).
 
 A cost per host that grows with the hosts is a pass that reads them all. The machine's
 load is printed beside the figures: on a small shared machine the agents, both servers
@@ -102,23 +104,74 @@ def _processes() -> dict[int, tuple[int, float, str]]:
     return found
 
 
-def cpu_of(roots: dict[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each named process tree (a server and its workers), and
-    of every ``postgres`` process (``postgresql``)."""
-    table = _processes()
+def _serves(pid: int, prefix: str) -> bool:
+    """Whether ``pid`` is a PostgreSQL backend connected to a database named ``prefix``..."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return f" {prefix}" in title
+
+
+def _tree(table: dict[int, tuple[int, float, str]], root: int) -> list[int]:
+    """``root`` and every process below it."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _) in table.items():
         children.setdefault(parent, []).append(pid)
-    totals = {}
-    for name, root in roots.items():
-        stack, total = [root], 0.0
-        while stack:
-            pid = stack.pop()
-            total += table[pid][1] if pid in table else 0.0
-            stack.extend(children.get(pid, []))
-        totals[name] = total
-    totals["postgresql"] = sum(cpu for _, cpu, name in table.values() if name == "postgres")
+    stack, found = [root], []
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def cpu_of(roots: dict[str, int], prefix: str = "") -> dict[str, float]:
+    """CPU seconds so far of each named process tree (a server and its workers), of the
+    PostgreSQL backends serving the databases named ``prefix``... (``postgresql``: a
+    backend that ended within a window takes its CPU with it), and of every
+    ``postgres`` process of the machine (``postgresql (machine)``: other users' too)."""
+    table = _processes()
+    totals = {
+        name: sum(table[pid][1] for pid in _tree(table, root) if pid in table)
+        for name, root in roots.items()
+    }
+    totals["postgresql (machine)"] = sum(
+        cpu for _, cpu, name in table.values() if name == "postgres"
+    )
+    totals["postgresql"] = sum(
+        cpu
+        for pid, (_, cpu, name) in table.items()
+        if name == "postgres" and prefix and _serves(pid, prefix)
+    )
     return totals
+
+
+def rss_of(roots: dict[str, int]) -> dict[str, tuple[float, int]]:
+    """Resident memory (MiB) of each named process tree, and how many processes it has."""
+    table = _processes()
+    found = {}
+    for name, root in roots.items():
+        total, count = 0.0, 0
+        for pid in _tree(table, root):
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+                    count += 1
+        found[name] = (total, count)
+    return found
+
+
+def own_rss() -> float:
+    """This process's resident memory (MiB), its children left out."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 # --- the light agents ----------------------------------------------------------------------
@@ -319,6 +372,7 @@ def load_average() -> str:
 def steady(
     agents: Agents,
     roots: dict[str, int],
+    prefix: str,
     window: float,
     polls: bool,
     reports: bool,
@@ -326,7 +380,7 @@ def steady(
 ) -> tuple[dict[str, float], Any]:
     """The processes' CPU seconds over one window with the agents doing what is asked;
     what ``beside`` returned (run in a thread meanwhile)."""
-    before = cpu_of(roots)
+    before = cpu_of(roots, prefix)
     until = time.monotonic() + window
 
     async def main() -> Any:
@@ -340,7 +394,7 @@ def steady(
         return results[0]
 
     found = asyncio.run(main())
-    after = cpu_of(roots)
+    after = cpu_of(roots, prefix)
     return {k: after[k] - before[k] for k in after}, found
 
 
@@ -401,10 +455,10 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
                 "Nova's query, 1 H200": timed(share, nova_query(placement)),
             }
 
-        alone, _ = steady(agents, roots, args.window, polls=False, reports=False)
-        polling, _ = steady(agents, roots, args.window, polls=True, reports=False)
-        everything, _ = steady(agents, roots, args.window, polls=True, reports=True)
-        _, beside = steady(agents, roots, args.window, True, True, side)
+        alone, _ = steady(agents, roots, prefix, args.window, polls=False, reports=False)
+        polling, _ = steady(agents, roots, prefix, args.window, polls=True, reports=False)
+        everything, _ = steady(agents, roots, prefix, args.window, polls=True, reports=True)
+        _, beside = steady(agents, roots, prefix, args.window, True, True, side)
         print(
             f"steady state, {args.window:g} s windows; load {load_average()}; agents: "
             f"{agents.polls} polls, {agents.reported} reports, {agents.failures} failed"
@@ -417,7 +471,7 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         ]
         for label, window, base in rows:
             cells = []
-            for proc in ("api", "placement", "postgresql"):
+            for proc in ("api", "placement", "postgresql", "postgresql (machine)"):
                 spent = window[proc] - (base[proc] if base else 0.0)
                 per_host = spent / hosts / intervals * 1000
                 cells.append(
@@ -426,6 +480,12 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
             print(f"  {label:<28} per host per interval: " + "; ".join(cells))
         for label, taken in beside.items():
             print(f"  beside it: {label:<24} p50/p95 {percentiles(taken)}")
+        memory = rss_of(roots)
+        print(
+            "memory (resident): "
+            + ", ".join(f"{k} {mib:.0f} MiB ({n} processes)" for k, (mib, n) in memory.items())
+            + f", agents (this process alone) {own_rss():.0f} MiB"
+        )
         sizes = database_sizes(urls)
         print(
             "databases: "

@@ -513,10 +513,11 @@ RECONCILER_OPTS: list[cfg.Opt] = [
         default=300,
         min=0,
         max=3600,
-        help="Seconds between two passes that look for Placement allocations of "
+        help="Seconds in which the passes that look for Placement allocations of "
         "Acceleron's resources no request holds, and requests holding handles for "
-        "consumers without allocations. 0: no passes (POST /v2/placement/reconcile and "
-        "'acceleron placement reconcile' still run one).",
+        "consumers without allocations, read every host once: a pass every 5 s or so, "
+        "each over a slice of the hosts. 0: no passes (POST /v2/placement/reconcile and "
+        "'acceleron placement reconcile' still run one, over every host).",
     ),
     cfg.IntOpt(
         "grace",

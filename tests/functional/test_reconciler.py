@@ -5,7 +5,9 @@ and the reconciler frees what is left, after its grace, and only Acceleron's par
 from __future__ import annotations
 
 import json
+import math
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,18 +18,22 @@ from sqlalchemy import select
 
 from acceleron.api.app import create_app
 from acceleron.cli.main import main
-from acceleron.db.models import AttachHandle, Host, table
+from acceleron.db.models import AttachHandle, Deployable, Device, Host, PlacementProvider, table
 from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
 from acceleron.placement.client import PlacementClient
-from acceleron.service import arqs, binding
+from acceleron.service import arqs, binding, inventory
 from acceleron.service.placement import PlacementService, options_from_conf
-from acceleron.service.publish import Syncer
+from acceleron.service.publish import Syncer, verify_slice
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.arqs import ADMIN, HOST, held
+from tests.fixtures.fake_host import report
+from tests.fixtures.placement import CountingAdapter
 from tests.fixtures.server import serve
+from tests.fixtures.waiting import wait_for
 
 HANDLES, HOSTS = table(AttachHandle), table(Host)
+DEPLOYABLES, DEVICES, PROVIDERS = table(Deployable), table(Device), table(PlacementProvider)
 FPGA = "CUSTOM_ACCELERATOR_FPGA"
 LATEST = {"OpenStack-API-Version": "accelerator latest"}
 
@@ -248,3 +254,148 @@ def test_a_provider_changed_in_placement_shows_unsynced_and_is_repaired_at_the_n
     assert client.get_traits(region)[1] == wanted and synced()
     passes.run(free=False)
     assert passes.drifted == [] and synced()
+
+
+# Four hosts in three slices (by the hash of their names): host-3 and host-4, host-1, host-2.
+HOSTS_4, TICKS = (HOST, "host-2", "host-3", "host-4"), 3
+
+
+def more_hosts(db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter) -> None:
+    """host-2 to host-4 with host-1's fake inventory, in Placement as host-1 is."""
+    syncer = Syncer(
+        db, lambda: PlacementClient(placement), options_from_conf(conf), create_compute_nodes=True
+    )
+    for host in HOSTS_4[1:]:
+        inventory.reconcile(db, report(conf, host))
+        syncer.sync_host(host)
+    assert [verify_slice(HOSTS_4, tick, TICKS) for tick in range(TICKS)] == [
+        ["host-3", "host-4"],
+        [HOST],
+        ["host-2"],
+    ]
+
+
+def region_of(db: Database, host: str) -> str:
+    with db.reader() as conn:
+        return str(
+            conn.execute(
+                select(DEPLOYABLES.c.rp_uuid)
+                .join(DEVICES, DEVICES.c.id == DEPLOYABLES.c.device_id)
+                .where(DEPLOYABLES.c.kind == "region", DEVICES.c.hostname == host)
+                .order_by(DEPLOYABLES.c.id)
+            )
+            .scalars()
+            .first()
+        )
+
+
+def test_a_periodic_pass_reads_only_its_slice_of_the_hosts(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """A pass of tick ``t`` of ``n`` reads the tree of each host of its slice (one small
+    GET each) and the allocations of their providers (the first time, then only of
+    those whose generation moved), never the whole listing; n ticks read every host."""
+    more_hosts(db, conf, placement)
+    with db.reader() as conn:
+        computes = dict(conn.execute(select(HOSTS.c.hostname, HOSTS.c.rp_uuid)).all())
+        providers = {
+            host: {
+                row.uuid
+                for row in conn.execute(select(PROVIDERS).where(PROVIDERS.c.hostname == host))
+            }
+            for host in HOSTS_4
+        }
+    counted = CountingAdapter(placement)
+    passes = Reconciler(db, lambda: PlacementClient(counted), 0)
+
+    def served(tick: int) -> tuple[list[str], set[str]]:
+        counted.reset()
+        assert passes.run(tick=tick, ticks=TICKS) == []
+        trees = [c.query for c in counted.calls if c.path == "/resource_providers"]
+        reads = {c.path.split("/")[2] for c in counted.calls if c.path.endswith("/allocations")}
+        return trees, reads
+
+    for tick in range(TICKS):
+        mine = verify_slice(HOSTS_4, tick, TICKS)
+        trees, reads = served(tick)
+        assert trees == [f"in_tree={computes[host]}" for host in mine]
+        assert reads == set().union(*(providers[host] for host in mine))
+    for tick in range(TICKS, 2 * TICKS):  # the second round: nothing moved, only the trees
+        mine = verify_slice(HOSTS_4, tick, TICKS)
+        assert served(tick) == ([f"in_tree={computes[host]}" for host in mine], set())
+    fresh = str(uuid.uuid4())
+    allocate(placement, fresh, {region_of(db, "host-2"): {FPGA: 1}})
+    assert served(0) == (
+        [f"in_tree={computes[host]}" for host in ("host-3", "host-4")],
+        set(),
+    )  # host-2's slice is not this one: its allocation waits for its tick
+    assert actions(passes.run(tick=2, ticks=TICKS)) == [("allocation", fresh, "waiting")]
+
+
+def test_a_leak_outside_the_first_slice_is_freed_within_the_bound(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """Passes spread over the interval, each reading its slice: a leak is seen when its
+    host's slice comes, once an interval, and freed at the latest interval * (1 +
+    max(1, ceil(grace / interval))) seconds after it appears: within grace + 2 *
+    interval. The passes' clock is the time each tick was due."""
+    more_hosts(db, conf, placement)
+    interval, grace = 60.0, 100.0
+    passes = reconciler(db, placement, grace=grace)
+    allocation, request = str(uuid.uuid4()), str(uuid.uuid4())
+    leaks: dict[str, tuple[int, Callable[[], object]]] = {  # its host's tick, how it leaks
+        allocation: (
+            2,
+            lambda: allocate(placement, allocation, {region_of(db, "host-2"): {FPGA: 1}}),
+        ),
+        request: (1, lambda: bind(db, region_of(db, HOST), request)),  # no allocation at all
+    }
+    appeared: dict[str, float] = {}
+    freed: dict[str, float] = {}
+    tick = 0
+    while len(freed) < len(leaks) and tick < 10 * TICKS:
+        now = (tick + 1) * interval / TICKS
+        for leak in passes.run(tick=tick, ticks=TICKS, now=now):
+            assert leak.consumer in appeared and leaks[leak.consumer][0] == tick % TICKS
+            first = appeared[leak.consumer] + interval  # its host's next pass
+            assert leak.seen_for == now - first
+            done = "freed" if leak.kind == "allocation" else "released"
+            assert leak.action == ("waiting" if now - first < grace else done)
+            if leak.action != "waiting":
+                freed[leak.consumer] = now
+        for consumer, (slot, make) in leaks.items():
+            if tick == slot:  # just after its host's pass: the longest wait
+                make()
+                appeared[consumer] = now
+        tick += 1
+    latest = interval * (1 + max(1, math.ceil(grace / interval)))
+    assert {c: freed[c] - appeared[c] for c in leaks} == dict.fromkeys(leaks, latest)
+    assert latest <= grace + 2 * interval
+    assert held(placement, allocation) == {}
+    assert passes.run() == []
+
+
+def test_the_apis_passes_go_round_the_hosts_and_free_a_leak(
+    db: Database,
+    conf: cfg.ConfigOpts,
+    placement: adapter.Adapter,
+    published: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API's own passes, a slice each tick (ticks made short here): a leak on a host
+    of a later slice is freed once its host's slice has seen it twice."""
+    from acceleron.api import workers
+
+    more_hosts(db, conf, placement)
+    monkeypatch.setattr(workers, "VERIFY_TICK", 0.25)  # 1 s: four ticks of 0.25 s
+    conf.set_override("mode", "remote", group="placement")
+    conf.set_override("interval", 1, group="reconciler")
+    conf.set_override("grace", 0, group="reconciler")
+    leaked = str(uuid.uuid4())
+    allocate(placement, leaked, {region_of(db, "host-2"): {FPGA: 1}})
+    counted = CountingAdapter(placement)
+    app = create_app(conf, db)
+    app.state.placement = PlacementService(conf, db, lambda: PlacementClient(counted))
+    with TestClient(app):
+        wait_for(lambda: held(placement, leaked) == {}, seconds=60)
+    assert not any(c.path == "/resource_providers" and not c.query for c in counted.calls)

@@ -46,3 +46,12 @@ def test_a_late_tick_pushes_the_next_back_instead_of_a_burst() -> None:
 def test_an_interval_shorter_than_a_tick_is_one_tick() -> None:
     pace = VerifyTicks.every(2, now=0.0)
     assert (pace.ticks, pace.seconds, pace.at) == (1, 2.0, 2.0)
+
+
+def test_a_failed_tick_is_tried_again_a_tick_later() -> None:
+    """The reconciler's pace: a pass that failed keeps its slice for the next try."""
+    pace = VerifyTicks.every(300, now=0.0)
+    pace.advance(pace.at)
+    failed = pace.at + 1.0
+    pace.retry(failed)
+    assert pace.tick == 1 and not pace.due(failed) and pace.at == failed + pace.seconds

@@ -98,7 +98,8 @@ VERIFY_TICK = 5.0  # seconds between two slices of the periodic verification, ab
 class VerifyTicks:
     """The periodic verification's pace: ``ticks`` ticks of ``seconds`` each per
     ``[placement] verify_interval``, the next one due at ``at`` (``time.monotonic``),
-    each verifying its slice of hosts (``publish.verify_slice``). A tick that comes late
+    each verifying its slice of hosts (``publish.verify_slice``); the reconciler's
+    passes over ``[reconciler] interval`` likewise. A tick that comes late
     (Placement away, a long pass) pushes the next ones back: no catching up in a burst."""
 
     ticks: int
@@ -119,6 +120,10 @@ class VerifyTicks:
         self.at += self.seconds
         if self.at <= now:
             self.at = now + self.seconds
+
+    def retry(self, now: float) -> None:
+        """The same tick again, one tick's length from ``now`` (its pass failed)."""
+        self.at = now + self.seconds
 
 
 class SyncWorker:
@@ -270,17 +275,27 @@ async def recover_claims(app: FastAPI) -> None:
 
 
 async def reconcile(app: FastAPI) -> None:
-    """A pass of the reconciler every [reconciler] interval seconds (docs/reconciler.md)."""
+    """The reconciler's passes (docs/reconciler.md): ``[reconciler] interval`` spread in
+    ticks of a few seconds as the verification's are (``VerifyTicks``), each a pass over
+    its slice of the hosts, so that every host is read once an interval. A tick that
+    fails (Placement or the database away) is tried again a tick later."""
     parts = services(app)
     conf = parts.conf.reconciler
+    ticks = VerifyTicks.every(conf.interval, time.monotonic())
     while True:
-        await asyncio.sleep(conf.interval)
+        await asyncio.sleep(max(ticks.at - time.monotonic(), 0.0))
         reconciler = placement_api.reconciler_of(app)
+        run = functools.partial(
+            reconciler.run, free=conf.free, tick=ticks.tick, ticks=ticks.ticks, now=ticks.at
+        )
         try:
-            await parts.threads.outbound(functools.partial(reconciler.run, free=conf.free))
+            await parts.threads.outbound(run)
             if reconciler.drifted:  # hosts Placement changed behind the sync's back
                 wake_sync(app.state)
         except AcceleronError as error:  # Placement or the database away: next round
             LOG.warning("Reconciling Placement and requests failed: %s", error.message)
+            ticks.retry(time.monotonic())
+            continue
         except Exception:  # nothing must end the reconciler
             LOG.exception("Reconciling Placement and requests failed")
+        ticks.advance(time.monotonic())

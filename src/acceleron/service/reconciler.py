@@ -15,18 +15,27 @@ requests stayed, or a hand in Placement:
 
 A boot or a claim allocates before it binds, and a deleted instance loses its
 allocation before its requests, so a leak is acted on only when the passes have
-seen it for ``grace`` seconds, in two passes at least, without a break: a leak is
-freed (or, when freeing is off, reported) at the latest ``grace + 2 * interval``
-seconds after it appears. What is found is logged, and answered by
-``POST /v2/placement/reconcile`` (2.9; ``acceleron placement reconcile``).
+seen it for ``grace`` seconds, in two passes at least, without a break. What is found
+is logged, and answered by ``POST /v2/placement/reconcile`` (2.9; ``acceleron
+placement reconcile``), which is a pass over every host (one listing of the providers).
+
+The API's periodic passes each read a slice of the hosts (``tick`` of ``ticks``, by
+the hash of the host's name the sync's verification spreads its hosts by,
+``publish.verify_slice``): the tree of each host's compute node (one small GET), that
+host's providers, its requests. The ticks are spread over ``[reconciler] interval``, so
+each host is read once an interval and a pass costs the same however large the region
+is. A leak is first seen at most one interval after it appears, then once an interval:
+it is freed (or, when freeing is off, reported) at the latest ``interval * (1 + max(1,
+ceil(grace / interval)))`` seconds after it appears, never later than ``grace + 2 *
+interval``, while the ticks keep their pace (Placement answering).
 
 Each pass first ends the server-side claims whose actor's lease has passed
 (``claims.recover``: kind ``claim``), so that what they held is freed at once rather
 than found as leaks later.
 
 A pass also notices providers someone else changed in Placement (a trait or an
-inventory deleted by hand): of the providers whose generation moved since the sync
-recorded it, each is read (inventories and traits) and compared with what the sync
+inventory deleted by hand): of the providers it read whose generation moved since the
+sync recorded it, each is read (inventories and traits) and compared with what the sync
 wrote (its digest). Only allocations moved it: the new generation is recorded. Its
 content differs: its host is marked not synced (``placement_synced`` false) for the
 sync's next pass to repair, rather than at its periodic verification of every host
@@ -39,7 +48,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
@@ -50,10 +59,12 @@ from acceleron.exceptions import AcceleronError, PlacementProviderNotFound
 from acceleron.placement import sync, tree
 from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.service import arqs, claims, cleaning
+from acceleron.service.publish import verify_slice
 
 LOG = logging.getLogger(__name__)
 PROVIDERS, HOSTS, ARQS = table(PlacementProvider), table(Host), table(AcceleratorRequest)
 Allocations = Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amount
+Read = dict[str, tuple[int, Allocations]]  # provider uuid -> generation, allocations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +81,7 @@ class Leak:
     # since the claim last moved)
     action: str  # waiting, would free, freed, released, reported, or failed: why; kind
     # claim: undone, released, would undo, would release, gone meanwhile
+    hosts: frozenset[str] = frozenset()  # the hosts of the providers or requests found
 
 
 class Reconciler:
@@ -88,27 +100,50 @@ class Reconciler:
         self.grace = grace
         self.claim_timeout = claim_timeout
         self.policy = policy  # how a handle it frees is cleaned
-        # (kind, consumer) -> when a pass first saw it (monotonic), and in how many passes
-        self._sightings: dict[tuple[str, str], tuple[float, int]] = {}
+        # (kind, consumer) -> when a pass first saw it (monotonic), in how many passes,
+        # and on which hosts the last passes that read them saw it
+        self._sightings: dict[tuple[str, str], tuple[float, int, frozenset[str]]] = {}
         self._lock = threading.Lock()
-        # provider uuid -> its generation and allocations, as the last pass read them
-        self._read: dict[str, tuple[int, Allocations]] = {}
+        # host -> its providers' generations and allocations, as the last pass read them
+        self._read: dict[str, Read] = {}
         # The hosts the last pass found changed in Placement behind the sync's back.
         self.drifted: list[str] = []
 
-    def run(self, *, free: bool = True, dry_run: bool = False) -> list[Leak]:
+    def run(
+        self,
+        *,
+        free: bool = True,
+        dry_run: bool = False,
+        tick: int = 0,
+        ticks: int = 1,
+        now: float | None = None,
+    ) -> list[Leak]:
         """One pass: the leaks found, each with what was done. ``free`` False only
-        reports them; ``dry_run`` changes nothing (and says what would be freed)."""
+        reports them; ``dry_run`` changes nothing (and says what would be freed).
+
+        ``ticks`` 1 (the default): every host, from one listing of the providers;
+        otherwise only the hosts of slice ``tick`` of ``ticks`` (``verify_slice``), each
+        host's tree read on its own. ``now``: the pass's time (``time.monotonic``; the
+        periodic passes give the time their tick was due, so that a host's passes are
+        an interval apart even when one of them started late)."""
         with self._lock:
+            moment = time.monotonic() if now is None else now
             client = self._new_client()
             recovered = self._claims(client, dry_run)
-            holders = holding(self.db)
-            listing = client.list_providers()
-            self.drifted = self._drift(client, listing, dry_run)
-            found = [*self._allocations(client, holders, listing), *self._requests(client, holders)]
+            hosts = self._hosts(tick, ticks)
+            listing = self._listing(client, hosts, whole=ticks <= 1)
+            covered = None if ticks <= 1 else frozenset(hosts)
+            self.drifted = self._drift(client, listing, covered, dry_run)
+            found = [
+                *self._allocations(client, listing, covered),
+                *self._requests(client, covered),
+            ]
             return [
                 *recovered,
-                *(self._act(client, leak, free, dry_run) for leak in self._aged(found)),
+                *(
+                    self._act(client, leak, free, dry_run)
+                    for leak in self._aged(found, covered, moment)
+                ),
             ]
 
     def claims(self, *, dry_run: bool = False) -> list[Leak]:
@@ -127,18 +162,44 @@ class Reconciler:
 
     # --- finding -----------------------------------------------------------------------
 
-    def _drift(
-        self, client: PlacementClient, listing: Sequence[Provider], dry_run: bool
-    ) -> list[str]:
-        """The hosts one of whose providers Placement holds otherwise than the sync
-        wrote it; marked not synced (the sync's next pass repairs them)."""
-        now = {p.uuid: p for p in listing}
+    def _hosts(self, tick: int, ticks: int) -> dict[str, str | None]:
+        """The hosts this pass reads (every host with ``ticks`` 1), each with its compute
+        node's uuid; what earlier passes read of hosts gone since is forgotten."""
         with self.db.reader() as conn:
-            rows = conn.execute(
-                select(PROVIDERS).where(
-                    PROVIDERS.c.retired.is_(False), PROVIDERS.c.digest != sync.UNSETTLED
-                )
-            ).all()
+            rows = conn.execute(select(HOSTS.c.hostname, HOSTS.c.rp_uuid))
+            every: dict[str, str | None] = {row.hostname: row.rp_uuid for row in rows}
+        self._read = {host: read for host, read in self._read.items() if host in every}
+        if ticks <= 1:
+            return every
+        return {host: every[host] for host in verify_slice(every, tick, ticks)}
+
+    def _listing(
+        self, client: PlacementClient, hosts: Mapping[str, str | None], *, whole: bool
+    ) -> list[Provider]:
+        """The providers as Placement has them: every one (one listing), or those in the
+        trees of ``hosts``' compute nodes (a small GET each)."""
+        if whole:
+            return client.list_providers()
+        return [p for compute in hosts.values() if compute for p in client.get_tree(compute)]
+
+    def _drift(
+        self,
+        client: PlacementClient,
+        listing: Sequence[Provider],
+        covered: frozenset[str] | None,
+        dry_run: bool,
+    ) -> list[str]:
+        """The hosts (of those ``covered``; None: every host) one of whose providers
+        Placement holds otherwise than the sync wrote it; marked not synced (the sync's
+        next pass repairs them)."""
+        now = {p.uuid: p for p in listing}
+        query = select(PROVIDERS).where(
+            PROVIDERS.c.retired.is_(False), PROVIDERS.c.digest != sync.UNSETTLED
+        )
+        if covered is not None:
+            query = query.where(PROVIDERS.c.hostname.in_(sorted(covered)))
+        with self.db.reader() as conn:
+            rows = conn.execute(query).all() if covered is None or covered else []
         drifted: set[str] = set()
         for row in rows:
             actual = now.get(row.uuid)
@@ -178,40 +239,48 @@ class Reconciler:
         return sorted(drifted)
 
     def _allocations(
-        self, client: PlacementClient, holders: Mapping[str, Any], listing: Sequence[Provider]
+        self,
+        client: PlacementClient,
+        listing: Sequence[Provider],
+        covered: frozenset[str] | None,
     ) -> list[Leak]:
         """Consumers holding Acceleron's resources with no request holding a handle:
-        those the providers' allocations name, each read again as Placement has it."""
-        with self.db.reader() as conn:
-            rows = conn.execute(select(PROVIDERS.c.uuid, PROVIDERS.c.owned))
-            owned = {row.uuid: row.owned for row in rows}
+        those the allocations of the providers read name, each read again as Placement
+        has it (all of Acceleron's part, on whichever host)."""
+        owned = _providers(self.db, hosts=covered)
+        suspects = self._suspects(client, owned, listing, covered)
+        holders = holding(self.db, consumers=None if covered is None else suspects)
         leaks = []
-        for consumer in sorted(self._suspects(client, owned, holders, listing)):
+        for consumer in sorted(suspects - holders.keys()):
             held = client.get_consumer(consumer).allocations
-            mine = {rp: _ours(r, owned[rp]) for rp, r in held.items() if rp in owned}
+            owned.update(_providers(self.db, uuids=held.keys() - owned.keys()))
+            mine = {rp: _ours(r, owned[rp][1]) for rp, r in held.items() if rp in owned}
             mine = {rp: r for rp, r in mine.items() if r}
             if mine:
-                leaks.append(_leak("allocation", consumer, mine))
+                seen = frozenset(owned[rp][0] for rp in mine)
+                leaks.append(_leak("allocation", consumer, mine, hosts=seen))
         return leaks
 
     def _suspects(
         self,
         client: PlacementClient,
-        owned: Mapping[str, Any],
-        holders: Mapping[str, Any],
+        owned: Mapping[str, tuple[str, Any]],
         listing: Sequence[Provider],
+        covered: frozenset[str] | None,
     ) -> set[str]:
-        """The consumers the allocations of Acceleron's providers name, but no request.
+        """The consumers the allocations of Acceleron's providers read name (of the
+        hosts ``covered``; None: every host).
 
         Placement bumps a provider's generation when an allocation is written on it, so
         a provider whose generation has not moved since the last pass is not read again:
-        a pass over a quiet cloud is one listing, not a call per provider (17,000 at
+        a pass over a quiet cloud is its listing, not a call per provider (17,000 at
         1,000 hosts). Dropping a consumer's allocations bumps nothing: what was read
         before may name consumers gone since (``_allocations`` reads each again)."""
         generations = {p.uuid: p.generation for p in listing}
-        read: dict[str, tuple[int, Allocations]] = {}
+        read: dict[str, Read] = {}
         for uuid in owned.keys() & generations.keys():  # one gone: the next sync notices
-            before = self._read.get(uuid)
+            host, _ = owned[uuid]
+            before = self._read.get(host, {}).get(uuid)
             if before is None or before[0] != generations[uuid]:
                 try:
                     allocations = client.get_allocations(uuid)
@@ -219,40 +288,55 @@ class Reconciler:
                     continue
                 generation = client.generation(uuid)  # as read with the allocations
                 before = (generations[uuid] if generation is None else generation, allocations)
-            read[uuid] = before
-        self._read = read
+            read.setdefault(host, {})[uuid] = before
+        if covered is None:
+            self._read = read
+        else:
+            self._read = {h: r for h, r in self._read.items() if h not in covered} | read
         return {
             consumer
-            for uuid, (_, allocations) in read.items()
+            for mine in read.values()
+            for uuid, (_, allocations) in mine.items()
             for consumer, resources in allocations.items()
-            if consumer not in holders and _ours(resources, owned[uuid])
+            if _ours(resources, owned[uuid][1])
         }
 
-    def _requests(self, client: PlacementClient, holders: Mapping[str, list[str]]) -> list[Leak]:
-        """Requests holding handles for consumers without any allocation."""
+    def _requests(self, client: PlacementClient, covered: frozenset[str] | None) -> list[Leak]:
+        """Requests (bound on the hosts ``covered``; None: every request) holding
+        handles for consumers without any allocation."""
         return [
-            _leak("request", consumer, requests=tuple(uuids))
-            for consumer, uuids in holders.items()
+            _leak("request", consumer, requests=tuple(u for u, _ in held), hosts=hosts)
+            for consumer, held in _holding_on(self.db, covered).items()
             if not client.get_consumer(consumer).allocations
+            for hosts in [frozenset(h for _, h in held if h)]
         ]
 
-    def _aged(self, found: list[Leak]) -> list[Leak]:
-        """The leaks with how long they have been seen; a leak not seen again is forgotten."""
-        now = time.monotonic()
+    def _aged(self, found: list[Leak], covered: frozenset[str] | None, now: float) -> list[Leak]:
+        """The leaks with how long they have been seen. A leak seen before that this
+        pass did not find is forgotten once no host is left where it was seen and this
+        pass did not read (a pass over every host: forgotten at once)."""
+
+        def unread(hosts: frozenset[str]) -> frozenset[str]:
+            return frozenset() if covered is None else hosts - covered
+
         keys = {(leak.kind, leak.consumer) for leak in found}
-        seen = {k: v for k, v in self._sightings.items() if k in keys}
+        seen = {}
+        for key, (first, passes, hosts) in self._sightings.items():
+            if key in keys or unread(hosts):
+                seen[key] = (first, passes, hosts if key in keys else unread(hosts))
         aged = []
         for leak in found:
             key = (leak.kind, leak.consumer)
-            first, passes = seen.get(key, (now, 0))
-            seen[key] = (first, passes + 1)
+            first, passes, hosts = seen.get(key, (now, 0, frozenset()))
+            here = leak.hosts if covered is None else leak.hosts & covered
+            seen[key] = (first, passes + 1, unread(hosts) | here)
             aged.append(dataclasses.replace(leak, seen_for=round(now - first, 1)))
         self._sightings = seen
         return aged
 
     def _due(self, leak: Leak) -> bool:
         """Seen in two passes at least, for ``grace`` seconds at least."""
-        _, passes = self._sightings.get((leak.kind, leak.consumer), (0.0, 0))
+        _, passes, _ = self._sightings.get((leak.kind, leak.consumer), (0.0, 0, frozenset()))
         return passes >= 2 and leak.seen_for >= self.grace
 
     # --- acting --------------------------------------------------------------------------
@@ -282,7 +366,7 @@ class Reconciler:
             )
             released = release_orphans(self.db, leak.consumer, leak.requests, reason, self.policy)
             return "released" if released else "gone meanwhile"
-        if leak.consumer in holding(self.db):  # bound since the pass looked
+        if holding(self.db, consumers=[leak.consumer]):  # bound since the pass looked
             return "bound meanwhile"
         consumer = client.get_consumer(leak.consumer)
         kept = {
@@ -297,16 +381,55 @@ class Reconciler:
 # --- the requests: which hold handles, and releasing those of a consumer gone ----------
 
 
-def holding(db: Database) -> dict[str, list[str]]:
-    """The consumers (instances) requests hold handles for, each with those requests."""
+def holding(db: Database, consumers: Collection[str] | None = None) -> dict[str, list[str]]:
+    """The consumers (instances) requests hold handles for, each with those requests (of
+    ``consumers`` only, when given)."""
     query = select(ARQS.c.instance_uuid, ARQS.c.uuid).where(
         ARQS.c.state.in_(arqs.HOLDING), ARQS.c.instance_uuid.is_not(None)
     )
+    if consumers is not None:
+        if not consumers:
+            return {}
+        query = query.where(ARQS.c.instance_uuid.in_(sorted(consumers)))
     found: dict[str, list[str]] = {}
     with db.reader() as conn:
         for row in conn.execute(query.order_by(ARQS.c.id)):
             found.setdefault(row.instance_uuid, []).append(row.uuid)
     return found
+
+
+def _holding_on(
+    db: Database, hosts: Collection[str] | None
+) -> dict[str, list[tuple[str, str | None]]]:
+    """The consumers requests bound on ``hosts`` (None: anywhere) hold handles for,
+    each with those requests and their hosts."""
+    query = select(ARQS.c.instance_uuid, ARQS.c.uuid, ARQS.c.hostname).where(
+        ARQS.c.state.in_(arqs.HOLDING), ARQS.c.instance_uuid.is_not(None)
+    )
+    if hosts is not None:
+        if not hosts:
+            return {}
+        query = query.where(ARQS.c.hostname.in_(sorted(hosts)))
+    found: dict[str, list[tuple[str, str | None]]] = {}
+    with db.reader() as conn:
+        for row in conn.execute(query.order_by(ARQS.c.id)):
+            found.setdefault(row.instance_uuid, []).append((row.uuid, row.hostname))
+    return found
+
+
+def _providers(
+    db: Database, *, hosts: Collection[str] | None = None, uuids: Collection[str] | None = None
+) -> dict[str, tuple[str, Any]]:
+    """Acceleron's providers (of ``hosts``, or of ``uuids``; neither: every one), each
+    with its host and what it owns on a compute node in flat mode."""
+    query = select(PROVIDERS.c.uuid, PROVIDERS.c.hostname, PROVIDERS.c.owned)
+    for column, values in ((PROVIDERS.c.hostname, hosts), (PROVIDERS.c.uuid, uuids)):
+        if values is not None:
+            if not values:
+                return {}
+            query = query.where(column.in_(sorted(values)))
+    with db.reader() as conn:
+        return {row.uuid: (row.hostname, row.owned) for row in conn.execute(query)}
 
 
 @retry_on_deadlock
@@ -360,9 +483,13 @@ def _without(resources: Mapping[str, int], ours: Mapping[str, int]) -> dict[str,
 
 
 def _leak(
-    kind: str, consumer: str, allocations: Allocations | None = None, requests: tuple[str, ...] = ()
+    kind: str,
+    consumer: str,
+    allocations: Allocations | None = None,
+    requests: tuple[str, ...] = (),
+    hosts: frozenset[str] = frozenset(),
 ) -> Leak:
-    return Leak(kind, consumer, allocations or {}, requests, seen_for=0.0, action="")
+    return Leak(kind, consumer, allocations or {}, requests, 0.0, "", hosts)
 
 
 def describe(leak: Leak) -> str:
