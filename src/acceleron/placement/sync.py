@@ -207,9 +207,11 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
                 raise
             LOG.warning("Placement refused a reshape (%s): switching one provider at a time", error)
             break
+    tree = {p.uuid: p for p in client.get_tree(compute_uuid)}
     for gone in result.retiring:
         del result.known[gone.uuid]
-        _retire(client, gone, client.get_provider(gone.uuid), result, dry_run=False)
+        parents = _with_children(tree, result)
+        _retire(client, gone, tree.get(gone.uuid), result, False, parents=parents)
     for want in result.deferred:
         client.set_inventories(want.uuid, want.inventories)
         _settle(client, want, result)
@@ -217,7 +219,7 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
 
 def _swap(client: PlacementClient, compute_uuid: str, result: Result) -> None:
     """``finish``'s reshape: the pools' inventories, the unused providers' emptied (then
-    deleted), and those still allocated kept fully reserved."""
+    retired: ``_retire``), and those still allocated kept fully reserved."""
     found = {p.uuid: p for p in client.get_tree(compute_uuid)}
     writes: dict[str, tuple[int, Mapping[str, Inventory]]] = {}
     for want in result.deferred:
@@ -241,7 +243,8 @@ def _swap(client: PlacementClient, compute_uuid: str, result: Result) -> None:
     for gone in result.retiring:
         del result.known[gone.uuid]
         if gone.uuid in used:
-            _retire(client, gone, found[gone.uuid], result, dry_run=False)
+            parents = _with_children(found, result)
+            _retire(client, gone, found[gone.uuid], result, False, parents=parents)
 
 
 def _settle(client: PlacementClient, want: DesiredProvider, result: Result) -> None:
