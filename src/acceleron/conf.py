@@ -636,6 +636,15 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         "report also starts one at once).",
     ),
     cfg.IntOpt(
+        "sync_lease",
+        default=60,
+        min=5,
+        help="Seconds an API process holds a host it publishes to Placement: another "
+        "process leaves the host to it meanwhile. A process that stopped mid-sync (killed, "
+        "its machine lost) leaves its hosts unpublished for up to this long. Keep it far "
+        "above one host's sync (well under a second, seconds with a Placement under load).",
+    ),
+    cfg.IntOpt(
         "retired_provider_delay",
         default=900,
         min=0,

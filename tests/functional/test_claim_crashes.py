@@ -179,6 +179,8 @@ def test_claims_killed_at_random_points_leave_nothing_stuck(database: str, tmp_p
         "OS_RECONCILER__INTERVAL": "0",
         "OS_RECONCILER__GRACE": "0",
         "OS_CLAIMS__TIMEOUT": str(LEASE),
+        # A process killed mid-sync holds its host this long: the restart waits it out.
+        "OS_PLACEMENT__SYNC_LEASE": "5",
     }
     server = AllInOne(tmp_path / "aio", "crash-host", config)
     totals: Counter[str] = Counter()

@@ -140,6 +140,7 @@ class PlacementService:
         self.db = db
         self._options = options_from_conf(conf)
         self._retire_after = float(conf.placement.retired_provider_delay)
+        self._sync_lease = float(conf.placement.sync_lease)
         self._pools = conf.placement.pools  # auto, true, false
         self._pools_setting = self._pools  # as configured (auto becomes true when it flips)
         # When auto last found the contract phase pending (monotonic; negative: never).
@@ -218,6 +219,7 @@ class PlacementService:
             create_compute_nodes=self.mode == "embedded",
             lock=self._lock,
             retire_after=self._retire_after,
+            sync_lease=self._sync_lease,
         )
 
     def check_host(self, hostname: str) -> None:

@@ -130,17 +130,10 @@ def held_through(conn: Connection, hostname: str) -> dict[int, dict[str, int]]:
 
 
 _PENDING = select(HOSTS.c.hostname).where(HOSTS.c.generation != HOSTS.c.synced_generation)
-# Seconds an API process holds a host it publishes: far longer than one host's sync
-# takes, short enough that the host of a process that stopped waits little.
-SYNC_LEASE = 60.0
-_TAKE = (
-    update(HOSTS)
-    .where(
-        HOSTS.c.hostname == bindparam("host"),
-        HOSTS.c.generation != HOSTS.c.synced_generation,
-        or_(HOSTS.c.sync_until.is_(None), HOSTS.c.sync_until <= clock()),
-    )
-    .values(sync_until=clock(SYNC_LEASE))
+_TAKE = update(HOSTS).where(
+    HOSTS.c.hostname == bindparam("host"),
+    HOSTS.c.generation != HOSTS.c.synced_generation,
+    or_(HOSTS.c.sync_until.is_(None), HOSTS.c.sync_until <= clock()),
 )
 _GIVE_BACK = (
     update(HOSTS)
@@ -173,8 +166,11 @@ class Syncer:
         pools: Callable[[], bool] | None = None,
         keep_pools: bool = False,
         retire_after: float = 0.0,
+        sync_lease: float = 60.0,
     ) -> None:
         self.db = db
+        # Seconds this process holds a host it publishes ([placement] sync_lease).
+        self.sync_lease = sync_lease
         # Seconds a provider no longer wanted is kept out of its tree before deletion.
         self.retire_after = retire_after
         self.client = client_factory()
@@ -190,7 +186,7 @@ class Syncer:
 
     def sync_pending(self) -> list[HostSync]:
         """Sync the hosts whose inventory changed since their last sync, each taken by
-        this process first (``hosts.sync_owner``, a lease of ``SYNC_LEASE`` seconds in
+        this process first (``hosts.sync_owner``, a lease of ``sync_lease`` seconds in
         the database's time): a host another API process is publishing is left to it,
         and taken over once its lease has passed (that process stopped). The
         verification and the operator's syncs (``sync_all``, ``sync_host``) take none."""
@@ -203,7 +199,9 @@ class Syncer:
         has just published it)."""
         mine = uuidlib.uuid4().hex
         with self.db.writer() as conn:
-            taken = conn.execute(_TAKE.values(sync_owner=mine), {"host": hostname}).rowcount
+            taken = conn.execute(
+                _TAKE.values(sync_owner=mine, sync_until=clock(self.sync_lease)), {"host": hostname}
+            ).rowcount
         if taken != 1:
             return None
         try:

@@ -4,6 +4,9 @@ over once that process's lease has passed."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import requests
 from oslo_config import cfg
 from sqlalchemy import select, update
 
@@ -48,3 +51,33 @@ def test_a_host_another_process_publishes_is_left_to_it_until_its_lease_passes(
     assert host.synced_generation == host.generation
     assert (host.sync_owner, host.sync_until) == (None, None)  # given back
     assert sync.sync_pending() == []  # nothing pending
+
+
+class _LeaseSeen(CountingAdapter):
+    """Reads the host's lease, in the database's time, at the sync's first write."""
+
+    def __init__(self, inner: CountingAdapter, db: Database) -> None:
+        super().__init__(inner.inner)
+        self.db = db
+        self.left: list[float] = []
+
+    def request(self, url: str, method: str, **kwargs: Any) -> requests.Response:
+        if method.upper() != "GET" and not self.left:
+            with self.db.reader() as conn:
+                until, now = conn.execute(
+                    select(HOSTS.c.sync_until, clock(0)).where(HOSTS.c.hostname == HOST)
+                ).one()
+            self.left.append((until - now).total_seconds())
+        return super().request(url, method, **kwargs)
+
+
+def test_a_process_holds_a_host_for_its_configured_lease(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
+) -> None:
+    inventory.reconcile(db, host_report(conf))
+    seen = _LeaseSeen(counted, db)
+    sync = syncer(db, seen)
+    sync.sync_lease = 7.0  # [placement] sync_lease
+    [done] = sync.sync_pending()
+    assert done.errors == [] and len(seen.left) == 1
+    assert 5.0 < seen.left[0] <= 7.0, seen.left
