@@ -218,31 +218,32 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
 
 
 def _swap(client: PlacementClient, compute_uuid: str, result: Result) -> None:
-    """``finish``'s reshape: the pools' inventories, the unused providers' emptied (then
-    retired: ``_retire``), and those still allocated kept fully reserved."""
+    """``finish``'s reshape: the pools' inventories, and the providers they replace
+    fully reserved (then retired: ``_retire``). Never emptied: Placement retries an
+    allocation that met a provider's new generation within the transaction that read
+    its inventory, so one allocated as the reshape removes that inventory lands on a
+    provider without any, and no write of that consumer is accepted again (only a
+    DELETE frees it). Fully reserved, the provider keeps its inventory whatever
+    lands on it."""
     found = {p.uuid: p for p in client.get_tree(compute_uuid)}
     writes: dict[str, tuple[int, Mapping[str, Inventory]]] = {}
     for want in result.deferred:
         if want.uuid not in found:
             raise PlacementProviderNotFound(f"Resource provider {want.uuid} does not exist.")
         writes[want.uuid] = (found[want.uuid].generation, want.inventories)
-    used: dict[str, bool] = {}
     for gone in result.retiring:
         if gone.uuid not in found:
             continue
         generation, current = client.get_inventories(gone.uuid)
-        used[gone.uuid] = any(client.get_usages(gone.uuid).values())
-        if client.generation(gone.uuid) != generation:  # allocated between the two reads
-            raise PlacementGenerationConflict("changed", status=409)
-        emptied = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in current.items()}
-        if (emptied if used[gone.uuid] else {}) != current:
-            writes[gone.uuid] = (generation, emptied if used[gone.uuid] else {})
+        reserved = {rc: dataclasses.replace(inv, reserved=inv.total) for rc, inv in current.items()}
+        if reserved != current:
+            writes[gone.uuid] = (generation, reserved)
     client.reshape(writes)
     for want in result.deferred:
         _settle(client, want, result)
     for gone in result.retiring:
         del result.known[gone.uuid]
-        if gone.uuid in used:
+        if gone.uuid in found:
             parents = _with_children(found, result)
             _retire(client, gone, found[gone.uuid], result, False, parents=parents)
 

@@ -32,7 +32,7 @@ from acceleron.context import RequestContext
 from acceleron.db.models import Claim, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AllocationConflict, Conflict, DatabaseUnavailable
-from acceleron.placement.client import PlacementClient
+from acceleron.placement.client import CONCURRENT_UPDATE, PlacementClient
 from acceleron.service import arqs as arq_service
 from acceleron.service import cleaning
 from acceleron.service.claim_leases import (
@@ -192,7 +192,11 @@ def _drop(
         try:
             placement.replace_allocations(claim.consumer, consumer, kept)
             return
-        except AllocationConflict:
+        except AllocationConflict as error:
+            if error.code != CONCURRENT_UPDATE:  # refused, not changed: say why
+                raise Conflict(
+                    f"Placement refused to free what {claim.consumer} holds: {error}"
+                ) from error
             continue  # the consumer changed meanwhile: read it again
     raise Conflict(f"The allocations of {claim.consumer} kept changing: try again.")
 

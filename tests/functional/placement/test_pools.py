@@ -625,27 +625,36 @@ def test_a_host_switched_to_pools_offers_its_free_gpus_throughout(
         device_profiles.create(db, name="gpu", groups=[{f"resources:{GPU}": "1"}])
         arqs, _ = nova_boot(api, placement, "gpu", str(uuid.uuid4()))
         assert arqs[0]["state"] == "Bound"
+    compute = client.find_provider(HOST)
+    assert compute is not None
+    per_device = [p.uuid for p in client.get_tree(compute.uuid) if p.uuid != compute.uuid]
     watching = _FreeWatching(placement)
     options = dataclasses.replace(options_from_conf(conf), pools=True)
     assert Syncer(db, lambda: watching, options).sync_host(HOST, force=True).errors == []
     pool = _pool(client, GPU, 8)
     assert pool is not None and client.get_inventories(pool)[1][GPU].reserved == 1
     assert watching.free and set(watching.free) == {7}, watching.free
-    assert len(client.get_tree(client.find_provider(HOST).uuid)) == 3  # type: ignore[union-attr]
+    assert len(client.get_tree(compute.uuid)) == 3
+    # The retired providers keep their inventory, fully reserved, never emptied: an
+    # allocation Placement lets through as the switch writes stays one it can free.
+    for old in per_device:
+        inventory = client.get_inventories(old)[1][GPU]
+        assert inventory.reserved == inventory.total == 1, old
 
 
 class _Overtaken(PlacementClient):
-    """A client whose first read of a provider's usages lets ``other`` run first."""
+    """A client whose first reshape lets ``other`` run first (after this one read the
+    providers it writes)."""
 
     def __init__(self, placement: adapter.Adapter, other: Callable[[], object]) -> None:
         super().__init__(placement)
         self.other: Callable[[], object] | None = other
 
-    def get_usages(self, uuid: str) -> dict[str, int]:
+    def reshape(self, inventories: Mapping[str, tuple[int, Mapping[str, Inventory]]]) -> None:
         other, self.other = self.other, None
         if other is not None:
             other()
-        return super().get_usages(uuid)
+        super().reshape(inventories)
 
 
 def test_a_switch_to_pools_overtaken_by_another_api_process_completes(
@@ -672,6 +681,7 @@ def test_a_switch_to_pools_overtaken_by_another_api_process_completes(
 
     overtaken = _Overtaken(placement, other)
     assert Syncer(db, lambda: overtaken, options).sync_host(HOST, force=True).errors == []
+    assert overtaken.other is None  # the other process did run in between
     assert "refused a reshape" not in caplog.text
     pool = _pool(client, GPU, 8)
     assert pool is not None and client.get_inventories(pool)[1][GPU].reserved == 0
