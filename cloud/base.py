@@ -33,7 +33,9 @@ HOME = Path(os.environ.get("ACCELERON_CLOUD_DIR", REPO / ".cloud"))
 VENVS = HOME / "venvs"
 
 
-RUN = HOME / "run"
+# A second cloud of the same checkout runs beside the first with its own directory
+# (.ci/run starts the suites of two lanes at once): ACCELERON_CLOUD_RUN.
+RUN = Path(os.environ.get("ACCELERON_CLOUD_RUN", HOME / "run"))
 
 
 STATE = RUN / "cloud.json"

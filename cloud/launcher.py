@@ -12,7 +12,8 @@ Everything it makes lives under ``.cloud/`` of the checkout (or
   ``run/logs/``, and ``run/cloud.json``, which says what runs where (ports, process
   ids, databases, credentials); ``run/clouds.yaml`` and ``run/env/<user>.sh`` hold
   the credentials of every test user for openstacksdk, the ``openstack`` CLI and
-  scripts (``source .cloud/run/env/admin.sh``).
+  scripts (``source .cloud/run/env/admin.sh``); ``$ACCELERON_CLOUD_RUN`` puts it
+  elsewhere, so that a second cloud of the same checkout runs beside the first.
 
 Ports are free ones chosen at start; databases and the RabbitMQ vhost carry a random
 tag, so that clouds of several checkouts can run side by side.
