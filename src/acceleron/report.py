@@ -30,17 +30,16 @@ from acceleron.text import has_control
 from acceleron.vocabulary import (
     DEVICE_TYPES,
     HANDLE_TYPES,
-    HEALTH_STATES,
     KINDS,
     WIDTHS,
     Device,
     Health,
     walk,
+    worst_verdict,
 )
 
 REPORT_VERSION, REPORT_MINOR = formats.REPORT_VERSION
 HANDLE_HEALTH_SINCE: formats.Version = (1, 3)  # ``Health.handles``
-_RANK = {state: index for index, state in enumerate(HEALTH_STATES)}  # best first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +106,10 @@ def _handles_folded(health: Health) -> Health:
     """A device's health with each deployable's handle verdicts folded into the
     deployable's own (the worst state, with its reasons): what a reader before report
     1.3, which has no handle health, is told."""
-    parts = {}
-    for key, part in health.deployables.items():
-        found = [part, *part.handles.values()]
-        state = max((h.state for h in found), key=lambda s: _RANK.get(s, 1))
-        reasons = [h.reason for h in found if h.state == state and h.reason]
-        parts[key] = Health(state, "; ".join(dict.fromkeys(reasons)) or None)
+    parts = {
+        key: worst_verdict([part, *part.handles.values()])
+        for key, part in health.deployables.items()
+    }
     return dataclasses.replace(health, deployables=parts)
 
 

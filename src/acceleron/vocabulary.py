@@ -15,7 +15,7 @@ agent, the service and the API all import it without importing each other.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any
 
 from acceleron.failfast import FailFast
@@ -58,6 +58,12 @@ HANDLE_TYPES = ("PCI", "MDEV", "MIG", "TEST_PCI")
 # Health states, best first: a device or deployable that is unhealthy takes no new work.
 HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
 HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY)
+_HEALTH_RANK = {state: index for index, state in enumerate(HEALTH_STATES)}  # best first
+
+
+def health_rank(state: str | None) -> int:
+    """0 for healthy, 1 degraded, 2 unhealthy; an unknown word (or none) counts as degraded."""
+    return _HEALTH_RANK.get(state or "", _HEALTH_RANK[DEGRADED])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,3 +157,13 @@ def walk(deployables: Sequence[Deployable]) -> list[Deployable]:
         out.append(dep)
         out.extend(walk(dep.children))
     return out
+
+
+def worst_verdict(found: Iterable[Health]) -> Health:
+    """One verdict of several (no scopes): the worst state, with the reasons of every
+    verdict in that state; an unknown state counts as, and is told as, degraded."""
+    found = list(found)
+    state = max((h.state for h in found), key=health_rank, default=HEALTHY)
+    reasons = [h.reason for h in found if h.state == state and h.reason]
+    shown = state if state in _HEALTH_RANK else DEGRADED
+    return Health(shown, "; ".join(dict.fromkeys(reasons)) or None)

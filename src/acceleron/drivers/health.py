@@ -19,33 +19,25 @@ Kernel interfaces read here (Documentation/ABI/testing in the kernel tree):
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from acceleron.drivers.sysfs import PCI_DEVICES, Sysfs, normalize_hex_id, read_function
-from acceleron.vocabulary import DEGRADED, HEALTH_STATES, HEALTHY, UNHEALTHY, Device, Health
+from acceleron.vocabulary import DEGRADED, HEALTHY, UNHEALTHY, Device, Health, worst_verdict
 
 Clock = Callable[[], float]
 DEFAULT_HOLD = 600.0
-_RANK = {state: index for index, state in enumerate(HEALTH_STATES)}
-
-
-def rank(state: str) -> int:
-    """0 for healthy, 1 degraded, 2 unhealthy; an unknown word counts as degraded."""
-    return _RANK.get(state, _RANK[DEGRADED])
 
 
 def worst(found: Iterable[Health]) -> Health:
     """One verdict from several checks: the worst state, with the reasons of every
     check in that state; the per-deployable and per-handle verdicts merged the same way."""
     found = list(found)
-    state = max((h.state for h in found), key=rank, default=HEALTHY)
-    reasons = [h.reason for h in found if h.state == state and h.reason]
-    return Health(
-        state=state if state in _RANK else DEGRADED,
-        reason="; ".join(dict.fromkeys(reasons)) or None,
+    return dataclasses.replace(
+        worst_verdict(found),
         deployables=_merged(h.deployables for h in found),
         handles=_merged(h.handles for h in found),
     )

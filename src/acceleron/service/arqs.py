@@ -58,6 +58,7 @@ from acceleron.service import cleaning, inventory, programming, quotas, tasks
 from acceleron.service.device_profiles import ATTACH_TARGET_KEY, could_exist
 from acceleron.service.inventory import HANDLES_NOT_HEALTHY
 from acceleron.uuids import parse
+from acceleron.vocabulary import HEALTHY, Health, worst_verdict
 
 LOG = logging.getLogger(__name__)
 ARQS, PROFILES, HANDLES = table(AcceleratorRequest), table(DeviceProfile), table(AttachHandle)
@@ -188,18 +189,17 @@ def health_of(arq: ArqRecord) -> dict[str, Any] | None:
     (``inventory.HANDLES_NOT_HEALTHY``: another slot's) counts as its handle does."""
     if arq.state not in ("BindStarted", "Bound") or arq.device_health is None:
         return None
-    deployable = (arq.deployable_health, arq.deployable_health_reason)
+    deployable = Health(arq.deployable_health or "", arq.deployable_health_reason)
     if (arq.deployable_health_reason or "").startswith(HANDLES_NOT_HEALTHY):
-        deployable = ("healthy", None)
-    found = [
-        (arq.device_health, arq.device_health_reason),
-        deployable,
-        (arq.attach_handle_health or "healthy", arq.attach_handle_health_reason),
-    ]
-    rank = {"healthy": 0, "degraded": 1, "unhealthy": 2}
-    state = max((s for s, _ in found), key=lambda s: rank.get(s or "", 1))
-    reasons = [r for s, r in found if s == state and r]
-    return {"state": state, "reason": "; ".join(reasons) or None}
+        deployable = Health()
+    verdict = worst_verdict(
+        [
+            Health(arq.device_health, arq.device_health_reason),
+            deployable,
+            Health(arq.attach_handle_health or HEALTHY, arq.attach_handle_health_reason),
+        ]
+    )
+    return {"state": verdict.state, "reason": verdict.reason}
 
 
 def attach_target(arq: ArqRecord) -> str:
