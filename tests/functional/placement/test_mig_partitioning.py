@@ -22,7 +22,7 @@ from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
 
-from acceleron import report
+from acceleron import json_file, report
 from acceleron.db.models import AttachHandle, Task, table
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
@@ -189,9 +189,13 @@ class Cloud:
         """The fake driver's health of the GPU at ``address`` (healthy when empty)."""
         state = self.state()
         state.setdefault(address, {})["health"] = health
-        Path(self.host.conf.fake.state_file).write_text(
-            json.dumps({"version": 1, "devices": state})
-        )
+        self.write_state(state)
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        """The fake driver's state file, replaced at once: the agent's scans read it at
+        any moment, and one that read it half written took the GPU for one without
+        instances (its deployable missing from a listing, seen under load)."""
+        json_file.replace(Path(self.host.conf.fake.state_file), {"version": 1, "devices": state})
 
     def arq(self, arq: str) -> dict[str, Any]:
         found: dict[str, Any] = self.api.get(
@@ -344,7 +348,7 @@ def test_an_unhealthy_gpu_offers_no_units(cloud: Cloud) -> None:
     sick, well = sorted(gpus)
     state = cloud.state()
     state.setdefault(sick, {})["health"] = {"state": "unhealthy", "reason": "XID 79"}
-    Path(cloud.host.conf.fake.state_file).write_text(json.dumps({"version": 1, "devices": state}))
+    cloud.write_state(state)
     cloud.host.report()
     wait_for(lambda: cloud.inventory(gpus[sick])[units.COMPUTE_CLASS] == (7, 7))
     assert cloud.inventory(gpus[sick]) == {
