@@ -85,7 +85,7 @@ from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import claim_survey
-from acceleron.service.claim_leases import ATTEMPTS
+from acceleron.service.claim_end import ATTEMPTS
 from load import (
     Url,
     all_in_one,

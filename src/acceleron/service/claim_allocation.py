@@ -29,7 +29,7 @@ from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, Candidates, PlacementClient
 from acceleron.scheduler import query, weigher
 from acceleron.service import claim_view, fitting, mig_layouts
-from acceleron.service.claim_leases import ATTEMPTS, record_step
+from acceleron.service.claim_end import ATTEMPTS, record_step
 from acceleron.service.claim_survey import (
     Survey,
     candidate_queries,
