@@ -445,11 +445,10 @@ def _trees(conn: Connection, classes: set[str], root: str | None) -> frozenset[s
         return frozenset(
             conn.execute(with_device.where(HOSTS.c.rp_uuid == root).limit(1)).scalars()
         )
-    if not types:
-        return frozenset(_pick(_walk(conn, with_device, DEVICES.c.uuid)))
     found: set[str] = set()
-    for type_ in types:
-        found |= _walk(conn, with_device.where(DEVICES.c.type == type_), DEVICES.c.uuid)
+    for type_ in types or [None]:  # no type: any device
+        rows = with_device if type_ is None else with_device.where(DEVICES.c.type == type_)
+        found |= _walk(conn, rows, DEVICES.c.uuid)
     return frozenset(_pick(found))
 
 

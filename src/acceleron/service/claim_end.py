@@ -148,6 +148,18 @@ def end(
     return "undone" if claim.state == "allocating" else "released"
 
 
+def _busy(claim: Row[Any]) -> Busy:
+    until = ""
+    if claim.lease_until is not None:
+        until = f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
+    if claim.state == "allocating":
+        return Busy(f"The claim of {claim.consumer} is being made: end it once made{until}.")
+    return Busy(
+        f"The claim of {claim.consumer} is being ended by another request: it is gone once "
+        f"that finishes{until}."
+    )
+
+
 def _condition(why: Why, timeout: float) -> ColumnElement[bool]:
     if why == "failed":  # its maker: still its own (the take compares the owner)
         return CLAIMS.c.state == "allocating"
@@ -191,22 +203,9 @@ def _take(db: Database, claim: Row[Any], why: Why, timeout: float) -> Row[Any] |
         if why == "abandoned":
             return "gone meanwhile"
         if unchanged and row.state not in ESTABLISHED:
-            raise busy(row)
+            raise _busy(row)
         claim = row  # it moved on meanwhile (made, or its lease passed): look again
     raise Conflict(f"The claim of {claim.consumer} kept changing: try again.")
-
-
-def busy(claim: Row[Any]) -> Busy:
-    """Another is at work on the claim: until when at most (its lease, database time)."""
-    until = ""
-    if claim.lease_until is not None:
-        until = f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
-    if claim.state == "allocating":
-        return Busy(f"The claim of {claim.consumer} is being made: end it once made{until}.")
-    return Busy(
-        f"The claim of {claim.consumer} is being ended by another request: it is gone once "
-        f"that finishes{until}."
-    )
 
 
 def _unwind(

@@ -16,7 +16,11 @@ From POST to bound (``make``):
    another consumer won the capacity);
 3. ``bind`` creates the requests, recording their uuids (step ``created``) in the same
    transaction, and binds them; the bind's transaction records step ``done``
-   (``binding``, or ``bound``), with no owner and no lease.
+   (``binding``, or ``bound``), with no owner and no lease. ``show`` derives ``bound``
+   or ``failed`` (a bind failed after the answer: end it) from the requests.
+
+A failure on the way ends the claim (``failed``), unless its row, read back, says it
+was made (the answer to the bind's commit lost): then it stands.
 
 From DELETE to gone (``end``), and whatever else ends a claim: ``claim_end.end``, the
 reason a parameter (``released``: a DELETE; ``failed``: its maker after a failure;
@@ -58,6 +62,10 @@ from acceleron.uuids import parse
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
 TIMEOUT = 300.0  # [claims] timeout's default
+ENDED = ("undone", "released", "gone meanwhile")  # what recovery did when it succeeded
+_ABANDONED = select(CLAIMS, clock().label("now")).where(
+    CLAIMS.c.state.in_(("allocating", "releasing"))
+)
 
 
 class ClaimExists(Conflict):
@@ -215,7 +223,10 @@ def make(
     try:
         claim, groups = begin(db, context, profile_name, consumer, project_id, timeout)
     except ClaimExists:  # one whose actor's lease passed is ended, and begun again
-        if not _recover_consumer(db, placement, parse(consumer, "consumer_uuid"), timeout, policy):
+        mine = CLAIMS.c.consumer == parse(consumer, "consumer_uuid")
+        with db.reader() as conn:
+            stuck = conn.execute(_ABANDONED.where(mine, passed(timeout))).first()
+        if stuck is None or _recover(db, placement, stuck, timeout, policy) not in ENDED:
             raise
         claim, groups = begin(db, context, profile_name, consumer, project_id, timeout)
     user = context.user_id or "acceleron"
@@ -273,11 +284,6 @@ class Recovered:
     action: str  # undone, released, would undo, would release, or failed: why
 
 
-_ABANDONED = select(CLAIMS, clock().label("now")).where(
-    CLAIMS.c.state.in_(("allocating", "releasing"))
-)
-
-
 def recover(
     db: Database,
     placement: PlacementClient | None,
@@ -317,18 +323,6 @@ def _recover(
             "Claim of %s %s: its lease had passed (step %s)", claim.consumer, action, claim.step
         )
     return action
-
-
-def _recover_consumer(
-    db: Database, placement: PlacementClient, consumer: str, timeout: float, policy: cleaning.Policy
-) -> bool:
-    """Whether the consumer's claim, its actor's lease passed, was ended."""
-    with db.reader() as conn:
-        claim = conn.execute(
-            _ABANDONED.where(CLAIMS.c.consumer == consumer, passed(timeout))
-        ).first()
-    ended = ("undone", "released", "gone meanwhile")
-    return claim is not None and _recover(db, placement, claim, timeout, policy) in ended
 
 
 def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
