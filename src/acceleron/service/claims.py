@@ -52,9 +52,8 @@ from acceleron.placement import tree
 from acceleron.placement.client import AllocationRequest, PlacementClient
 from acceleron.scheduler import query
 from acceleron.service import arqs as arq_service
-from acceleron.service import binding, cleaning, provenance, quotas
+from acceleron.service import binding, claim_end, cleaning, provenance, quotas
 from acceleron.service.claim_allocation import MaybeAllocated, allocate, allocations_of
-from acceleron.service.claim_end import end as end_claim
 from acceleron.service.claim_end import lease, let_go, passed, record_step, token
 from acceleron.service.device_profiles import could_exist
 from acceleron.uuids import parse
@@ -241,7 +240,7 @@ def make(
         if isinstance(error, MaybeAllocated):
             placed = None
         try:  # nothing raises here: what cannot be done now is left to recovery
-            found = end_claim(db, placement, claim, "failed", timeout, policy, placed)
+            found = claim_end.end(db, placement, claim, "failed", timeout, policy, placed)
         except Exception:
             LOG.exception("Ending the claim of %s failed: recovery ends it later", claim.consumer)
             let_go(db, [claim])
@@ -268,7 +267,7 @@ def end(
     """``DELETE /v2/claims/{consumer}``: an established claim, or one whose actor's
     lease passed, ended (``released``). Busy (409) while another acts on it; NotFound
     for a claim the caller does not see. Blocking (Placement)."""
-    end_claim(db, placement, lookup(db, context, consumer), "released", timeout, policy)
+    claim_end.end(db, placement, lookup(db, context, consumer), "released", timeout, policy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,7 +313,7 @@ def _recover(
     policy: cleaning.Policy,
 ) -> str:
     try:
-        action = end_claim(db, placement, claim, "abandoned", timeout, policy)
+        action = claim_end.end(db, placement, claim, "abandoned", timeout, policy)
     except AcceleronError as error:
         LOG.error("Could not end the claim of %s: %s", claim.consumer, error.message)
         return f"failed: {error.message}"
