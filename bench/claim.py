@@ -84,8 +84,8 @@ from acceleron.exceptions import AllocationConflict
 from acceleron.placement import names
 from acceleron.placement.client import PlacementClient
 from acceleron.scheduler import query, weigher
-from acceleron.service import claim_survey
-from acceleron.service.claim_leases import ATTEMPTS
+from acceleron.service import claim_allocation
+from acceleron.service.claim_end import ATTEMPTS
 from load import (
     Url,
     all_in_one,
@@ -149,13 +149,13 @@ def placement_client(url: str) -> PlacementClient:
     return PlacementClient(placement)
 
 
-def survey(groups: list[dict[str, str]], roots: frozenset[str]) -> claim_survey.Survey:
+def survey(groups: list[dict[str, str]], roots: frozenset[str]) -> claim_allocation.Survey:
     """What a server-side claim reads from its database first, for these hosts: every
     host has a card whose region0 holds the function."""
     traits = frozenset(names.function_traits("FPGA", "Intel", FUNCTION))
     held = dict.fromkeys(weigher.wanted_functions(groups), traits)
-    return claim_survey.Survey(dict.fromkeys(roots, held) if held else {}, roots,
-                               everywhere=lambda: held)  # fmt: skip
+    return claim_allocation.Survey(dict.fromkeys(roots, held) if held else {}, roots,
+                                   everywhere=lambda: held)  # fmt: skip
 
 
 class PlacementOnly:
@@ -177,7 +177,7 @@ class PlacementOnly:
         if self.as_nova:
             params = query.profile_query(groups, limit=NOVA_LIMIT).params()
         else:
-            params = next(claim_survey.candidate_queries(groups, survey(groups, self.roots)))
+            params = next(claim_allocation.candidate_queries(groups, survey(groups, self.roots)))
         for _ in range(ATTEMPTS):  # as a scheduler does: asked again when another won
             best = weigher.best(self.placement.get_allocation_candidates(params), wanted)
             if best is None:
@@ -281,16 +281,16 @@ def candidates_queries(url: str, roots: frozenset[str]) -> dict[str, tuple[float
     a server-side claim sends, in turn: one host holding the function, the holders
     anywhere (``limit``), one host, every host (``limit``)."""
     groups = PROFILES["afaas-by-function"]
-    sent = list(claim_survey.candidate_queries(groups, survey(groups, roots),
-                                               lambda trees, n: list(trees[:1])))  # fmt: skip
+    sent = list(claim_allocation.candidate_queries(groups, survey(groups, roots),
+                                                   lambda trees, n: list(trees[:1])))  # fmt: skip
     client = placement_client(url)
     found = {}
     queries = {
         "every host (as Nova builds it, baseline)": query.profile_query(groups).params(),
         "1. one host holding it (in_tree), limit 10": sent[0],
-        f"2. holders anywhere, limit {claim_survey.HOLDERS_LIMIT}": sent[1],
+        f"2. holders anywhere, limit {claim_allocation.HOLDERS_LIMIT}": sent[1],
         "3. one host (in_tree), limit 20": sent[2],
-        f"4. every host, limit {claim_survey.CANDIDATES_LIMIT}": sent[3],
+        f"4. every host, limit {claim_allocation.CANDIDATES_LIMIT}": sent[3],
     }
     for title, params in queries.items():
         times, count = [], 0

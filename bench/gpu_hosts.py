@@ -38,7 +38,7 @@ variables, ``OS_<GROUP>__<OPTION>``). For each design, host count and request sh
   resources unsuffixed, one numbered group ``device_profile_<i>`` per profile group,
   ``group_policy=none``, ``root_required=COMPUTE_ACCELERATORS,!COMPUTE_STATUS_DISABLED``);
 * **claim**: what a server-side claim asks Placement when Acceleron's own view cannot
-  choose (``claim_survey.candidate_queries``: ``limit=20``, every group ``in_tree`` one
+  choose (``claim_allocation.candidate_queries``: ``limit=20``, every group ``in_tree`` one
   host's compute node, at Acceleron's microversion), on a host drawn at random;
 * once per shape, **view**: the claim's own choice among the providers of the two
   hosts its survey draws (``claim_view.View.candidates``), without Placement.
@@ -559,7 +559,7 @@ def nova_query(ask: Ask) -> str:
 def claim_query(ask: Ask, roots: Sequence[str], draw: random.Random) -> str:
     """The query a claim asks Placement on the tree of one of ``roots``, drawn at random
     (``candidate_queries``' first, for a profile that names no function)."""
-    from acceleron.service.claim_survey import Survey, candidate_queries
+    from acceleron.service.claim_allocation import Survey, candidate_queries
 
     root = draw.choice(roots)
     params = next(candidate_queries(list(ask.groups), Survey({}, frozenset({root}), only=root)))

@@ -1,5 +1,5 @@
 """What a server-side claim reads from Acceleron's own records before it asks Placement
-(``claim_survey.survey``), timed against the number of reported hosts.
+(``claim_allocation.survey``), timed against the number of reported hosts.
 
 Reports N hosts through the service, each with ``claim.INVENTORY`` (4 Intel FPGA cards
 of two regions, region0 holding a function, and 4 QAT cards of 4 VFs), into a fresh
@@ -46,7 +46,7 @@ from acceleron.db import migrate
 from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.report import HostReport
-from acceleron.service import claim_survey, inventory
+from acceleron.service import claim_allocation, inventory
 from claim import INVENTORY
 from load import checkout
 
@@ -98,8 +98,8 @@ def fill(url: str, hosts: int) -> float:
             inventory.reconcile(db, HostReport(host, "1", devices))
             with db.writer() as conn:
                 conn.execute(
-                    update(claim_survey.HOSTS)
-                    .where(claim_survey.HOSTS.c.hostname == host)
+                    update(claim_allocation.HOSTS)
+                    .where(claim_allocation.HOSTS.c.hostname == host)
                     .values(rp_uuid=str(uuid.uuid4()))
                 )
     db.dispose()
@@ -112,11 +112,11 @@ def measure(url: str, calls: int) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
     for title, (groups, function) in PROFILES.items():
         wanted = {"device_profile_0": frozenset({function})} if function else {}
-        claim_survey.survey(db, groups, wanted)  # warm: statements compiled, connection made
+        claim_allocation.survey(db, groups, wanted)  # warm: statements compiled, connection made
         times = []
         for _ in range(calls):
             started = time.perf_counter()
-            claim_survey.survey(db, groups, wanted)
+            claim_allocation.survey(db, groups, wanted)
             times.append((time.perf_counter() - started) * 1000)
         found[title] = times
     db.dispose()

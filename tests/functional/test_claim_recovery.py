@@ -26,7 +26,7 @@ from acceleron.db.models import AcceleratorRequest, AttachHandle, Claim, table, 
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError
 from acceleron.placement.client import PlacementClient
-from acceleron.service import arqs, claim_allocation, claim_end, claim_leases, claims
+from acceleron.service import arqs, claim_allocation, claim_end, claims
 from acceleron.service.placement import PlacementService
 from acceleron.service.reconciler import Reconciler
 from tests.fixtures.arqs import ADMIN, held
@@ -81,7 +81,7 @@ def interrupted(db: Database, placement: adapter.Adapter, consumer: str, upto: s
                     ADMIN,
                     "fpga",
                     None,
-                    lambda conn, uuids: claim_leases.record_step(
+                    lambda conn, uuids: claim_end.record_step(
                         conn, claim, "created", requests=uuids
                     ),
                 )
@@ -146,7 +146,7 @@ def test_a_claim_being_made_is_not_released_and_a_post_takes_an_abandoned_ones_p
     claim, _ = claims.begin(db, ADMIN, "fpga", consumer, None)  # its maker at work
     busy = client.delete(f"/v2/claims/{consumer}", headers=LATEST)
     assert busy.status_code == 409 and "is being made" in busy.text
-    claim_leases.let_go(db, [claim])  # the maker stopped, its ending failed (Placement away)
+    claim_end.let_go(db, [claim])  # the maker stopped, its ending failed (Placement away)
     body = {"device_profile_name": "fpga", "consumer_uuid": consumer}
     made = client.post("/v2/claims", json=body, headers=LATEST)
     assert made.status_code == 201, made.text
@@ -244,7 +244,7 @@ def test_a_maker_whose_claim_was_given_up_stops_and_leaves_nothing(
     client = TakenOverMeanwhile(placement)
     request, hostname = claim_allocation.allocate(db, client, claim, groups, "u1")
     assert [r.action for r in undone] == ["undone"]
-    with pytest.raises(claim_leases.GivenUp):
+    with pytest.raises(claim_end.GivenUp):
         claims.bind(db, ADMIN, claim, request, hostname, None)
     assert claim_end.end(db, client, claim, "failed", claims.TIMEOUT, placed=True) == (
         "gone meanwhile"
@@ -254,7 +254,7 @@ def test_a_maker_whose_claim_was_given_up_stops_and_leaves_nothing(
     passes.run()
     assert [(leak.kind, leak.action) for leak in passes.run()] == [("allocation", "freed")]
     nothing_left(db, placement, consumer)
-    assert isinstance(claim_leases.GivenUp("x"), AcceleronError)
+    assert isinstance(claim_end.GivenUp("x"), AcceleronError)
 
 
 def test_another_project_can_neither_see_nor_undo_a_stuck_claim(

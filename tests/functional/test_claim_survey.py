@@ -14,7 +14,7 @@ from acceleron.drivers.fake import FakeDriver
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.service import inventory
-from acceleron.service.claim_survey import (
+from acceleron.service.claim_allocation import (
     _HELD,
     _PUBLISHED,
     _REGIONS,

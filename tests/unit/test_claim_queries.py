@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from acceleron.service.claim_survey import (
+from acceleron.service.claim_allocation import (
     CANDIDATES_LIMIT,
     HOLDERS_LIMIT,
     TREES_TRIED,

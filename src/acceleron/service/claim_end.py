@@ -1,57 +1,125 @@
-"""Ending a claim: one function (``end``), whatever the reason (docs/claims.md, "Ending a
-claim"). The reasons (``why``):
+"""Who acts on a claim, until when, and how a claim ends (docs/claims.md, "Ending a
+claim" and "Interrupted claims").
 
-* ``released``: ``DELETE /v2/claims/{consumer}``; the claim is established, or the
-  lease of whoever was at work on it has passed (otherwise Busy: 409);
-* ``failed``: its maker, after a failure while making it (the claim still its own);
-* ``abandoned``: a recovery pass (the reconciler, the API's start, a POST for the same
-  consumer); the lease of whoever was at work on it has passed.
-
-The steps, each recorded in the claim's row and each safe to run again:
-
-1. taken: ``releasing``, a new token and a lease (``claim_leases.take_for_ending``), in one
-   transaction; an unknown outcome of that commit is settled by reading the row back;
-2. the requests recorded in the row deleted (handles freed), with the lease renewed and
-   the step rolled back to ``placed`` in the same transaction;
-3. what the claim allocated taken out of its consumer's allocations: the consumer read
-   (its generation), the lease renewed, the write guarded by the generation read;
-4. the row deleted, while still the ender's: until then no new claim of the consumer
-   can begin, so no step of this ending ever touches another claim's requests or
-   allocation.
+A claim being made or ended names its one actor (``owner``: a token new for each making
+or ending) and its lease (``lease_until``), both written and compared in SQL in the
+database's time: no process clock, host name or PID matters, and no process-wide state.
+``end`` takes the claim (``releasing``, a token and a lease of its own), deletes the
+requests its row records, drops what it allocated, and deletes the row last.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Row, delete, or_, select
+from sqlalchemy import ColumnElement, Connection, Row, and_, bindparam, delete, or_, select, update
 
 from acceleron.context import RequestContext
-from acceleron.db.models import Claim, table
+from acceleron.db.clock import clock
+from acceleron.db.models import Claim, Timestamp, table
 from acceleron.db.session import Database
-from acceleron.exceptions import AllocationConflict, Conflict, DatabaseUnavailable
+from acceleron.exceptions import (
+    AcceleronError,
+    AllocationConflict,
+    Conflict,
+    DatabaseUnavailable,
+)
 from acceleron.placement.client import CONCURRENT_UPDATE, PlacementClient
 from acceleron.service import arqs as arq_service
 from acceleron.service import cleaning
-from acceleron.service.claim_leases import (
-    ATTEMPTS,
-    let_go,
-    passed,
-    renew,
-    take_for_ending,
-    token,
-)
 
 LOG = logging.getLogger(__name__)
 CLAIMS = table(Claim)
 ESTABLISHED = ("binding", "bound", "failed")  # made: the claim's requests are bound
+ATTEMPTS = 5  # a claim or an allocation read again, at most, when it changed meanwhile
+# Seconds a lease runs from its actor's last step: longer than any one step takes, short
+# enough that a claim whose actor stopped waits little.
+STEP = 20.0
 Why = Literal["released", "failed", "abandoned"]
 
 
 class Busy(Conflict):
     """Another actor is at work on the claim (making or ending it) and its lease runs."""
+
+
+class GivenUp(Conflict):
+    """The claim is no longer this actor's (its lease passed and another took it, or its
+    ending began): the actor stops."""
+
+
+def lease(timeout: float) -> float:
+    return min(STEP, timeout)
+
+
+def token() -> str:
+    return uuidlib.uuid4().hex
+
+
+def passed(timeout: float) -> ColumnElement[bool]:
+    """The claim's lease has passed (one from before leases: ``timeout`` after it began)."""
+    return or_(
+        CLAIMS.c.lease_until <= clock(),
+        and_(CLAIMS.c.lease_until.is_(None), CLAIMS.c.created_at <= clock(-timeout)),
+    )
+
+
+def _act(
+    conn: Connection, claim: Row[Any], state: str, gone: str, /, *where: Any, **values: Any
+) -> None:
+    """Write ``values`` while the row is still ``claim``'s actor's, in ``state``, within
+    its lease (and ``where``); GivenUp (``gone``) otherwise."""
+    done = conn.execute(
+        update(CLAIMS)
+        .where(
+            CLAIMS.c.id == claim.id,
+            CLAIMS.c.state == state,
+            CLAIMS.c.owner == claim.owner,
+            CLAIMS.c.lease_until > clock(),
+            *where,
+        )
+        .values(updated_at=clock(), **values)
+    )
+    if done.rowcount != 1:
+        raise GivenUp(gone.format(claim.consumer))
+
+
+def record_step(conn: Connection, claim: Row[Any], step: str, **values: Any) -> None:
+    """Record how far the maker got and renew its lease, in the caller's transaction,
+    while the claim is its own and before its deadline."""
+    deadline = bindparam(None, claim.deadline, type_=Timestamp, unique=True)
+    gone = (
+        "The claim of {} was given up while being made (it took longer than [claims] "
+        "timeout allows, or it is being ended): claim again."
+    )
+    values = {"lease_until": clock(STEP), **values}
+    _act(conn, claim, "allocating", gone, clock() < deadline, step=step, **values)
+
+
+def renew(conn: Connection, claim: Row[Any], timeout: float, **values: Any) -> None:
+    """Renew the ender's lease and record ``values``, in the caller's transaction."""
+    gone = (
+        "The ending of the claim of {} was taken over by another (it outlived [claims] "
+        "timeout): that one finishes it."
+    )
+    _act(conn, claim, "releasing", gone, lease_until=clock(lease(timeout)), **values)
+
+
+def let_go(db: Database, claims: Sequence[Row[Any]]) -> None:
+    """Give back the actor's leases (it stops unfinished), so that the next DELETE or
+    recovery takes the claims at once. Best effort: else the lease passes."""
+    try:
+        with db.writer() as conn:
+            for claim in claims:
+                conn.execute(
+                    update(CLAIMS)
+                    .where(CLAIMS.c.id == claim.id, CLAIMS.c.owner == claim.owner)
+                    .values(lease_until=clock(-1))
+                )
+    except AcceleronError as error:
+        LOG.warning("Could not give back the lease of a claim (%s): it passes", error.message)
 
 
 def end(
@@ -63,14 +131,11 @@ def end(
     policy: cleaning.Policy = cleaning.DEFAULT,
     placed: bool | None = None,
 ) -> str:
-    """End the claim (as read, ``claim``) for the reason ``why``: taken, then undone from
-    what its row records, its row deleted last. What happened: ``undone`` (it was being
-    made), ``released`` (it was established or being ended), ``gone meanwhile`` (another
-    ended it, or took it), or, for its maker (``failed``), ``made``: its row says the
-    claim was made (the acknowledgement of its last commit was lost), and nothing was
-    undone. ``placed`` (its maker): whether its allocation was made (None: perhaps).
-    Busy (``released``) when another actor is at work on it; what fails raises, the
-    lease given back so that the next DELETE or recovery finishes it."""
+    """End the claim (as read) for ``why``: ``released`` (a DELETE), ``failed`` (its
+    maker; ``placed``: whether its allocation was made, None: perhaps) or ``abandoned``
+    (recovery). Returns ``undone``, ``released``, ``gone meanwhile`` or (its maker, the
+    row saying it was made after all) ``made``. Busy when another acts on it; on a
+    failure the lease is given back and the error raised."""
     taken = _take(db, claim, why, timeout)
     if isinstance(taken, str):
         return taken
@@ -83,53 +148,7 @@ def end(
     return "undone" if claim.state == "allocating" else "released"
 
 
-def _condition(why: Why, timeout: float) -> ColumnElement[bool]:
-    if why == "failed":  # its maker: still its own (``take`` compares the owner)
-        return CLAIMS.c.state == "allocating"
-    if why == "released":
-        return or_(CLAIMS.c.state.in_(ESTABLISHED), passed(timeout))
-    return CLAIMS.c.state.in_(("allocating", "releasing")) & passed(timeout)
-
-
-def _take(db: Database, claim: Row[Any], why: Why, timeout: float) -> Row[Any] | str:
-    """The claim taken (its row as taken), or what stood in the way."""
-    for _ in range(ATTEMPTS):
-        mine = token()
-        read = select(CLAIMS).where(CLAIMS.c.id == claim.id, CLAIMS.c.consumer == claim.consumer)
-        try:
-            with db.writer() as conn:
-                take_for_ending(conn, claim, mine, timeout, _condition(why, timeout))
-                row = conn.execute(read).first()
-        except DatabaseUnavailable:
-            LOG.warning(
-                "Taking the claim of %s: the commit's outcome is unknown; reading it back",
-                claim.consumer,
-            )
-            with db.reader() as conn:
-                row = conn.execute(read).first()
-        if row is not None and row.owner == mine and row.state == "releasing":
-            return row
-        if row is None:
-            return "gone meanwhile"
-        unchanged = (row.state, row.owner) == (claim.state, claim.owner)
-        if why == "failed":
-            if row.state in ESTABLISHED and row.created_at == claim.created_at:
-                return "made"  # this very claim (not a later one given the same row id)
-            if row.state in ESTABLISHED:
-                return "gone meanwhile"
-            if not unchanged:
-                return "gone meanwhile"  # taken over: its ender finishes it
-            continue  # as it was: the take's commit did not happen
-        if why == "abandoned":
-            return "gone meanwhile"
-        if unchanged and row.state not in ESTABLISHED:
-            raise busy(row)
-        claim = row  # it moved on meanwhile (made, or its lease passed): look again
-    raise Conflict(f"The claim of {claim.consumer} kept changing: try again.")
-
-
-def busy(claim: Row[Any]) -> Busy:
-    """Another is at work on the claim: until when at most (its lease, database time)."""
+def _busy(claim: Row[Any]) -> Busy:
     until = ""
     if claim.lease_until is not None:
         until = f" (at the latest {claim.lease_until:%Y-%m-%dT%H:%M:%S}Z, when it is given up)"
@@ -141,6 +160,54 @@ def busy(claim: Row[Any]) -> Busy:
     )
 
 
+def _condition(why: Why, timeout: float) -> ColumnElement[bool]:
+    if why == "failed":  # its maker: still its own (the take compares the owner)
+        return CLAIMS.c.state == "allocating"
+    if why == "released":
+        return or_(CLAIMS.c.state.in_(ESTABLISHED), passed(timeout))
+    return CLAIMS.c.state.in_(("allocating", "releasing")) & passed(timeout)
+
+
+def _take(db: Database, claim: Row[Any], why: Why, timeout: float) -> Row[Any] | str:
+    """The claim taken (its row as taken: ``releasing``, a new token and a lease, if it
+    is still as read), or what stood in the way; a lost commit is read back."""
+    for _ in range(ATTEMPTS):
+        mine = token()
+        same = (CLAIMS.c.id == claim.id, CLAIMS.c.consumer == claim.consumer)
+        take = (
+            update(CLAIMS)
+            .where(*same, CLAIMS.c.state == claim.state, _condition(why, timeout))
+            .where(CLAIMS.c.owner.is_not_distinct_from(claim.owner))
+            .values(state="releasing", owner=mine, lease_until=clock(lease(timeout)))
+            .values(updated_at=clock())
+        )
+        try:
+            with db.writer() as conn:
+                conn.execute(take)
+                row = conn.execute(select(CLAIMS).where(*same)).first()
+        except DatabaseUnavailable:
+            LOG.warning("Taking the claim of %s: commit unknown; reading back", claim.consumer)
+            with db.reader() as conn:
+                row = conn.execute(select(CLAIMS).where(*same)).first()
+        if row is not None and row.owner == mine and row.state == "releasing":
+            return row
+        if row is None:
+            return "gone meanwhile"
+        unchanged = (row.state, row.owner) == (claim.state, claim.owner)
+        if why == "failed":
+            if row.state in ESTABLISHED and row.created_at == claim.created_at:
+                return "made"  # this very claim (not a later one given the same row id)
+            if row.state in ESTABLISHED or not unchanged:
+                return "gone meanwhile"  # taken over: its ender finishes it
+            continue  # as it was: the take's commit did not happen
+        if why == "abandoned":
+            return "gone meanwhile"
+        if unchanged and row.state not in ESTABLISHED:
+            raise _busy(row)
+        claim = row  # it moved on meanwhile (made, or its lease passed): look again
+    raise Conflict(f"The claim of {claim.consumer} kept changing: try again.")
+
+
 def _unwind(
     db: Database,
     placement: PlacementClient | None,
@@ -149,22 +216,19 @@ def _unwind(
     policy: cleaning.Policy,
     placed: bool | None,
 ) -> None:
-    """Steps 2 to 4 of ``end``, from what the taken row records."""
+    """The taken claim undone from what its row records, its row deleted last."""
     step = claim.step
     if step in ("created", "done", None):
-        # Only the requests the row records; a claim made before claims recorded them
-        # (no step, or ``done`` from 0015 with no requests): the consumer's in its
-        # project, as nothing says which are its own.
+        # The requests the row records; a claim from before it recorded them: the
+        # consumer's in its project.
         instance = claim.consumer if claim.requests is None else None
+        owner = RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
         with db.writer() as conn:
             renew(conn, claim, timeout, step="placed", requests=[])
-            arq_service.delete_present(
-                conn, _owner_context(claim), claim.requests or (), instance, policy
-            )
+            arq_service.delete_present(conn, owner, claim.requests or (), instance, policy)
         step = "placed"
     if step in ("placing", "placed") and placement is not None and placed is not False:
-        # At ``placing`` its allocation may not have been made: only when the consumer
-        # holds exactly what was asked (nothing another put there is touched).
+        # At ``placing`` its allocation may not be made: only an exact match is dropped.
         _drop(db, placement, claim, exact=step == "placing" and not placed, timeout=timeout)
     with db.writer() as conn:
         conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id, CLAIMS.c.owner == claim.owner))
@@ -173,11 +237,9 @@ def _unwind(
 def _drop(
     db: Database, placement: PlacementClient, claim: Row[Any], exact: bool, timeout: float
 ) -> None:
-    """Take what the claim allocated out of its consumer's allocations (a claim that
-    recorded nothing, made before it would: every allocation of the consumer): the
-    consumer read, the lease renewed (the claim still this ender's, so no new claim of
-    the consumer exists), the write guarded by the generation read (read again when it
-    changed meanwhile). ``exact``: only when the consumer holds exactly that."""
+    """Take what the claim allocated (all, for a claim that recorded nothing) out of its
+    consumer's allocations, the write guarded by the generation read; ``exact``: only
+    when the consumer holds exactly that."""
     mine: Mapping[str, Mapping[str, int]] | None = claim.allocations
     for _ in range(ATTEMPTS):
         consumer = placement.get_consumer(claim.consumer)
@@ -208,12 +270,6 @@ def _without(
     left: dict[str, dict[str, int]] = {}
     for rp, resources in held.items():
         kept = {rc: n - mine.get(rp, {}).get(rc, 0) for rc, n in resources.items()}
-        kept = {rc: n for rc, n in kept.items() if n > 0}
-        if kept:
-            left[rp] = kept
+        if any(n > 0 for n in kept.values()):
+            left[rp] = {rc: n for rc, n in kept.items() if n > 0}
     return left
-
-
-def _owner_context(claim: Row[Any]) -> RequestContext:
-    """The claim's project, as the service acts for it (it sees that project's only)."""
-    return RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))

@@ -1,36 +1,34 @@
-"""Server-side claims (Acceleron's extension, microversion 2.12; docs/claims.md).
+"""Server-side claims (microversion 2.12); the detail is in docs/claims.md.
 
-A claim gives a consumer (a uuid: an instance, a job, a container) the accelerators a
-device profile asks for, in one request: the API asks Placement for allocation
-candidates with the query Nova would build, ranks them with spec 001's weigher (regions
-already holding a wanted function first), allocates the best for the consumer (and asks
-again when another consumer won the capacity meanwhile), creates the accelerator
-requests and binds them. Anything failing on the way is undone: requests deleted,
-allocation dropped, claim gone.
+A claim gives a consumer (a uuid) the accelerators a device profile asks for. Its row
+says how far it got (``step``), who acts on it (``owner``: a token) and until when
+(``lease_until``, in the database's time); every step is a conditional update that holds
+only while the claim is its actor's and the lease runs (``claim_end.record_step``).
 
-States (the ``state`` column, and what ``show`` derives from the requests):
-``allocating`` (being made), ``binding`` (requests bound, some still being programmed
-or prepared by the host's agent), ``bound`` (every request Bound), ``failed`` (a bind
-failed after the claim was answered: end it), ``releasing`` (being ended).
+From POST to bound (``make``):
 
-From POST to bound (``make``): ``begin`` inserts the row (step ``begun``, a new token
-of its maker's in ``owner``, a lease in ``lease_until``, in the database's time, renewed
-at each step; its deadline ``[claims] timeout`` seconds away); ``allocate`` records
-step ``placing`` with what it asks of Placement, then writes the allocation; ``bind``
-creates the requests, recording their uuids (step ``created``) in the transaction that
-creates them, and binds them, recording step ``done`` (``binding`` or ``bound``, no
-owner, no lease) in the bind's own transaction. Each step is a conditional update that
-holds only while the claim is its maker's, its lease runs and its deadline has not
-passed (``claim_leases.record_step``).
+1. ``begin`` inserts the row: ``allocating``, step ``begun``, the maker's token and
+   lease, a deadline ``[claims] timeout`` away (409 when the consumer has a claim; one
+   whose actor's lease passed is ended first);
+2. ``claim_allocation.allocate`` surveys Acceleron's records, chooses from its own view
+   of a few hosts (else from Placement's candidate queries, cheapest first), records
+   step ``placing`` with what it asks, then writes the allocation (chosen again when
+   another consumer won the capacity);
+3. ``bind`` creates the requests, recording their uuids (step ``created``) in the same
+   transaction, and binds them; the bind's transaction records step ``done``
+   (``binding``, or ``bound``), with no owner and no lease. ``show`` derives ``bound``
+   or ``failed`` (a bind failed after the answer: end it) from the requests.
 
-From DELETE to gone, and whatever else ends a claim: ``claim_end.end``, the reason a
-parameter (``released``: a DELETE; ``failed``: its maker, after a failure;
-``abandoned``: recovery, once the lease of whoever was at work on it has passed). It
-takes the claim (``releasing``, a token and a lease of its own, in one transaction),
-undoes it from what its row records, step by step, and deletes the row last. One actor
-at a time: a claim whose actor's lease runs is not taken (409). Recovery (``recover``)
-runs at the API's start, in every reconciler pass, and for a POST that finds an
-abandoned claim of its consumer in the way.
+A failure on the way ends the claim (``failed``), unless its row, read back, says it
+was made (the answer to the bind's commit lost): then it stands.
+
+From DELETE to gone (``end``), and whatever else ends a claim: ``claim_end.end``, the
+reason a parameter (``released``: a DELETE; ``failed``: its maker after a failure;
+``abandoned``: ``recover``, once its actor's lease passed). It takes the claim
+(``releasing``, its own token and lease: 409 while another actor's lease runs), deletes
+the requests the row records, drops what the claim allocated, and deletes the row last.
+Recovery runs at the API's start, in each reconciler pass, and for a POST whose consumer
+has an abandoned claim.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select
@@ -56,15 +54,17 @@ from acceleron.scheduler import query
 from acceleron.service import arqs as arq_service
 from acceleron.service import binding, claim_end, cleaning, provenance, quotas
 from acceleron.service.claim_allocation import MaybeAllocated, allocate, allocations_of
-from acceleron.service.claim_leases import lease, let_go, passed, record_step, token
+from acceleron.service.claim_end import lease, let_go, passed, record_step, token
 from acceleron.service.device_profiles import could_exist
 from acceleron.uuids import parse
 
 LOG = logging.getLogger(__name__)
 CLAIMS, ARQS = table(Claim), table(AcceleratorRequest)
-STATES = ("allocating", "binding", "bound", "failed", "releasing")
-STEPS = ("begun", "placing", "placed", "created", "done")
 TIMEOUT = 300.0  # [claims] timeout's default
+ENDED = ("undone", "released", "gone meanwhile")  # what recovery did when it succeeded
+_ABANDONED = select(CLAIMS, clock().label("now")).where(
+    CLAIMS.c.state.in_(("allocating", "releasing"))
+)
 
 
 class ClaimExists(Conflict):
@@ -73,9 +73,7 @@ class ClaimExists(Conflict):
 
 @dataclasses.dataclass(frozen=True)
 class ClaimRecord:
-    """A claim as its caller sees it (``show``): its state follows its requests while
-    they are bound; ``allocations`` what it allocated in Placement (None while being
-    made, and for a claim made before claims recorded it)."""
+    """A claim as ``show`` gives it; ``allocations``: None while it is being made."""
 
     consumer: str
     project_id: str
@@ -90,8 +88,7 @@ class ClaimRecord:
 
 
 def _claim_project(context: RequestContext, project_id: str | None) -> str:
-    """The project a claim is for: the caller's, or the one named when the caller reaches
-    every project's claims (``context.all_projects``: the API's ``claim:all_projects``)."""
+    """The caller's project, or the one named when it reaches every project's claims."""
     if project_id is not None and project_id != context.project_id:
         if not context.all_projects:
             raise InvalidInput(
@@ -104,10 +101,6 @@ def _claim_project(context: RequestContext, project_id: str | None) -> str:
     return context.project_id
 
 
-def _consumer(value: str) -> str:
-    return parse(value, "consumer_uuid")
-
-
 def begin(
     db: Database,
     context: RequestContext,
@@ -116,12 +109,9 @@ def begin(
     project_id: str | None,
     timeout: float = TIMEOUT,
 ) -> tuple[Row[Any], list[dict[str, str]]]:
-    """Record the claim (``allocating``, step ``begun``, a new token of its maker's and a
-    lease, in the database's time); the claim (with its ``deadline``: ``timeout``
-    seconds from now, in the database's time) and its profile's groups. ClaimExists
-    when the consumer has a claim already. The caller ends its work with ``bind``, or
-    ``end`` (``failed``)."""
-    consumer = _consumer(consumer)
+    """Record the claim (step 1); the claim (with its ``deadline``) and its profile's
+    groups. ClaimExists when the consumer has a claim already."""
+    consumer = parse(consumer, "consumer_uuid")
     project = _claim_project(context, project_id)
     if not profile_name or not could_exist(profile_name):
         raise NotFound(f"Device profile {profile_name[:64]!r} not found.")
@@ -138,7 +128,6 @@ def begin(
                     f"Device profile {profile_name!r} is disabled: it takes no new requests "
                     f"(`acceleron profile enable {profile_name}` allows them again)."
                 )
-            now = utcnow()
             conn.execute(
                 insert(CLAIMS).values(
                     consumer=consumer,
@@ -146,9 +135,9 @@ def begin(
                     device_profile_name=profile_name,
                     state="allocating",
                     step="begun",
-                    owner=token(),  # its maker's, from the transaction that makes it
+                    owner=token(),
                     lease_until=clock(lease(timeout)),
-                    created_at=now,
+                    created_at=utcnow(),
                 )
             )
             claim = conn.execute(
@@ -174,12 +163,9 @@ def bind(
     limits: quotas.Limits | None = None,
     trust: provenance.Trust = provenance.DEFAULT,
 ) -> None:
-    """Create the claim's requests (their uuids recorded in the claim in the same
-    transaction, step ``created``) and bind each to the provider Placement mapped its
-    group to; the claim becomes ``binding`` (or ``bound`` when nothing is left to do) in
-    the bind's own transaction (step ``done``). ``flat_mode``, ``limits`` and ``trust`` as
-    for ``binding.bind``. GivenUp, and nothing done, when the claim is no longer its maker's;
-    on any failure the caller ends the claim (``end``, ``failed``), its requests with it."""
+    """Create the claim's requests and bind each to the provider Placement mapped its
+    group to (step 3; the rest as for ``binding.bind``). GivenUp, nothing done, when the
+    claim is no longer its maker's; on a failure the caller ends the claim."""
     owner = dataclasses.replace(context, project_id=claim.project_id)
 
     def created_(conn: Connection, uuids: list[str]) -> None:
@@ -199,33 +185,18 @@ def bind(
             record_step(conn, claim, "created")  # still the maker's: it undoes the claim
             return
         state = "bound" if len(resolved) == len(created) else "binding"
-        record_step(
-            conn,
-            claim,
-            "done",
-            state=state,
-            hostname=hostname,
-            allocations=allocations_of(request),
-            owner=None,
-            lease_until=None,
-        )
+        values = {"state": state, "hostname": hostname, "owner": None, "lease_until": None}
+        record_step(conn, claim, "done", allocations=allocations_of(request), **values)
 
     resolved = binding.bind(db, owner, bindings, store, flat_mode, limits, bound_, trust)
-    failed = [r for r in resolved if r.status == "failed"]
+    failed = [r.arq_uuid for r in resolved if r.status == "failed"]
     if failed:
-        reasons = _reasons(db, [r.arq_uuid for r in failed])
+        with db.reader() as conn:
+            rows = conn.execute(
+                select(ARQS.c.uuid, ARQS.c.failure_reason).where(ARQS.c.uuid.in_(failed))
+            )
+            reasons = "; ".join(f"{r.uuid}: {r.failure_reason}" for r in rows)
         raise Conflict(f"The accelerators could not be bound: {reasons}")
-
-
-def _reasons(db: Database, uuids: Sequence[str]) -> str:
-    with db.reader() as conn:
-        rows = conn.execute(
-            select(ARQS.c.uuid, ARQS.c.failure_reason).where(ARQS.c.uuid.in_(uuids))
-        )
-        return "; ".join(f"{r.uuid}: {r.failure_reason}" for r in rows)
-
-
-# --- the whole flow: a claim made, a claim ended -------------------------------------
 
 
 def make(
@@ -245,17 +216,18 @@ def make(
     trust: provenance.Trust = provenance.DEFAULT,
     policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> ClaimRecord:
-    """The whole claim (``POST /v2/claims``): recorded (``begin``; a claim of the
-    consumer whose actor's lease passed, in the way, ended first), the best candidate
-    allocated in Placement (``allocate``, on ``hostname`` when given), its requests
-    created and bound (``bind``); on any failure ended (``end``, ``failed``) and the
-    error raised, unless the claim's row says it was made (the answer to the bind's
-    commit lost: the claim stands). The claim as ``show`` gives it. ``store``,
-    ``flat_mode``, ``limits`` and ``trust`` as for ``binding.bind``; blocking
-    (Placement, the bitstream store)."""
-    claim, groups = _begin(
-        db, placement, context, profile_name, consumer, project_id, timeout, policy
-    )
+    """``POST /v2/claims``: the claim made, as ``show`` gives it; on a failure ended
+    (``failed``) and the error raised, unless its row says it was made (the answer to
+    the bind's commit lost: it stands). Blocking (Placement, the bitstream store)."""
+    try:
+        claim, groups = begin(db, context, profile_name, consumer, project_id, timeout)
+    except ClaimExists:  # one whose actor's lease passed is ended, and begun again
+        mine = CLAIMS.c.consumer == parse(consumer, "consumer_uuid")
+        with db.reader() as conn:
+            stuck = conn.execute(_ABANDONED.where(mine, passed(timeout))).first()
+        if stuck is None or _recover(db, placement, stuck, timeout, policy) not in ENDED:
+            raise
+        claim, groups = begin(db, context, profile_name, consumer, project_id, timeout)
     user = context.user_id or "acceleron"
     placed: bool | None = False  # whether this maker's allocation was made
     try:
@@ -267,9 +239,13 @@ def make(
     except BaseException as error:
         if isinstance(error, MaybeAllocated):
             placed = None
-        if _failed(db, placement, claim, placed, timeout, policy) != "made":
-            raise
-        if not isinstance(error, Exception):
+        try:  # nothing raises here: what cannot be done now is left to recovery
+            found = claim_end.end(db, placement, claim, "failed", timeout, policy, placed)
+        except Exception:
+            LOG.exception("Ending the claim of %s failed: recovery ends it later", claim.consumer)
+            let_go(db, [claim])
+            found = "failed"
+        if found != "made" or not isinstance(error, Exception):
             raise
         LOG.warning(
             "Claim of %s: the answer to its last commit was lost (%s), but its "
@@ -280,45 +256,6 @@ def make(
     return show(db, context, claim.consumer)
 
 
-def _failed(
-    db: Database,
-    placement: PlacementClient,
-    claim: Row[Any],
-    placed: bool | None,
-    timeout: float,
-    policy: cleaning.Policy,
-) -> str:
-    """The maker ends its claim after a failure (``end``, ``failed``); what it found.
-    Nothing raises: what cannot be done now (the database away) is left to the next
-    DELETE or recovery, its lease given back; its allocation is never dropped unless
-    the claim's row, read back, is still its maker's."""
-    try:
-        return claim_end.end(db, placement, claim, "failed", timeout, policy, placed)
-    except Exception:
-        LOG.exception("Ending the claim of %s failed: recovery ends it later", claim.consumer)
-        let_go(db, [claim])
-        return "failed"
-
-
-def _begin(
-    db: Database,
-    placement: PlacementClient,
-    context: RequestContext,
-    profile_name: str,
-    consumer: str,
-    project_id: str | None,
-    timeout: float,
-    policy: cleaning.Policy,
-) -> tuple[Row[Any], list[dict[str, str]]]:
-    """``begin``; a claim in the way whose actor's lease passed is ended, and begun again."""
-    try:
-        return begin(db, context, profile_name, consumer, project_id, timeout)
-    except ClaimExists:
-        if not recover_consumer(db, placement, consumer, timeout, policy):
-            raise
-        return begin(db, context, profile_name, consumer, project_id, timeout)
-
-
 def end(
     db: Database,
     placement: PlacementClient,
@@ -327,9 +264,8 @@ def end(
     timeout: float = TIMEOUT,
     policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> None:
-    """End the consumer's claim (``DELETE /v2/claims/{consumer}``: ``end``, ``released``;
-    its handles cleaned as ``policy`` says): an established one, or one whose actor's
-    lease passed. Busy (409) while its maker or another ender is at work on it; NotFound
+    """``DELETE /v2/claims/{consumer}``: an established claim, or one whose actor's
+    lease passed, ended (``released``). Busy (409) while another acts on it; NotFound
     for a claim the caller does not see. Blocking (Placement)."""
     claim_end.end(db, placement, lookup(db, context, consumer), "released", timeout, policy)
 
@@ -347,11 +283,6 @@ class Recovered:
     action: str  # undone, released, would undo, would release, or failed: why
 
 
-_UNFINISHED = select(CLAIMS, clock().label("now")).where(
-    CLAIMS.c.state.in_(("allocating", "releasing"))
-)
-
-
 def recover(
     db: Database,
     placement: PlacementClient | None,
@@ -360,31 +291,17 @@ def recover(
     dry_run: bool = False,
     policy: cleaning.Policy = cleaning.DEFAULT,
 ) -> list[Recovered]:
-    """End every claim being made or ended whose actor's lease has passed (in the
-    database's time; ``end``, ``abandoned``): a claim being made is undone (its maker
-    never answered 201), an ending finished. ``dry_run`` changes nothing. What fails is
-    said, and the next pass tries again."""
+    """End every claim being made or ended whose actor's lease passed (``abandoned``);
+    ``dry_run`` changes nothing. What fails is said, and the next pass tries again."""
     with db.reader() as conn:
-        rows = conn.execute(_UNFINISHED.where(passed(timeout)).order_by(CLAIMS.c.id)).all()
+        rows = conn.execute(_ABANDONED.where(passed(timeout)).order_by(CLAIMS.c.id)).all()
     done = []
     for claim in rows:
-        now = claim.now
         verb = "undo" if claim.state == "allocating" else "release"
-        action = f"would {verb}"
-        if not dry_run:
-            action = _recover(db, placement, claim, timeout, policy)
-        moved = claim.updated_at or claim.created_at
-        done.append(
-            Recovered(
-                claim.consumer,
-                claim.state,
-                claim.step,
-                claim.allocations or {},
-                tuple(claim.requests or ()),
-                round((now - moved).total_seconds(), 1),
-                action,
-            )
-        )
+        action = f"would {verb}" if dry_run else _recover(db, placement, claim, timeout, policy)
+        age = round((claim.now - (claim.updated_at or claim.created_at)).total_seconds(), 1)
+        found = (claim.consumer, claim.state, claim.step, claim.allocations or {})
+        done.append(Recovered(*found, tuple(claim.requests or ()), age, action))
     return done
 
 
@@ -407,44 +324,12 @@ def _recover(
     return action
 
 
-def recover_consumer(
-    db: Database,
-    placement: PlacementClient | None,
-    consumer: str,
-    timeout: float = TIMEOUT,
-    policy: cleaning.Policy = cleaning.DEFAULT,
-) -> bool:
-    """End the consumer's claim if its actor's lease passed (a POST for the consumer finds
-    it in the way); whether it was."""
-    with db.reader() as conn:
-        claim = conn.execute(
-            _UNFINISHED.where(CLAIMS.c.consumer == _consumer(consumer), passed(timeout))
-        ).first()
-    if claim is None:
-        return False
-    return _recover(db, placement, claim, timeout, policy) in (
-        "undone",
-        "released",
-        "gone meanwhile",
-    )
-
-
-def _visible(context: RequestContext) -> Any:
-    if context.all_projects:
-        return CLAIMS.c.id.is_not(None)
-    return CLAIMS.c.project_id == (context.project_id or "")
-
-
 def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
     """The consumer's claim, as the caller sees it (NotFound for another project's)."""
+    consumer = parse(consumer, "consumer_uuid")
+    seen = [] if context.all_projects else [CLAIMS.c.project_id == (context.project_id or "")]
     with db.reader() as conn:
-        return _visible_claim(conn, context, _consumer(consumer))
-
-
-def _visible_claim(conn: Connection, context: RequestContext, consumer: str) -> Row[Any]:
-    claim = conn.execute(
-        select(CLAIMS).where(CLAIMS.c.consumer == consumer, _visible(context))
-    ).first()
+        claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer, *seen)).first()
     if claim is None:
         raise NotFound(f"No claim for consumer {consumer}.")
     return claim
@@ -462,7 +347,6 @@ def show(db: Database, context: RequestContext, consumer: str) -> ClaimRecord:
             reason = "; ".join(f"{a.uuid}: {a.failure_reason}" for a in failed)
         elif all(a.state == "Bound" for a in arqs):
             state = "bound"
-    held = None if claim.state == "allocating" else claim.allocations
     return ClaimRecord(
         claim.consumer,
         claim.project_id,
@@ -473,5 +357,5 @@ def show(db: Database, context: RequestContext, consumer: str) -> ClaimRecord:
         arqs,
         claim.created_at,
         claim.updated_at,
-        held,
+        None if claim.state == "allocating" else claim.allocations,
     )
