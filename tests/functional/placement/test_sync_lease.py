@@ -80,4 +80,4 @@ def test_a_process_holds_a_host_for_its_configured_lease(
     sync.sync_lease = 7.0  # [placement] sync_lease
     [done] = sync.sync_pending()
     assert done.errors == [] and len(seen.left) == 1
-    assert 5.0 < seen.left[0] <= 7.0, seen.left
+    assert 0 < seen.left[0] <= 7.0, seen.left  # not the default 60 s
