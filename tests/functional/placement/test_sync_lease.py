@@ -13,7 +13,9 @@ from sqlalchemy import select, update
 from acceleron.db.clock import clock
 from acceleron.db.models import Host, table
 from acceleron.db.session import Database
+from acceleron.placement.client import PlacementClient
 from acceleron.service import inventory
+from acceleron.service.placement import PlacementService
 from tests.fixtures.fake_host import HOST, host_report, syncer
 from tests.fixtures.placement import CountingAdapter
 
@@ -74,10 +76,11 @@ class _LeaseSeen(CountingAdapter):
 def test_a_process_holds_a_host_for_its_configured_lease(
     db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter
 ) -> None:
+    conf.set_override("sync_lease", 7, "placement")
+    conf.set_override("mode", "embedded", "placement")  # it makes the compute node itself
     inventory.reconcile(db, host_report(conf))
     seen = _LeaseSeen(counted, db)
-    sync = syncer(db, seen)
-    sync.sync_lease = 7.0  # [placement] sync_lease
-    [done] = sync.sync_pending()
+    service = PlacementService(conf, db, lambda: PlacementClient(seen))
+    [done] = service.syncer().sync_pending()
     assert done.errors == [] and len(seen.left) == 1
     assert 0 < seen.left[0] <= 7.0, seen.left  # not the default 60 s
