@@ -25,16 +25,22 @@ wait until they are Bound. Each is run three ways, side by side:
 * ``nova``: the same, with the candidates query a client with no view of its own sends
   for the profile, as Nova builds it (the groups' resources and traits; Nova's default
   limit of 1,000 candidates);
+* ``guarded``: ``placement``'s, released as Nova releases a server's allocations and
+  as a claim's release must (never an unguarded write): the consumer's allocations and
+  generation read, then written empty with that generation (``GET``, then ``PUT
+  /allocations/{consumer}``), where ``placement`` drops them with one unguarded
+  ``DELETE``;
 * ``server``: one ``POST /v2/claims`` (2.12) followed until bound (``Claimer.claim``).
 
 Each run says the all-in-one process's CPU time (user and system, every thread) per
-claim and its release: for ``placement`` and ``nova`` that is Placement's own share (it
-serves ``/placement`` in that process), for ``server`` the whole claim; and a server-side
-claim's p50, rate and CPU per claim against each of the other two.
+claim and its release: for ``placement``, ``guarded`` and ``nova`` that is Placement's
+own share (it serves ``/placement`` in that process), for ``server`` the whole claim; and
+a server-side claim's p50, rate and CPU per claim against each of the others.
 With one client it also says the release's own (its p50, and the process's CPU time
 over the releases alone, per release): ``DELETE /allocations`` for ``placement`` and
-``nova``, the ``Claimer``'s release of the claim it made (``DELETE /v2/claims``: it
-counts the requests from the claim it has) for ``server``.
+``nova``, ``GET`` and ``PUT`` for ``guarded``, the ``Claimer``'s release of the claim it
+made (``DELETE /v2/claims``: it counts the requests from the claim it has) for
+``server``.
 On shared cores a rate moves by a third from run to run, CPU per claim by a few per cent.
 
 Placement's share of a claim naming a function is shown on its own: the candidates query
@@ -42,10 +48,10 @@ for every host, against the one a server-side claim sends first (the regions hol
 function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
-        [--profiles daas-qat,...] [--flows placement,nova,server] [--baseline REV]
+        [--profiles daas-qat,...] [--flows placement,guarded,nova,server] [--baseline REV]
         [--rounds N]
 
-Each run also says the retries per claim: for ``placement`` and ``nova`` the
+Each run also says the retries per claim: for Placement's own flows the
 allocations Placement refused (409) and chosen again (they ask for candidates again,
 as a scheduler does, up to 5 times); for ``server`` the claims' own, as the server
 counts them (``acceleron_claim_allocation_conflicts_total``; ``-`` for code that did
@@ -122,7 +128,8 @@ PROFILES = {
         {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION},
     ],
 }
-FLOWS = ("placement", "nova", "server")
+FLOWS = ("placement", "guarded", "nova", "server")
+PLACEMENT_FLOWS = FLOWS[:3]  # Placement's own share, what a server-side claim is set against
 NOVA_LIMIT = 1000  # Nova's [scheduler] max_placement_results, by default
 BASELINE = "2723894"  # main before claims asked about hosts' trees first
 # No periodic reconciler pass (the API's first reads every provider's allocations: a
@@ -163,12 +170,16 @@ class PlacementOnly:
     parameters and limit), the weigher's choice, the allocation; released by dropping
     it. With ``as_nova``: the query a client with no view of its own sends for the same
     profile, as Nova builds it (its groups' resources and traits, Nova's default
-    ``[scheduler] max_placement_results`` of 1,000 candidates)."""
+    ``[scheduler] max_placement_results`` of 1,000 candidates). With ``guarded``: the
+    release reads the consumer's generation and writes its allocations empty with it."""
 
-    def __init__(self, url: str, roots: frozenset[str], as_nova: bool = False) -> None:
+    def __init__(
+        self, url: str, roots: frozenset[str], as_nova: bool = False, guarded: bool = False
+    ) -> None:
         self.placement = placement_client(url)
         self.roots = roots
         self.as_nova = as_nova
+        self.guarded = guarded
         self.retries = 0  # allocations Placement refused (409) and chosen again
 
     def claim(self, profile: str, consumer: str) -> None:
@@ -191,7 +202,11 @@ class PlacementOnly:
         raise RuntimeError(f"other consumers took the capacity {ATTEMPTS} times")
 
     def release(self, consumer: str, made: None = None) -> None:
-        self.placement.delete_allocations(consumer)
+        if self.guarded:  # no bench client writes this consumer meanwhile: no 409 to retry
+            read = self.placement.get_consumer(consumer)
+            self.placement.replace_allocations(consumer, read, {})
+        else:
+            self.placement.delete_allocations(consumer)
 
 
 def run(
@@ -201,13 +216,13 @@ def run(
     releases: list[float] = []
     released_cpu: list[float] = []  # the process's CPU time over each release
     failures: list[str] = []
-    retries: list[int] = []  # the placement and nova flows' own, by client
+    retries: list[int] = []  # Placement's own flows', by client
     deadline = time.monotonic() + seconds
 
     def worker() -> None:
         flow: Any = claimer(url)
-        if flow_name in ("placement", "nova"):
-            flow = PlacementOnly(url, roots, as_nova=flow_name == "nova")
+        if flow_name in PLACEMENT_FLOWS:
+            flow = PlacementOnly(url, roots, flow_name == "nova", flow_name == "guarded")
             try:
                 work(flow)
             finally:
@@ -239,7 +254,7 @@ def run(
         thread.join()
     elapsed, cpu = time.monotonic() - started, cpu_seconds(url.pid) - cpu
     moved = {name: n - counted.get(name, 0.0) for name, n in counters(url).items()}
-    if flow_name in ("placement", "nova"):
+    if flow_name in PLACEMENT_FLOWS:
         moved["retries"] = float(sum(retries))
     return {"profile": profile, "flow": flow_name, "clients": clients,
             "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
@@ -364,7 +379,7 @@ def main() -> None:
           "requests created and bound, each followed by its release; the load average "
           f"now: {os.getloadavg()[0]:.1f}")  # fmt: skip
     for r in sorted(results, key=lambda r: (r["clients"], profiles.index(r["profile"]))):
-        baselines = {b["flow"]: b for b in results if b["flow"] in ("placement", "nova")
+        baselines = {b["flow"]: b for b in results if b["flow"] in PLACEMENT_FLOWS
                      and (b["profile"], b["clients"]) == (r["profile"], r["clients"])}  # fmt: skip
         print(line(r, baselines))
         if r["failures"]:
@@ -443,7 +458,7 @@ def retried(r: dict[str, Any]) -> str:
     if sum(writes.values()):
         batched = f", {writes.get('batched', 0) / sum(writes.values()):4.0%} writes batched"
     conflicts = ""
-    if r["flow"] not in ("placement", "nova"):
+    if r["flow"] not in PLACEMENT_FLOWS:
         conflicts = f", 409s {counted.get('conflicts', 0) / claims:4.2f}/claim"
     return f"retries {shown}/claim{conflicts}{batched}   "
 
