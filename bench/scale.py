@@ -67,10 +67,19 @@ def placement_wsgi() -> Any:
     """The standalone Placement's WSGI application (uvicorn's factory, in each worker):
     Placement on the database named by ``ACCELERON_BENCH_PLACEMENT_DB``, with Placement's
     own defaults (a cloud's Placement; oslo.config's ``OS_<GROUP>__<OPTION>`` variables
-    may set its options)."""
+    may set its options). Its callers have the roles Acceleron's service user has in a
+    cloud (docs/deploy-with-nova.md: ``service`` among them, which Placement's reshaper
+    asks for): Placement's noauth2 gives the admin token the ``admin`` role alone."""
     from acceleron.placement import inprocess
 
-    return inprocess.placement_app(os.environ[PLACEMENT_DB_ENV], inprocess.PLACEMENT_DEFAULTS)
+    app = inprocess.placement_app(os.environ[PLACEMENT_DB_ENV], inprocess.PLACEMENT_DEFAULTS)
+    roles = inprocess.ROLES["X-Roles"]
+
+    def as_service_user(environ: dict[str, Any], start_response: Any) -> Any:
+        environ.setdefault("HTTP_X_ROLES", roles)
+        return app(environ, start_response)
+
+    return as_service_user
 
 
 # --- PostgreSQL -------------------------------------------------------------------------
