@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
@@ -148,8 +148,7 @@ def from_json(data: Any) -> HostReport:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InvalidInput(f"Invalid host report: {where}: {first['msg']}.") from error
-    check_values(report)
-    check(report.devices)
+    check(report)
     return report
 
 
@@ -191,13 +190,12 @@ def check_values(obj: Any, where: str = "") -> None:
             _check_value(value, here, WIDTHS.get(field.name, _TEXT_MAX))
 
 
-def check(devices: Sequence[Device]) -> None:
-    """Rules a report must follow beyond its types: known enumerations, unique keys,
-    values that fit the database."""
-    for index, device in enumerate(devices):
-        check_values(device, f"devices.{index}.")
+def check(report: HostReport) -> None:
+    """Rules a report must follow beyond its types: values that fit the database (each
+    checked once), known enumerations, unique keys."""
+    check_values(report)
     addresses: set[str] = set()
-    for index, device in enumerate(devices):
+    for index, device in enumerate(report.devices):
         where = f"devices.{index} ({device.pci_address})"
         if device.pci_address in addresses:
             raise InvalidInput(f"Invalid host report: {where}: PCI address reported twice.")

@@ -20,7 +20,7 @@ from acceleron.api.common import Call, CallDep, json_response, requires, timesta
 from acceleron.api.errors import ERROR_RESPONSES
 from acceleron.api.overrides import PROVIDER
 from acceleron.exceptions import InvalidInput
-from acceleron.report import Incoming, check, check_values
+from acceleron.report import Incoming, check
 from acceleron.service import hosts as service
 from acceleron.service import inventory
 
@@ -135,8 +135,7 @@ async def report_host(hostname: str, report: Incoming, call: CallDep) -> Respons
         raise InvalidInput(
             f"The report is for host {report.hostname!r} but was sent to {hostname!r}."
         )
-    check_values(report)
-    check(report.devices)
+    check(report)
     placement = call.placement
     if placement is not None:
         await call.outbound(placement.check_host, hostname)

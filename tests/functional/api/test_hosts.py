@@ -48,3 +48,32 @@ def test_routine_agent_calls_are_logged_at_debug(
         (logging.DEBUG, "PUT /v2/hosts/host-1/report"),
         (logging.DEBUG, "POST /v2/hosts/host-1/tasks/claim?wait=0"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda d: d.update(model="m\x07"), "devices.0.model: control characters"),
+        (
+            lambda d: d["deployables"][0]["attributes"].update(note="n" * 70_000),
+            "devices.0.deployables.0.attributes.note: longer than 65535 characters",
+        ),
+        (
+            lambda d: d["deployables"][0]["attach_handles"][1]["info"].update(bus="1\x1b"),
+            "devices.0.deployables.0.attach_handles.1.info.bus: control characters",
+        ),
+        (
+            lambda d: d["deployables"][1].update(num_accelerators=2**31),
+            "devices.0.deployables.1.num_accelerators: 2147483648 is out of range",
+        ),
+    ],
+)
+def test_every_value_of_a_report_is_checked_however_deep(
+    api: TestClient, conf: cfg.ConfigOpts, change: Any, said: str
+) -> None:
+    body = report(conf)
+    change(body["devices"][0])
+    answer = api.put("/v2/hosts/host-1/report", json=body, headers=SERVICE)
+    assert answer.status_code == 400, answer.text
+    assert said in detail(answer)
+    assert api.get("/v2/hosts", headers=SERVICE).json()["hosts"] == []
