@@ -21,7 +21,7 @@ from acceleron.cli.main import main
 from acceleron.db.models import AttachHandle, Deployable, Device, Host, PlacementProvider, table
 from acceleron.db.session import Database
 from acceleron.exceptions import PlacementUnavailable
-from acceleron.placement.client import PlacementClient
+from acceleron.placement.client import Inventory, PlacementClient
 from acceleron.service import arqs, binding, inventory
 from acceleron.service.placement import PlacementService, options_from_conf
 from acceleron.service.publish import Syncer, verify_slice
@@ -399,3 +399,40 @@ def test_the_apis_passes_go_round_the_hosts_and_free_a_leak(
     with TestClient(app):
         wait_for(lambda: held(placement, leaked) == {}, seconds=60)
     assert not any(c.path == "/resource_providers" and not c.query for c in counted.calls)
+
+
+class AllocatedBetweenReads(PlacementClient):
+    """The real client; another consumer allocates on ``region`` between the first read
+    of its inventories and that of its traits, as a claim may."""
+
+    def __init__(self, placement: adapter.Adapter, region: str) -> None:
+        super().__init__(placement)
+        self.placement, self.region, self.allocated = placement, region, False
+        self.consumer = str(uuid.uuid4())
+
+    def get_inventories(self, uuid: str) -> tuple[int, dict[str, Inventory]]:
+        found = super().get_inventories(uuid)
+        if uuid == self.region and not self.allocated:
+            self.allocated = True
+            allocate(self.placement, self.consumer, {self.region: {FPGA: 1}})
+        return found
+
+
+def test_an_allocation_between_a_providers_two_reads_is_no_drift(
+    db: Database, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """A pass reads a moved provider's inventories, then its traits; a claim allocating
+    between the two moves its generation. The pass reads it again rather than take the
+    host for drifted (a warning, and the host's sync done again)."""
+    region = published["regions"][0].rp_uuid
+    allocate(placement, str(uuid.uuid4()), {region: {FPGA: 1}})  # the pass reads it
+    client = AllocatedBetweenReads(placement, region)
+    passes = Reconciler(db, lambda: client, 3600)
+    passes.run(free=False)
+    assert client.allocated
+    assert passes.drifted == []
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS).where(HOSTS.c.hostname == HOST)).one()
+        recorded = conn.execute(select(PROVIDERS.c.generation).where(PROVIDERS.c.uuid == region))
+        assert recorded.scalar_one() == client.get_inventories(region)[0]
+    assert host.synced_generation >= host.generation

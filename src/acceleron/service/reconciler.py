@@ -36,10 +36,11 @@ than found as leaks later.
 A pass also notices providers someone else changed in Placement (a trait or an
 inventory deleted by hand): of the providers it read whose generation moved since the
 sync recorded it, each is read (inventories and traits) and compared with what the sync
-wrote (its digest). Only allocations moved it: the new generation is recorded. Its
-content differs: its host is marked not synced (``placement_synced`` false) for the
-sync's next pass to repair, rather than at its periodic verification of every host
-(``drifted``).
+wrote (its digest), the two reads at one generation (read again when a claim or a boot
+allocated on it between them). Only allocations moved it: the new generation is
+recorded. Its content differs: its host is marked not synced (``placement_synced``
+false) for the sync's next pass to repair, rather than at its periodic verification of
+every host (``drifted``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ LOG = logging.getLogger(__name__)
 PROVIDERS, HOSTS, ARQS = table(PlacementProvider), table(Host), table(AcceleratorRequest)
 Allocations = Mapping[str, Mapping[str, int]]  # provider uuid -> class -> amount
 Read = dict[str, tuple[int, Allocations]]  # provider uuid -> generation, allocations
+READS = 3  # a moved provider's inventories and traits read again, at most, to agree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,11 +208,13 @@ class Reconciler:
             if actual is None or actual.generation == row.generation or row.hostname in drifted:
                 continue  # one gone: the next sync notices
             try:
-                generation, inventories = client.get_inventories(row.uuid)
-                read, traits = client.get_traits(row.uuid)
+                found = _read_at_one_generation(client, row.uuid)
             except PlacementProviderNotFound:
                 continue
-            if read != generation or _digest(actual, inventories, traits, row.owned) != row.digest:
+            if found is None:  # allocated on between each two reads: the next pass looks
+                continue
+            read, inventories, traits = found
+            if _digest(actual, inventories, traits, row.owned) != row.digest:
                 drifted.add(row.hostname)
             elif not dry_run:  # only allocations moved it: as the sync would record it
                 with self.db.writer() as conn:
@@ -379,6 +383,20 @@ class Reconciler:
 
 
 # --- the requests: which hold handles, and releasing those of a consumer gone ----------
+
+
+def _read_at_one_generation(
+    client: PlacementClient, uuid: str
+) -> tuple[int, dict[str, Inventory], frozenset[str]] | None:
+    """The provider's generation, inventories and traits, read at one generation; None
+    when it moved between the two reads each time (a claim or a boot allocating on it:
+    no sign of drift)."""
+    for _ in range(READS):
+        generation, inventories = client.get_inventories(uuid)
+        read, traits = client.get_traits(uuid)
+        if read == generation:
+            return generation, inventories, traits
+    return None
 
 
 def holding(db: Database, consumers: Collection[str] | None = None) -> dict[str, list[str]]:
