@@ -382,9 +382,6 @@ class Reconciler:
         return "freed"
 
 
-# --- the requests: which hold handles, and releasing those of a consumer gone ----------
-
-
 def _read_at_one_generation(
     client: PlacementClient, uuid: str
 ) -> tuple[int, dict[str, Inventory], frozenset[str]] | None:
@@ -397,6 +394,9 @@ def _read_at_one_generation(
         if read == generation:
             return generation, inventories, traits
     return None
+
+
+# --- the requests: which hold handles, and releasing those of a consumer gone ----------
 
 
 def holding(db: Database, consumers: Collection[str] | None = None) -> dict[str, list[str]]:
