@@ -40,7 +40,7 @@ A cost per host that grows with the hosts is a pass that reads them all. The mac
 load is printed beside the figures: on a small shared machine the agents, both servers
 and PostgreSQL share its cores.
 
-    .venv/bin/python bench/region.py [--hosts 100,1000] [--interval 60] [--task-wait 20]
+    .venv/bin/python bench/region.py [--hosts 100,1000] [--interval 60] [--task-wait 45]
         [--window 60] [--api-workers 2] [--placement-workers 2]
         [--postgresql postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
 """
@@ -527,7 +527,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="100,1000", help="host counts, e.g. 100,1000")
     parser.add_argument("--interval", type=float, default=60.0, help="report interval (s)")
-    parser.add_argument("--task-wait", type=float, default=20.0, help="a poll's wait (s)")
+    parser.add_argument("--task-wait", type=float, default=45.0, help="a poll's wait (s)")
     parser.add_argument("--window", type=float, default=60.0, help="each steady window (s)")
     parser.add_argument("--api-workers", type=int, default=2)
     parser.add_argument("--placement-workers", type=int, default=2)

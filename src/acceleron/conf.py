@@ -426,11 +426,12 @@ AGENT_OPTS: list[cfg.Opt] = [
     ),
     cfg.FloatOpt(
         "task_wait",
-        default=20.0,
+        default=45.0,
         min=0.0,
         max=60.0,
         help="Seconds the API holds the agent's request for work open while it has none: "
-        "new work starts that fast, without the agent asking over and over.",
+        "new work starts at once, without the agent asking over and over. Keep it below "
+        "the timeout of any proxy between the agent and the API (often 50 to 60 s).",
     ),
     cfg.FloatOpt(
         "udev_debounce",

@@ -96,7 +96,7 @@ class Settings:
     hostname: str
     cache_dir: Path
     journal: Path
-    wait: float = 20.0  # seconds the API holds a claim while there is no work
+    wait: float = 45.0  # seconds the API holds a claim while there is no work
     backoff_initial: float = 1.0
     backoff_max: float = 60.0
     probe_interval: float = 1.0  # seconds between two probes of an API that went away
