@@ -10,7 +10,9 @@ requests its row records, drops what it allocated, and deletes the row last.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -26,6 +28,7 @@ from acceleron.exceptions import (
     AllocationConflict,
     Conflict,
     DatabaseUnavailable,
+    NotFound,
 )
 from acceleron.placement.client import CONCURRENT_UPDATE, PlacementClient
 from acceleron.service import arqs as arq_service
@@ -122,30 +125,40 @@ def let_go(db: Database, claims: Sequence[Row[Any]]) -> None:
         LOG.warning("Could not give back the lease of a claim (%s): it passes", error.message)
 
 
+@dataclasses.dataclass(frozen=True)
+class Sought:
+    """A claim a caller releases: its consumer, and what limits the claims it sees."""
+
+    consumer: str
+    seen: Sequence[ColumnElement[bool]] = ()
+
+
 def end(
     db: Database,
     placement: PlacementClient | None,
-    claim: Row[Any],
+    claim: Row[Any] | Sought,
     why: Why,
     timeout: float,
     policy: cleaning.Policy = cleaning.DEFAULT,
     placed: bool | None = None,
 ) -> str:
-    """End the claim (as read) for ``why``: ``released`` (a DELETE), ``failed`` (its
-    maker; ``placed``: whether its allocation was made, None: perhaps) or ``abandoned``
-    (recovery). Returns ``undone``, ``released``, ``gone meanwhile`` or (its maker, the
-    row saying it was made after all) ``made``. Busy when another acts on it; on a
-    failure the lease is given back and the error raised."""
+    """End the claim for ``why``: ``released`` (a DELETE, the claim ``Sought``),
+    ``failed`` (its maker; ``placed``: whether its allocation was made, None: perhaps)
+    or ``abandoned`` (recovery, the claim as read). Returns ``undone``, ``released``,
+    ``gone meanwhile`` or (its maker, the row saying it was made after all) ``made``.
+    Busy when another acts on it, NotFound when a release finds none; on a failure the
+    lease is given back and the error raised."""
     taken = _take(db, claim, why, timeout)
     if isinstance(taken, str):
         return taken
+    before, claim = taken
     try:
-        _unwind(db, placement, taken, timeout, policy, placed)
+        _unwind(db, placement, claim, timeout, policy, placed)
     except BaseException:
-        let_go(db, [taken])
+        let_go(db, [claim])
         raise
     LOG.info("Claim of %s ended (%s; it had reached step %s)", claim.consumer, why, claim.step)
-    return "undone" if claim.state == "allocating" else "released"
+    return "undone" if before.state == "allocating" else "released"
 
 
 def _busy(claim: Row[Any]) -> Busy:
@@ -161,50 +174,64 @@ def _busy(claim: Row[Any]) -> Busy:
 
 
 def _condition(why: Why, timeout: float) -> ColumnElement[bool]:
-    if why == "failed":  # its maker: still its own (the take compares the owner)
+    """When a claim may be taken for ``why`` (its maker's: the owner compared besides)."""
+    if why == "failed":
         return CLAIMS.c.state == "allocating"
     if why == "released":
         return or_(CLAIMS.c.state.in_(ESTABLISHED), passed(timeout))
     return CLAIMS.c.state.in_(("allocating", "releasing")) & passed(timeout)
 
 
-def _take(db: Database, claim: Row[Any], why: Why, timeout: float) -> Row[Any] | str:
-    """The claim taken (its row as taken: ``releasing``, a new token and a lease, if it
-    is still as read), or what stood in the way; a lost commit is read back."""
+def _refusal(row: Row[Any] | None, claim: Row[Any] | Sought, why: Why) -> str | None:
+    """What stands in the way of taking ``row`` (the claim now, ``takeable``: whether
+    ``_condition`` holds) for ``why``: None (nothing), ``made`` or ``gone meanwhile``;
+    Busy and NotFound raised."""
+    if isinstance(claim, Sought):  # released
+        if row is None:
+            raise NotFound(f"No claim for consumer {claim.consumer}.")
+        if not row.takeable:
+            raise _busy(row)
+        return None
+    if row is None:
+        return "gone meanwhile"
+    if why == "failed" and row.owner != claim.owner:  # no longer its maker's
+        made = row.state in ESTABLISHED and row.created_at == claim.created_at
+        return "made" if made else "gone meanwhile"  # made: this very claim, bound
+    return None if row.takeable else "gone meanwhile"
+
+
+def _take(
+    db: Database, claim: Row[Any] | Sought, why: Why, timeout: float
+) -> tuple[Row[Any], Row[Any]] | str:
+    """The claim as found and as taken (``releasing``, a new token and a lease), read and
+    taken in one transaction; or what stood in the way. A lost commit is read back."""
+    if isinstance(claim, Sought):
+        where = (CLAIMS.c.consumer == claim.consumer, *claim.seen)
+    else:
+        where = (CLAIMS.c.id == claim.id, CLAIMS.c.consumer == claim.consumer)
+    condition = _condition(why, timeout)
+    read = select(CLAIMS, condition.label("takeable")).where(*where)
     for _ in range(ATTEMPTS):
-        mine = token()
-        same = (CLAIMS.c.id == claim.id, CLAIMS.c.consumer == claim.consumer)
-        take = (
-            update(CLAIMS)
-            .where(*same, CLAIMS.c.state == claim.state, _condition(why, timeout))
-            .where(CLAIMS.c.owner.is_not_distinct_from(claim.owner))
-            .values(state="releasing", owner=mine, lease_until=clock(lease(timeout)))
-            .values(updated_at=clock())
-        )
+        mine, row = token(), None
         try:
             with db.writer() as conn:
-                conn.execute(take)
-                row = conn.execute(select(CLAIMS).where(*same)).first()
+                row = conn.execute(read).first()
+                if (refused := _refusal(row, claim, why)) is not None or row is None:
+                    return refused or "gone meanwhile"
+                conn.execute(
+                    update(CLAIMS)
+                    .where(CLAIMS.c.id == row.id, CLAIMS.c.state == row.state, condition)
+                    .where(CLAIMS.c.owner.is_not_distinct_from(row.owner))
+                    .values(state="releasing", owner=mine, lease_until=clock(lease(timeout)))
+                    .values(updated_at=clock())
+                )
+                taken = conn.execute(read).first()
         except DatabaseUnavailable:
             LOG.warning("Taking the claim of %s: commit unknown; reading back", claim.consumer)
             with db.reader() as conn:
-                row = conn.execute(select(CLAIMS).where(*same)).first()
-        if row is not None and row.owner == mine and row.state == "releasing":
-            return row
-        if row is None:
-            return "gone meanwhile"
-        unchanged = (row.state, row.owner) == (claim.state, claim.owner)
-        if why == "failed":
-            if row.state in ESTABLISHED and row.created_at == claim.created_at:
-                return "made"  # this very claim (not a later one given the same row id)
-            if row.state in ESTABLISHED or not unchanged:
-                return "gone meanwhile"  # taken over: its ender finishes it
-            continue  # as it was: the take's commit did not happen
-        if why == "abandoned":
-            return "gone meanwhile"
-        if unchanged and row.state not in ESTABLISHED:
-            raise _busy(row)
-        claim = row  # it moved on meanwhile (made, or its lease passed): look again
+                taken = conn.execute(read).first()
+        if row is not None and taken is not None and taken.owner == mine:
+            return row, taken
     raise Conflict(f"The claim of {claim.consumer} kept changing: try again.")
 
 
@@ -217,29 +244,39 @@ def _unwind(
     placed: bool | None,
 ) -> None:
     """The taken claim undone from what its row records, its row deleted last."""
-    step = claim.step
+    step, renewed = claim.step, None
     if step in ("created", "done", None):
         # The requests the row records; a claim from before it recorded them: the
         # consumer's in its project.
         instance = claim.consumer if claim.requests is None else None
         owner = RequestContext("claim", project_id=claim.project_id, roles=frozenset({"member"}))
+        renewed = time.monotonic()
         with db.writer() as conn:
             renew(conn, claim, timeout, step="placed", requests=[])
             arq_service.delete_present(conn, owner, claim.requests or (), instance, policy)
         step = "placed"
     if step in ("placing", "placed") and placement is not None and placed is not False:
         # At ``placing`` its allocation may not be made: only an exact match is dropped.
-        _drop(db, placement, claim, exact=step == "placing" and not placed, timeout=timeout)
+        exact = step == "placing" and not placed
+        _drop(db, placement, claim, exact, timeout, renewed)
     with db.writer() as conn:
         conn.execute(delete(CLAIMS).where(CLAIMS.c.id == claim.id, CLAIMS.c.owner == claim.owner))
 
 
 def _drop(
-    db: Database, placement: PlacementClient, claim: Row[Any], exact: bool, timeout: float
+    db: Database,
+    placement: PlacementClient,
+    claim: Row[Any],
+    exact: bool,
+    timeout: float,
+    renewed: float | None,
 ) -> None:
     """Take what the claim allocated (all, for a claim that recorded nothing) out of its
     consumer's allocations, the write guarded by the generation read; ``exact``: only
-    when the consumer holds exactly that."""
+    when the consumer holds exactly that. Each write is made with half a lease left at
+    least: renewed first unless it was renewed since ``renewed`` (``time.monotonic()``
+    before that renewal) and half a lease has not gone by (a lease runs in the
+    database's time, at the rate of this clock; no one takes a claim whose lease runs)."""
     mine: Mapping[str, Mapping[str, int]] | None = claim.allocations
     for _ in range(ATTEMPTS):
         consumer = placement.get_consumer(claim.consumer)
@@ -249,8 +286,10 @@ def _drop(
         kept = {} if mine is None else _without(held, mine)
         if kept == held:
             return
-        with db.writer() as conn:
-            renew(conn, claim, timeout)
+        if renewed is None or time.monotonic() - renewed > lease(timeout) / 2:
+            renewed = time.monotonic()
+            with db.writer() as conn:
+                renew(conn, claim, timeout)
         try:
             placement.replace_allocations(claim.consumer, consumer, kept)
             return

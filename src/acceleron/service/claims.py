@@ -39,7 +39,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select
+from sqlalchemy import ColumnElement, Connection, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from acceleron.bitstreams.base import BitstreamStore
@@ -267,7 +267,8 @@ def end(
     """``DELETE /v2/claims/{consumer}``: an established claim, or one whose actor's
     lease passed, ended (``released``). Busy (409) while another acts on it; NotFound
     for a claim the caller does not see. Blocking (Placement)."""
-    claim_end.end(db, placement, lookup(db, context, consumer), "released", timeout, policy)
+    sought = claim_end.Sought(parse(consumer, "consumer_uuid"), _seen(context))
+    claim_end.end(db, placement, sought, "released", timeout, policy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,12 +325,17 @@ def _recover(
     return action
 
 
+def _seen(context: RequestContext) -> list[ColumnElement[bool]]:
+    """The claims the caller sees: its project's, or every project's."""
+    return [] if context.all_projects else [CLAIMS.c.project_id == (context.project_id or "")]
+
+
 def lookup(db: Database, context: RequestContext, consumer: str) -> Row[Any]:
     """The consumer's claim, as the caller sees it (NotFound for another project's)."""
     consumer = parse(consumer, "consumer_uuid")
-    seen = [] if context.all_projects else [CLAIMS.c.project_id == (context.project_id or "")]
+    mine = CLAIMS.c.consumer == consumer
     with db.reader() as conn:
-        claim = conn.execute(select(CLAIMS).where(CLAIMS.c.consumer == consumer, *seen)).first()
+        claim = conn.execute(select(CLAIMS).where(mine, *_seen(context))).first()
     if claim is None:
         raise NotFound(f"No claim for consumer {consumer}.")
     return claim
