@@ -49,7 +49,7 @@ function: their function traits required, ``limit=10``).
 
     .venv/bin/python bench/claim.py [--hosts 100] [--seconds 20] [--clients 1,8]
         [--profiles daas-qat,...] [--flows placement,guarded,nova,server] [--baseline REV]
-        [--rounds N]
+        [--rounds N] [--apart]
 
 Each run also says the retries per claim: for Placement's own flows the
 allocations Placement refused (409) and chosen again (they ask for candidates again,
@@ -57,6 +57,13 @@ as a scheduler does, up to 5 times); for ``server`` the claims' own, as the serv
 counts them (``acceleron_claim_allocation_conflicts_total``; ``-`` for code that did
 not count them), with Placement's 409s to the server's allocation writes per claim
 and the share of those writes sent batched (``acceleron.placement.batch``).
+
+With ``--apart`` the claims are timed apart from their releases: each client claims
+for the run's time and keeps what it claimed (claims/s and CPU per claim cover claims
+alone: for ``placement`` the candidates query and ``PUT``, as a scheduler's claim is);
+then every client releases its own claims, timed apart (releases/s, CPU per release:
+nothing else runs meanwhile). The hosts need room for every claim of a run (100 hosts:
+1,600 QAT VFs, 800 FPGA regions holding the function).
 
 Under contention: ``--hosts 2`` is every client claiming from two hosts' pools (16 QAT
 VFs each, with pools on: one provider per host and class); with 32 clients the 32 VFs
@@ -210,13 +217,23 @@ class PlacementOnly:
 
 
 def run(
-    url: Url, profile: str, clients: int, seconds: float, flow_name: str, roots: frozenset[str]
+    url: Url,
+    profile: str,
+    clients: int,
+    seconds: float,
+    flow_name: str,
+    roots: frozenset[str],
+    apart: bool = False,
 ) -> dict[str, Any]:
+    """One flow's run: each client claims, and releases each claim at once (with
+    ``apart``: once the run's time is up, every client releasing its own, timed on
+    their own)."""
     latencies: list[float] = []
     releases: list[float] = []
     released_cpu: list[float] = []  # the process's CPU time over each release
     failures: list[str] = []
     retries: list[int] = []  # Placement's own flows', by client
+    kept: list[tuple[Any, str, Any]] = []  # with ``apart``: the claims made, released after
     deadline = time.monotonic() + seconds
 
     def worker() -> None:
@@ -240,6 +257,9 @@ def run(
                 failures.append(str(error))
                 continue
             latencies.append(time.perf_counter() - started)
+            if apart:
+                kept.append((flow, consumer, made))
+                continue
             started, before = time.perf_counter(), cpu_seconds(url.pid)
             flow.release(consumer, made)  # what a client that made the claim knows of it
             releases.append(time.perf_counter() - started)
@@ -256,10 +276,38 @@ def run(
     moved = {name: n - counted.get(name, 0.0) for name, n in counters(url).items()}
     if flow_name in PLACEMENT_FLOWS:
         moved["retries"] = float(sum(retries))
-    return {"profile": profile, "flow": flow_name, "clients": clients,
-            "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
-            "releases": releases, "released_cpu": released_cpu, "failures": failures,
-            "cpu": cpu, "counted": moved}  # fmt: skip
+    found = {"profile": profile, "flow": flow_name, "clients": clients,
+             "claims": len(latencies), "seconds": elapsed, "latencies": latencies,
+             "releases": releases, "released_cpu": released_cpu, "failures": failures,
+             "cpu": cpu, "counted": moved}  # fmt: skip
+    if apart:
+        found["apart"] = release_all(url, kept, releases)
+    return found
+
+
+def release_all(
+    url: Url, kept: list[tuple[Any, str, Any]], releases: list[float]
+) -> tuple[int, float, float]:
+    """Release the claims ``kept`` (flow, consumer, claim), each client's flow its own
+    in a thread of its own, each release's time in ``releases``; how many, the seconds
+    and the process's CPU time."""
+    by_flow: dict[int, list[tuple[Any, str, Any]]] = {}
+    for made in kept:
+        by_flow.setdefault(id(made[0]), []).append(made)
+
+    def worker(mine: list[tuple[Any, str, Any]]) -> None:
+        for flow, consumer, made in mine:
+            started = time.perf_counter()
+            flow.release(consumer, made)
+            releases.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=worker, args=(mine,)) for mine in by_flow.values()]
+    started, cpu = time.monotonic(), cpu_seconds(url.pid)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(kept), time.monotonic() - started, cpu_seconds(url.pid) - cpu
 
 
 def counters(url: str) -> dict[str, float]:
@@ -344,6 +392,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="run each flow this many times, in turn (on shared cores: a "
                              "median, and how far the rounds spread)")  # fmt: skip
+    parser.add_argument("--apart", action="store_true",
+                        help="time the claims apart from their releases: each client "
+                             "claims for the run's time, then releases every claim it made "
+                             "(capacity for them all is needed: not --hosts 2)")  # fmt: skip
     parser.add_argument(
         "--profile",
         help="write a cProfile of the server's event loop thread over the runs here "
@@ -357,7 +409,7 @@ def main() -> None:
     if args.baseline != "none":
         with checkout(args.baseline) as source, all_in_one(config=CONFIG, source=source) as url:
             roots = fill(url, args.hosts)
-            for r in (run(url, name, n, args.seconds, "server", roots) for n in counts
+            for r in (run(url, name, n, args.seconds, "server", roots, args.apart) for n in counts
                       for name in profiles for _ in range(args.rounds)):  # fmt: skip
                 results.append({**r, "flow": f"{args.baseline[:7]}"})
     with contextlib.ExitStack() as stack:
@@ -367,7 +419,7 @@ def main() -> None:
         roots = fill(url, args.hosts)
         candidates = candidates_queries(url, roots)
         with profiling(url):  # the server's CPU over every flow's runs, with --profile
-            results += [run(url, name, n, args.seconds, flow, roots) for n in counts
+            results += [run(url, name, n, args.seconds, flow, roots, args.apart) for n in counts
                         for name in profiles for _ in range(args.rounds)
                         for flow in flows]  # fmt: skip
     print(f"\nallocation candidates for one FPGA region of function {FUNCTION[:8]}…, "
@@ -375,8 +427,10 @@ def main() -> None:
           f"until one has candidates):")  # fmt: skip
     for title, (ms, count) in candidates.items():
         print(f"    {title:<46} {ms:8.1f} ms   {count:5d} candidates")
+    after = ("released once the run's time is up, the releases timed apart" if args.apart
+             else "each followed by its release")  # fmt: skip
     print(f"\n{args.seconds:.0f} s per run; a claim is candidates + ranking + allocation + "
-          "requests created and bound, each followed by its release; the load average "
+          f"requests created and bound, {after}; the load average "
           f"now: {os.getloadavg()[0]:.1f}")  # fmt: skip
     for r in sorted(results, key=lambda r: (r["clients"], profiles.index(r["profile"]))):
         baselines = {b["flow"]: b for b in results if b["flow"] in PLACEMENT_FLOWS
@@ -401,10 +455,17 @@ def medians(rounds: list[dict[str, Any]]) -> str:
     claims = sum(len(r["latencies"]) + len(r["failures"]) for r in rounds)
     counted = [r["counted"].get("retries") for r in rounds]
     retries = "-" if None in counted else f"{sum(c or 0 for c in counted) / claims:.2f}"
+    apart = ""
+    if all("apart" in r for r in rounds):
+        freed = sorted(n / took for n, took, _ in (r["apart"] for r in rounds))
+        used = statistics.median(u * 1000 / max(n, 1) for n, _, u in (r["apart"] for r in rounds))
+        apart = (f"   releases {statistics.median(freed):6.1f}/s ({freed[0]:.1f} to "
+                 f"{freed[-1]:.1f}), CPU {used:5.1f} ms/release")  # fmt: skip
     return (f"{first['profile']:<20} {first['flow']:<9} {first['clients']:2d} clients "
             f"{statistics.median(rates):6.1f} claims/s ({rates[0]:.1f} to {rates[-1]:.1f})   "
             f"CPU {statistics.median(cpus or [0]):5.1f} ms/claim   "
-            f"p50 {statistics.median(p50s or [0]):6.1f} ms   retries {retries}/claim")  # fmt: skip
+            f"p50 {statistics.median(p50s or [0]):6.1f} ms   "
+            f"retries {retries}/claim{apart}")  # fmt: skip
 
 
 def fill(url: Url, hosts: int) -> frozenset[str]:
@@ -438,6 +499,10 @@ def line(r: dict[str, Any], baselines: dict[str, dict[str, Any]]) -> str:
         ratios += (f"\n    against {name}: p50 {p50 / percentile(own['latencies'], 50):4.2f}x, "
                    f"claims/s {rate / (len(own['latencies']) / own['seconds']):4.2f}x, "
                    f"CPU per claim {cpu / own_cpu:4.2f}x")  # fmt: skip
+        if "apart" in r and "apart" in own:
+            (n, took, used), (own_n, own_took, own_used) = r["apart"], own["apart"]
+            ratios += (f"; releases/s {n / took / (own_n / own_took):4.2f}x, "
+                       f"CPU per release {used / n / (own_used / own_n):4.2f}x")  # fmt: skip
     failed = len(r["failures"])
     return (f"{head} {rate:6.1f} claims/s   p50 {p50:6.1f} ms   "
             f"p99 {percentile(lat, 99):6.1f} ms   CPU {cpu:5.1f} ms/claim   "
@@ -465,7 +530,11 @@ def retried(r: dict[str, Any]) -> str:
 
 def release_cpu(r: dict[str, Any]) -> str:
     """The process's CPU per release, summed over the releases alone: with one client
-    nothing else runs meanwhile (with more, the other clients' claims would count)."""
+    nothing else runs meanwhile (with more, the other clients' claims would count); with
+    ``apart``, the releases' rate and CPU, all clients releasing and nothing else."""
+    if "apart" in r:
+        count, took, used = r["apart"]
+        return f", {count / took:.1f}/s, CPU {used * 1000 / max(count, 1):.1f} ms/release"
     if r["clients"] != 1 or not r["released_cpu"]:
         return ""
     return f", CPU {sum(r['released_cpu']) * 1000 / len(r['released_cpu']):.1f} ms/release"
