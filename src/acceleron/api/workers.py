@@ -25,7 +25,7 @@ from starlette.datastructures import State
 from acceleron.api import placement as placement_api
 from acceleron.api.services import services
 from acceleron.exceptions import AcceleronError, PlacementUnavailable
-from acceleron.service import bind_tasks, stats, tenancies
+from acceleron.service import bind_tasks, leases, stats, tenancies
 from acceleron.service.placement import PlacementService
 from acceleron.service.publish import Syncer
 
@@ -85,6 +85,7 @@ def start_sync(
         conf.placement.sync_interval,
         conf.placement.verify_interval,
         reconciled=bool(conf.reconciler.interval),
+        leads=service.periodic.holds,
     )
     worker.start()
     state.sync_worker = worker
@@ -141,11 +142,13 @@ class SyncWorker:
         verify_interval: float,
         *,
         reconciled: bool = False,
+        leads: Callable[[], bool] = lambda: True,
     ) -> None:
         self._make_syncer = make_syncer
         self._interval = interval
         self._verify_interval = verify_interval
         self._reconciled = reconciled  # the reconciler reads the providers that moved
+        self._leads = leads  # whether this process does the verification's ticks now
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -177,7 +180,8 @@ class SyncWorker:
                     syncer.sync_pending()
                     next_pass = time.monotonic() + self._interval
                 if self._verify_interval and ticks.due(time.monotonic()):
-                    syncer.verify_tick(ticks.tick, ticks.ticks, reconciled=self._reconciled)
+                    if self._leads():
+                        syncer.verify_tick(ticks.tick, ticks.ticks, reconciled=self._reconciled)
                     ticks.advance(time.monotonic())
                 due = min(next_pass, ticks.at) if self._verify_interval else next_pass
                 wait, backoff = max(due - time.monotonic(), 0.0), 1.0
@@ -282,8 +286,12 @@ async def reconcile(app: FastAPI) -> None:
     parts = services(app)
     conf = parts.conf.reconciler
     ticks = VerifyTicks.every(conf.interval, time.monotonic())
+    periodic: leases.Holder = app.state.placement.periodic
     while True:
         await asyncio.sleep(max(ticks.at - time.monotonic(), 0.0))
+        if not await parts.threads.database(True, periodic.holds):
+            ticks.advance(time.monotonic())  # another process does the passes
+            continue
         reconciler = placement_api.reconciler_of(app)
         run = functools.partial(
             reconciler.run, free=conf.free, tick=ticks.tick, ticks=ticks.ticks, now=ticks.at

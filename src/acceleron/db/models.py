@@ -486,6 +486,19 @@ class Adopted(Base):
     created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
 
 
+class Lease(Base):
+    """Work that one API process of a region does at a time (``service.leases``): the
+    process holding it (a token new for each process) and until when (the database's
+    time); another process takes it once that has passed."""
+
+    __tablename__ = "leases"
+    __table_args__ = table_args()
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(32))
+    until: Mapped[dt.datetime] = mapped_column(Timestamp)
+
+
 def table(model: type[Base]) -> Table:
     """A model's Core table: what service code writes its statements against."""
     return cast(Table, model.__table__)

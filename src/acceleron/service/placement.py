@@ -28,6 +28,7 @@ from acceleron.exceptions import (
 )
 from acceleron.placement import batch, inprocess, names, tree
 from acceleron.placement.client import PlacementClient
+from acceleron.service import leases
 from acceleron.service.publish import HOST, HOSTS, Syncer, unknown_host_message
 
 LOG = logging.getLogger(__name__)
@@ -150,6 +151,8 @@ class PlacementService:
         self._embedded_tuning = embedded_tuning(conf)
         self._lock = threading.Lock()
         self._writes = batch.Writes(turn=inprocess.turns)
+        # The periodic passes (verification, reconciler) run where this is held.
+        self.periodic = leases.Holder(db)
 
     @property
     def options(self) -> tree.Options:
