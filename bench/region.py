@@ -24,9 +24,12 @@ For each number of hosts:
    verification, the reconciler), then with every agent polling for tasks, then polling
    and reporting. The CPU time (user + system) of the API's processes, Placement's and
    PostgreSQL's (the backends serving the run's two databases; and every ``postgres``
-   process of the machine, other users' included) in each window; a window's cost less
-   the one before is what the agents' polls, then their reports, cost. Each is given
-   per host per interval (ms), beside the share of a core it takes. The API's
+   process of the machine, other users' included) in each window, a second (a window
+   with polls lasts until the last poll begun in it ends, up to a poll's wait longer
+   than ``--window``: before 2026-11-30 its CPU was divided by ``--window``, which
+   overstated the polls and the reports); a window's rate less the one before is what
+   the agents' polls, then their reports, cost. Each is given per host per interval
+   (ms), beside the share of a core it takes. The API's
    reconciler reads every host once per ``[reconciler] interval`` (300 s), a slice
    every 5 s: ``--window 300`` spans whole rounds (before, one listing of every
    provider a pass: windows differed by whether they caught one);
@@ -378,10 +381,11 @@ def steady(
     reports: bool,
     beside: Callable[[float], Any] | None = None,
 ) -> tuple[dict[str, float], Any]:
-    """The processes' CPU seconds over one window with the agents doing what is asked;
-    what ``beside`` returned (run in a thread meanwhile)."""
-    before = cpu_of(roots, prefix)
-    until = time.monotonic() + window
+    """The processes' CPU seconds a second over one window with the agents doing what
+    is asked (a window lasts until the last poll begun in it ends: up to a poll's wait
+    past ``window``); what ``beside`` returned (run in a thread meanwhile)."""
+    before, started = cpu_of(roots, prefix), time.monotonic()
+    until = started + window
 
     async def main() -> Any:
         work = []
@@ -394,8 +398,8 @@ def steady(
         return results[0]
 
     found = asyncio.run(main())
-    after = cpu_of(roots, prefix)
-    return {k: after[k] - before[k] for k in after}, found
+    after, elapsed = cpu_of(roots, prefix), time.monotonic() - started
+    return {k: (after[k] - before[k]) / elapsed for k in after}, found
 
 
 def run_size(args: argparse.Namespace, hosts: int) -> None:
@@ -463,7 +467,6 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
             f"steady state, {args.window:g} s windows; load {load_average()}; agents: "
             f"{agents.polls} polls, {agents.reported} reports, {agents.failures} failed"
         )
-        intervals = args.window / args.interval
         rows = [
             ("the API's own periodic work", alone, None),
             ("task polls", polling, alone),
@@ -472,11 +475,9 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         for label, window, base in rows:
             cells = []
             for proc in ("api", "placement", "postgresql", "postgresql (machine)"):
-                spent = window[proc] - (base[proc] if base else 0.0)
-                per_host = spent / hosts / intervals * 1000
-                cells.append(
-                    f"{proc} {per_host:7.3f} ms ({spent / args.window * 100:5.1f} % of a core)"
-                )
+                rate = window[proc] - (base[proc] if base else 0.0)  # CPU s a second
+                per_host = rate * args.interval / hosts * 1000
+                cells.append(f"{proc} {per_host:7.3f} ms ({rate * 100:5.1f} % of a core)")
             print(f"  {label:<28} per host per interval: " + "; ".join(cells))
         for label, taken in beside.items():
             print(f"  beside it: {label:<24} p50/p95 {percentiles(taken)}")
