@@ -48,7 +48,7 @@ async def running(
     if service is not None:
         tasks.append(asyncio.create_task(recover_claims(app)))
     if service is not None and conf.reconciler.interval:
-        tasks.append(asyncio.create_task(reconcile(app)))
+        tasks.append(asyncio.create_task(reconcile(app, service.periodic)))
     try:
         yield
     finally:
@@ -278,15 +278,16 @@ async def recover_claims(app: FastAPI) -> None:
     app.state.claims_recovered = done
 
 
-async def reconcile(app: FastAPI) -> None:
+async def reconcile(app: FastAPI, periodic: leases.Holder) -> None:
     """The reconciler's passes (docs/reconciler.md): ``[reconciler] interval`` spread in
     ticks of a few seconds as the verification's are (``VerifyTicks``), each a pass over
     its slice of the hosts, so that every host is read once an interval. A tick that
-    fails (Placement or the database away) is tried again a tick later."""
+    fails (Placement or the database away) is tried again a tick later. A tick runs only
+    while this process holds ``periodic``, the lease its sync thread's verification
+    ticks ask for too (``leases``): one process of the region does both."""
     parts = services(app)
     conf = parts.conf.reconciler
     ticks = VerifyTicks.every(conf.interval, time.monotonic())
-    periodic: leases.Holder = app.state.placement.periodic
     while True:
         await asyncio.sleep(max(ticks.at - time.monotonic(), 0.0))
         if not await parts.threads.database(True, periodic.holds):
