@@ -79,15 +79,21 @@ class Cloud:
         found = self.api.get(
             "/v2/deployables", params={"hostname": self.host.name}, headers=LATEST
         ).json()["deployables"]
-        devices = {
-            d["uuid"]: d["pci_address"]
-            for d in self.api.get("/v2/devices", headers=LATEST).json()["devices"]
-        }
+        devices = {d["uuid"]: d["pci_address"] for d in self.devices()}
         return {
             devices[d["device_uuid"]]: d["rp_uuid"]
             for d in found
             if d["kind"] == units.KIND and d["rp_uuid"]
         }
+
+    def devices(self) -> list[dict[str, Any]]:
+        """The host's devices (host-1, which the API's fixture reports, has devices at
+        the same PCI addresses)."""
+        params = {"hostname": self.host.name}
+        found: list[dict[str, Any]] = self.api.get(
+            "/v2/devices", params=params, headers=LATEST
+        ).json()["devices"]
+        return found
 
     def inventory(self, rp: str) -> dict[str, tuple[int, int]]:
         """A provider's MIG units: (total, reserved) by class."""
@@ -157,8 +163,7 @@ class Cloud:
 
     def deployable(self, address: str) -> dict[str, Any]:
         """The partitionable deployable of the GPU at ``address``, with its handles."""
-        devices = self.api.get("/v2/devices", headers=LATEST).json()["devices"]
-        device = next(d["uuid"] for d in devices if d["pci_address"] == address)
+        device = next(d["uuid"] for d in self.devices() if d["pci_address"] == address)
         found = self.api.get(
             "/v2/deployables", params={"hostname": self.host.name}, headers=LATEST
         ).json()["deployables"]
