@@ -4,7 +4,8 @@ For one host, given the desired providers (``tree.desired_tree``) and what
 Acceleron recorded after its last writes (``Known``: generation and digest of
 each provider it owns):
 
-* one ``GET /resource_providers?in_tree=`` reads the tree and its generations;
+* one ``GET /resource_providers?in_tree=`` reads the tree and its generations (none at
+  a host's first sync: the caller's compute node, found by name, stands for it);
 * a new provider costs at most three calls: create, inventories, traits;
 * a provider whose parent changed (a VF pool now nested in its region) is moved
   under its new parent (one ``PUT``), keeping its inventory and allocations;
@@ -93,7 +94,9 @@ def sync_tree(
     retire_after: float = 0.0,
 ) -> Result:
     """Make the providers under ``compute_uuid`` match ``desired``; ``read``: its tree
-    as the caller just read it from Placement (read here otherwise). ``defer_pools``:
+    as the caller just read it from Placement (read here otherwise), or its root alone
+    where ``known`` is empty (a host's first sync: a provider there anyway is found when
+    its creation is refused, and made right as if read). ``defer_pools``:
     a pool created here gets its inventory only from ``finish``, once the caller has
     recorded its members: until then Placement offers it to nobody, so no bind can name
     a pool whose members it cannot find. The providers it replaces are retired by
@@ -161,16 +164,17 @@ def _sync_provider(
     if actual is None:
         result.actions.append(Action("create", want.uuid, want.name, f"under {want.parent_uuid}"))
         if not dry_run:
-            if _create(client, want):
+            # None: made here; else it was there (made meanwhile by another API process,
+            # or the caller read only the root): made right as one read would have been
+            actual = _create(client, want)
+            if actual is None:
                 if want.inventories and defer_pools and want.members:
                     result.deferred.append(want)
                     settled = False
                 elif want.inventories:
                     client.set_inventories(want.uuid, want.inventories)
                 client.set_traits(want.uuid, want.traits)
-            else:  # created meanwhile (another API replica): make it right
-                settled = _converge(client, want, result, dry_run)
-    else:
+    if actual is not None:
         if actual.parent_uuid != want.parent_uuid:  # its place in the tree changed
             result.actions.append(
                 Action(
@@ -195,8 +199,11 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
     one twice. A provider changing meanwhile (a unit allocated) has it read and tried
     again (so is one deleted meanwhile: another API process may be switching the host
     too); where Placement refuses the reshape outright, or the host kept changing, the
-    providers are retired first and the pools given their inventory after, one by one."""
-    for _ in range(RESHAPE_ATTEMPTS):
+    providers are retired first and the pools given their inventory after, one by one.
+    Where none is retired (a host's first publication, say), each pool is given its own
+    inventory at the generation its traits' write answered: no unit is offered twice,
+    and no read is needed before or after."""
+    for _ in range(RESHAPE_ATTEMPTS if result.retiring else 0):
         try:
             _swap(client, compute_uuid, result)
             return
@@ -207,7 +214,7 @@ def finish(client: PlacementClient, compute_uuid: str, result: Result) -> None:
                 raise
             LOG.warning("Placement refused a reshape (%s): switching one provider at a time", error)
             break
-    tree = {p.uuid: p for p in client.get_tree(compute_uuid)}
+    tree = {p.uuid: p for p in client.get_tree(compute_uuid)} if result.retiring else {}
     for gone in result.retiring:
         del result.known[gone.uuid]
         parents = _with_children(tree, result)
@@ -280,15 +287,17 @@ def _changed(known: Known | None, actual: Provider, digest: str) -> bool:
     )
 
 
-def _create(client: PlacementClient, want: DesiredProvider) -> bool:
-    """Create a provider; False when one with its uuid appeared since the tree was read."""
+def _create(client: PlacementClient, want: DesiredProvider) -> Provider | None:
+    """Create a provider: None when made; the provider when one with its uuid is there
+    already (it appeared since the tree was read, or the tree was not read whole)."""
     try:
         client.create_provider(want.uuid, want.name, want.parent_uuid)
-        return True
+        return None
     except PlacementError as error:
-        if error.status == 409 and client.get_provider(want.uuid) is not None:
-            return False
-        raise
+        found = client.get_provider(want.uuid) if error.status == 409 else None
+        if found is None:
+            raise
+        return found
 
 
 def _converge(

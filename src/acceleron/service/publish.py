@@ -342,7 +342,9 @@ class Syncer:
             partitioned = (
                 mig_taken(conn, hostname) if any(d.kind == units.KIND for d in deployables) else {}
             )
-        compute, created = self.compute_node(host, dry_run=dry_run)
+        compute, created, root = self.compute_node(host, dry_run=dry_run)
+        if read is None and root is not None and not known:
+            read = [root]  # a host's first sync: its compute node just found, bare to us
         if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
             self.client.ensure_traits([names.MAINTENANCE])
         options = dataclasses.replace(
@@ -456,7 +458,7 @@ class Syncer:
             known = {row.uuid: _known(row) for row in conn.execute(_KNOWN, {"host": hostname})}
         if host is None:
             raise NotFound(f"Host {hostname!r} has never reported.")
-        compute, _ = self.compute_node(host, dry_run=dry_run)
+        compute, _, _ = self.compute_node(host, dry_run=dry_run)
         record = known.get(compute)
         provider = self.client.get_provider(compute)
         if record is None or not record.owned or provider is None:
@@ -470,20 +472,22 @@ class Syncer:
                 )
         return HostSync(hostname, actions)
 
-    def compute_node(self, host: Row[Any], *, dry_run: bool = False) -> tuple[str, list[Action]]:
-        """The uuid of the host's compute node provider (Nova's, found by its name), and
-        the action of creating it when the embedded mode must."""
+    def compute_node(
+        self, host: Row[Any], *, dry_run: bool = False
+    ) -> tuple[str, list[Action], Provider | None]:
+        """The uuid of the host's compute node provider (Nova's, found by its name), the
+        action of creating it when the embedded mode must, and the provider when it was
+        read or made just now (None when the host's record had its uuid)."""
         if host.rp_uuid:
-            return str(host.rp_uuid), []
+            return str(host.rp_uuid), [], None
         found = self.client.find_provider(host.hostname)
         if found is not None:
-            return found.uuid, []
+            return found.uuid, [], found
         if not self.create_compute_nodes:
             raise UnknownHost(unknown_host_message(self.client, host.hostname))
         compute = str(uuidlib.uuid5(names.PROVIDER_NAMESPACE, f"compute-node\n{host.hostname}"))
-        if not dry_run:
-            self.client.create_provider(compute, host.hostname)
-        return compute, [Action("create", compute, host.hostname, "compute node (embedded)")]
+        made = None if dry_run else self.client.create_provider(compute, host.hostname)
+        return compute, [Action("create", compute, host.hostname, "compute node (embedded)")], made
 
     def _record(
         self,

@@ -25,6 +25,7 @@ from tests.fixtures.fake_host import HOST, report, syncer
 from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
 DEVICES, DEPLOYABLES, HOSTS = table(Device), table(Deployable), table(Host)
+PROVIDERS = table(PlacementProvider)
 REGION_TYPE = "ce48969398f05f33946d560708be108a"
 FUNCTION = "d8424dc4a4a3c413f89e433683f9040b"
 # In traits an id is upper-cased as reported, no separator added (as upstream does).
@@ -78,7 +79,8 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
     per_provider = counted.by_route()
     name_calls = per_provider["PUT /traits/{name}"] + per_provider["PUT /resource_classes/{name}"]
     name_calls += per_provider["GET /traits"]
-    provider_calls = len(counted.calls) - name_calls - 2  # compute lookup and the tree read
+    assert counted.count("GET", "/resource_providers") == 1  # the compute node, by name
+    provider_calls = len(counted.calls) - name_calls - 1  # and no read of the tree
     assert provider_calls <= 3 * len(creates)
     client = PlacementClient(placement)
     region = region_uuid(db)
@@ -106,6 +108,70 @@ def test_first_sync_publishes_the_tree_in_at_most_three_calls_per_provider(
     }
     provider = client.get_provider(region)
     assert provider is not None and provider.name.startswith(f"{HOST}_0000:")
+
+
+def published(client: PlacementClient, compute: str) -> dict[str, Any]:
+    """Each provider of the tree: its parent, inventories and traits."""
+    return {
+        p.uuid: (p.parent_uuid, client.get_inventories(p.uuid)[1], client.get_traits(p.uuid)[1])
+        for p in client.get_tree(compute)
+    }
+
+
+def test_a_host_s_first_sync_reads_neither_its_tree_nor_its_new_pools(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """Nova's compute node found by its name is the whole tree Acceleron knows of it: the
+    tree is not read, and a new pool, nothing retired beside it, is given its inventory
+    by one write at the generation its traits' write answered, its members recorded
+    first. The tree is the one a sync that read it makes."""
+    compute = compute_node(placement)
+    inventory.reconcile(db, report(conf))
+    PlacementClient(counted).ensure_traits(["CUSTOM_PROGRAMMABLE"])  # names are cluster-wide
+    counted.reset()
+    syncer(db, counted, pools=True, create_compute_nodes=False).sync_host(HOST)
+    reads = [c for c in counted.calls if c.method == "GET" and c.path.startswith("/resource_p")]
+    assert [(c.path, c.query) for c in reads] == [("/resource_providers", f"name={HOST}")]
+    assert counted.by_route()["POST /reshaper"] == 0
+    client = PlacementClient(placement)
+    with db.reader() as conn:
+        host = conn.execute(select(HOSTS)).one()
+        recorded = {r.uuid: r for r in conn.execute(select(PROVIDERS))}
+    assert host.synced_generation == host.generation
+    pools = [uuid for uuid, r in recorded.items() if r.owned.get("members")]
+    assert pools and all(client.get_inventories(uuid)[1] for uuid in pools)
+    in_placement = {p.uuid: p.generation for p in client.get_tree(compute)}
+    assert {uuid: r.generation for uuid, r in recorded.items()} == {
+        uuid: in_placement[uuid] for uuid in recorded
+    }
+    verify = syncer(db, counted, pools=True, create_compute_nodes=False)
+    assert verify.sync_host(HOST, force=True).actions == []  # as a sync that read it
+
+
+def test_a_first_sync_makes_right_what_an_attempt_left_unrecorded(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """A sync that died before recording what it made leaves providers the next first
+    sync does not read: each is found when its creation is refused, and made right as if
+    read: put back under its parent, its inventory and traits written again."""
+    compute = compute_node(placement)
+    inventory.reconcile(db, report(conf))
+    sync = syncer(db, counted, create_compute_nodes=False)
+    sync.sync_host(HOST)
+    client = PlacementClient(placement)
+    right = published(client, compute)
+    region = region_uuid(db)
+    client.move_provider(region, client.get_provider(region).name, compute)  # type: ignore[union-attr]
+    client.set_inventories(region, {"CUSTOM_ACCELERATOR_FPGA": Inventory(total=9)})
+    client.set_traits(region, ["CUSTOM_SOMETHING_ELSE"])
+    with db.writer() as conn:  # the record lost: as if never written
+        conn.execute(PROVIDERS.delete())
+        conn.execute(update(HOSTS).values(rp_uuid=None, synced_generation=-1))
+    counted.reset()
+    result = syncer(db, counted, create_compute_nodes=False).sync_host(HOST)
+    assert result.errors == [] and counted.count("GET", "/resource_providers?in_tree") == 0
+    assert published(client, compute) == right
+    assert sync.sync_host(HOST, force=True).actions == []
 
 
 def test_an_unchanged_host_costs_no_call_and_a_verification_no_write(
