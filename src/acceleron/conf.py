@@ -637,6 +637,16 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         "report also starts one at once).",
     ),
     cfg.IntOpt(
+        "sync_threads",
+        default=4,
+        min=1,
+        max=64,
+        help="Hosts each API process publishes at once in a pass over the changed ones (a "
+        "thread and a Placement client each). A host's first publication spends most of "
+        "its time waiting on Placement's answers: more threads publish a new region sooner, "
+        "up to what Placement's and the database's cores allow.",
+    ),
+    cfg.IntOpt(
         "sync_lease",
         default=60,
         min=5,

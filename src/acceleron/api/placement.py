@@ -141,7 +141,7 @@ async def sync(body: Annotated[SyncRequest, Body()], call: CallDep) -> Response:
     def run() -> list[HostSync]:
         syncer = service.syncer()
         if body.host:
-            with syncer.lock:
+            with syncer.locks.hold(body.host):
                 return [syncer.sync_host(body.host, force=body.force, dry_run=body.dry_run)]
         if body.force or body.dry_run:
             return syncer.sync_all(dry_run=body.dry_run)

@@ -86,6 +86,7 @@ def start_sync(
         conf.placement.verify_interval,
         reconciled=bool(conf.reconciler.interval),
         leads=service.periodic.holds,
+        threads=conf.placement.sync_threads,
     )
     worker.start()
     state.sync_worker = worker
@@ -143,8 +144,10 @@ class SyncWorker:
         *,
         reconciled: bool = False,
         leads: Callable[[], bool] = lambda: True,
+        threads: int = 1,
     ) -> None:
         self._make_syncer = make_syncer
+        self._threads = threads  # hosts synced at once in a pass over the pending ones
         self._interval = interval
         self._verify_interval = verify_interval
         self._reconciled = reconciled  # the reconciler reads the providers that moved
@@ -169,6 +172,7 @@ class SyncWorker:
 
     def _run(self) -> None:
         syncer: Syncer | None = None
+        others: list[Syncer] = []  # beside it in a pass over the pending hosts
         backoff = 1.0
         ticks = VerifyTicks.every(self._verify_interval, time.monotonic())
         next_pass, woken = 0.0, True
@@ -176,8 +180,9 @@ class SyncWorker:
             wait = float(self._interval)
             try:
                 syncer = syncer or self._make_syncer()
+                others = others or [self._make_syncer() for _ in range(self._threads - 1)]
                 if woken or time.monotonic() >= next_pass:
-                    syncer.sync_pending()
+                    syncer.sync_pending(others)
                     next_pass = time.monotonic() + self._interval
                 if self._verify_interval and ticks.due(time.monotonic()):
                     if self._leads():

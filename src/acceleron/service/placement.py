@@ -29,7 +29,7 @@ from acceleron.exceptions import (
 from acceleron.placement import batch, inprocess, names, tree
 from acceleron.placement.client import PlacementClient
 from acceleron.service import leases
-from acceleron.service.publish import HOST, HOSTS, Syncer, unknown_host_message
+from acceleron.service.publish import HOST, HOSTS, HostLocks, Syncer, unknown_host_message
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -149,7 +149,7 @@ class PlacementService:
         self._new_client = client_factory or _client_factory(conf)
         self._embedded_connection = conf.placement.embedded_connection
         self._embedded_tuning = embedded_tuning(conf)
-        self._lock = threading.Lock()
+        self._locks = HostLocks()
         self._writes = batch.Writes(turn=inprocess.turns)
         # The periodic passes (verification, reconciler) run where this is held.
         self.periodic = leases.Holder(db)
@@ -211,8 +211,8 @@ class PlacementService:
         return run
 
     def syncer(self) -> Syncer:
-        """A syncer with a client of its own (clients are not shared between threads); all
-        of this service's syncers take turns."""
+        """A syncer with a client of its own (clients are not shared between threads); this
+        service's syncers take turns on a host."""
         return Syncer(
             self.db,
             self._new_client,
@@ -220,7 +220,7 @@ class PlacementService:
             pools=self.pools_on,
             keep_pools=self._pools_setting == "auto",
             create_compute_nodes=self.mode == "embedded",
-            lock=self._lock,
+            locks=self._locks,
             retire_after=self._retire_after,
             sync_lease=self._sync_lease,
         )

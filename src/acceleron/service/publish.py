@@ -4,9 +4,11 @@
 Placement, lets ``placement.sync`` bring Placement to the desired tree, and
 records the outcome. A host whose inventory did not change since its last sync
 (``hosts.generation == hosts.synced_generation``) costs no Placement call at all.
-``Syncer.sync_pending`` syncs the hosts that changed; the API runs it after each
-changed report and periodically, and when Placement is unreachable the hosts
-simply stay pending until it answers again: nothing is lost.
+``Syncer.sync_pending`` syncs the hosts that changed, several at once with the syncers
+it is given (``[placement] sync_threads``); the API runs it after each changed report
+and periodically, and when Placement is unreachable the hosts simply stay pending until
+it answers again: nothing is lost. Two syncs of one process never take one host at
+once (``HostLocks``), nor do two processes (``hosts.sync_owner``).
 
 ``placement.sync`` knows Placement only (``placement/`` reads no database); this
 module reads and records Acceleron's side. The configuration and the host checks are
@@ -16,14 +18,17 @@ module reads and records Acceleron's side. The configuration and the host checks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
+import queue
 import threading
 import uuid as uuidlib
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, delete, func, insert, or_, select, update
@@ -152,6 +157,31 @@ class HostSync:
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
+class HostLocks:
+    """A lock per host name, for the syncs of one process (the sync threads' passes, the
+    verification, an operator's request): one host is synced by one at a time."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held: dict[str, tuple[threading.Lock, int]] = {}  # the lock, its users
+
+    @contextlib.contextmanager
+    def hold(self, hostname: str) -> Iterator[None]:
+        with self._mutex:
+            lock, users = self._held.get(hostname, (threading.Lock(), 0))
+            self._held[hostname] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._mutex:
+                lock, users = self._held[hostname]
+                if users == 1:
+                    del self._held[hostname]
+                else:
+                    self._held[hostname] = (lock, users - 1)
+
+
 class Syncer:
     """Syncs hosts through one Placement client (a client is not thread-safe)."""
 
@@ -162,7 +192,7 @@ class Syncer:
         options: tree.Options,
         *,
         create_compute_nodes: bool = False,
-        lock: threading.Lock | None = None,
+        locks: HostLocks | None = None,
         pools: Callable[[], bool] | None = None,
         keep_pools: bool = False,
         retire_after: float = 0.0,
@@ -179,20 +209,50 @@ class Syncer:
         self.pools = pools
         # Whether a host published in pools stays so (auto: the switch is one way).
         self.keep_pools = keep_pools
-        # Syncs of one process take turns (the worker's pass and an operator's request).
-        self.lock = lock or threading.Lock()
+        # The syncs of one process (its sync threads, an operator's request): one at a
+        # time on a host.
+        self.locks = locks or HostLocks()
         # The embedded mode has no Nova: it creates the compute node providers itself.
         self.create_compute_nodes = create_compute_nodes
 
-    def sync_pending(self) -> list[HostSync]:
+    def sync_pending(self, others: Sequence[Syncer] = ()) -> list[HostSync]:
         """Sync the hosts whose inventory changed since their last sync, each taken by
         this process first (``hosts.sync_owner``, a lease of ``sync_lease`` seconds in
         the database's time): a host another API process is publishing is left to it,
         and taken over once its lease has passed (that process stopped). The
-        verification and the operator's syncs (``sync_all``, ``sync_host``) take none."""
+        verification and the operator's syncs (``sync_all``, ``sync_host``) take none.
+        ``others``: syncers of this process that take hosts beside this one, each in a
+        thread of its own (a first publication waits on Placement more than it works).
+        Placement unreachable (or any failure a host's sync does not own) ends the pass:
+        the hosts left stay pending."""
         with self.db.reader() as conn:
             hosts = list(conn.execute(_PENDING).scalars())
-        return [done for host in hosts if (done := self._sync_taken(host)) is not None]
+        if not others or len(hosts) < 2:
+            return [done for host in hosts if (done := self._sync_taken(host)) is not None]
+        free: queue.SimpleQueue[Syncer] = queue.SimpleQueue()
+        for syncer in (self, *others):
+            free.put(syncer)
+        stopped = threading.Event()
+
+        def one(hostname: str) -> HostSync | None:
+            if stopped.is_set():
+                return None
+            syncer = free.get()
+            try:
+                return syncer._sync_taken(hostname)
+            except BaseException:
+                stopped.set()
+                raise
+            finally:
+                free.put(syncer)
+
+        threads = min(len(others) + 1, len(hosts))
+        with ThreadPoolExecutor(threads, thread_name_prefix="placement-sync") as pool:
+            futures = [pool.submit(one, host) for host in hosts]
+        failed = [error for future in futures if (error := future.exception()) is not None]
+        if failed:  # Placement away first: the sync thread backs off
+            raise next((e for e in failed if isinstance(e, PlacementUnavailable)), failed[0])
+        return [done for future in futures if (done := future.result()) is not None]
 
     def _sync_taken(self, hostname: str) -> HostSync | None:
         """``sync_host`` under the host's lease; None when another process holds it (or
@@ -299,7 +359,7 @@ class Syncer:
     def _guarded(self, hostname: str, work: Callable[[str], HostSync]) -> HostSync:
         """One host of a pass: its error is its own; Placement being away ends the pass."""
         try:
-            with self.lock:
+            with self.locks.hold(hostname):
                 return work(hostname)
         except PlacementUnavailable:
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -20,7 +21,7 @@ from acceleron.report import HostReport
 from acceleron.scheduler.query import groups_from_flavor, profile_query
 from acceleron.service import inventory
 from acceleron.service.placement import options_from_conf
-from acceleron.service.publish import Syncer
+from acceleron.service.publish import HostLocks, Syncer
 from tests.fixtures.fake_host import HOST, report, syncer
 from tests.fixtures.placement import CountingAdapter, Meddler, Unreachable, allocate
 
@@ -502,6 +503,58 @@ def test_placement_down_leaves_hosts_pending_until_it_answers(
     [result] = sync.sync_pending()
     assert len(result.actions) == 15
     assert sync.sync_pending() == []
+
+
+def test_a_pass_publishes_several_hosts_at_once_each_once(
+    db: Database, conf: cfg.ConfigOpts, counted: CountingAdapter, placement: adapter.Adapter
+) -> None:
+    """``[placement] sync_threads``: the syncers given take hosts beside the first, each
+    host published by one of them, once; Placement away ends the pass with every host
+    left pending, as one syncer alone does."""
+    hosts = [f"host-{n}" for n in range(6)]
+    for host in hosts:
+        inventory.reconcile(db, report(conf, host))
+    seen: set[str] = set()
+
+    class Watched(CountingAdapter):
+        def request(self, url: str, method: str, **kwargs: Any) -> Any:
+            seen.add(threading.current_thread().name)
+            return super().request(url, method, **kwargs)
+
+    down = Unreachable(placement)
+    watched = Watched(down)
+    first, *others = [syncer(db, watched) for _ in range(3)]
+    with pytest.raises(PlacementUnavailable):
+        first.sync_pending(others)
+    with db.reader() as conn:
+        assert set(conn.execute(select(HOSTS.c.synced_generation)).scalars()) == {-1}
+    down.up = True
+    done = first.sync_pending(others)
+    assert sorted(d.hostname for d in done) == hosts and all(not d.errors for d in done)
+    assert len({name for name in seen if name.startswith("placement-sync")}) > 1
+    assert watched.by_route()["POST /resource_providers"] == 15 * len(hosts)
+    assert first.sync_pending(others) == []
+
+
+def test_host_locks_hold_one_host_at_a_time_and_forget_it_after() -> None:
+    locks, order = HostLocks(), []
+    inside = threading.Event()
+
+    def second() -> None:
+        with locks.hold("a"):
+            order.append("second")
+
+    with locks.hold("a"):
+        thread = threading.Thread(target=second)
+        thread.start()
+        with locks.hold("b"):  # another host: not held up
+            inside.set()
+        thread.join(0.2)
+        assert thread.is_alive() and inside.is_set()  # waits for the first to let go
+        order.append("first")
+    thread.join()
+    assert order == ["first", "second"]
+    assert locks._held == {}  # nothing kept of a host once its syncs are done
 
 
 def test_configured_functionality_traits_are_published(
