@@ -205,6 +205,12 @@ class UnknownHost(Conflict):
     """A host reports, but the compute service (Placement) knows no compute node by its name."""
 
 
+class ReportUnknown(Conflict):
+    """An agent says its report is unchanged, by a digest that is not the one of the host's
+    last report here (another report came since, or the API forgot it): it sends the
+    whole report."""
+
+
 class QuotaExceeded(AcceleronError):
     """A project would hold more accelerators of a resource class than its limit allows.
 

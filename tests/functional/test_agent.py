@@ -17,14 +17,17 @@ from typing import Any
 import pytest
 import requests
 import uvicorn
+from oslo_config import cfg
 
 from acceleron import conf as confmod
+from acceleron.agent.loop import Agent
 from acceleron.api.app import create_app
 from acceleron.cli.main import main
 from acceleron.db import migrate
 from acceleron.db.session import Database
 from tests.fixtures.host import agent_conf, make_agent
 from tests.fixtures.ports import free_port
+from tests.fixtures.server import serve
 from tests.fixtures.waiting import wait_for
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
@@ -39,9 +42,27 @@ def host_view(url: str, host: str) -> dict[str, Any] | None:
     return view
 
 
-def test_a_report_is_accepted_and_an_identical_one_too(live_api: str, tmp_path: Path) -> None:
+def recorded(agent: Agent) -> list[str]:
+    """The paths of the calls the agent's client sends from now on (appended to)."""
+    paths: list[str] = []
+    send = agent.client.send
+
+    def recording(method: str, path: str, **kwargs: Any) -> Any:
+        paths.append(f"{method} {path}")
+        return send(method, path, **kwargs)
+
+    agent.client.send = recording  # type: ignore[method-assign]
+    return paths
+
+
+def test_a_report_is_accepted_and_an_identical_one_named_by_its_digest(
+    live_api: str, tmp_path: Path
+) -> None:
+    """The same report again goes as the digest the API answered the first with; once
+    another report of the host came (another agent's, here), the whole report again."""
     host = f"compute-{uuid.uuid4().hex[:8]}"
     agent = make_agent(agent_conf(tmp_path, live_api, host))
+    sent = recorded(agent)
     assert agent.report_once() is True
     first = host_view(live_api, host)
     assert first is not None and first["devices"] == 5
@@ -49,6 +70,41 @@ def test_a_report_is_accepted_and_an_identical_one_too(live_api: str, tmp_path: 
     second = host_view(live_api, host)
     assert second is not None and second["devices"] == 5
     assert second["generation"] == first["generation"]  # nothing changed
+    report, unchanged = f"PUT /v2/hosts/{host}/report", f"PUT /v2/hosts/{host}/report/unchanged"
+    assert sent == [report, unchanged]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "inventory.yaml").write_text("devices: []\n")
+    conf = agent_conf(tmp_path / "other", live_api, host)
+    conf.set_override("inventory_file", str(tmp_path / "other" / "inventory.yaml"), "fake")
+    assert make_agent(conf).report_once() is True
+    gone = host_view(live_api, host)
+    assert gone is not None and gone["devices"] == 0
+    sent.clear()
+    assert agent.report_once() is True
+    assert sent == [unchanged, report]  # refused: the whole report
+    back = host_view(live_api, host)
+    assert back is not None and back["devices"] == 5
+
+
+def test_an_api_rolled_back_to_a_release_without_digests_is_sent_the_whole_report(
+    conf: cfg.ConfigOpts, db: Database, tmp_path: Path
+) -> None:
+    """Such an API answers the digest 404: the agent sends the whole report at once."""
+    app = create_app(conf, db)
+    with serve(app) as url:
+        host = f"compute-{uuid.uuid4().hex[:8]}"
+        agent = make_agent(agent_conf(tmp_path, url, host))
+        sent = recorded(agent)
+        assert agent.report_once() is True
+        for route in [
+            r for r in app.router.routes if str(getattr(r, "path", "")).endswith("/unchanged")
+        ]:
+            app.router.routes.remove(route)  # rolled back
+        assert agent.report_once() is True
+        report = f"PUT /v2/hosts/{host}/report"
+        assert sent == [report, f"{report}/unchanged", report]
+        view = host_view(url, host)
+        assert view is not None and view["devices"] == 5
 
 
 def test_agent_once_on_the_command_line(

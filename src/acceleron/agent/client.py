@@ -6,6 +6,11 @@ adapter options, plus ``api_endpoint``. Without ``auth_type`` no token is sent
 it, the agent authenticates as a service user and, unless ``api_endpoint`` is
 set, finds the API as the catalog's ``accelerator`` service.
 
+An unchanged report is not sent again: the API answers each report with its digest,
+and while the host's scans find the same report the client sends that digest alone
+(``PUT /v2/hosts/{hostname}/report/unchanged``); the whole report again when the API
+knows another (409 ``acceleron.report_unknown``) or is of a release without it (404).
+
 Every failure becomes one of three exceptions, which the loop handles:
 ``ApiUnavailable`` (retry with backoff), ``UnknownHost`` (stop: the host name is
 wrong) and ``ReportRefused`` (log it; the next scan tries again).
@@ -51,6 +56,7 @@ MICROVERSION = V2_5  # host reports
 TASKS_MICROVERSION = V2_8  # tasks and bitstream bytes
 UNKNOWN_HOST = "acceleron.unknown_host"
 UNSUPPORTED_FORMAT = "acceleron.unsupported_format"
+REPORT_UNKNOWN = "acceleron.report_unknown"
 
 
 class ReportError(Exception):
@@ -124,6 +130,8 @@ class ReportClient:
         self.api = as_client(api)
         self.ours = ours
         self.theirs: formats.Formats | None = None  # the API's, once learnt
+        # The last report the API took: its host, its digest here, and the API's.
+        self._taken: tuple[str, str, str] | None = None
 
     def api_formats(self) -> formats.Formats:
         """The formats the API speaks, read from ``GET /v2``."""
@@ -183,7 +191,13 @@ class ReportClient:
         """PUT the report, in the newest format the API reads; the API's answer (the
         host) on 200. Before the API's formats are known, a report holding a deployable
         kind an older minor leaves out asks the API's version document first: its first
-        report is not written without them."""
+        report is not written without them. While the report is the one the API last
+        took, the digest the API answered it with goes instead (``unchanged``)."""
+        mine = report.digest()
+        if self._taken is not None and self._taken[:2] == (report.hostname, mine):
+            answer = self.unchanged(report.hostname, self._taken[2])
+            if answer is not None:
+                return answer
         if self.theirs is None and newest_kind(report) > formats.UNVERSIONED:
             self.api_formats()
         response = self.send(
@@ -194,8 +208,30 @@ class ReportClient:
         )
         self._answered(response)
         if response.status_code >= 300:
+            self._taken = None
             raise error_for(report.hostname, response.status_code, response.text, response.reason)
-        return _json(response)
+        answer = _json(response)
+        digest = answer.get("digest")  # none from an API of a release without it
+        self._taken = (report.hostname, mine, digest) if isinstance(digest, str) else None
+        return answer
+
+    def unchanged(self, hostname: str, digest: str) -> dict[str, Any] | None:
+        """Say the host's report is the one the API answered with ``digest``
+        (``PUT .../report/unchanged``): the API's answer; None when the report is to be
+        sent whole (the API knows another, or none; or it is of a release without this)."""
+        response = self.send(
+            "PUT",
+            f"/v2/hosts/{quote(hostname, safe='')}/report/unchanged",
+            json={"digest": digest},
+        )
+        self._answered(response)
+        if response.status_code < 300:
+            return _json(response)
+        self._taken = None
+        refused = response.status_code == 409 and parse_error(response.text).code == REPORT_UNKNOWN
+        if refused or response.status_code in (404, 405):
+            return None
+        raise error_for(hostname, response.status_code, response.text, response.reason)
 
     def claim_tasks(self, hostname: str, wait: float) -> list[dict[str, Any]]:
         """The host's unfinished tasks, waiting up to ``wait`` seconds for one to appear."""

@@ -34,6 +34,7 @@ LOG = logging.getLogger(__name__)
 CODES: list[tuple[type[exc.AcceleronError], int, str]] = [
     (exc.DuplicateName, 409, "acceleron.duplicate"),
     (exc.UnknownHost, 409, "acceleron.unknown_host"),
+    (exc.ReportUnknown, 409, "acceleron.report_unknown"),
     (exc.UnsupportedFormat, 409, "acceleron.unsupported_format"),
     (exc.InUse, 409, "acceleron.in_use"),
     (exc.Disabled, 409, "acceleron.disabled"),

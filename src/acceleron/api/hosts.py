@@ -2,7 +2,8 @@
 
 ``PUT /v2/hosts/{hostname}/report`` (2.5) takes a full host report (see
 ``acceleron.report``) and reconciles the inventory with it: sending the same
-report again changes nothing.
+report again changes nothing. ``PUT /v2/hosts/{hostname}/report/unchanged`` takes
+the digest that answer gave instead: the same report, neither sent nor read.
 """
 
 from __future__ import annotations
@@ -87,6 +88,23 @@ class ReportOutcome(BaseModel):
     devices: int
     generation: int
     counts: dict[str, int] = Field(description="Rows added, changed, removed and lost.")
+    digest: str = Field(
+        description="The report's digest: while the host's inventory is unchanged, its "
+        "agent names the report by it (PUT .../report/unchanged) instead of sending it."
+    )
+
+
+class Unchanged(BaseModel):
+    digest: str = Field(
+        max_length=64, description="The digest the API answered the host's last report with."
+    )
+
+
+class UnchangedOutcome(BaseModel):
+    hostname: str
+    changed: bool = Field(description="Always false: nothing was written (bar a heartbeat).")
+    generation: int
+    digest: str
 
 
 def view(host: service.HostRecord, call: Call) -> HostOut:
@@ -154,6 +172,30 @@ async def report_host(hostname: str, report: Incoming, call: CallDep) -> Respons
             "devices": outcome.devices,
             "generation": outcome.generation,
             "counts": dict(outcome.counts),
+            "digest": outcome.digest,
         },
+        headers={formats.HEADER: formats.OURS.header()},
+    )
+
+
+@router.put(
+    "/{hostname}/report/unchanged",
+    responses={200: {"model": UnchangedOutcome}},
+    summary="Say a host's report is unchanged, by its digest (agents; 2.5)",
+)
+async def report_unchanged(hostname: str, body: Unchanged, call: CallDep) -> Response:
+    """What an unchanged report does, without the report: the API answers each report
+    with its digest, and the host's agent, having found nothing changed since, sends that
+    digest alone. 409 ``acceleron.report_unknown`` when it is not the digest of the host's
+    last report here (another came since, or the API forgot it after freeing a lost
+    device): the agent then sends the whole report."""
+    call.authorize("host:report")
+    agent = formats.Formats.parse(call.request.headers.get(formats.HEADER))
+    tasks_in = formats.OURS.common(formats.TASK, agent)
+    task_format = formats.show(tasks_in) if tasks_in else None
+    generation = await call.run(inventory.confirm, hostname, body.digest, task_format)
+    middleware.routine(call.request)
+    return json_response(
+        {"hostname": hostname, "changed": False, "generation": generation, "digest": body.digest},
         headers={formats.HEADER: formats.OURS.header()},
     )

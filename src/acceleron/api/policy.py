@@ -129,6 +129,7 @@ HOST_RULES = [
         "Report a host's inventory (agents).",
         "PUT",
         "/v2/hosts/{hostname}/report",
+        also=[("PUT", "/v2/hosts/{hostname}/report/unchanged")],
     ),
 ]
 

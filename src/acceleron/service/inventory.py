@@ -10,7 +10,8 @@ One generic diff, keyed by stable ids, applied to every table the same way:
 Each level is diffed against what the database has (``diff``) and applied in
 one transaction, parents before children (``_apply``). Only the columns the
 report manages are compared, so an unchanged report makes no write at all; its
-digest even spares the diff. Something that vanished while a request still
+digest even spares the diff, and an agent that names it by that digest (``confirm``)
+spares the API reading the report at all. Something that vanished while a request still
 holds it is marked ``lost``, not deleted (with the deployables above it), and is
 ``present`` again when it comes back; once freed, ``forget_report`` makes the
 next report delete it.
@@ -31,6 +32,7 @@ from sqlalchemy import Connection, Row, Table, bindparam, delete, insert, select
 from acceleron import vocabulary
 from acceleron.db.models import AttachHandle, Attribute, Deployable, Device, Host, table, utcnow
 from acceleron.db.session import Database, retry_on_deadlock
+from acceleron.exceptions import ReportUnknown
 from acceleron.placement import names
 from acceleron.report import HostReport
 from acceleron.scheduler.weigher import fold_function
@@ -87,6 +89,7 @@ class Outcome:
     devices: int
     counts: Mapping[str, int]
     generation: int
+    digest: str = ""  # the report's: what its agent names it by while it is unchanged
 
 
 # --- desired state from a report -------------------------------------------------
@@ -619,7 +622,7 @@ def reconcile(
         and host.task_format == task_format
         and not _heartbeat_due(host, now)
     ):
-        return Outcome(report.hostname, False, len(report.devices), {}, host.generation)
+        return Outcome(report.hostname, False, len(report.devices), {}, host.generation, digest)
     with db.writer() as conn:
         host = _ensure_host(conn, report.hostname)
         counts: dict[str, int] = {}
@@ -644,7 +647,35 @@ def reconcile(
             report.hostname,
             ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v),
         )
-    return Outcome(report.hostname, changed, len(report.devices), counts, generation)
+    return Outcome(report.hostname, changed, len(report.devices), counts, generation, digest)
+
+
+def confirm(
+    db: Database,
+    hostname: str,
+    digest: str,
+    task_format: str | None = None,
+    now: dt.datetime | None = None,
+) -> int:
+    """The host's report is the one of ``digest`` again (its agent found nothing changed):
+    as ``reconcile`` does with an unchanged report, nothing written bar a rare heartbeat,
+    without the report sent, read or hashed. The host's generation. ReportUnknown when
+    ``digest`` is not its last report's here, or its agent's task format changed."""
+    now = now or utcnow()
+    with db.reader() as conn:
+        host = conn.execute(_HOST_BY_NAME, {"host": hostname}).first()
+    if host is None or host.report_digest != digest or host.task_format != task_format:
+        raise ReportUnknown(
+            f"The last report of {hostname!r} here is not the one named: send the whole report."
+        )
+    if _heartbeat_due(host, now):
+        with db.writer() as conn:
+            conn.execute(
+                update(HOSTS)
+                .where(HOSTS.c.id == host.id, HOSTS.c.report_digest == digest)
+                .values(last_report_at=now)
+            )
+    return int(host.generation)
 
 
 def forget_report(conn: Connection, hostname: str) -> None:

@@ -234,7 +234,7 @@ def test_a_newer_agent_writes_the_minor_the_api_reads(live: str, tmp_path: Path)
         return send(method, path, **kwargs)
 
     newer.send = spy  # type: ignore[method-assign]
-    newer.report(report)
+    newer.report(NewerReport(HOST, "9.0.1", ()))  # another: sent whole, not by its digest
     minor = f'"report_minor":{formats.REPORT_VERSION[1]}'.encode()
     assert b"uptime_seconds" not in sent[0] and minor in sent[0]
     # Its word on a task leaves out what task format 1.0 lacks (unknown to this API).

@@ -9,12 +9,19 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from oslo_config import cfg
+from sqlalchemy import select, update
 
+from acceleron import formats
+from acceleron.db.models import Host, table
+from acceleron.db.session import Database
 from acceleron.drivers.fake import FakeDriver
 from acceleron.report import HostReport, to_json
+from acceleron.service import inventory
+from acceleron.service.inventory import HEARTBEAT
 
 V2_5 = {"OpenStack-API-Version": "accelerator 2.5"}
 SERVICE = {**V2_5, "X-Roles": "service", "X-Project-Id": "services"}
+HOSTS = table(Host)
 
 
 def report(conf: cfg.ConfigOpts, host: str = "host-1") -> dict[str, Any]:
@@ -77,3 +84,58 @@ def test_every_value_of_a_report_is_checked_however_deep(
     assert answer.status_code == 400, answer.text
     assert said in detail(answer)
     assert api.get("/v2/hosts", headers=SERVICE).json()["hosts"] == []
+
+
+def test_an_unchanged_report_is_named_by_its_digest(
+    api: TestClient, conf: cfg.ConfigOpts, db: Database
+) -> None:
+    """The API answers a report with its digest; ``.../report/unchanged`` with that digest
+    does what the same report again does (nothing written, bar the heartbeat) without the
+    report. Any other digest, a host it has not, or an agent of another task format is
+    refused with the code the agent reads as "send the whole report"."""
+    body = report(conf)
+    taken = api.put("/v2/hosts/host-1/report", json=body, headers=SERVICE).json()
+    digest = taken["digest"]
+    assert len(digest) == 64 and taken["changed"] is True
+    before = host_row(db)
+    same = api.put("/v2/hosts/host-1/report/unchanged", json={"digest": digest}, headers=SERVICE)
+    assert same.status_code == 200, same.text
+    assert same.json() == {
+        "hostname": "host-1",
+        "changed": False,
+        "generation": taken["generation"],
+        "digest": digest,
+    }
+    assert host_row(db) == before  # nothing written
+    with db.writer() as conn:  # the heartbeat due: the time of the last report, alone
+        conn.execute(update(HOSTS).values(last_report_at=before.last_report_at - HEARTBEAT))
+    assert api.put("/v2/hosts/host-1/report/unchanged", json={"digest": digest}, headers=SERVICE)
+    after = host_row(db)
+    assert after.last_report_at > before.last_report_at
+    rest = [c.name for c in HOSTS.c if c.name not in ("last_report_at", "updated_at")]
+    assert [after._mapping[c] for c in rest] == [before._mapping[c] for c in rest]
+
+    def refused(host: str, named: str, headers: dict[str, str] = SERVICE) -> str:
+        path = f"/v2/hosts/{host}/report/unchanged"
+        answer = api.put(path, json={"digest": named}, headers=headers)
+        assert answer.status_code == 409, answer.text
+        return str(answer.json()["errors"][0]["code"])
+
+    assert refused("host-1", "0" * 64) == "acceleron.report_unknown"
+    assert refused("host-2", digest) == "acceleron.report_unknown"  # a host it has not
+    newer = {**SERVICE, formats.HEADER: "report=1.3, task=1.3"}  # its tasks' format changed
+    assert refused("host-1", digest, newer) == "acceleron.report_unknown"
+    with db.writer() as conn:  # the inventory changed under the report (a lost handle freed)
+        inventory.forget_report(conn, "host-1")
+    assert refused("host-1", digest) == "acceleron.report_unknown"
+    again = api.put("/v2/hosts/host-1/report", json=body, headers=SERVICE).json()
+    assert again["digest"] == digest  # the same report, after the full diff
+    member = {**V2_5, "X-Roles": "member", "X-Project-Id": "p1"}
+    path = "/v2/hosts/host-1/report/unchanged"
+    assert api.put(path, json={"digest": digest}, headers=member).status_code == 403
+    assert api.put(path, json={"digest": "f" * 65}, headers=SERVICE).status_code == 400
+
+
+def host_row(db: Database) -> Any:
+    with db.reader() as conn:
+        return conn.execute(select(HOSTS).where(HOSTS.c.hostname == "host-1")).one()
