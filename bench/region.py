@@ -10,19 +10,24 @@ of ``bench/scale.py``). Each host is a light agent in this one process: its repo
 built once by the fake driver, as the agent builds it, and the agent then does what a
 real one does over HTTP, on asyncio streams that cost little CPU here:
 
-* it reports every ``--interval`` seconds (``PUT /v2/hosts/{host}/report``; the hosts'
-  reports are spread evenly over the interval), the report unchanged after the first;
+* it reports every ``--interval`` seconds (the hosts' reports spread evenly over the
+  interval), the report unchanged after the first: the first whole
+  (``PUT /v2/hosts/{host}/report``), the others by the digest the API answered it with
+  (``PUT /v2/hosts/{host}/report/unchanged``), as agents do;
 * it polls for tasks without pause (``POST /v2/hosts/{host}/tasks/claim?wait=W``, the
   API holding each poll up to ``--task-wait`` seconds), one connection per host.
 
 For each number of hosts:
 
 1. **publication**: every agent's first report (32 at a time), then the seconds until
-   the API says every host is in Placement (``GET /v2/hosts``, every few seconds);
-2. **steady state**, nothing changing, in three windows of ``--window`` seconds each:
+   every host is in Placement (its count read in the database every second), with the
+   CPU each process spent a host and the API's requests to Placement a host;
+2. **steady state**, nothing changing, in four windows of ``--window`` seconds each:
    the API alone (its own periodic work: the Placement sync's passes and spread
    verification, the reconciler), then with every agent polling for tasks, then polling
-   and reporting. The CPU time (user + system) of the API's processes, Placement's and
+   and reporting (an unchanged report named by the digest the API answered the last
+   one with, as agents do), then polling and sending every report whole (the baseline:
+   agents before digests). The CPU time (user + system) of the API's processes, Placement's and
    PostgreSQL's (the backends serving the run's two databases; and every ``postgres``
    process of the machine, other users' included) in each window, a second (a window
    with polls lasts until the last poll begun in it ends, up to a poll's wait longer
@@ -191,6 +196,10 @@ class Agents:
     polls: int = 0
     reported: int = 0
     failures: int = 0
+    # The digest the API answered each host's last report with: an agent names its
+    # unchanged report by it (``PUT .../report/unchanged``) rather than send it again.
+    digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    whole: bool = False  # every report sent whole (as agents before digests did)
 
     async def first_reports(self) -> None:
         names = list(self.reports)
@@ -212,11 +221,18 @@ class Agents:
     async def _report(
         self, host: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str
     ) -> None:
-        status, _ = await exchange(
-            reader, writer, host, ("PUT", f"/v2/hosts/{name}/report", self.reports[name])
-        )
+        path = f"/v2/hosts/{name}/report"
         self.reported += 1
+        if name in self.digests and not self.whole:
+            named = json.dumps({"digest": self.digests[name]}).encode()
+            status, _ = await exchange(reader, writer, host, ("PUT", f"{path}/unchanged", named))
+            if status != 409:  # 409: the API knows another report, the whole one goes
+                self.failures += status >= 300
+                return
+        status, body = await exchange(reader, writer, host, ("PUT", path, self.reports[name]))
         self.failures += status >= 300
+        if status < 300:
+            self.digests[name] = json.loads(body)["digest"]
 
     async def poll(self, name: str, until: float) -> None:
         """Poll for tasks as the agent does, until ``until`` (monotonic)."""
@@ -343,15 +359,47 @@ def reports_of(hosts: int) -> dict[str, bytes]:
     return found
 
 
-def wait_published(url: str, names: list[str], limit: float) -> float:
-    started = time.monotonic()
-    while True:
-        hosts = call(url, "GET", "/v2/hosts")["hosts"]
-        if sum(1 for h in hosts if h.get("placement_synced")) >= len(names):
-            return time.monotonic() - started
-        if time.monotonic() - started > limit:
-            raise RuntimeError(f"the hosts were not all in Placement after {limit:g} s")
-        time.sleep(min(10.0, 1 + len(names) / 1000))
+def wait_published(url: str, database: str, names: list[str], limit: float) -> float:
+    """Seconds until every host is in Placement: its count read in the database every
+    second (a listing of every host, every few seconds, cost the API a share of its CPU
+    at 10,000 hosts), then the API asked once whether each is synced, errors included."""
+    from sqlalchemy import create_engine, text
+
+    engine, started = create_engine(database), time.monotonic()
+    count = text("SELECT count(*) FROM hosts WHERE synced_generation >= generation")
+    try:
+        while True:
+            with engine.connect() as conn:
+                if conn.execute(count).scalar_one() >= len(names):
+                    break
+            if time.monotonic() - started > limit:
+                raise RuntimeError(f"the hosts were not all in Placement after {limit:g} s")
+            time.sleep(1)
+    finally:
+        engine.dispose()
+    took = time.monotonic() - started
+    hosts = call(url, "GET", "/v2/hosts")["hosts"]
+    unsynced = [h["hostname"] for h in hosts if not h.get("placement_synced")]
+    if unsynced:
+        raise RuntimeError(f"{len(unsynced)} hosts not synced, e.g. {unsynced[:3]}")
+    return took
+
+
+def placement_requests(url: str, hosts: int) -> str:
+    """The API's requests to Placement so far, by method and kind, a host (its metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=60) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "acceleron_placement_requests_total":
+                key = f"{sample.labels['method']} {sample.labels['kind']}"
+                counts[key] = counts.get(key, 0) + sample.value
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{k} {v / hosts:.2f}" for k, v in ranked)
+    return f"{sum(counts.values()) / hosts:.1f} ({shown})"
 
 
 def database_sizes(urls: list[str]) -> dict[str, int]:
@@ -434,13 +482,16 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         compute_nodes(placement, names)
         print(f"compute node providers made: {time.monotonic() - started:.1f} s")
         agents = Agents(url, reports, args.interval, args.task_wait)
-        started = time.monotonic()
+        before, started = cpu_of(roots, prefix), time.monotonic()
         asyncio.run(agents.first_reports())
         reported = time.monotonic() - started
-        published = wait_published(url, names, limit=600 + hosts)
+        published = wait_published(url, urls[0], names, limit=600 + hosts)
+        spent = {k: (v - before[k]) * 1000 / hosts for k, v in cpu_of(roots, prefix).items()}
         print(
             f"publication: first reports {reported:.1f} s, every host in Placement "
-            f"{reported + published:.1f} s after the first; load {load_average()}"
+            f"{reported + published:.1f} s after the first; load {load_average()}\n"
+            f"  CPU a host: {'; '.join(f'{k} {v:.1f} ms' for k, v in spent.items())}\n"
+            f"  Placement requests a host: {placement_requests(url, hosts)}"
         )
         call(
             url, "POST", "/v2/device_profiles", [{"name": QAT_PROFILE[0], "groups": QAT_PROFILE[1]}]
@@ -462,6 +513,9 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         alone, _ = steady(agents, roots, prefix, args.window, polls=False, reports=False)
         polling, _ = steady(agents, roots, prefix, args.window, polls=True, reports=False)
         everything, _ = steady(agents, roots, prefix, args.window, polls=True, reports=True)
+        agents.whole = True  # the baseline: every report sent whole
+        whole, _ = steady(agents, roots, prefix, args.window, polls=True, reports=True)
+        agents.whole = False
         _, beside = steady(agents, roots, prefix, args.window, True, True, side)
         print(
             f"steady state, {args.window:g} s windows; load {load_average()}; agents: "
@@ -470,7 +524,8 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         rows = [
             ("the API's own periodic work", alone, None),
             ("task polls", polling, alone),
-            ("reports", everything, polling),
+            ("reports (by digest)", everything, polling),
+            ("reports (sent whole)", whole, polling),
         ]
         for label, window, base in rows:
             cells = []
