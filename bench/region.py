@@ -49,7 +49,7 @@ load is printed beside the figures: on a small shared machine the agents, both s
 and PostgreSQL share its cores.
 
     .venv/bin/python bench/region.py [--hosts 100,1000] [--interval 60] [--task-wait 45]
-        [--window 60] [--api-workers 2] [--placement-workers 2]
+        [--window 60] [--api-workers 2] [--placement-workers 2] [--sync-threads 4]
         [--postgresql postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
 """
 
@@ -469,7 +469,8 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
         )
         placement = stack.enter_context(placement_server(urls[1], args.placement_workers, log))
         conf_file = work / "acceleron.conf"
-        conf_file.write_text(config(work, urls[0], placement).replace("verify_interval = 0\n", ""))
+        settings = config(work, urls[0], placement).replace("verify_interval = 0\n", "")
+        conf_file.write_text(settings + f"sync_threads = {args.sync_threads}\n")
         from acceleron import conf as confmod
         from acceleron.db import migrate, session
 
@@ -587,6 +588,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0, help="each steady window (s)")
     parser.add_argument("--api-workers", type=int, default=2)
     parser.add_argument("--placement-workers", type=int, default=2)
+    parser.add_argument(
+        "--sync-threads", type=int, default=4, help="[placement] sync_threads (its default: 4)"
+    )
     parser.add_argument(
         "--postgresql", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     )

@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+import requests
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 from sqlalchemy import update
@@ -95,6 +97,30 @@ def _client_factory(conf: cfg.ConfigOpts) -> Callable[[], PlacementClient]:
     return _Remote(conf).client
 
 
+class EnvironmentOnce(requests.Session):
+    """A requests session that reads what the environment says of a destination (its
+    proxies, bypassed by ``no_proxy`` or not; a CA bundle from ``REQUESTS_CA_BUNDLE``)
+    once per destination and call settings, rather than at every call: requests scans
+    the whole environment each time, a tenth of the API's CPU while it publishes a
+    region. A process's environment does not change under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> dict[str, Any]:
+        parts = urlsplit(str(url))
+        asked = tuple(sorted((proxies or {}).items()))
+        key = (parts.scheme, parts.netloc, asked, stream, verify, cert)
+        found = self._merged.get(key)
+        if found is None:
+            found = super().merge_environment_settings(url, dict(asked), stream, verify, cert)
+            self._merged[key] = found
+        return {**found, "proxies": dict(found["proxies"])}
+
+
 class _Remote:
     """Clients of a remote Placement (``[placement]``): one auth plugin for the process,
     whose token is asked of Keystone once and again only when it expires (the plugin
@@ -112,7 +138,7 @@ class _Remote:
         session = getattr(self._local, "session", None)
         if session is None:
             session = ks_loading.load_session_from_conf_options(
-                self.conf, "placement", auth=self._plugin()
+                self.conf, "placement", auth=self._plugin(), session=EnvironmentOnce()
             )
             self._local.session = session
         adapter = ks_loading.load_adapter_from_conf_options(
