@@ -673,12 +673,13 @@ PLACEMENT_OPTS: list[cfg.Opt] = [
         default=600,
         min=0,
         help="Seconds in which every host's providers are verified against Placement once "
-        "(0: never), which repairs what was changed there behind Acceleron's back. The "
-        "verification is spread over the interval: every few seconds the sync checks a "
-        "slice of the hosts, each with one small GET of its tree, and checks in full only "
-        "a host one of whose providers is gone or under another parent; a provider at "
-        "another generation than the sync recorded is the reconciler's to read, or, with "
-        "[reconciler] interval = 0, the verification's.",
+        "(0: never), which repairs what was changed there behind Acceleron's back, when "
+        "[reconciler] interval = 0. The verification is spread over the interval: every "
+        "few seconds the sync checks a slice of the hosts, each with one small GET of its "
+        "tree, and checks in full only a host one of whose providers is gone, under "
+        "another parent or at another generation than the sync recorded. With the "
+        "reconciler's passes on, they verify each host from the tree they read of it, "
+        "once every [reconciler] interval, unless this is 0.",
     ),
 ]
 

@@ -332,6 +332,38 @@ def test_a_periodic_pass_reads_only_its_slice_of_the_hosts(
     assert actions(passes.run(tick=2, ticks=TICKS)) == [("allocation", fresh, "waiting")]
 
 
+def test_a_periodic_pass_verifies_the_hosts_it_read_with_no_read_of_its_own(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
+) -> None:
+    """The API's passes (``verify``) verify each host of their slice for the sync from
+    the tree they read: a provider deleted by hand on one is made again at its host's
+    pass, and a pass over quiet hosts reads each tree once. An operator's pass (no
+    ``verify``) leaves it."""
+    more_hosts(db, conf, placement)
+    counted = CountingAdapter(placement)
+    client = PlacementClient(counted)
+
+    def sync() -> Syncer:
+        return Syncer(db, lambda: client, options_from_conf(conf), create_compute_nodes=True)
+
+    passes = Reconciler(db, lambda: client, 0, verifier=sync)
+    gone = region_of(db, "host-2")
+    assert PlacementClient(placement).delete_provider(gone)
+    passes.run()  # an operator's: every host, no verification
+    assert PlacementClient(placement).get_provider(gone) is None
+    for tick in (0, 1):  # not host-2's slices: nothing made, each tree read once
+        counted.reset()
+        passes.run(tick=tick, ticks=TICKS, verify=True)
+        trees = [c for c in counted.calls if c.path == "/resource_providers"]
+        assert len(trees) == len(verify_slice(HOSTS_4, tick, TICKS)) and not counted.writes
+    passes.run(tick=2, ticks=TICKS, verify=True)
+    assert PlacementClient(placement).get_provider(gone) is not None
+    passes.run(tick=2, ticks=TICKS, verify=True)  # the new provider's allocations read
+    counted.reset()
+    passes.run(tick=2, ticks=TICKS, verify=True)  # quiet: the tree, read once
+    assert [c.route for c in counted.calls] == ["GET /resource_providers"]
+
+
 def test_a_leak_outside_the_first_slice_is_freed_within_the_bound(
     db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, published: dict[str, Any]
 ) -> None:

@@ -162,6 +162,7 @@ def reconciler_of(app: FastAPI) -> Reconciler:
             parts.conf.reconciler.grace,
             parts.conf.claims.timeout,
             parts.cleaning,
+            verifier=placement.syncer,
         )
     found: Reconciler = state.reconciler
     return found

@@ -130,9 +130,10 @@ class VerifyTicks:
 
 class SyncWorker:
     """The Placement sync's thread: runs ``sync_pending`` when woken and every
-    ``interval`` seconds, and a slice of the verification every few seconds
-    (``VerifyTicks``: every host once per ``verify_interval``); backs off while
-    Placement is away (hosts stay pending)."""
+    ``interval`` seconds, and, unless the reconciler's passes verify the hosts
+    (``reconciled``), a slice of the verification every few seconds (``VerifyTicks``:
+    every host once per ``verify_interval``); backs off while Placement is away (hosts
+    stay pending)."""
 
     MAX_BACKOFF = 300.0
 
@@ -150,7 +151,8 @@ class SyncWorker:
         self._threads = threads  # hosts synced at once in a pass over the pending ones
         self._interval = interval
         self._verify_interval = verify_interval
-        self._reconciled = reconciled  # the reconciler reads the providers that moved
+        # The reconciler's passes verify the hosts, from the trees they read: no ticks here.
+        self._reconciled = reconciled
         self._leads = leads  # whether this process does the verification's ticks now
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -184,11 +186,12 @@ class SyncWorker:
                 if woken or time.monotonic() >= next_pass:
                     syncer.sync_pending(others)
                     next_pass = time.monotonic() + self._interval
-                if self._verify_interval and ticks.due(time.monotonic()):
+                verifying = self._verify_interval and not self._reconciled
+                if verifying and ticks.due(time.monotonic()):
                     if self._leads():
-                        syncer.verify_tick(ticks.tick, ticks.ticks, reconciled=self._reconciled)
+                        syncer.verify_tick(ticks.tick, ticks.ticks)
                     ticks.advance(time.monotonic())
-                due = min(next_pass, ticks.at) if self._verify_interval else next_pass
+                due = min(next_pass, ticks.at) if verifying else next_pass
                 wait, backoff = max(due - time.monotonic(), 0.0), 1.0
             except PlacementUnavailable as error:
                 LOG.warning("Placement is unreachable (%s); retrying in %.0f s", error, backoff)
@@ -300,7 +303,13 @@ async def reconcile(app: FastAPI, periodic: leases.Holder) -> None:
             continue
         reconciler = placement_api.reconciler_of(app)
         run = functools.partial(
-            reconciler.run, free=conf.free, tick=ticks.tick, ticks=ticks.ticks, now=ticks.at
+            reconciler.run,
+            free=conf.free,
+            tick=ticks.tick,
+            ticks=ticks.ticks,
+            now=ticks.at,
+            # the hosts it reads, for the sync (whose thread then does not verify)
+            verify=bool(parts.conf.placement.verify_interval),
         )
         try:
             await parts.threads.outbound(run)

@@ -303,27 +303,42 @@ class Syncer:
         done = [self._guarded(host, check) for host in self._names(hostnames)]
         return [result for result in done if not result.skipped]
 
-    def verify_tick(self, tick: int, ticks: int, *, reconciled: bool = False) -> list[HostSync]:
+    def verify_tick(self, tick: int, ticks: int) -> list[HostSync]:
         """The verification's ``tick``-th slice of hosts, when it is spread over
         ``ticks`` ticks (``verify_slice``): the sync thread runs one a tick, so that every
         host is verified once per ``[placement] verify_interval`` and Placement never
         serves one long request for it."""
-        return self.verify(verify_slice(self.hostnames(), tick, ticks), reconciled=reconciled)
+        return self.verify(verify_slice(self.hostnames(), tick, ticks))
 
     def _names(self, hostnames: Iterable[str] | None) -> list[str]:
         return self.hostnames() if hostnames is None else sorted(hostnames)
 
-    def _verify_host(self, hostname: str, generations: bool = True) -> HostSync:
+    def verify_read(self, hostname: str, compute: str, read: Sequence[Provider]) -> HostSync:
+        """One host of the verification, from the tree of its compute node ``compute`` as
+        a reconciler pass just read it (that pass follows the generations that moved):
+        what the verification does, without a read of its own."""
+        check = functools.partial(self._verify_host, generations=False, given=(compute, read))
+        return self._guarded(hostname, check)
+
+    def _verify_host(
+        self,
+        hostname: str,
+        generations: bool = True,
+        given: tuple[str, Sequence[Provider]] | None = None,
+    ) -> HostSync:
         """One host of a verification: skipped when Placement holds it as recorded (at
         the generations recorded, with ``generations``); otherwise checked in full from
-        the tree just read."""
+        the tree just read (``given``: a compute node and its tree, read already)."""
         with self.db.reader() as conn:
             host = conn.execute(HOST, {"host": hostname}).first()
         if host is None:
             return HostSync(hostname, [], skipped=True)
         if not host.rp_uuid:
             return self.sync_host(hostname, force=True)
-        read = self.client.get_tree(str(host.rp_uuid))  # empty when the compute node is gone
+        if given is not None and given[0] == host.rp_uuid:
+            read = given[1]
+        else:  # empty when the compute node is gone
+            read = self.client.get_tree(str(host.rp_uuid))
         # Synced by an earlier release, which recorded nothing for claims' views: again.
         unrecorded = (host.published or {}).get("generation") != host.synced_generation
         if not unrecorded and self._as_recorded(hostname, str(host.rp_uuid), read, generations):

@@ -60,7 +60,7 @@ from acceleron.exceptions import AcceleronError, PlacementProviderNotFound
 from acceleron.placement import sync, tree
 from acceleron.placement.client import Inventory, PlacementClient, Provider
 from acceleron.service import arqs, claims, cleaning
-from acceleron.service.publish import verify_slice
+from acceleron.service.publish import Syncer, verify_slice
 
 LOG = logging.getLogger(__name__)
 PROVIDERS, HOSTS, ARQS = table(PlacementProvider), table(Host), table(AcceleratorRequest)
@@ -96,8 +96,12 @@ class Reconciler:
         grace: float,
         claim_timeout: float = claims.TIMEOUT,
         policy: cleaning.Policy = cleaning.DEFAULT,
+        verifier: Callable[[], Syncer] | None = None,
     ) -> None:
         self.db = db
+        # The periodic passes verify the hosts they read (the sync's verification, from
+        # the trees read here: one read of a host serves both).
+        self.verifier = verifier
         self._new_client = client_factory
         self.grace = grace
         self.claim_timeout = claim_timeout
@@ -119,9 +123,12 @@ class Reconciler:
         tick: int = 0,
         ticks: int = 1,
         now: float | None = None,
+        verify: bool = False,
     ) -> list[Leak]:
         """One pass: the leaks found, each with what was done. ``free`` False only
         reports them; ``dry_run`` changes nothing (and says what would be freed).
+        ``verify``: the pass also verifies each host it read for the sync
+        (``Syncer.verify_read``, from the tree read here; the API's periodic passes).
 
         ``ticks`` 1 (the default): every host, from one listing of the providers;
         otherwise only the hosts of slice ``tick`` of ``ticks`` (``verify_slice``), each
@@ -133,20 +140,30 @@ class Reconciler:
             client = self._new_client()
             recovered = self._claims(client, dry_run)
             hosts = self._hosts(tick, ticks)
-            listing = self._listing(client, hosts, whole=ticks <= 1)
+            if ticks <= 1:
+                listing = client.list_providers()
+                trees = _by_tree(hosts, listing)
+            else:
+                trees = self._trees(client, hosts)
+                listing = [p for _, tree_read in trees.values() for p in tree_read]
             covered = None if ticks <= 1 else frozenset(hosts)
             self.drifted = self._drift(client, listing, covered, dry_run)
             found = [
                 *self._allocations(client, listing, covered),
                 *self._requests(client, covered),
             ]
-            return [
+            leaks = [
                 *recovered,
                 *(
                     self._act(client, leak, free, dry_run)
                     for leak in self._aged(found, covered, moment)
                 ),
             ]
+            if verify and self.verifier is not None and not dry_run:
+                verifying = self.verifier()
+                for host, (compute, tree_read) in trees.items():
+                    verifying.verify_read(host, compute, tree_read)
+            return leaks
 
     def claims(self, *, dry_run: bool = False) -> list[Leak]:
         """Only the claims whose actor's lease passed, ended (the API's start)."""
@@ -175,14 +192,13 @@ class Reconciler:
             return every
         return {host: every[host] for host in verify_slice(every, tick, ticks)}
 
-    def _listing(
-        self, client: PlacementClient, hosts: Mapping[str, str | None], *, whole: bool
-    ) -> list[Provider]:
-        """The providers as Placement has them: every one (one listing), or those in the
-        trees of ``hosts``' compute nodes (a small GET each)."""
-        if whole:
-            return client.list_providers()
-        return [p for compute in hosts.values() if compute for p in client.get_tree(compute)]
+    @staticmethod
+    def _trees(
+        client: PlacementClient, hosts: Mapping[str, str | None]
+    ) -> dict[str, tuple[str, list[Provider]]]:
+        """The tree of each of ``hosts``' compute nodes as Placement has it (a small GET
+        each), by host, with its compute node."""
+        return {host: (node, client.get_tree(node)) for host, node in hosts.items() if node}
 
     def _drift(
         self,
@@ -523,3 +539,15 @@ def describe(leak: Leak) -> str:
         for rp, r in sorted(leak.allocations.items())
     )
     return f"allocation of consumer {leak.consumer} that no request holds ({held})"
+
+
+def _by_tree(
+    hosts: Mapping[str, str | None], listing: Sequence[Provider]
+) -> dict[str, tuple[str, list[Provider]]]:
+    """The providers of one listing in the tree of each of ``hosts``' compute nodes, by
+    host, with its compute node."""
+    found: dict[str, list[Provider]] = {node: [] for node in hosts.values() if node}
+    for provider in listing:
+        if provider.root_uuid in found:
+            found[provider.root_uuid].append(provider)
+    return {host: (node, found[node]) for host, node in hosts.items() if node}

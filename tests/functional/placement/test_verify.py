@@ -1,12 +1,13 @@
-"""The sync's periodic verification, host by host: each host's tree is read with one
-small GET (what Placement holds as the last sync recorded it is not read again), what
-changed behind Acceleron's back is repaired, and spread over ticks every host is
-verified once per interval."""
+"""The periodic verification (the reconciler's passes', or the sync thread's without
+them), host by host: each host's tree is read with one small GET (what Placement holds
+as the last sync recorded it is not read again), what changed behind Acceleron's back
+is repaired, and spread over ticks every host is verified once per interval."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
 from keystoneauth1 import adapter
 from oslo_config import cfg
 from sqlalchemy import select
@@ -181,10 +182,14 @@ def test_a_host_changed_is_repaired_within_one_interval_of_ticks(
     assert sorted(_tree_reads(counted)) == sorted(_compute(db, h) for h in hosts)
 
 
-def test_the_api_sync_thread_verifies_at_its_ticks(
-    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter
+@pytest.mark.parametrize("reconciler", [0, 1], ids=["sync thread", "reconciler passes"])
+def test_the_api_verifies_at_its_ticks(
+    db: Database, conf: cfg.ConfigOpts, placement: adapter.Adapter, reconciler: int
 ) -> None:
+    """With the reconciler's passes on, they verify the hosts from the trees they read;
+    without, the sync thread does, once per ``verify_interval``."""
     conf.set_override("verify_interval", 1, "placement")  # one tick a second: every host
+    conf.set_override("interval", reconciler, "reconciler")
     client = PlacementClient(placement)
     with reporting_api(conf, db, placement):
         wait_for(lambda: _published(db, client))
