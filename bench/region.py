@@ -34,11 +34,12 @@ For each number of hosts:
    than ``--window``: before 2026-11-30 its CPU was divided by ``--window``, which
    overstated the polls and the reports); a window's rate less the one before is what
    the agents' polls, then their reports, cost. Each is given per host per interval
-   (ms), beside the share of a core it takes. The API's
+   (ms), beside the share of a core it takes; and the API's calls to Placement a host
+   an interval in the window with the API alone (its metrics). The API's
    reconciler reads every host once per ``[reconciler] interval`` (300 s), a slice
    every 5 s: ``--window 300`` spans whole rounds (before, one listing of every
    provider a pass: windows differed by whether they caught one);
-3. **beside the load**, in a fourth window with the agents polling and reporting: a
+3. **beside the load**, in a fifth window with the agents polling and reporting: a
    claim and its release, Nova's create + bind of one QAT VF (``POST`` then ``PATCH``,
    the request deleted after), and Nova's Placement query for one H200, each one at a
    time, back to back, with their p50/p95;
@@ -385,8 +386,8 @@ def wait_published(url: str, database: str, names: list[str], limit: float) -> f
     return took
 
 
-def placement_requests(url: str, hosts: int) -> str:
-    """The API's requests to Placement so far, by method and kind, a host (its metrics)."""
+def placement_calls(url: str) -> dict[str, float]:
+    """The API's requests to Placement so far, by method and kind (its metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"{url}/metrics", timeout=60) as response:
@@ -397,9 +398,16 @@ def placement_requests(url: str, hosts: int) -> str:
             if sample.name == "acceleron_placement_requests_total":
                 key = f"{sample.labels['method']} {sample.labels['kind']}"
                 counts[key] = counts.get(key, 0) + sample.value
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    shown = ", ".join(f"{k} {v / hosts:.2f}" for k, v in ranked)
-    return f"{sum(counts.values()) / hosts:.1f} ({shown})"
+    return counts
+
+
+def placement_requests(url: str, per: float, since: dict[str, float] | None = None) -> str:
+    """The API's requests to Placement (since ``since``) divided by ``per``, by method
+    and kind."""
+    counts = {k: v - (since or {}).get(k, 0.0) for k, v in placement_calls(url).items()}
+    ranked = sorted(((k, v) for k, v in counts.items() if v), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{k} {v / per:.3g}" for k, v in ranked)
+    return f"{sum(counts.values()) / per:.3g} ({shown})"
 
 
 def database_sizes(urls: list[str]) -> dict[str, int]:
@@ -511,7 +519,10 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
                 "Nova's query, 1 H200": timed(share, nova_query(placement)),
             }
 
+        before_calls = placement_calls(url)
         alone, _ = steady(agents, roots, prefix, args.window, polls=False, reports=False)
+        per_minute = hosts * args.window / args.interval  # a host an interval
+        calls = placement_requests(url, per_minute, before_calls)
         polling, _ = steady(agents, roots, prefix, args.window, polls=True, reports=False)
         everything, _ = steady(agents, roots, prefix, args.window, polls=True, reports=True)
         agents.whole = True  # the baseline: every report sent whole
@@ -535,6 +546,7 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
                 per_host = rate * args.interval / hosts * 1000
                 cells.append(f"{proc} {per_host:7.3f} ms ({rate * 100:5.1f} % of a core)")
             print(f"  {label:<28} per host per interval: " + "; ".join(cells))
+        print(f"  the API's own periodic work: Placement calls a host an interval {calls}")
         for label, taken in beside.items():
             print(f"  beside it: {label:<24} p50/p95 {percentiles(taken)}")
         memory = rss_of(roots)
