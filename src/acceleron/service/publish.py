@@ -284,23 +284,15 @@ class Syncer:
             for host in self.hostnames()
         ]
 
-    def verify(
-        self, hostnames: Iterable[str] | None = None, *, reconciled: bool = False
-    ) -> list[HostSync]:
-        """The verification of ``hostnames`` (default: every host), host by host: one
-        small GET of the host's tree (``in_tree`` of its compute node) tells whether
-        Placement holds it as its last sync recorded it (each provider there, under the
-        same parent, at the generation recorded: Placement bumps it at every change,
-        allocations included); the others are checked and repaired as ``sync_all``
-        checks every host. The checked hosts' outcomes.
-
-        ``reconciled``: a reconciler runs, whose passes read every provider at another
-        generation than recorded, record the moves of allocations alone and mark the
-        hosts of the others for the sync to repair. A provider's generation is then
-        left to it: reading the providers that claims and boots keep moving, as it
-        does, would read them twice."""
-        check = functools.partial(self._verify_host, generations=not reconciled)
-        done = [self._guarded(host, check) for host in self._names(hostnames)]
+    def verify(self, hostnames: Iterable[str] | None = None) -> list[HostSync]:
+        """The verification of ``hostnames`` (default: every host) where no reconciler
+        runs, host by host: one small GET of the host's tree (``in_tree`` of its compute
+        node) tells whether Placement holds it as its last sync recorded it (each
+        provider there, under the same parent, at the generation recorded: Placement
+        bumps it at every change, allocations included); the others are checked and
+        repaired as ``sync_all`` checks every host. The checked hosts' outcomes. With a
+        reconciler, its passes verify the hosts they read (``verify_read``)."""
+        done = [self._guarded(host, self._verify_host) for host in self._names(hostnames)]
         return [result for result in done if not result.skipped]
 
     def verify_tick(self, tick: int, ticks: int) -> list[HostSync]:
@@ -315,8 +307,11 @@ class Syncer:
 
     def verify_read(self, hostname: str, compute: str, read: Sequence[Provider]) -> HostSync:
         """One host of the verification, from the tree of its compute node ``compute`` as
-        a reconciler pass just read it (that pass follows the generations that moved):
-        what the verification does, without a read of its own."""
+        a reconciler pass just read it: what the verification does, without a read of
+        its own. A provider's generation is left to that pass, which reads each one at
+        another generation than recorded, records the moves of allocations alone and
+        has the sync repair the rest (reading those again here would read twice the
+        providers that claims and boots keep moving)."""
         check = functools.partial(self._verify_host, generations=False, given=(compute, read))
         return self._guarded(hostname, check)
 
