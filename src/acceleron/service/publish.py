@@ -413,8 +413,10 @@ class Syncer:
                 mig_taken(conn, hostname) if any(d.kind == units.KIND for d in deployables) else {}
             )
         compute, created, root = self.compute_node(host, dry_run=dry_run)
-        if read is None and root is not None and not known:
-            read = [root]  # a host's first sync: its compute node just found, bare to us
+        if read is None and root is not None and not known and not dry_run:
+            # A host's first sync: its compute node just found, bare to us (a dry run
+            # reads the tree: it makes no create that a refusal would correct).
+            read = [root]
         if not dry_run:  # Acceleron's claims forbid it: Placement must know the name
             self.client.ensure_traits([names.MAINTENANCE])
         options = dataclasses.replace(

@@ -168,6 +168,10 @@ def test_a_first_sync_makes_right_what_an_attempt_left_unrecorded(
     with db.writer() as conn:  # the record lost: as if never written
         conn.execute(PROVIDERS.delete())
         conn.execute(update(HOSTS).values(rp_uuid=None, synced_generation=-1))
+    planned = syncer(db, counted, create_compute_nodes=False).sync_host(HOST, dry_run=True)
+    there = {p.uuid for p in client.get_tree(compute)}
+    assert not [a for a in planned.actions if a.op == "create" and a.uuid in there]
+    assert ("move", region) in {(a.op, a.uuid) for a in planned.actions}  # read, planned
     counted.reset()
     result = syncer(db, counted, create_compute_nodes=False).sync_host(HOST)
     assert result.errors == [] and counted.count("GET", "/resource_providers?in_tree") == 0
