@@ -157,10 +157,7 @@ async def report_host(hostname: str, report: Incoming, call: CallDep) -> Respons
     placement = call.placement
     if placement is not None:
         await call.outbound(placement.check_host, hostname)
-    agent = formats.Formats.parse(call.request.headers.get(formats.HEADER))
-    tasks_in = formats.OURS.common(formats.TASK, agent)
-    task_format = formats.show(tasks_in) if tasks_in else None
-    outcome = await call.run(inventory.reconcile, report, None, task_format)
+    outcome = await call.run(inventory.reconcile, report, None, _task_format(call))
     if outcome.changed:
         workers.wake_sync(call.request.app.state)
     else:
@@ -190,12 +187,17 @@ async def report_unchanged(hostname: str, body: Unchanged, call: CallDep) -> Res
     last report here (another came since, or the API forgot it after freeing a lost
     device): the agent then sends the whole report."""
     call.authorize("host:report")
-    agent = formats.Formats.parse(call.request.headers.get(formats.HEADER))
-    tasks_in = formats.OURS.common(formats.TASK, agent)
-    task_format = formats.show(tasks_in) if tasks_in else None
-    generation = await call.run(inventory.confirm, hostname, body.digest, task_format)
+    generation = await call.run(inventory.confirm, hostname, body.digest, _task_format(call))
     middleware.routine(call.request)
     return json_response(
         {"hostname": hostname, "changed": False, "generation": generation, "digest": body.digest},
         headers={formats.HEADER: formats.OURS.header()},
     )
+
+
+def _task_format(call: Call) -> str | None:
+    """The task format this API and the calling agent share (its header says what it
+    speaks): what tasks its host may be handed."""
+    agent = formats.Formats.parse(call.request.headers.get(formats.HEADER))
+    shared = formats.OURS.common(formats.TASK, agent)
+    return formats.show(shared) if shared else None
