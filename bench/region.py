@@ -47,7 +47,8 @@ For each number of hosts:
 
 A cost per host that grows with the hosts is a pass that reads them all. The machine's
 load is printed beside the figures: on a small shared machine the agents, both servers
-and PostgreSQL share its cores.
+and PostgreSQL share its cores. So is its pace, the CPU seconds of a fixed Python loop:
+machines of one kind differ twofold in it, and so do their figures.
 
     .venv/bin/python bench/region.py [--hosts 100,1000] [--interval 60] [--task-wait 45]
         [--window 60] [--api-workers 2] [--placement-workers 2] [--sync-threads 4]
@@ -428,6 +429,18 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def pace() -> float:
+    """The CPU seconds this machine takes for a fixed pure-Python loop (the sum of 10**7
+    squares, best of three): machines of one kind differ twofold, so figures of runs on
+    different machines compare only with this beside them."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        sum(i * i for i in range(10**7))
+        best = min(best, time.process_time() - started)
+    return best
+
+
 def steady(
     agents: Agents,
     roots: dict[str, int],
@@ -464,7 +477,10 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
     log = work / "servers.log"
     reports = reports_of(hosts)
     names = list(reports)
-    print(f"\n== {hosts} hosts ({', '.join(KINDS)} in turn), load {load_average()}; logs {log}")
+    print(
+        f"\n== {hosts} hosts ({', '.join(KINDS)} in turn), load {load_average()}, "
+        f"pace {pace():.2f} s; logs {log}"
+    )
     with ExitStack() as stack:
         urls = stack.enter_context(databases(args.postgresql, f"{prefix}_acc", f"{prefix}_plc"))
         urls[1] = urls[1].replace("+psycopg:", "+psycopg2:")  # what Placement runs on
