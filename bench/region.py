@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import itertools
 import json
@@ -68,6 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -269,15 +271,31 @@ class Agents:
 # --- what runs beside the load --------------------------------------------------------------
 
 
-def timed(seconds: float, action: Callable[[], None]) -> list[float]:
-    """``action`` back to back for ``seconds``; each one's seconds."""
-    taken = []
+@dataclasses.dataclass
+class Timed:
+    """Each success's seconds, and the failures by what they were."""
+
+    taken: list[float] = dataclasses.field(default_factory=list)
+    failed: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+
+def timed(seconds: float, action: Callable[[], None]) -> Timed:
+    """``action`` back to back for ``seconds``. A failure is counted, not timed: a
+    saturated API sheds load (503), and the window's other figures stand."""
+    found = Timed()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         started = time.perf_counter()
-        action()
-        taken.append(time.perf_counter() - started)
-    return taken
+        try:
+            action()
+        except urllib.error.HTTPError as error:
+            found.failed[f"HTTP {error.code}"] += 1
+            continue
+        except OSError as error:  # refused, reset, timed out
+            found.failed[type(error).__name__] += 1
+            continue
+        found.taken.append(time.perf_counter() - started)
+    return found
 
 
 def claim(url: str) -> None:
@@ -322,12 +340,13 @@ def nova_query(placement: str) -> Callable[[], None]:
     return once
 
 
-def percentiles(taken: list[float]) -> str:
-    if not taken:
-        return "-"
-    ordered = sorted(taken)
+def percentiles(found: Timed) -> str:
+    failed = "".join(f", {n} failed ({why})" for why, n in sorted(found.failed.items()))
+    if not found.taken:
+        return f"-{failed}"
+    ordered = sorted(found.taken)
     p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
-    return f"{statistics.median(ordered) * 1000:.0f}/{p95 * 1000:.0f} ms ({len(taken)})"
+    return f"{statistics.median(ordered) * 1000:.0f}/{p95 * 1000:.0f} ms ({len(ordered)}){failed}"
 
 
 # --- one region -----------------------------------------------------------------------------
@@ -527,7 +546,7 @@ def run_size(args: argparse.Namespace, hosts: int) -> None:
             if d.get("rp_uuid")
         ]
 
-        def side(seconds: float) -> dict[str, list[float]]:
+        def side(seconds: float) -> dict[str, Timed]:
             share = seconds / 3
             return {
                 "claim + release": timed(share, lambda: claim(url)),
