@@ -48,7 +48,7 @@ For each number of hosts:
 A cost per host that grows with the hosts is a pass that reads them all. The machine's
 load is printed beside the figures: on a small shared machine the agents, both servers
 and PostgreSQL share its cores. So is its pace, the CPU seconds of a fixed Python loop:
-machines of one kind differ twofold in it, and so do their figures.
+machines of one kind differ (this script's CPU a host fourfold, docs/benchmark-runs.md).
 
     .venv/bin/python bench/region.py [--hosts 100,1000] [--interval 60] [--task-wait 45]
         [--window 60] [--api-workers 2] [--placement-workers 2] [--sync-threads 4]
@@ -450,7 +450,7 @@ def load_average() -> str:
 
 def pace() -> float:
     """The CPU seconds this machine takes for a fixed pure-Python loop (the sum of 10**7
-    squares, best of three): machines of one kind differ twofold, so figures of runs on
+    squares, best of three): machines of one kind differ, so figures of runs on
     different machines compare only with this beside them."""
     best = float("inf")
     for _ in range(3):
