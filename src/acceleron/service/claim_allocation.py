@@ -19,7 +19,6 @@ from sqlalchemy import Connection, Row, Select, bindparam, func, select, true, u
 
 from acceleron import metrics
 from acceleron.bitstreams.base import BitstreamStore
-from acceleron.bitstreams.model import Query
 from acceleron.db.models import Deployable, Device, Host, PlacementProvider, table
 from acceleron.db.session import Database
 from acceleron.exceptions import (
@@ -28,7 +27,6 @@ from acceleron.exceptions import (
     InvalidPlacementName,
     NoCapacity,
     NoMigPlacement,
-    NotFound,
     NotProvided,
     PlacementError,
     PlacementUnavailable,
@@ -263,20 +261,7 @@ def allocations_of(request: AllocationRequest) -> dict[str, dict[str, int]]:
 
 def _catalogue(store: BitstreamStore, project: str) -> weigher.Catalogue:
     """The store's look-up of a group's ``CATALOGUE_KEYS``, as the project sees it."""
-
-    def functions(key: str, value: str) -> list[str | None]:
-        if key == "accel:function_name":
-            items = store.find(Query(function_name=value, project=project))
-        elif key == "accel:bitstream_name":
-            items = store.find(Query(name=value, project=project))
-        else:
-            try:
-                items = [store.get(value, project)]
-            except NotFound:
-                items = []
-        return [b.function_uuid for b in items]
-
-    return functions
+    return lambda key, value: [b.function_uuid for b in fitting.found(store, key, value, project)]
 
 
 @dataclasses.dataclass(frozen=True)

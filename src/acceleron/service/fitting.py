@@ -151,7 +151,9 @@ class Fit:
         )
 
 
-def _found(store: BitstreamStore, key: str, value: str, project: str) -> list[Bitstream]:
+def found(store: BitstreamStore, key: str, value: str, project: str) -> list[Bitstream]:
+    """The bitstreams a group's ``key`` (one of ``SELECTORS``) names, as ``project``
+    sees them."""
     if key == "accel:function_id":
         return store.find(Query(function_uuid=value, project=project))
     if key == "accel:function_name":
@@ -190,7 +192,7 @@ def has_bitstreams(store: BitstreamStore | None, group: Mapping[str, str], proje
     if store is None or key is None:
         return False
     try:
-        return bool(_found(store, key, group[key], project))
+        return bool(found(store, key, group[key], project))
     except AcceleronError:
         return False
 
@@ -208,14 +210,14 @@ def fit_of(
     if key == "accel:function_id" and not is_uuid_like(value):
         return None
     try:
-        found = _found(store, key, value, project)
+        named = found(store, key, value, project)
     except AcceleronError:  # a bad name, the store away: the bind says why
         return None
     function = value if key == "accel:function_id" else None
     return Fit(
         what=f"{key.removeprefix('accel:')} {value!r}",
-        types=frozenset(fold_uuid(b.region_type_uuid) for b in found if b.region_type_uuid),
-        any_type=any(b.region_type_uuid is None for b in found),
+        types=frozenset(fold_uuid(b.region_type_uuid) for b in named if b.region_type_uuid),
+        any_type=any(b.region_type_uuid is None for b in named),
         function=weigher.fold_function(function) if function else None,
         holders=_holders(conn, function) if function else frozenset(),
     )
