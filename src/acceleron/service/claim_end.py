@@ -135,7 +135,7 @@ class Sought:
 
 def end(
     db: Database,
-    placement: PlacementClient | None,
+    placement: PlacementClient,
     claim: Row[Any] | Sought,
     why: Why,
     timeout: float,
@@ -237,7 +237,7 @@ def _take(
 
 def _unwind(
     db: Database,
-    placement: PlacementClient | None,
+    placement: PlacementClient,
     claim: Row[Any],
     timeout: float,
     policy: cleaning.Policy,
@@ -255,7 +255,7 @@ def _unwind(
             renew(conn, claim, timeout, step="placed", requests=[])
             arq_service.delete_present(conn, owner, claim.requests or (), instance, policy)
         step = "placed"
-    if step in ("placing", "placed") and placement is not None and placed is not False:
+    if step in ("placing", "placed") and placed is not False:
         # At ``placing`` its allocation may not be made: only an exact match is dropped.
         exact = step == "placing" and not placed
         _drop(db, placement, claim, exact, timeout, renewed)

@@ -286,7 +286,7 @@ class Recovered:
 
 def recover(
     db: Database,
-    placement: PlacementClient | None,
+    placement: PlacementClient,
     timeout: float = TIMEOUT,
     *,
     dry_run: bool = False,
@@ -308,7 +308,7 @@ def recover(
 
 def _recover(
     db: Database,
-    placement: PlacementClient | None,
+    placement: PlacementClient,
     claim: Row[Any],
     timeout: float,
     policy: cleaning.Policy,
