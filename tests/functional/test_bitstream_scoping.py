@@ -29,7 +29,7 @@ from acceleron.db.models import AcceleratorRequest, Task, table
 from acceleron.db.session import Database
 from acceleron.exceptions import AcceleronError, BitstreamNotFound
 from acceleron.service import arqs as service
-from acceleron.service import binding, device_profiles
+from acceleron.service import binding, device_profiles, fitting
 from tests.fixtures.arqs import HOST, PATH, bind_body
 
 if TYPE_CHECKING:  # imported by pytest_plugins, so that pytest can rewrite its asserts
@@ -163,6 +163,35 @@ def test_a_bind_sees_only_public_and_own_bitstreams_glance(
     db: Database, inventory_of_host: dict[str, Any], tenant_glance: GlanceStore, key: str
 ) -> None:
     check_scoping(db, inventory_of_host, tenant_glance, key)
+
+
+def check_found(store: BitstreamStore) -> None:
+    """``fitting.found``, the look-up behind a claim's ranking and the profiles'
+    steering: p1 finds its own and public bitstreams by every key, never p2's."""
+    catalogue = Catalogue(store, str(uuid.uuid4()))
+    hidden = catalogue.add("p2")
+    for key in KEYS:
+        given = catalogue.selector(key, hidden)
+        assert fitting.found(store, f"accel:{key}", given, "p1") == [], key
+        assert [b.id for b in fitting.found(store, f"accel:{key}", given, "p2")] == [hidden.id]
+    mine, public = catalogue.add("p1"), catalogue.add("p3", "public")
+    for key in KEYS:
+        for shown in (mine, public):
+            found = fitting.found(store, f"accel:{key}", catalogue.selector(key, shown), "p1")
+            assert shown.id in {b.id for b in found} and hidden.id not in {b.id for b in found}
+
+
+def test_the_shared_look_up_sees_only_public_and_own_bitstreams_local(
+    db: Database, tmp_path: Path
+) -> None:
+    check_found(LocalStore(db, tmp_path / "store"))
+
+
+@pytest.mark.slow
+def test_the_shared_look_up_sees_only_public_and_own_bitstreams_glance(
+    tenant_glance: GlanceStore,
+) -> None:
+    check_found(tenant_glance)
 
 
 @pytest.mark.slow
