@@ -24,6 +24,7 @@ from acceleron.bitstreams import Bitstream, NewBitstream
 from acceleron.bitstreams.base import BitstreamStore
 from acceleron.bitstreams.glance import GlanceStore
 from acceleron.bitstreams.local import LocalStore
+from acceleron.bitstreams.model import Query
 from acceleron.context import RequestContext
 from acceleron.db.models import AcceleratorRequest, Task, table
 from acceleron.db.session import Database
@@ -185,6 +186,41 @@ def test_the_shared_look_up_sees_only_public_and_own_bitstreams_local(
     db: Database, tmp_path: Path
 ) -> None:
     check_found(LocalStore(db, tmp_path / "store"))
+
+
+class CountedStore(LocalStore):
+    """The local store, counting its look-ups by name and function."""
+
+    finds = 0
+
+    def find(self, query: Query | None = None) -> list[Bitstream]:
+        self.finds += 1
+        return super().find(query)
+
+
+def test_a_claims_ranking_reuses_what_its_fit_found_for_its_project(
+    db: Database, tmp_path: Path
+) -> None:
+    """A claim's fit and its ranking ask the store once for a group's selector, and
+    p1's answer holds nothing of p2's private bitstream."""
+    store = CountedStore(db, tmp_path / "store")
+    catalogue = Catalogue(store, str(uuid.uuid4()))
+    hidden = catalogue.add("p2")
+    group = {
+        "resources:CUSTOM_ACCELERATOR_FPGA": "1",
+        "accel:function_name": catalogue.function_name,
+    }
+    for project, functions in (("p1", []), ("p2", [hidden.function_uuid])):
+        _, fits = fitting.with_fit_traits(db, store, [group], project, True)
+        asked = store.finds
+        look_up = fitting.catalogue(store, project, [group], fits)
+        assert list(look_up("accel:function_name", catalogue.function_name)) == functions
+        assert store.finds == asked
+    # a selector no fit looked up is asked of the store, scoped all the same
+    assert list(look_up("accel:bitstream_name", catalogue.name)) == [hidden.function_uuid]
+    assert store.finds == asked + 1
+    p1 = fitting.catalogue(store, "p1", [group], [None])
+    assert list(p1("accel:bitstream_name", catalogue.name)) == []
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ def allocate(
     for fit in fits:
         if fit is not None and fit.nowhere:
             raise fit.refusal()
-    catalogue = None if store is None else _catalogue(store, claim.project_id)
+    catalogue = None if store is None else fitting.catalogue(store, claim.project_id, groups, fits)
     wanted = weigher.wanted_by(groups, catalogue)
     found = survey(db, groups, wanted, hostname)
     unplaced: list[NoMigPlacement] = []  # why candidates' MIG slices had no position
@@ -257,11 +257,6 @@ def allocations_of(request: AllocationRequest) -> dict[str, dict[str, int]]:
 
 
 # --- the survey: Acceleron's records read before Placement is asked ---------------------
-
-
-def _catalogue(store: BitstreamStore, project: str) -> weigher.Catalogue:
-    """The store's look-up of a group's ``CATALOGUE_KEYS``, as the project sees it."""
-    return lambda key, value: [b.function_uuid for b in fitting.found(store, key, value, project)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -117,13 +117,15 @@ class Fit:
     names is built for; ``any_type``, whether one names none (it fits everywhere);
     ``function`` (``accel:function_id`` only), the function whose holders fit
     whatever their type; ``holders``, those holders' region types and, by device type
-    and vendor, how they are named."""
+    and vendor, how they are named; ``functions``, the functions of the bitstreams it
+    names."""
 
     what: str
     types: frozenset[str]
     any_type: bool = False
     function: str | None = None
     holders: frozenset[RegionType] = frozenset()
+    functions: tuple[str | None, ...] = ()  # of the bitstreams it names, as found
 
     @property
     def nowhere(self) -> bool:
@@ -220,7 +222,30 @@ def fit_of(
         any_type=any(b.region_type_uuid is None for b in named),
         function=weigher.fold_function(function) if function else None,
         holders=_holders(conn, function) if function else frozenset(),
+        functions=tuple(b.function_uuid for b in named),
     )
+
+
+def catalogue(
+    store: BitstreamStore,
+    project: str,
+    groups: Sequence[Mapping[str, str]],
+    fits: Sequence[Fit | None],
+) -> weigher.Catalogue:
+    """The store's look-up of a group's ``CATALOGUE_KEYS`` as ``project`` sees them; a
+    selector ``fits`` (of ``groups``) looked up already is not asked again."""
+    known = {
+        (key, group[key]): fit.functions
+        for group, fit in zip(groups, fits, strict=True)
+        if fit is not None and (key := _selector(group)) is not None
+    }
+
+    def functions(key: str, value: str) -> Iterable[str | None]:
+        if (key, value) in known:
+            return known[key, value]
+        return [b.function_uuid for b in found(store, key, value, project)]
+
+    return functions
 
 
 def known_types(conn: Connection) -> list[RegionType]:
